@@ -1,0 +1,191 @@
+"""Host-side glue shared by every kernel: dtype maps, input checks, fake tensors, compiling.
+
+Every kernel is compiled the same way on a laptop and on an H200: ``cute.compile`` on *fake*
+tensors (a dtype, a shape whose row count M is symbolic, and a row stride with a known
+divisibility), with the TVM-FFI calling convention. The compiled function is then called with
+torch tensors directly, on torch's current stream. On a machine without a Hopper GPU the same
+compile yields the PTX/SASS that `quack_edu.inspect` reads; it just cannot be launched.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from . import _env  # noqa: F401  (sets the DSL's target before cutlass is imported)
+
+import cutlass  # noqa: E402
+import cutlass.cute as cute  # noqa: E402
+
+TORCH_TO_CUTE = {
+    torch.float32: cutlass.Float32,
+    torch.float16: cutlass.Float16,
+    torch.bfloat16: cutlass.BFloat16,
+}
+DTYPE_NAMES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+SUPPORTED = tuple(TORCH_TO_CUTE)
+
+
+def torch_dtype(dtype) -> torch.dtype:
+    """Accept torch dtypes and the short names bf16/fp16/fp32 (as the CLI and lessons use)."""
+    if isinstance(dtype, str):
+        key = dtype.lower().replace("float", "fp").replace("bfloat", "bf")
+        if key not in DTYPE_NAMES:
+            raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_NAMES)}")
+        return DTYPE_NAMES[key]
+    if dtype not in TORCH_TO_CUTE:
+        raise TypeError(f"dtype {dtype} is not supported; use torch.bfloat16, float16 or float32")
+    return dtype
+
+
+def cute_dtype(dtype) -> type[cutlass.Numeric]:
+    if dtype in TORCH_TO_CUTE.values():
+        return dtype
+    return TORCH_TO_CUTE[torch_dtype(dtype)]
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    smem_bytes: int = 0
+
+
+class RMSNormKernel:
+    """Base of every stage's kernel class: the pure-Python side (dtype, N, config, shapes).
+
+    A subclass adds ``__call__`` (``@cute.jit``: derive layouts, launch) and ``kernel``
+    (``@cute.kernel``: the device code), and may override ``launch_shape``/``row_align``.
+    ``config`` is the stage's frozen config dataclass (see ``quack_edu.config``).
+    """
+
+    #: bytes one thread moves per global access; rows must be aligned to it (0: scalar access)
+    vector_bytes = 16
+    #: stage name, as in ``quack_edu.stages.STAGES``
+    name = ""
+
+    def __init__(self, dtype, N: int, config, weight_dtype=None):
+        self.dtype = cute_dtype(dtype)
+        self.weight_dtype = cute_dtype(weight_dtype if weight_dtype is not None else dtype)
+        self.N = int(N)
+        self.config = config
+
+    @classmethod
+    def row_align_for(cls, dtype) -> int:
+        """Row starts (and the row stride, and N) must be multiples of this many elements."""
+        return max(1, cls.vector_bytes * 8 // cute_dtype(dtype).width)
+
+    @classmethod
+    def max_N_for(cls, dtype) -> int | None:
+        """The largest row this stage handles for ``dtype`` (None: no limit)."""
+        return None
+
+    @property
+    def row_align(self) -> int:
+        return self.row_align_for(self.dtype)
+
+    def launch_shape(self, M: int) -> LaunchShape:
+        raise NotImplementedError
+
+    def fake_args(self):
+        """Fake tensors standing for (x, weight, out), with M symbolic."""
+        M = cute.sym_int()
+        align = self.row_align
+        abytes = align * self.dtype.width // 8
+        x, out = (
+            cute.runtime.make_fake_tensor(
+                self.dtype, (M, self.N), (cute.sym_int64(divisibility=align), 1), assumed_align=abytes
+            )
+            for _ in range(2)
+        )
+        wbytes = 16 if self.vector_bytes else self.weight_dtype.width // 8
+        w = cute.runtime.make_fake_compact_tensor(self.weight_dtype, (self.N,), assumed_align=wbytes)
+        return x, w, out
+
+
+def compile_kernel(kernel: RMSNormKernel, options: str = "") -> Callable:
+    """``cute.compile`` a kernel object on fake tensors, TVM-FFI calling convention."""
+    x, w, out = kernel.fake_args()
+    stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
+    opts = ("--enable-tvm-ffi " + options).strip()
+    return cute.compile(kernel, x, w, out, cutlass.Float32(1e-6), stream, options=opts)
+
+
+@functools.cache
+def _compiled(kernel_cls, dtype, weight_dtype, N, config):
+    return compile_kernel(kernel_cls(dtype, N, config, weight_dtype))
+
+
+def check_inputs(x, weight, *, stage: str, row_align: int = 1, max_N: int | None = None):
+    """Validate (x, weight) for a stage's ``rmsnorm_fwd``; raise a clear error naming the problem."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D (M, N), got shape {tuple(x.shape)}")
+    if x.dtype not in SUPPORTED:
+        raise TypeError(f"x has dtype {x.dtype}; supported: bfloat16, float16, float32")
+    if weight.dtype not in SUPPORTED:
+        raise TypeError(f"weight has dtype {weight.dtype}; supported: bfloat16, float16, float32")
+    M, N = x.shape
+    if weight.shape != (N,):
+        raise ValueError(f"weight must have shape ({N},) to match x's last dim, got {tuple(weight.shape)}")
+    if N == 0:
+        raise ValueError("x has N=0 columns: the mean over an empty row is undefined")
+    if max_N is not None and N > max_N:
+        raise ValueError(
+            f"N={N} is beyond what the '{stage}' stage supports for {x.dtype} (at most {max_N})"
+        )
+    if row_align > 1 and N % row_align:
+        raise ValueError(
+            f"the '{stage}' stage loads rows in 16-byte vectors of {row_align} {x.dtype} elements, "
+            f"so N must be a multiple of {row_align}; got N={N}"
+        )
+    if x.device.type != "cuda" or weight.device.type != "cuda":
+        raise ValueError(
+            f"x is on {x.device} and weight on {weight.device}: the kernels run on a CUDA GPU. "
+            "Without a Hopper GPU, use quack_edu.inspect.compile_report() to compile and read them."
+        )
+    if x.device != weight.device:
+        raise ValueError(f"x is on {x.device} but weight is on {weight.device}")
+    cap = torch.cuda.get_device_capability(x.device)
+    if cap != (9, 0):
+        raise RuntimeError(
+            f"{torch.cuda.get_device_name(x.device)} is sm_{cap[0]}{cap[1]}; "
+            "these kernels are built for Hopper (sm_90)"
+        )
+    if x.stride(1) != 1 or weight.stride(0) != 1:
+        raise ValueError("x's rows and weight must be contiguous in memory (last-dim stride 1)")
+    if row_align > 1:
+        if x.data_ptr() % 16 or (M > 1 and x.stride(0) % row_align):
+            raise ValueError(
+                "x must start on a 16-byte boundary with a row stride that is a multiple of "
+                f"{row_align} elements (data_ptr % 16 = {x.data_ptr() % 16}, row stride "
+                f"{x.stride(0)}); pass x.contiguous() or a fresh tensor"
+            )
+        if weight.data_ptr() % 16:
+            raise ValueError("weight must start on a 16-byte boundary; pass weight.clone()")
+
+
+def run_forward(kernel_cls, x, weight, eps, config):
+    """Check inputs, compile (cached per dtype, N and config) and launch on torch's stream."""
+    dtype = x.dtype if isinstance(x, torch.Tensor) and x.dtype in SUPPORTED else None
+    check_inputs(
+        x,
+        weight,
+        stage=kernel_cls.name,
+        row_align=kernel_cls.row_align_for(dtype) if dtype else 1,
+        max_N=kernel_cls.max_N_for(dtype) if dtype else None,
+    )
+    M, N = x.shape
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    if M == 0:
+        return out
+    fn = _compiled(kernel_cls, x.dtype, weight.dtype, N, config)
+    fn(x, weight, out, float(eps))
+    return out

@@ -1,0 +1,26 @@
+"""The ladder of kernels. Every stage module exposes the same entry point,
+
+    rmsnorm_fwd(x, weight, eps=1e-6, config=None) -> Tensor
+
+plus ``default_config(N, dtype)``, ``KERNEL`` (its kernel class) and ``CONFIG`` (its config
+dataclass), so tests, benchmarks and lessons loop
+over ``STAGES``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+#: stage name -> module name, in lesson order. Later lessons add to this list.
+STAGE_ORDER = ("naive",)
+
+
+def get_stage(name: str):
+    if name not in STAGE_ORDER:
+        raise ValueError(f"unknown stage {name!r}; available: {', '.join(STAGE_ORDER)}")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def kernel_class(name: str):
+    """The stage's kernel class (each stage module names it ``KERNEL``)."""
+    return get_stage(name).KERNEL

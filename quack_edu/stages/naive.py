@@ -1,0 +1,70 @@
+"""Stage 0, naive: one thread per row, scalar loads, two passes over the row.
+
+The starting point of the ladder. Thread ``i`` of the grid owns row ``i``: it walks the row once
+to sum the squares (in fp32), computes ``rstd = rsqrt(sum / N + eps)``, then walks it again to
+write ``x * rstd * w``. It is correct for any M and any N, and it is slow on purpose:
+
+* Uncoalesced. In one load instruction the 32 threads of a warp touch 32 different rows, N
+  elements apart: 32 memory sectors for 64 useful bytes (bf16). The L1 cache rescues part of it
+  (the next 15 columns sit in the same 32-byte sectors), but only while those lines survive.
+* Too little parallelism. M rows give M threads: at M=4096 that is 32 warps on a 132-SM GPU
+  whose memory system needs tens of thousands of loads in flight.
+* Scalar 2-byte accesses, and x read twice.
+
+Bytes it must move: 2 * M * N * sizeof(dtype) (read x, write y; the weight is noise). The next
+stage (warp) keeps that byte count and fixes how the bytes are moved.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32
+
+from ..config import NaiveConfig, naive_config
+from ..runtime import LaunchShape, RMSNormKernel, run_forward
+
+default_config = naive_config
+CONFIG = NaiveConfig
+
+
+class NaiveRMSNorm(RMSNormKernel):
+    name = "naive"
+    vector_bytes = 0  # scalar accesses: any N, any alignment
+
+    def launch_shape(self, M: int) -> LaunchShape:
+        t = self.config.threads_per_block
+        return LaunchShape(grid=((M + t - 1) // t, 1, 1), block=(t, 1, 1))
+
+    @cute.jit
+    def __call__(self, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32, stream):
+        t = self.config.threads_per_block
+        self.kernel(mX, mW, mO, eps).launch(
+            grid=[cute.ceil_div(mX.shape[0], t), 1, 1], block=[t, 1, 1], stream=stream
+        )
+
+    @cute.kernel
+    def kernel(self, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32):
+        # mX, mO: (M, N) in global memory; mW: (N,)
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        row = bidx * self.config.threads_per_block + tidx
+        if row < mX.shape[0]:
+            sum_sq = Float32(0.0)
+            for j in cutlass.range(self.N, unroll=4):
+                v = mX[row, j].to(Float32)
+                sum_sq += v * v
+            rstd = cute.math.rsqrt(sum_sq / self.N + eps)
+            for j in cutlass.range(self.N, unroll=4):
+                y = mX[row, j].to(Float32) * rstd * mW[j].to(Float32)
+                mO[row, j] = y.to(mO.element_type)
+
+
+KERNEL = NaiveRMSNorm
+
+
+def rmsnorm_fwd(x, weight, eps: float = 1e-6, config: NaiveConfig | None = None):
+    """y = x / sqrt(mean(x**2) + eps) * weight, one thread per row. x: (M, N) on a Hopper GPU."""
+    if config is None:
+        config = default_config(x.shape[-1] if hasattr(x, "shape") and x.dim() else 0)
+    return run_forward(NaiveRMSNorm, x, weight, eps, config)

@@ -1,0 +1,23 @@
+import os
+
+import pytest
+
+import quack_edu  # noqa: F401  (decides the mode and the DSL target before cutlass loads)
+from quack_edu._env import MODE
+
+
+def pytest_collection_modifyitems(config, items):
+    if MODE.gpu:
+        return
+    skip = pytest.mark.skip(reason=f"needs a Hopper GPU: compile-only mode ({MODE.reason})")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _dsl_dump_dir(tmp_path, monkeypatch):
+    # The DSL writes artifacts into the current directory unless told otherwise; keep parallel
+    # tests from clobbering each other's files.
+    monkeypatch.chdir(tmp_path)
+    os.environ.setdefault("CUTE_DSL_DUMP_DIR", str(tmp_path))
