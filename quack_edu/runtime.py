@@ -172,8 +172,11 @@ def check_inputs(x, weight, *, stage: str, row_align: int = 1, max_N: int | None
             raise ValueError("weight must start on a 16-byte boundary; pass weight.clone()")
 
 
-def run_forward(kernel_cls, x, weight, eps, config):
-    """Check inputs, compile (cached per dtype, N and config) and launch on torch's stream."""
+def run_forward(kernel_cls, x, weight, eps, config, out=None):
+    """Check inputs, compile (cached per dtype, N and config) and launch on torch's stream.
+
+    ``out`` (optional) receives the result: same shape, dtype and device as x, rows contiguous.
+    """
     dtype = x.dtype if isinstance(x, torch.Tensor) and x.dtype in SUPPORTED else None
     check_inputs(
         x,
@@ -183,7 +186,20 @@ def run_forward(kernel_cls, x, weight, eps, config):
         max_N=kernel_cls.max_N_for(dtype) if dtype else None,
     )
     M, N = x.shape
-    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    if out is None:
+        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    elif (
+        not isinstance(out, torch.Tensor)
+        or out.shape != x.shape
+        or out.dtype != x.dtype
+        or out.device != x.device
+        or out.stride(1) != 1
+        or (kernel_cls.vector_bytes and (out.data_ptr() % 16 or (M > 1 and out.stride(0) % kernel_cls.row_align_for(x.dtype))))
+    ):
+        raise ValueError(
+            f"out must be a tensor like x ({tuple(x.shape)}, {x.dtype}, {x.device}) with "
+            "contiguous, aligned rows"
+        )
     if M == 0:
         return out
     fn = _compiled(kernel_cls, x.dtype, weight.dtype, N, config)

@@ -1,4 +1,6 @@
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def subprocess_env():
+    """Environment for a child Python that must import this checkout's quack_edu."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Every GPU check in one call, for the H200 reached through the device tool (or any Hopper box).
+
+    source .gpu/env.sh; python3 scripts/gpu_check.py [--peers] [--graph] [--shapes ...]
+
+1. `quack-edu doctor` (must say GPU mode),
+2. the `gpu`-marked tests (values of every stage against the fp32 reference, grading GPU tier),
+3. the benchmark of every stage (and peers) with the D2D copy ceiling measured in the same run,
+4. (if present) execution of the solution notebooks.
+Writes doctor.txt, tests.log, tests.xml, bench.json, bench.png (and notebooks.log) under $OUT
+(default ./out) and prints a short table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sh(cmd, log: Path | None = None, timeout=None) -> tuple[int, str, float]:
+    t = time.time()
+    try:
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        text, rc = done.stdout + done.stderr, done.returncode
+    except subprocess.TimeoutExpired as e:
+        text = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        text += f"\n[timed out after {timeout} s]"
+        rc = 124
+    if log:
+        log.write_text(text)
+    return rc, text, time.time() - t
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--peers", action="store_true", help="benchmark QuACK, torch.compile, Liger too")
+    p.add_argument("--graph", action="store_true", help="also time through CUDA graphs")
+    p.add_argument("--stages", default="all")
+    p.add_argument("--shapes", default="32768x256,32768x1024,32768x4096,32768x8192,32768x16384")
+    p.add_argument("--tests", default="tests", help="pytest paths/args for the gpu tests")
+    p.add_argument("--skip-tests", action="store_true")
+    p.add_argument("--skip-bench", action="store_true")
+    p.add_argument("--test-timeout", type=int, default=300)
+    p.add_argument("--bench-timeout", type=int, default=300)
+    a = p.parse_args()
+    out = Path(os.environ.get("OUT", ROOT / "out"))
+    out.mkdir(parents=True, exist_ok=True)
+    py = sys.executable
+    summary = []
+
+    rc, text, dt = sh([py, "-m", "quack_edu", "doctor"], out / "doctor.txt", timeout=120)
+    print(text, flush=True)
+    mode = "GPU" if "Mode: GPU" in text else "compile-only"
+    summary.append(("doctor", f"rc={rc}, mode {mode}", dt))
+
+    if not a.skip_tests:
+        cmd = [py, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
+               f"--junitxml={out / 'tests.xml'}", *a.tests.split()]
+        rc, text, dt = sh(cmd, out / "tests.log", timeout=a.test_timeout)
+        tail = [ln for ln in text.strip().splitlines() if ln.strip()]
+        print("\n".join(tail[-40:]), flush=True)
+        summary.append(("gpu tests", tail[-1] if tail else f"rc={rc}", dt))
+
+    if not a.skip_bench:
+        cmd = [py, "-m", "quack_edu.bench", "--stages", a.stages, "--shapes", a.shapes,
+               "--json", str(out / "bench.json"), "--png", str(out / "bench.png")]
+        cmd += ["--peers"] if a.peers else []
+        cmd += ["--graph"] if a.graph else []
+        rc, text, dt = sh(cmd, out / "bench.log", timeout=a.bench_timeout)
+        print(text[-6000:], flush=True)
+        summary.append(("bench", f"rc={rc}", dt))
+        if (out / "bench.json").exists():
+            sys.path.insert(0, str(ROOT))
+            from quack_edu.bench import table
+
+            bench_table = table(json.loads((out / "bench.json").read_text()))
+        else:
+            bench_table = "(no bench.json)"
+    else:
+        bench_table = ""
+
+    print("\n==== summary ====")
+    for name, what, dt in summary:
+        print(f"{name:<10} {dt:6.0f} s  {what}")
+    print(bench_table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Compile-only reports for the naive stage (later stages have their own compile tests)."""
+
+import re
+
+import pytest
+import torch
+
+from quack_edu.inspect import compile_report
+from quack_edu.stages.naive import configs
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("N", [256, 760, 4096, 16384])
+def test_naive_compiles_for_sm90a_without_spills(N, dtype):
+    for cfg in configs(N, dtype):
+        r = compile_report("naive", N, dtype, config=cfg, sass=False)
+        assert r.target == "sm_90a"
+        assert r.stack_bytes == 0 and r.spill_bytes == 0, r.summary()
+        # scalar loads of one element: no vector loads in the naive stage
+        width = {torch.bfloat16: "b16", torch.float16: "b16", torch.float32: "b32"}[dtype]
+        assert r.count(f"ld.global.{width}") > 0 and r.count("ld.global.v") == 0
+        assert r.count("rsqrt") >= 1
+        # the block the PTX requires is the block the launch uses
+        reqntid = re.search(r"\.reqntid\s+(\d+)", r.ptx)
+        assert reqntid and int(reqntid.group(1)) == r.block[0] == cfg.threads_per_block
+        assert r.grid == ((r.M + cfg.threads_per_block - 1) // cfg.threads_per_block, 1, 1)
+
+
+def test_report_counts_and_sass():
+    r = compile_report("naive", 1000, "fp16")
+    assert r.count("ld.global") == len(r.lines("ld.global")) > 0
+    assert r.count(r"ld\.global\.b16", regex=True) == r.count("ld.global.b16")
+    assert r.sass is not None and "LDG" in r.sass, "nvdisasm wheel should give SASS"
+    assert r.sass_count("STL") == 0
+    assert "registers" in r.summary()
+
+
+def test_config_override_and_validation():
+    r = compile_report("naive", 512, threads_per_block=256, sass=False)
+    assert r.block == (256, 1, 1)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        compile_report("naive", 512, threads_per_block=100)
+    with pytest.raises(ValueError, match="unknown stage"):
+        compile_report("nope", 512)
+    with pytest.raises(ValueError, match="unknown dtype"):
+        compile_report("naive", 512, "int8")

@@ -1,0 +1,80 @@
+"""Values of every stage on the GPU against the fp32 reference (marked `gpu`).
+
+Fresh random inputs every call, ragged shapes, all dtypes, outputs poisoned with NaN before the
+call so an unwritten element fails. A stage that does not support a shape is skipped with its
+own error message as the reason.
+"""
+
+import pytest
+import torch
+
+from quack_edu.reference import assert_close, rmsnorm_ref
+from quack_edu.stages import STAGE_ORDER, get_stage
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+MS = [1, 37, 199, 4096]
+NS = [256, 760, 4096, 16384]
+
+
+def _supports(mod, N, dtype):
+    kernel = mod.KERNEL
+    limit = kernel.max_N_for(dtype)
+    if limit is not None and N > limit:
+        return f"N={N} > max_N={limit} for {dtype}"
+    if N % kernel.row_align_for(dtype):
+        return f"N={N} is not a multiple of {kernel.row_align_for(dtype)}"
+    return None
+
+
+def _check(mod, M, N, dtype, config=None, weight_dtype=None, x=None):
+    x = torch.randn(M, N, device="cuda", dtype=dtype) if x is None else x
+    w = torch.randn(N, device="cuda", dtype=weight_dtype or dtype)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+    got = mod.rmsnorm_fwd(x, w, 1e-6, config=config, out=out)
+    torch.cuda.synchronize()
+    assert got.data_ptr() == out.data_ptr()
+    assert_close(got, rmsnorm_ref(x, w, eps=1e-6), dtype, what=f"M={M} N={N} {dtype} {config}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("N", NS)
+@pytest.mark.parametrize("stage", STAGE_ORDER)
+def test_default_config_values(stage, N, dtype):
+    mod = get_stage(stage)
+    if why := _supports(mod, N, dtype):
+        pytest.skip(why)
+    for M in MS:
+        _check(mod, M, N, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("N", NS)
+@pytest.mark.parametrize("stage", STAGE_ORDER)
+def test_every_config_values(stage, N, dtype):
+    mod = get_stage(stage)
+    if why := _supports(mod, N, dtype):
+        pytest.skip(why)
+    for cfg in mod.configs(N, dtype):
+        _check(mod, 37, N, dtype, config=cfg)
+
+
+@pytest.mark.parametrize("stage", STAGE_ORDER)
+def test_fp32_weight_and_padded_rows(stage):
+    mod = get_stage(stage)
+    _check(mod, 199, 4096, torch.bfloat16, weight_dtype=torch.float32)
+    # rows that are not adjacent in memory: a slice of a wider tensor
+    wide = torch.randn(199, 4096 + 64, device="cuda", dtype=torch.bfloat16)
+    _check(mod, 199, 4096, torch.bfloat16, x=wide[:, :4096])
+
+
+@pytest.mark.parametrize("stage", STAGE_ORDER)
+def test_empty_input_and_eps(stage):
+    mod = get_stage(stage)
+    x = torch.empty(0, 256, device="cuda", dtype=torch.bfloat16)
+    assert mod.rmsnorm_fwd(x, torch.ones(256, device="cuda", dtype=torch.bfloat16)).shape == (0, 256)
+    # eps matters when a row is all zeros: y = 0, never NaN
+    z = torch.zeros(3, 256, device="cuda", dtype=torch.float32)
+    y = mod.rmsnorm_fwd(z, torch.ones(256, device="cuda"), eps=1e-5)
+    assert torch.equal(y, z)
