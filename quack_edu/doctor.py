@@ -92,8 +92,8 @@ def doctor_report(compile_check: bool = True) -> DoctorReport:
     rep.add(
         "Python",
         f"{platform.python_version()} ({sys.executable})",
-        ok=py >= (3, 10),
-        fix="" if py >= (3, 10) else "use Python 3.10 or newer",
+        ok=py >= (3, 11),
+        fix="" if py >= (3, 11) else "use Python 3.11 or newer",
     )
 
     try:

@@ -1,0 +1,44 @@
+# The commands the README shows. `make lab` opens the lessons; `make test` runs the CPU test suite.
+# Both create .venv (if missing) and install the project into it first.
+
+PYTHON      ?= python3
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+# PyTorch: 2.13.0 by default (PyPI's Linux wheel is a CUDA build; on a machine that keeps a CPU
+# wheel of it on disk, that one). Pick a CUDA flavour with e.g.
+#   make lab TORCH_INDEX=https://download.pytorch.org/whl/cu130
+TORCH       ?= torch==2.13.0
+TORCH_INDEX ?=
+# CuTe DSL runtime libraries: cu12 by default; DSL_EXTRA=cu13 matches a CUDA 13 torch.
+DSL_EXTRA   ?=
+PYTEST_JOBS ?= auto
+
+.PHONY: lab test venv student lint gpu-stage clean
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(PY) -m pip install -q -e ".[dev]" $(if $(DSL_EXTRA),"nvidia-cutlass-dsl[$(DSL_EXTRA)]>=4.8,<4.9")
+	@touch $@
+
+venv: $(VENV)/.installed
+
+lab: venv
+	$(VENV)/bin/quack-edu doctor || true
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(LAB_ARGS)
+
+test: venv
+	$(PY) -m pytest -n $(PYTEST_JOBS) $(PYTEST_ARGS)
+
+student: venv
+	$(VENV)/bin/quack-edu student
+
+lint: venv
+	$(PY) -m ruff check quack_edu tests scripts
+
+# Stage the CuTe DSL (+ QuACK and Liger to measure against) for the device machine; see README.
+gpu-stage:
+	../shared/gpu/stage --peers
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
