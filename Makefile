@@ -11,6 +11,7 @@ TORCH       ?= torch==2.13.0
 TORCH_INDEX ?=
 # CuTe DSL runtime libraries: cu12 by default; DSL_EXTRA=cu13 matches a CUDA 13 torch.
 DSL_EXTRA   ?=
+DSL_PKG      = "nvidia-cutlass-dsl[$(DSL_EXTRA)]>=4.8,<4.9"
 PYTEST_JOBS ?= auto
 
 .PHONY: lab test venv student lint gpu-stage clean
@@ -18,7 +19,7 @@ PYTEST_JOBS ?= auto
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(PY) -m pip install -q -e ".[dev]" $(if $(DSL_EXTRA),"nvidia-cutlass-dsl[$(DSL_EXTRA)]>=4.8,<4.9")
+	$(PY) -m pip install -q -e ".[dev]" $(if $(DSL_EXTRA),$(DSL_PKG))
 	@touch $@
 
 venv: $(VENV)/.installed

@@ -1,0 +1,46 @@
+"""The Jupyter-free notebook runner used on the GPU machine."""
+
+import json
+
+import nbformat
+
+from quack_edu.nbexec import run_notebook
+
+
+def _nb(tmp_path, *cells):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    path = tmp_path / "t.ipynb"
+    path.write_text(json.dumps(nb))
+    return path
+
+
+def test_cells_share_a_namespace_and_failures_do_not_stop_the_run(tmp_path):
+    path = _nb(tmp_path, "%matplotlib inline\na = 2", "raise ValueError('boom')", "print(a * 21)")
+    run = run_notebook(path)
+    assert [c.ok for c in run.cells] == [True, False, True]
+    assert "boom" in run.cells[1].error and run.cells[2].stdout.strip() == "42"
+
+
+def test_a_cell_that_hangs_times_out(tmp_path):
+    path = _nb(tmp_path, "while True:\n    pass", "b = 1")
+    run = run_notebook(path, timeout=1)
+    assert not run.cells[0].ok and "longer than 1" in run.cells[0].error
+    assert run.cells[1].ok
+
+
+def test_a_cute_kernel_defined_in_a_cell_compiles(tmp_path):
+    # CuTe DSL reads a kernel's source through inspect: the runner registers each cell's source.
+    path = _nb(
+        tmp_path,
+        "import torch, quack_edu\nimport cutlass.cute as cute\nfrom cutlass import Float32\n"
+        "from quack_edu.stages.naive import NaiveRMSNorm\nfrom quack_edu.config import NaiveConfig\n"
+        "from quack_edu.runtime import compile_kernel",
+        "@cute.jit\ndef half(v: Float32) -> Float32:\n    return v * Float32(0.5)\n\n"
+        "class Mine(NaiveRMSNorm):\n    def rstd(self, sum_sq, eps):\n"
+        "        return half(cute.math.rsqrt(sum_sq / self.N + eps))",
+        "fn = compile_kernel(Mine(torch.float32, 300, NaiveConfig()))\nprint('compiled')",
+    )
+    run = run_notebook(path)
+    assert run.ok, [c.error for c in run.failures]
+    assert run.cells[2].stdout.strip() == "compiled"
