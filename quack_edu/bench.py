@@ -70,8 +70,9 @@ def _reps_for(fn, arg_sets, budget_s: float, lo: int, hi: int) -> int:
     return int(max(lo, min(hi, budget_s / max(per_call, 1e-7))))
 
 
-def time_calls(fn: Callable, arg_sets: list, warmup: int = 10, reps: int | None = None,
-               budget_s: float = 0.5) -> float:
+def time_calls(
+    fn: Callable, arg_sets: list, warmup: int = 10, reps: int | None = None, budget_s: float = 0.5
+) -> float:
     """Median microseconds of one call, CUDA events around each call, rotating inputs."""
     reps = reps or _reps_for(fn, arg_sets, budget_s, 5, 200)
     for i in range(warmup):
@@ -84,7 +85,7 @@ def time_calls(fn: Callable, arg_sets: list, warmup: int = 10, reps: int | None 
         fn(*args)
         ends[i].record()
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)) * 1e3
 
 
 def time_graph(fn: Callable, arg_sets: list, replays: int = 20) -> float:
@@ -135,7 +136,16 @@ def peer_fns() -> dict[str, Callable]:
     """The peers that are importable here: QuACK, torch.compile, Liger, eager PyTorch."""
     import torch.nn.functional as F
 
-    peers: dict[str, Callable] = {"torch-eager": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6)}
+    def composed(x, w):  # RMSNorm as a model writes it in PyTorch ops: one kernel per op
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)
+
+    peers: dict[str, Callable] = {
+        # torch >= 2.4 has a fused CUDA kernel behind F.rms_norm ...
+        "torch-eager": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
+        # ... while the same maths in separate ops launches one kernel per op
+        "torch-ops": composed,
+    }
     try:
         from quack.rmsnorm import rmsnorm as quack_rmsnorm
 
@@ -149,11 +159,6 @@ def peer_fns() -> dict[str, Callable]:
     except Exception:
         pass
 
-    def _compiled_rmsnorm(x, w):
-        xf = x.float()
-        y = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + 1e-6) * w.float()
-        return y.to(x.dtype)
-
     # One specialisation per shape, as a model with fixed shapes gets; raise dynamo's limit on
     # recompiles so that a sweep of shapes never falls back to eager.
     import torch._dynamo
@@ -161,7 +166,7 @@ def peer_fns() -> dict[str, Callable]:
     for knob in ("cache_size_limit", "recompile_limit"):
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, 256)
-    peers["torch-compile"] = torch.compile(_compiled_rmsnorm, dynamic=False)
+    peers["torch-compile"] = torch.compile(composed, dynamic=False)
     return peers
 
 
@@ -181,8 +186,15 @@ def bench_one(fn, M, N, dtype, graph=False, weight_dtype=None, check=True) -> di
     with torch.no_grad():
         us = time_graph(fn, sets) if graph else time_calls(fn, sets)
     del sets
-    return {"M": M, "N": N, "dtype": _short(dtype), "us": us, "gbps": nbytes / (us * 1e-6) / 1e9,
-            "bytes": nbytes, "graph": graph}
+    return {
+        "M": M,
+        "N": N,
+        "dtype": _short(dtype),
+        "us": us,
+        "gbps": nbytes / (us * 1e-6) / 1e9,
+        "bytes": nbytes,
+        "graph": graph,
+    }
 
 
 def _short(dtype) -> str:
@@ -198,12 +210,17 @@ def run(stages, shapes, dtype=torch.bfloat16, peers=False, graph=False, log=prin
     rows = []
     for M, N in shapes:
         for name, fn in fns.items():
-            for g in ([False, True] if graph else [False]):
+            for g in [False, True] if graph else [False]:
                 try:
                     row = bench_one(fn, M, N, dtype, graph=g)
                 except Exception as e:  # a stage that doesn't support a shape: record why
-                    row = {"M": M, "N": N, "dtype": _short(dtype), "error": f"{type(e).__name__}: {e}"[:300],
-                           "graph": g}
+                    row = {
+                        "M": M,
+                        "N": N,
+                        "dtype": _short(dtype),
+                        "error": f"{type(e).__name__}: {e}"[:300],
+                        "graph": g,
+                    }
                 row["kernel"] = name
                 if "gbps" in row:
                     row["pct_copy"] = 100 * row["gbps"] / copy
@@ -220,7 +237,8 @@ def run(stages, shapes, dtype=torch.bfloat16, peers=False, graph=False, log=prin
 
 
 def _fmt_row(r) -> str:
-    head = f"{r['kernel']:<16} {r['M']:>6}x{r['N']:<7} {r['dtype']} {'graph' if r['graph'] else 'plain'}"
+    mode = "graph" if r["graph"] else "plain"
+    head = f"{r['kernel']:<16} {r['M']:>6}x{r['N']:<7} {r['dtype']} {mode}"
     if "error" in r:
         return f"{head}  error: {r['error'][:80]}"
     return f"{head} {r['us']:9.1f} us {r['gbps']:7.0f} GB/s {r.get('pct_copy', 0):5.1f}% of copy"
@@ -231,8 +249,13 @@ def table(result: dict) -> str:
     rows = [r for r in result["rows"] if "gbps" in r]
     kernels = list(dict.fromkeys(r["kernel"] for r in result["rows"]))
     shapes = list(dict.fromkeys((r["M"], r["N"], r["graph"]) for r in result["rows"]))
-    head = f"{'M x N':>14} {'mode':5} " + " ".join(f"{k.replace('stage:', ''):>13}" for k in kernels)
-    out = [f"{result['gpu']}  {result['date']}  copy {result['copy_gbps']:.0f} GB/s  (GB/s below)", head]
+    head = f"{'M x N':>14} {'mode':5} " + " ".join(
+        f"{k.replace('stage:', ''):>13}" for k in kernels
+    )
+    out = [
+        f"{result['gpu']}  {result['date']}  copy {result['copy_gbps']:.0f} GB/s  (GB/s below)",
+        head,
+    ]
     for M, N, g in shapes:
         cells = []
         for k in kernels:
@@ -251,16 +274,27 @@ def plot(result: dict, path: str) -> None:
     fig, ax = plt.subplots(figsize=(9, 5))
     for g in sorted({r["graph"] for r in result["rows"]}):
         for k in dict.fromkeys(r["kernel"] for r in result["rows"]):
-            pts = sorted((r["N"], r["gbps"]) for r in result["rows"]
-                         if r["kernel"] == k and r["graph"] == g and "gbps" in r)
+            pts = sorted(
+                (r["N"], r["gbps"])
+                for r in result["rows"]
+                if r["kernel"] == k and r["graph"] == g and "gbps" in r
+            )
             if pts:
-                ax.plot(*zip(*pts), marker="o", ls="-" if not g else "--",
-                        label=f"{k.replace('stage:', '')}{' (graph)' if g else ''}")
-    ax.axhline(result["copy_gbps"], color="k", ls=":", label=f"D2D copy {result['copy_gbps']:.0f} GB/s")
+                ax.plot(
+                    *zip(*pts, strict=True),
+                    marker="o",
+                    ls="-" if not g else "--",
+                    label=f"{k.replace('stage:', '')}{' (graph)' if g else ''}",
+                )
+    ax.axhline(
+        result["copy_gbps"], color="k", ls=":", label=f"D2D copy {result['copy_gbps']:.0f} GB/s"
+    )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("N (row length)")
     ax.set_ylabel("GB/s")
-    ax.set_title(f"RMSNorm forward, {result['rows'][0]['dtype']} - {result['gpu']}, {result['date']}")
+    ax.set_title(
+        f"RMSNorm forward, {result['rows'][0]['dtype']} - {result['gpu']}, {result['date']}"
+    )
     ax.legend(fontsize=8, ncol=2)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -277,13 +311,18 @@ def main(argv=None) -> int:
     p.add_argument("--stages", default="all", help="comma-separated stages, or 'all'")
     p.add_argument("--shapes", default=None, help="e.g. 32768x4096,8192x262144 (default: sweep)")
     p.add_argument("--dtype", default="bf16")
-    p.add_argument("--peers", action="store_true", help="also time QuACK, torch.compile, Liger, eager")
+    p.add_argument(
+        "--peers", action="store_true", help="also time QuACK, torch.compile, Liger, eager"
+    )
     p.add_argument("--graph", action="store_true", help="also time through CUDA graphs")
     p.add_argument("--json", default=None)
     p.add_argument("--png", default=None)
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
-        print("bench needs a CUDA GPU; recorded H200 results are in benchmarks/results/", file=sys.stderr)
+        print(
+            "bench needs a CUDA GPU; recorded H200 results are in benchmarks/results/",
+            file=sys.stderr,
+        )
         return 2
     from .runtime import torch_dtype
     from .stages import STAGE_ORDER

@@ -29,7 +29,9 @@ def _ptx(a) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="quack-edu", description="quack-edu: RMSNorm in CuTe DSL, stage by stage")
+    p = argparse.ArgumentParser(
+        prog="quack-edu", description="quack-edu: RMSNorm in CuTe DSL, stage by stage"
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
 
     sub.add_parser("doctor", help="check this machine and say which mode the lessons run in")
@@ -41,7 +43,9 @@ def main(argv=None) -> int:
     ptx.add_argument("--M", type=int, default=4096, help="rows, only to size the reported grid")
     ptx.add_argument("--sass", action="store_true", help="print SASS instead of PTX")
     ptx.add_argument("--grep", default=None, help="print only instructions containing this text")
-    ptx.add_argument("--set", action="append", metavar="FIELD=VALUE", help="override a config field")
+    ptx.add_argument(
+        "--set", action="append", metavar="FIELD=VALUE", help="override a config field"
+    )
 
     sub.add_parser("bench", help="benchmark stages (and peers) on the GPU", add_help=False)
     sub.add_parser("student", help="regenerate notebooks/ from solutions/", add_help=False)

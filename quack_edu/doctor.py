@@ -1,4 +1,4 @@
-"""`quack-edu doctor`: what this machine has, which mode the lessons run in, and how to fix problems.
+"""`quack-edu doctor`: what this machine has, which mode the lessons run in, how to fix problems.
 
 Exit status 0 when the install works (GPU mode, or compile-only mode on a machine without a
 Hopper GPU); non-zero when something is broken (a package missing, a kernel that won't compile).
@@ -99,7 +99,9 @@ def doctor_report(compile_check: bool = True) -> DoctorReport:
     try:
         import torch
     except ImportError as e:
-        rep.add("PyTorch", f"not importable ({e})", ok=False, fix="make test (or pip install torch)")
+        rep.add(
+            "PyTorch", f"not importable ({e})", ok=False, fix="make test (or pip install torch)"
+        )
         rep.mode_reason = "PyTorch is missing"
         return rep
     cuda_build = torch.version.cuda
@@ -129,8 +131,12 @@ def doctor_report(compile_check: bool = True) -> DoctorReport:
                 ok=attrs["cluster_launch"] or not hopper,
             )
         except Exception as e:  # driver too old, bindings missing: say so, not fatal
-            rep.add("Clusters / shared memory", f"could not query the driver ({e})", ok=False,
-                    fix="update the NVIDIA driver (CUDA 12.4+ for clusters from Python)")
+            rep.add(
+                "Clusters / shared memory",
+                f"could not query the driver ({e})",
+                ok=False,
+                fix="update the NVIDIA driver (CUDA 12.4+ for clusters from Python)",
+            )
     else:
         has_nvidia = _nvidia_smi_present()
         rep.add(
@@ -152,20 +158,28 @@ def doctor_report(compile_check: bool = True) -> DoctorReport:
         if (d.metadata["Name"] or "").startswith("nvidia-cutlass-dsl-libs-cu")
     ]
     if dsl is None:
-        rep.add("CuTe DSL", "not installed", ok=False, fix="pip install 'nvidia-cutlass-dsl>=4.8,<4.9'")
+        rep.add(
+            "CuTe DSL", "not installed", ok=False, fix="pip install 'nvidia-cutlass-dsl>=4.8,<4.9'"
+        )
         return rep
     ok_ver = dsl.startswith("4.8")
     rep.add(
         "CuTe DSL",
         f"nvidia-cutlass-dsl {dsl} ({', '.join(sorted(set(libs))) or 'no runtime libs'})",
         ok=ok_ver,
-        fix="" if ok_ver else "the lessons are written for 4.8.x: pip install 'nvidia-cutlass-dsl>=4.8,<4.9'",
+        fix=""
+        if ok_ver
+        else "the lessons are written for 4.8.x: pip install 'nvidia-cutlass-dsl>=4.8,<4.9'",
     )
     try:
         import cutlass  # noqa: F401
     except Exception as e:
-        rep.add("CuTe DSL import", f"failed: {type(e).__name__}: {e}", ok=False,
-                fix="reinstall: pip install --force-reinstall 'nvidia-cutlass-dsl>=4.8,<4.9'")
+        rep.add(
+            "CuTe DSL import",
+            f"failed: {type(e).__name__}: {e}",
+            ok=False,
+            fix="reinstall: pip install --force-reinstall 'nvidia-cutlass-dsl>=4.8,<4.9'",
+        )
         return rep
     import os
 
@@ -195,8 +209,12 @@ def doctor_report(compile_check: bool = True) -> DoctorReport:
                 fix="" if ok else "set CUTE_DSL_ARCH=sm_90a before importing cutlass",
             )
         except Exception as e:
-            rep.add("Compile check", f"failed: {type(e).__name__}: {str(e)[:300]}", ok=False,
-                    fix="reinstall with `make test`; report the error if it persists")
+            rep.add(
+                "Compile check",
+                f"failed: {type(e).__name__}: {str(e)[:300]}",
+                ok=False,
+                fix="reinstall with `make test`; report the error if it persists",
+            )
     return rep
 
 

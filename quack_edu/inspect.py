@@ -181,10 +181,16 @@ def _report(stage, N, dtype, weight_dtype, config, M, want_sass) -> CompileRepor
                 (Path(tmp) / "kernel.cubin").write_bytes(cubin)
                 cubin = str(Path(tmp) / "kernel.cubin")
             sass_text = disassemble(cubin)
-        log = (Path(tmp) / "remarks.yaml").read_text() if (Path(tmp) / "remarks.yaml").exists() else ""
+        log = (
+            (Path(tmp) / "remarks.yaml").read_text()
+            if (Path(tmp) / "remarks.yaml").exists()
+            else ""
+        )
     m = _PTXAS_RE.search(log)
     if not m:
-        raise RuntimeError(f"could not read ptxas's resource report for {stage} N={N}:\n{log[:2000]}")
+        raise RuntimeError(
+            f"could not read ptxas's resource report for {stage} N={N}:\n{log[:2000]}"
+        )
     stack, spill_st, spill_ld, regs = (int(g) for g in m.groups())
     return CompileReport(
         stage=stage,

@@ -66,7 +66,9 @@ def _display(*objs, **_):
         print(o)
 
 
-def run_notebook(path, timeout: float = 300, namespace: dict | None = None, echo=False) -> NotebookRun:
+def run_notebook(
+    path, timeout: float = 300, namespace: dict | None = None, echo=False
+) -> NotebookRun:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -122,8 +124,11 @@ def main(argv=None) -> int:
         print(f"{path}:", flush=True)
         t = time.time()
         run = run_notebook(path, a.timeout, echo=True)
-        print(f"  {len(run.cells) - len(run.failures)}/{len(run.cells)} cells ok in "
-              f"{time.time() - t:.0f} s", flush=True)
+        print(
+            f"  {len(run.cells) - len(run.failures)}/{len(run.cells)} cells ok in "
+            f"{time.time() - t:.0f} s",
+            flush=True,
+        )
         bad += not run.ok
     return 1 if bad else 0
 

@@ -93,7 +93,9 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype=None, what=
     """
     dtype = dtype or actual.dtype
     if actual.shape != expected.shape:
-        raise AssertionError(f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
+        raise AssertionError(
+            f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+        )
     a = actual.detach().float().cpu()
     e = expected.detach().float().cpu()
     bad = ~torch.isfinite(a)

@@ -13,12 +13,11 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import cutlass  # noqa: E402
+import cutlass.cute as cute  # noqa: E402
 import torch
 
 from . import _env  # noqa: F401  (sets the DSL's target before cutlass is imported)
-
-import cutlass  # noqa: E402
-import cutlass.cute as cute  # noqa: E402
 
 TORCH_TO_CUTE = {
     torch.float32: cutlass.Float32,
@@ -98,12 +97,17 @@ class RMSNormKernel:
         abytes = align * self.dtype.width // 8
         x, out = (
             cute.runtime.make_fake_tensor(
-                self.dtype, (M, self.N), (cute.sym_int64(divisibility=align), 1), assumed_align=abytes
+                self.dtype,
+                (M, self.N),
+                (cute.sym_int64(divisibility=align), 1),
+                assumed_align=abytes,
             )
             for _ in range(2)
         )
         wbytes = 16 if self.vector_bytes else self.weight_dtype.width // 8
-        w = cute.runtime.make_fake_compact_tensor(self.weight_dtype, (self.N,), assumed_align=wbytes)
+        w = cute.runtime.make_fake_compact_tensor(
+            self.weight_dtype, (self.N,), assumed_align=wbytes
+        )
         return x, w, out
 
 
@@ -121,7 +125,7 @@ def _compiled(kernel_cls, dtype, weight_dtype, N, config):
 
 
 def check_inputs(x, weight, *, stage: str, row_align: int = 1, max_N: int | None = None):
-    """Validate (x, weight) for a stage's ``rmsnorm_fwd``; raise a clear error naming the problem."""
+    """Validate (x, weight) for a stage's ``rmsnorm_fwd``; raise an error naming the problem."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if not isinstance(weight, torch.Tensor):
@@ -134,7 +138,9 @@ def check_inputs(x, weight, *, stage: str, row_align: int = 1, max_N: int | None
         raise TypeError(f"weight has dtype {weight.dtype}; supported: bfloat16, float16, float32")
     M, N = x.shape
     if weight.shape != (N,):
-        raise ValueError(f"weight must have shape ({N},) to match x's last dim, got {tuple(weight.shape)}")
+        raise ValueError(
+            f"weight must have shape ({N},) to match x's last dim, got {tuple(weight.shape)}"
+        )
     if N == 0:
         raise ValueError("x has N=0 columns: the mean over an empty row is undefined")
     if max_N is not None and N > max_N:
@@ -194,7 +200,12 @@ def run_forward(kernel_cls, x, weight, eps, config, out=None):
         or out.dtype != x.dtype
         or out.device != x.device
         or out.stride(1) != 1
-        or (kernel_cls.vector_bytes and (out.data_ptr() % 16 or (M > 1 and out.stride(0) % kernel_cls.row_align_for(x.dtype))))
+        or (
+            kernel_cls.vector_bytes
+            and (
+                out.data_ptr() % 16 or (M > 1 and out.stride(0) % kernel_cls.row_align_for(x.dtype))
+            )
+        )
     ):
         raise ValueError(
             f"out must be a tensor like x ({tuple(x.shape)}, {x.dtype}, {x.device}) with "

@@ -30,7 +30,11 @@ def sh(cmd, log: Path | None = None, timeout=None) -> tuple[int, str, float]:
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
         text, rc = done.stdout + done.stderr, done.returncode
     except subprocess.TimeoutExpired as e:
-        text = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        text = (
+            (e.stdout or b"").decode(errors="replace")
+            if isinstance(e.stdout, bytes)
+            else (e.stdout or "")
+        )
         text += f"\n[timed out after {timeout} s]"
         rc = 124
     if log:
@@ -61,16 +65,37 @@ def main() -> int:
     summary.append(("doctor", f"rc={rc}, mode {mode}", dt))
 
     if not a.skip_tests:
-        cmd = [py, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-               f"--junitxml={out / 'tests.xml'}", *a.tests.split()]
+        cmd = [
+            py,
+            "-m",
+            "pytest",
+            "-m",
+            "gpu",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={out / 'tests.xml'}",
+            *a.tests.split(),
+        ]
         rc, text, dt = sh(cmd, out / "tests.log", timeout=a.test_timeout)
         tail = [ln for ln in text.strip().splitlines() if ln.strip()]
         print("\n".join(tail[-40:]), flush=True)
         summary.append(("gpu tests", tail[-1] if tail else f"rc={rc}", dt))
 
     if not a.skip_bench:
-        cmd = [py, "-m", "quack_edu.bench", "--stages", a.stages, "--shapes", a.shapes,
-               "--json", str(out / "bench.json"), "--png", str(out / "bench.png")]
+        cmd = [
+            py,
+            "-m",
+            "quack_edu.bench",
+            "--stages",
+            a.stages,
+            "--shapes",
+            a.shapes,
+            "--json",
+            str(out / "bench.json"),
+            "--png",
+            str(out / "bench.png"),
+        ]
         cmd += ["--peers"] if a.peers else []
         cmd += ["--graph"] if a.graph else []
         rc, text, dt = sh(cmd, out / "bench.log", timeout=a.bench_timeout)

@@ -24,7 +24,9 @@ def test_ptx_grep(capsys):
 
 def test_doctor_reports_the_mode(subprocess_env):
     done = subprocess.run(
-        [sys.executable, "-m", "quack_edu", "doctor"], capture_output=True, text=True,
+        [sys.executable, "-m", "quack_edu", "doctor"],
+        capture_output=True,
+        text=True,
         env=subprocess_env,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -55,11 +57,29 @@ def test_bench_without_gpu_says_why(capsys):
 def test_bench_table_formats_recorded_results():
     from quack_edu.bench import table
 
-    result = {"gpu": "NVIDIA H200", "date": "2026-11-29", "copy_gbps": 4273.0, "rows": [
-        {"kernel": "stage:naive", "M": 32768, "N": 4096, "dtype": "bf16", "graph": False,
-         "us": 100.0, "gbps": 2684.0},
-        {"kernel": "quack", "M": 32768, "N": 4096, "dtype": "bf16", "graph": False,
-         "error": "ImportError"},
-    ]}
+    result = {
+        "gpu": "NVIDIA H200",
+        "date": "2026-11-29",
+        "copy_gbps": 4273.0,
+        "rows": [
+            {
+                "kernel": "stage:naive",
+                "M": 32768,
+                "N": 4096,
+                "dtype": "bf16",
+                "graph": False,
+                "us": 100.0,
+                "gbps": 2684.0,
+            },
+            {
+                "kernel": "quack",
+                "M": 32768,
+                "N": 4096,
+                "dtype": "bf16",
+                "graph": False,
+                "error": "ImportError",
+            },
+        ],
+    }
     text = table(result)
     assert "4273" in text and "2684" in text and json.dumps(result)

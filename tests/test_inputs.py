@@ -38,4 +38,6 @@ def test_cpu_tensor_names_the_device(stage):
 @pytest.mark.parametrize("stage", [s for s in STAGE_ORDER if s != "naive"])
 def test_vector_stages_reject_ragged_N(stage):
     with pytest.raises(ValueError, match="multiple of 8"):
-        _call(stage, torch.zeros(4, 250, dtype=torch.bfloat16), torch.ones(250, dtype=torch.bfloat16))
+        _call(
+            stage, torch.zeros(4, 250, dtype=torch.bfloat16), torch.ones(250, dtype=torch.bfloat16)
+        )

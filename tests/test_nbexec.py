@@ -34,7 +34,8 @@ def test_a_cute_kernel_defined_in_a_cell_compiles(tmp_path):
     path = _nb(
         tmp_path,
         "import torch, quack_edu\nimport cutlass.cute as cute\nfrom cutlass import Float32\n"
-        "from quack_edu.stages.naive import NaiveRMSNorm\nfrom quack_edu.config import NaiveConfig\n"
+        "from quack_edu.stages.naive import NaiveRMSNorm\n"
+        "from quack_edu.config import NaiveConfig\n"
         "from quack_edu.runtime import compile_kernel",
         "@cute.jit\ndef half(v: Float32) -> Float32:\n    return v * Float32(0.5)\n\n"
         "class Mine(NaiveRMSNorm):\n    def rstd(self, sum_sq, eps):\n"

@@ -3,9 +3,8 @@
 import tomllib
 
 import yaml
-from packaging.requirements import Requirement
-
 from conftest import ROOT
+from packaging.requirements import Requirement
 
 
 def _reqs(lines):

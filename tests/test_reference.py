@@ -47,8 +47,13 @@ def test_backward_matches_autograd(with_bias, with_residual):
 
     h = (x + r if with_residual else x).detach()
     dx, dw, db = rmsnorm_bwd_ref(
-        h, w.detach(), dout, rstd_ref(h, compute_dtype=torch.float64), dresidual_out=dres,
-        has_bias=with_bias, compute_dtype=torch.float64,
+        h,
+        w.detach(),
+        dout,
+        rstd_ref(h, compute_dtype=torch.float64),
+        dresidual_out=dres,
+        has_bias=with_bias,
+        compute_dtype=torch.float64,
     )
     torch.testing.assert_close(dx, x.grad)
     torch.testing.assert_close(dw, w.grad)

@@ -73,7 +73,10 @@ def test_fp32_weight_and_padded_rows(stage):
 def test_empty_input_and_eps(stage):
     mod = get_stage(stage)
     x = torch.empty(0, 256, device="cuda", dtype=torch.bfloat16)
-    assert mod.rmsnorm_fwd(x, torch.ones(256, device="cuda", dtype=torch.bfloat16)).shape == (0, 256)
+    assert mod.rmsnorm_fwd(x, torch.ones(256, device="cuda", dtype=torch.bfloat16)).shape == (
+        0,
+        256,
+    )
     # eps matters when a row is all zeros: y = 0, never NaN
     z = torch.zeros(3, 256, device="cuda", dtype=torch.float32)
     y = mod.rmsnorm_fwd(z, torch.ones(256, device="cuda"), eps=1e-5)
