@@ -26,7 +26,7 @@ venv: $(VENV)/.installed
 
 lab: venv
 	$(VENV)/bin/quack-edu doctor || true
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(LAB_ARGS)
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 test: venv
 	$(PY) -m pytest -n $(PYTEST_JOBS) $(PYTEST_ARGS)
