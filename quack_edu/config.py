@@ -134,14 +134,15 @@ def block_config(N: int, dtype) -> RowConfig:
 
 def cluster_config(N: int, dtype) -> RowConfig:
     """The block config while a row fits one CTA at 256 threads x 8 vectors (16K bf16, 8K fp32);
-    above, 256 threads per CTA and the smallest cluster that leaves each thread <= 8 vectors,
-    capped at 8 CTAs (the portable cluster size), then 512 threads per CTA."""
+    above, 256 threads per CTA and the smallest cluster that leaves each thread <= 8 vectors
+    (~120 registers, two CTAs per SM): bf16 2 CTAs at 32K ... 16 at 262144; fp32 2 at 16K ...
+    16 at 131072. Only the last step needs the non-portable cluster size 16; the alternative,
+    8 CTAs x 512 threads, fits one CTA per SM and leaves the SM idle between rows."""
     nvec = _vectors(N, dtype)
     if nvec <= 256 * 8:
         return block_config(N, dtype)
-    cluster_n = min(8, _next_pow2(-(-nvec // (256 * 8))))
-    tpr = 256 if -(-nvec // (cluster_n * 256)) <= 8 else 512
-    return RowConfig(threads_per_row=tpr, num_threads=tpr, cluster_n=cluster_n)
+    cluster_n = min(16, _next_pow2(-(-nvec // (256 * 8))))
+    return RowConfig(threads_per_row=256, num_threads=256, cluster_n=cluster_n)
 
 
 def cpasync_config(N: int, dtype) -> RowConfig:

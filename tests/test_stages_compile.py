@@ -259,16 +259,21 @@ def test_heuristics_pick_the_documented_shapes():
     assert block.default_config(4096, bf16).threads_per_row == 64
     assert block.default_config(16384, bf16).threads_per_row == 256
     assert cluster.default_config(16384, bf16).cluster_n == 1
-    assert [cluster.default_config(n, bf16).cluster_n for n in LONG_NS] == [2, 4, 8, 8]
-    assert cluster.default_config(131072, fp32).cluster_n == 8
+    assert [cluster.default_config(n, bf16).cluster_n for n in LONG_NS] == [2, 4, 8, 16]
+    assert cluster.default_config(131072, fp32).cluster_n == 16
     assert [cpasync.default_config(n, bf16).cluster_n for n in LONG_NS] == [1, 2, 4, 8]
     assert cpasync.default_config(262144, fp32).cluster_n == 8
-    # nothing the heuristics pick needs the non-portable cluster size
+    # the non-portable cluster size only at the top of the cluster stage's range
     for mod in (cluster, cpasync):
         for N in NS + LONG_NS:
             for dtype in DTYPES:
-                if N <= mod.KERNEL.max_N_for(dtype):
-                    assert mod.default_config(N, dtype).cluster_n <= 8
+                limit = mod.KERNEL.max_N_for(dtype)
+                if N < limit or (mod is cpasync and N == limit):
+                    assert mod.default_config(N, dtype).cluster_n <= 8, (mod, N, dtype)
+    # and a portable alternative there
+    for dtype in DTYPES:
+        top = cluster.ClusterRMSNorm.max_N_for(dtype)
+        assert any(c.cluster_n == 8 for c in cluster.configs(top, dtype))
 
 
 def test_cluster_launch_attributes_reach_the_launch(subprocess_env):

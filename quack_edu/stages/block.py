@@ -1,26 +1,26 @@
 """Stage 2, block: several warps per row, meeting through shared memory.
 
-Delta over warp: a row is spread over ``threads_per_row`` = 64..256 threads (2..8 warps) of
+Delta over warp: a row is spread over ``threads_per_row`` = 64..512 threads (2..16 warps) of
 one CTA instead of one warp. Each warp reduces its lanes with shuffles as before; then lane 0
-of every warp writes the warp's partial into a small shared-memory buffer (one fp32 per
-warp), one ``bar.sync`` makes them visible, and every warp re-reduces its row's slots
-(log2(warps_per_row) more shuffles). That second level costs one shared-memory store, one
-barrier and one load: well under a microsecond, against the ~10 us a CTA spends moving 64 KiB.
+of every warp writes the warp's partial into a small shared-memory buffer (one fp32 per warp),
+one ``bar.sync`` makes them visible, and every warp re-reduces its row's slots itself
+(log2(warps_per_row) more shuffles, no second barrier). That second level costs one
+shared-memory store, one barrier and one load, a few hundred nanoseconds, once per row.
 
-Why it is faster for wide rows: the warp stage gives a thread 16 vectors at most, so past
-N = 4096 bf16 it re-reads x. Here 256 threads x 16 vectors x 8 = 32768 bf16 (16384 fp32)
-columns fit in registers at once, so up to there x is read once and kept in registers
-between the sum and the scaling pass: the kernel moves the minimum, 2 x M x N x sizeof(dtype)
-bytes. At N = 4K..16K bf16 (the shapes of LLM hidden sizes) each thread issues 8..16
-independent LDG.128 up front, and the weight's loads go out right after x's so they are in
-flight while the reduction runs. At 128 threads and <= 168 registers per thread, three CTAs
-share an SM: 3 x 128 x 16 x 16 B = 96 KiB of loads in flight per SM, comfortably above the
-~40 KiB per SM that the H200's ~4.8 TB/s x ~1 us of latency asks for. Expected: > 80% of
-the device-to-device copy bandwidth at N = 4K-16K bf16.
+Why it is faster for wide rows: the warp stage caps a lane at 16 vectors, so past N = 4096
+bf16 it re-reads x. Here the heuristic gives every thread 8 vectors (64..512 threads per
+row), so up to 512 x 8 x 8 = 32768 bf16 (16384 fp32) columns the row is read once and kept
+in registers between the sum and the scaling pass: the kernel moves the minimum,
+2 x M x N x sizeof(dtype) bytes. At N = 4K-16K bf16 (LLM hidden sizes) a thread issues 8
+independent LDG.128 for x up front and 8 for the weight right behind them, so the weight is
+in flight while the reduction runs. At ~120 registers per thread four 128-thread CTAs (two
+256-thread ones) share an SM: 4 x 128 x 8 x 16 B = 64 KiB of loads in flight per SM, against
+the ~36 KiB that ~4.8 TB/s x ~1 us of DRAM latency spread over 132 SMs asks for. Expected on
+the H200: > 80% of the device-to-device copy bandwidth at N = 4K-16K bf16.
 
 Constraints: as the warp stage (N a multiple of the 16-byte vector, any M), plus
-threads_per_row a multiple of 32 (64..1024). Past 32768 bf16 (16384 fp32) columns it falls
-back to the warp stage's chunks and re-reads x; the cluster stage removes that.
+threads_per_row >= 64 (a multiple of 32: whole warps). Past 32768 bf16 (16384 fp32) columns
+it walks the row in chunks and re-reads x, like the warp stage; the cluster stage removes that.
 """
 
 from __future__ import annotations

@@ -8,13 +8,14 @@ with a remote ``st.async`` (``mapa`` turns a local shared-memory address into th
 and each store completes on the *receiving* CTA's mbarrier, which was armed with exactly the
 bytes it will receive. A CTA then waits on its own mbarrier and re-reduces the slots locally.
 
-Why it is faster, in bytes: at N = 131072 bf16 a row is 256 KiB. The block stage (512 threads
-x 8 vectors per pass = 64 KiB) walks it in 4 chunks and reads it twice: 512 KiB read + 256 KiB
-written per row, 3 x the minimum... 1.5 x, since the write is the same; more when the re-read
-misses L2. Here 8 CTAs x 256 threads x 8 vectors x 16 B hold the whole row: 256 KiB read +
-256 KiB written, the minimum. The exchange costs cluster_n x warps x 4 bytes per CTA over the
-SM-to-SM network and ~1-2 us of latency (a cluster barrier, one st.async round trip), hidden
-by the other CTAs on the SM; it does not scale with N.
+Why it is faster, in bytes: at N = 131072 bf16 a row is 256 KiB. The block stage holds 512
+threads x 8 vectors x 16 B = 64 KiB of it per pass, so it walks the row in 4 chunks and reads
+it twice: 512 KiB of loads + 256 KiB of stores, up to 1.5 x the minimum in DRAM bytes (the
+second read hits L2 only while the row is still there), and a dependent second pass. Here 8
+CTAs x 256 threads x 8 vectors x 16 B hold the whole row at once: 256 KiB read + 256 KiB
+written, in one pass. The exchange adds cluster_n x warps x 4 bytes per CTA over the
+SM-to-SM network and about a microsecond per row (a cluster barrier, one st.async round
+trip), which does not grow with N and is hidden by the other CTA on the SM.
 
 What makes it safe (a mistake here is a hang or a read of freed memory, not a wrong number):
 1. Thread 0 initialises the mbarrier (arrival count 1) and arms it with
@@ -28,13 +29,18 @@ What makes it safe (a mistake here is a hang or a read of freed memory, not a wr
    no CTA exits (releasing its shared memory) while a peer may still address it.
 
 Constraints: sm_90 (clusters); N a multiple of the 16-byte vector; N <= 262144 for bf16/fp16
-and <= 131072 for fp32 (``max_N_for``: beyond, a CTA would hold more than 16 vectors per
-thread even at cluster_n=8 x 512 threads; the cpasync stage keeps x in shared memory and goes
-to 262144 fp32). The row must fit the cluster at once (``max_vecs`` vectors per thread):
-there is no chunked fallback, by design. Every CTA of the cluster must own a non-empty slice
-of the row. cluster_n = 16 is a non-portable cluster size on H100/H200: CuTe DSL marks every
-kernel with the non-portable-cluster-size attribute, so it launches where a GPC has 16 SMs
-free, but the heuristic never picks it (8 is the portable maximum); it is there to force.
+and <= 131072 for fp32 (``max_N_for``): that is 16 CTAs (the largest cluster Hopper launches)
+x 256 threads x 8 vectors. Beyond, a thread would hold 16 vectors of x and 16 of the weight
+(~140 registers, one CTA per SM) with no cluster left to grow; the cpasync stage keeps x in
+shared memory and reaches 262144 in every dtype. The row must fit the cluster at once
+(``max_vecs`` vectors per thread): there is no chunked fallback, by design. Every CTA of the
+cluster must own a non-empty slice of the row (else its columns would alias CTA 0's).
+
+cluster_n = 16 is a non-portable cluster size on H100/H200 (8 is the portable maximum). CuTe
+DSL marks every kernel it builds with the non-portable-cluster-size attribute, so it launches
+where a GPC has 16 SMs free; the heuristic picks it only at the top of the range (262144
+bf16/fp16, 131072 fp32), where 8 CTAs would need 512 threads each and one CTA per SM. Force
+``cluster_n=8`` (with ``threads_per_row=num_threads=512``) to stay portable.
 """
 
 from __future__ import annotations
@@ -80,13 +86,16 @@ def forced_cluster(N: int, dtype, cluster_n: int, max_vecs: int = 8) -> RowConfi
 
 
 def configs(N: int, dtype) -> list[RowConfig]:
-    """The heuristic's pick, plus a forced cluster of 2 (small N too: tests use it) and, for
-    rows of >= 4 vectors per thread at 16 x 256 threads, the non-portable cluster of 16."""
+    """The heuristic's pick, plus forced clusters: 2 (small N too: tests use it), and for long
+    rows (>= 4 vectors per thread at 256 threads per CTA) the portable 8 and the
+    non-portable 16."""
     from ..config import vector_elems
 
+    nvec = N // vector_elems(dtype)
     out = [default_config(N, dtype), forced_cluster(N, dtype, 2)]
-    if N // vector_elems(dtype) >= 16 * 256 * 4:
-        out.append(forced_cluster(N, dtype, 16))
+    for cn in (8, 16):
+        if nvec >= cn * 256 * 4:
+            out.append(forced_cluster(N, dtype, cn))
     return [c for c in dict.fromkeys(out) if c is not None and _fits(N, dtype, c)]
 
 

@@ -5,13 +5,14 @@ its 16-byte ``cp.async.cg.shared.global`` copies (LDGSTS) for its share of the r
 with ``cp.async.commit_group``, and only then waits (``cp.async.wait_group n``: "at most n of
 my groups may still be in flight"). The row stays in shared memory for the second pass, so:
 
-* Loads in flight cost no registers. In the cluster stage a thread's 8 vectors of x occupy 32
-  registers from issue to use (64 as fp32), which is what caps a CTA at 256 threads x 8 vectors
-  and an SM at two such CTAs. Here a thread keeps 16 vectors in flight and holds only the
-  weight: 256 threads x 16 x 16 B = 64 KiB of row per CTA, three CTAs per SM (96 KiB of
-  shared memory each at most), ~190 KiB in flight per SM against the ~40 KiB that the H200's
-  ~4.8 TB/s x ~1 us latency needs. Fewer, larger CTAs also mean smaller clusters for the same
-  N (cluster_n=8 at 262144 bf16 with 256 threads; the cluster stage needs 512 threads there).
+* Loads in flight cost no registers. In the cluster stage a thread's 8 vectors of x occupy
+  32 registers from issue to use (64 once widened to fp32): ~120 registers a thread, two
+  256-thread CTAs per SM, 2 x 256 x 8 x 16 B = 64 KiB of loads in flight per SM. Here a thread
+  keeps 16 vectors in flight and holds only the weight (~90-128 registers): still two 256-thread
+  CTAs per SM (shared memory would allow three at 64 KiB each), but 128 KiB in flight per
+  SM, twice as much, against the ~36 KiB that ~4.8 TB/s x ~1 us of DRAM latency over 132
+  SMs asks for. Larger tiles per CTA also mean smaller clusters for the same row: 4 CTAs at
+  131072 bf16 (the cluster stage needs 8), 8 at 262144 (it needs the non-portable 16).
 * The scaling pass reads x back from shared memory (LDS.128 at ~30 TB/s device-wide) rather
   than from DRAM, and never spills: nothing of x is live in registers across the reduction.
 * Stages (double buffering inside a row): with ``stages`` = 2 the copies go out in two commit

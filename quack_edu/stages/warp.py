@@ -15,8 +15,8 @@ warp (32; 8 or 16 for rows under 32 vectors) share it, each moving 16 bytes per 
   (2048 fp32) the kernel moves exactly 2 x M x N x sizeof(dtype) bytes: read x, write y.
 * The weight is loaded right after x, so its latency hides behind the reduction.
 
-Several rows per CTA (4 warps of 128 threads) keep CTAs cheap to schedule; every thread of a
-row past M still joins the shuffles (with zeros) but loads and stores nothing.
+Four rows share a 128-thread CTA (a warp each). Every lane of a row past M still joins the
+shuffles (with zeros) but loads and stores nothing.
 
 Where it stops being fast: past 16 vectors per lane (N > 4096 bf16/fp16, > 2048 fp32) a row
 no longer fits one warp's registers. The kernel then walks the row in chunks of 16 vectors per
@@ -40,7 +40,7 @@ from ..config import RowConfig, vector_elems, warp_config
 from ..primitives import copy as copy_utils
 from ..primitives import reduce as reduce_utils
 from ..primitives.tiling import RowTiling, ceil_div
-from ..runtime import LaunchShape, RMSNormKernel, cute_dtype, default_config_for, run_forward
+from ..runtime import LaunchShape, RMSNormKernel, default_config_for, run_forward
 
 CONFIG = RowConfig
 default_config = warp_config
@@ -282,5 +282,4 @@ __all__ = [
     "default_config",
     "configs",
     "rmsnorm_fwd",
-    "cute_dtype",
 ]
