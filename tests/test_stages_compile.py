@@ -229,6 +229,14 @@ def test_N_beyond_the_stage_limit(stage, dtype, limit):
         mod.rmsnorm_fwd(x, torch.ones(N, dtype=dtype))
 
 
+@pytest.mark.parametrize("stage", VECTOR_STAGES)
+def test_rows_of_a_few_vectors(stage):
+    # one vector, an odd number of vectors, a row that leaves most lanes idle
+    for dtype, N in ((torch.bfloat16, 8), (torch.float32, 12), (torch.float16, 264)):
+        cfg = get_stage(stage).default_config(N, dtype)
+        _check(stage, compile_report(stage, N, dtype, sass=False), cfg)
+
+
 @pytest.mark.parametrize("stage", ["warp", "block"])
 def test_chunked_stages_take_any_N(stage):
     assert get_stage(stage).KERNEL.max_N_for(torch.float32) is None
