@@ -122,9 +122,9 @@ def warp_config(N: int, dtype) -> RowConfig:
 
 def block_config(N: int, dtype) -> RowConfig:
     """Enough warps per row that a thread holds 8 vectors (~120 registers: four 128-thread or
-    two 256-thread CTAs per SM): 64..512 threads per row. bf16: 64 threads up to N=4K, 128 to 8K, 256 to 16K,
-    512 above (chunks beyond 32K); 512-thread CTAs keep 8 vectors per pass (128 registers
-    each is all the register file allows)."""
+    two 256-thread CTAs per SM): 64..512 threads per row. bf16: 64 threads up to N=4K, 128 to
+    8K, 256 to 16K, 512 above (chunks beyond 32K); 512-thread CTAs keep 8 vectors per pass
+    (128 registers each is all the register file allows)."""
     nvec = _vectors(N, dtype)
     tpr = min(512, max(64, _next_pow2(-(-nvec // 8))))
     return RowConfig(

@@ -28,7 +28,7 @@ import torch
 
 from quack_edu.config import RowConfig, vector_elems
 from quack_edu.inspect import compile_report
-from quack_edu.primitives.reduce import f32_bits
+from quack_edu.primitives.reduce import f32_bits, row_reduce
 from quack_edu.primitives.tiling import ceil_div
 from quack_edu.stages import STAGE_ORDER, get_stage
 from quack_edu.stages.block import BlockRMSNorm
@@ -376,6 +376,37 @@ class CpAsyncWaitAll(CpAsyncRMSNorm):
 
     def wait_groups_pending(self, stage):
         return 0
+
+
+class ClusterViaRowReduce(ClusterRMSNorm):
+    def row_sum(self, val, buffer, mbar_ptr):
+        # the one-call helper of primitives.reduce in place of the stage's explicit levels
+        clustered = self.config.cluster_n > 1
+        val = row_reduce(
+            val,
+            operator.add,
+            self.config.threads_per_row,
+            buffer,
+            mbar_ptr if clustered else None,
+            send=self.cluster_exchange,
+            hook_fn=cute.arch.cluster_wait if clustered else None,
+        )
+        if clustered:
+            cute.arch.cluster_arrive()
+        return val
+
+
+@pytest.mark.parametrize(
+    "N, fields",
+    [(256, dict(threads_per_row=16, cluster_n=2)), (4096, {}), (65536, {}), (262144, {})],
+)
+def test_row_reduce_matches_the_stage_reduction(N, fields):
+    # warp only (256 bf16 at 16 lanes is one level + cluster), block, cluster 4, cluster 16
+    ref = compile_report("cluster", N, torch.bfloat16, sass=False, **fields)
+    got = compile_report(ClusterViaRowReduce, N, torch.bfloat16, sass=False, **fields)
+    _check("cluster", got, got.config)
+    for pattern in ("shfl.sync.bfly", "bar.sync", "st.async", "mbarrier", "barrier.cluster"):
+        assert got.count(pattern) == ref.count(pattern), pattern
 
 
 def test_overridden_pieces_end_up_in_the_kernel():

@@ -147,6 +147,35 @@ class ClusterRMSNorm(BlockRMSNorm):
         into slot [row, (warp, my_rank)] of CTA p, completing 4 bytes on CTA p's mbarrier."""
         reduce_utils.cluster_send(val, buffer, mbar_ptr, self.config.threads_per_row)
 
+    # -- the cluster protocol, shared with the cpasync stage ---------------------------------------
+    @cute.jit
+    def arm_cluster_barrier(self, mbar_ptr: cute.Pointer):
+        """First thing in the kernel: thread 0 initialises this CTA's mbarrier (one arrival) and
+        arms it with the bytes the peers will send; the fence publishes the init to the
+        cluster and the relaxed arrive says "my barrier is ready" (``row_sum`` waits for
+        every CTA's before the first remote store)."""
+        tidx, _, _ = cute.arch.thread_idx()
+        if tidx == 0:
+            cute.arch.mbarrier_init(mbar_ptr, 1)
+            cute.arch.mbarrier_arrive_and_expect_tx(mbar_ptr, self.expected_tx_bytes())
+        cute.arch.mbarrier_init_fence()
+        cute.arch.cluster_arrive_relaxed()
+
+    def row_sum(self, val: Float32, buffer: cute.Tensor, mbar_ptr=None) -> Float32:
+        """This thread's partial sum -> the row's, in every thread: warp shuffles, then the
+        cluster exchange (or, without a cluster, the block level as in the block stage)."""
+        t = self.tiling
+        val = self.warp_reduce(val)
+        if cutlass.const_expr(t.cluster_n > 1):
+            cute.arch.cluster_wait()  # every peer's mbarrier is initialised and armed
+            self.cluster_exchange(val, buffer, mbar_ptr)
+            cute.arch.mbarrier_wait(mbar_ptr, phase=0)  # all rows x warps x cluster_n slots
+            val = reduce_utils.combine_buffer(buffer, operator.add, t.threads_per_row)
+            cute.arch.cluster_arrive()  # done with the buffer; the kernel waits before exit
+        elif cutlass.const_expr(t.warps_per_row > 1):
+            val = self.block_reduce(val, buffer)
+        return val
+
     # -- device code -------------------------------------------------------------------------------
     @cute.jit
     def __call__(self, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32, stream):
@@ -177,11 +206,7 @@ class ClusterRMSNorm(BlockRMSNorm):
         )
         mbar_ptr = smem.allocate_array(Int64, 1) if clustered else None
         if cutlass.const_expr(clustered):
-            if tidx == 0:
-                cute.arch.mbarrier_init(mbar_ptr, 1)
-                cute.arch.mbarrier_arrive_and_expect_tx(mbar_ptr, self.expected_tx_bytes())
-            cute.arch.mbarrier_init_fence()
-            cute.arch.cluster_arrive_relaxed()  # "my barrier is ready"; waited for before sending
+            self.arm_cluster_barrier(mbar_ptr)
 
         copy_X = copy_utils.row_tiled_copy(mX.element_type, t.threads_per_row, t.num_threads, t.vec)
         copy_W = copy_utils.row_tiled_copy(mW.element_type, t.threads_per_row, t.num_threads, t.vec)
@@ -215,15 +240,7 @@ class ClusterRMSNorm(BlockRMSNorm):
 
         x = tXrX.load().to(Float32)
         sum_sq = (x * x).reduce(cute.ReductionOp.ADD, Float32(0.0), reduction_profile=0)
-        sum_sq = self.warp_reduce(sum_sq)
-        if cutlass.const_expr(clustered):
-            cute.arch.cluster_wait()  # every peer's mbarrier is initialised and armed
-            self.cluster_exchange(sum_sq, buffer, mbar_ptr)
-            cute.arch.mbarrier_wait(mbar_ptr, phase=0)  # all cluster_n x warps slots landed
-            sum_sq = reduce_utils.combine_buffer(buffer, operator.add, t.threads_per_row)
-            cute.arch.cluster_arrive()  # done with the buffer; see cluster_wait at the end
-        elif cutlass.const_expr(t.warps_per_row > 1):
-            sum_sq = self.block_reduce(sum_sq, buffer[None, (None, 0)])
+        sum_sq = self.row_sum(sum_sq, buffer, mbar_ptr)
         rstd = self.rstd(sum_sq, eps)
         if cutlass.const_expr(not self.early_weight):
             cute.copy(copy_W, tWgW, thr_W.retile(tXrW), pred=tWpW)

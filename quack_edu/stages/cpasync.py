@@ -34,7 +34,6 @@ vectors. The cluster rules of the cluster stage apply unchanged.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import replace
 
 import cutlass
@@ -44,7 +43,6 @@ from cutlass.memory import SmemAllocator
 
 from ..config import SMEM_PER_CTA, RowConfig, cpasync_config, vector_elems
 from ..primitives import copy as copy_utils
-from ..primitives import reduce as reduce_utils
 from ..runtime import default_config_for, run_forward
 from .cluster import ClusterRMSNorm, forced_cluster
 
@@ -135,11 +133,7 @@ class CpAsyncRMSNorm(ClusterRMSNorm):
         )
         mbar_ptr = smem.allocate_array(Int64, 1) if clustered else None
         if cutlass.const_expr(clustered):
-            if tidx == 0:
-                cute.arch.mbarrier_init(mbar_ptr, 1)
-                cute.arch.mbarrier_arrive_and_expect_tx(mbar_ptr, self.expected_tx_bytes())
-            cute.arch.mbarrier_init_fence()
-            cute.arch.cluster_arrive_relaxed()
+            self.arm_cluster_barrier(mbar_ptr)
 
         g2s = self.make_g2s_atom()
         copy_S = copy_utils.tiled_copy_from_atom(g2s, t.threads_per_row, t.num_threads, t.vec)
@@ -189,18 +183,7 @@ class CpAsyncRMSNorm(ClusterRMSNorm):
                     elif tXpX[0, 0, v]:  # masked vectors were never copied: skip their garbage
                         sum_sq += sq
 
-        # warp -> (cluster | block), as in the cluster stage, through the one-call helper
-        sum_sq = reduce_utils.row_reduce(
-            sum_sq,
-            operator.add,
-            t.threads_per_row,
-            buffer,
-            mbar_ptr,
-            send=self.cluster_exchange,
-            hook_fn=cute.arch.cluster_wait if clustered else None,
-        )
-        if cutlass.const_expr(clustered):
-            cute.arch.cluster_arrive()  # done with the buffer; see cluster_wait at the end
+        sum_sq = self.row_sum(sum_sq, buffer, mbar_ptr)  # warp -> cluster | block
         rstd = self.rstd(sum_sq, eps)
         if cutlass.const_expr(not self.early_weight):
             cute.copy(copy_W, tWgW, thr_W.retile(tXrW), pred=tWpW)
