@@ -130,9 +130,7 @@ class ClusterRMSNorm(BlockRMSNorm):
 
     def smem_bytes(self) -> int:
         t = self.tiling
-        if t.cluster_n == 1:
-            return t.reduction_buffer_bytes() if t.warps_per_row > 1 else 0
-        return t.reduction_buffer_bytes() + 8  # + the mbarrier
+        return t.reduction_buffer_bytes() + 8 * (t.cluster_n > 1)  # + the mbarrier
 
     # -- the pieces a lesson lets a learner rewrite ----------------------------------------------
     def expected_tx_bytes(self) -> int:
