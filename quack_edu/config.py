@@ -25,3 +25,140 @@ class NaiveConfig:
 
 def naive_config(N: int, dtype=None) -> NaiveConfig:
     return NaiveConfig()
+
+
+# --------------------------------------------------------------------------------------------
+# The vectorized stages (warp, block, cluster, cpasync) share one config.
+# --------------------------------------------------------------------------------------------
+
+#: bytes one thread moves per global access in the vectorized stages (LDG.128 / STG.128)
+VECTOR_BYTES = 16
+#: cluster sizes Hopper launches; 16 is "non-portable" (CuTe DSL sets the attribute on every
+#: kernel it builds, so the driver accepts it where a GPC has 16 free SMs)
+CLUSTER_SIZES = (1, 2, 4, 8, 16)
+#: usable shared memory per CTA on sm_90 (227 KiB opt-in), bytes
+SMEM_PER_CTA = 232448
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class RowConfig:
+    """How the vectorized stages lay a row out on threads, CTAs and clusters.
+
+    * ``threads_per_row``: threads that share one row (a power of two, 4..1024). Up to 32 they sit
+      in one warp; above that a row spans ``threads_per_row // 32`` warps of one CTA.
+    * ``num_threads``: threads per CTA; the CTA holds ``num_threads // threads_per_row`` rows.
+    * ``cluster_n``: CTAs of a cluster that share one row (1 = no cluster).
+    * ``stages``: commit groups a thread splits its share of the row into (cpasync only).
+    * ``max_vecs``: the most 16-byte vectors of x one thread holds per pass. A row that needs
+      more is processed in chunks (warp and block stages) or refused (cluster, cpasync).
+
+    Only the shape of the config is checked here; whether it fits a given (N, dtype) is the
+    kernel class's job (``KERNEL(dtype, N, config)`` raises a ``ValueError`` that says why).
+    """
+
+    threads_per_row: int
+    num_threads: int = 128
+    cluster_n: int = 1
+    stages: int = 1
+    max_vecs: int = 16
+
+    def __post_init__(self):
+        tpr, nt = self.threads_per_row, self.num_threads
+        if not (_pow2(tpr) and 4 <= tpr <= 1024):
+            raise ValueError(f"threads_per_row must be a power of two in [4, 1024], got {tpr}")
+        if nt % 32 or not 32 <= nt <= 1024:
+            raise ValueError(f"num_threads must be a multiple of 32 in [32, 1024], got {nt}")
+        if nt % tpr:
+            raise ValueError(
+                f"num_threads={nt} must be a multiple of threads_per_row={tpr} "
+                "(a CTA holds whole rows)"
+            )
+        if self.cluster_n not in CLUSTER_SIZES:
+            raise ValueError(f"cluster_n must be one of {CLUSTER_SIZES}, got {self.cluster_n}")
+        if self.cluster_n > 1 and tpr < self.cluster_n:
+            raise ValueError(
+                f"cluster_n={self.cluster_n} needs threads_per_row >= cluster_n: one lane of "
+                f"each row sends the row's partial sum to each peer CTA (got {tpr})"
+            )
+        if not 1 <= self.stages <= 8:
+            raise ValueError(f"stages must be in [1, 8], got {self.stages}")
+        if not 1 <= self.max_vecs <= 64:
+            raise ValueError(f"max_vecs must be in [1, 64], got {self.max_vecs}")
+
+    @property
+    def rows_per_cta(self) -> int:
+        return self.num_threads // self.threads_per_row
+
+    @property
+    def warps_per_row(self) -> int:
+        return max(1, self.threads_per_row // 32)
+
+
+def vector_elems(dtype) -> int:
+    """Elements of ``dtype`` in one 16-byte vector (8 for bf16/fp16, 4 for fp32)."""
+    from .runtime import cute_dtype
+
+    return VECTOR_BYTES * 8 // cute_dtype(dtype).width
+
+
+def _vectors(N: int, dtype) -> int:
+    return max(1, -(-int(N) // vector_elems(dtype)))
+
+
+def warp_config(N: int, dtype) -> RowConfig:
+    """One warp per row (8 or 16 lanes for rows under 32 vectors), 4 rows per CTA."""
+    nvec = _vectors(N, dtype)
+    tpr = 8 if nvec <= 8 else 16 if nvec <= 16 else 32
+    return RowConfig(threads_per_row=tpr, num_threads=128)
+
+
+def block_config(N: int, dtype) -> RowConfig:
+    """Enough warps per row that a thread holds 8 vectors (~120 registers: four 128-thread or
+    two 256-thread CTAs per SM): 64..512 threads per row. bf16: 64 threads up to N=4K, 128 to
+    8K, 256 to 16K, 512 above (chunks beyond 32K); 512-thread CTAs keep 8 vectors per pass
+    (128 registers each is all the register file allows)."""
+    nvec = _vectors(N, dtype)
+    tpr = min(512, max(64, _next_pow2(-(-nvec // 8))))
+    return RowConfig(
+        threads_per_row=tpr, num_threads=max(128, tpr), max_vecs=8 if tpr >= 512 else 16
+    )
+
+
+def cluster_config(N: int, dtype) -> RowConfig:
+    """The block config while a row fits one CTA at 256 threads x 8 vectors (16K bf16, 8K fp32);
+    above, 256 threads per CTA and the smallest cluster that leaves each thread <= 8 vectors
+    (~120 registers, two CTAs per SM): bf16 2 CTAs at 32K ... 16 at 262144; fp32 2 at 16K ...
+    16 at 131072. Only the last step needs the non-portable cluster size 16; the alternative,
+    8 CTAs x 512 threads, fits one CTA per SM and leaves the SM idle between rows."""
+    nvec = _vectors(N, dtype)
+    if nvec <= 256 * 8:
+        return block_config(N, dtype)
+    cluster_n = min(16, _next_pow2(-(-nvec // (256 * 8))))
+    return RowConfig(threads_per_row=256, num_threads=256, cluster_n=cluster_n)
+
+
+def cpasync_config(N: int, dtype) -> RowConfig:
+    """x lives in shared memory, not registers, so a thread can keep 16 vectors in flight:
+    up to 256 threads x 16 x 16 B = 64 KiB of row per CTA without a cluster (32K bf16, 16K
+    fp32); clusters of <= 8 above, then 512 threads per CTA. Two commit groups once a thread
+    has >= 4 vectors: reduce the first half while the second is still arriving."""
+    nvec = _vectors(N, dtype)
+    tpr = min(256, max(32, _next_pow2(-(-nvec // 16))))
+    cluster_n = min(8, _next_pow2(-(-nvec // (tpr * 16))))
+    if -(-nvec // (cluster_n * tpr)) > 16:
+        tpr = 512
+    vecs = -(-nvec // (cluster_n * tpr))
+    return RowConfig(
+        threads_per_row=tpr,
+        num_threads=max(128, tpr),
+        cluster_n=cluster_n,
+        stages=2 if vecs >= 4 and vecs % 2 == 0 else 1,
+    )

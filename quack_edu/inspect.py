@@ -147,12 +147,18 @@ def compile_report(
 ) -> CompileReport:
     """Compile ``stage`` for rows of ``N`` elements and report what came out.
 
+    ``stage`` is a stage name, or a kernel class: a subclass of a stage's ``KERNEL`` in which a
+    learner rewrote one of its pieces (it keeps the stage's name, config and heuristic).
     ``config`` (the stage's config dataclass) or its fields as keywords override the stage's
     heuristic. ``M`` only sizes the reported grid: the compiled kernel takes any M.
     """
     dtype = torch_dtype(dtype)
     weight_dtype = torch_dtype(weight_dtype) if weight_dtype is not None else dtype
+    kernel_cls = stage if isinstance(stage, type) else None
+    if kernel_cls is not None:
+        stage = kernel_cls.name
     module = get_stage(stage)
+    kernel_cls = kernel_cls or module.KERNEL
     if config is None:
         config = module.default_config(N, dtype)
     if config_fields:
@@ -161,12 +167,13 @@ def compile_report(
         config = replace(config, **config_fields)
     if sass is None:
         sass = nvdisasm_path() is not None
-    return _report(stage, int(N), dtype, weight_dtype, config, int(M), bool(sass))
+    return _report(kernel_cls, int(N), dtype, weight_dtype, config, int(M), bool(sass))
 
 
 @functools.lru_cache(maxsize=256)
-def _report(stage, N, dtype, weight_dtype, config, M, want_sass) -> CompileReport:
-    kernel = get_stage(stage).KERNEL(dtype, N, config, weight_dtype)
+def _report(kernel_cls, N, dtype, weight_dtype, config, M, want_sass) -> CompileReport:
+    stage = kernel_cls.name
+    kernel = kernel_cls(dtype, N, config, weight_dtype)
     with tempfile.TemporaryDirectory(prefix="quack_edu_") as tmp:
         opts = f"--keep-ptx --dump-dir {tmp} --ptxas-options=-v --remark-filter=ptxas "
         opts += f"--remark-output={tmp}/remarks.yaml"

@@ -216,3 +216,11 @@ def run_forward(kernel_cls, x, weight, eps, config, out=None):
     fn = _compiled(kernel_cls, x.dtype, weight.dtype, N, config)
     fn(x, weight, out, float(eps))
     return out
+
+
+def default_config_for(x, heuristic):
+    """``heuristic(N, dtype)`` for a 2-D tensor ``x`` of a supported dtype, else None (then
+    ``check_inputs`` rejects ``x`` with the precise reason before the config is used)."""
+    if isinstance(x, torch.Tensor) and x.dim() == 2 and x.dtype in SUPPORTED:
+        return heuristic(x.shape[1], x.dtype)
+    return None

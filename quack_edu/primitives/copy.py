@@ -1,0 +1,108 @@
+"""Moving rows between global memory, shared memory and registers in 16-byte vectors.
+
+The vectorized stages all place a CTA's tile of rows on threads the same way (a TV layout):
+
+    thread layout (rows_per_cta, threads_per_row), row-major: thread t -> row t // tpr
+    value layout  (1, vec): each thread moves ``vec`` contiguous elements (16 bytes of x)
+
+so one copy instruction of a warp covers 32 x 16 = 512 contiguous bytes of a row (four full
+128-byte lines), and a thread's next vector of the same row sits ``threads_per_row * vec``
+elements further on. Tiling a CTA tile of (rows_per_cta, tpr * vec * vecs) with that TV layout
+gives each thread a partition of shape ``((vec, 1), 1, vecs)``: (values of one access, rows,
+vectors along the row).
+
+Nothing here reads out of bounds: the column predicate (``predicate_cols``) switches off whole
+vectors past N (N is a multiple of the vector, so a vector is all in or all out), and the
+kernels skip rows past M with an ``if``.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Boolean
+from cutlass.cute.nvgpu import cpasync
+
+#: bits per access: LDG.128 / STG.128 / LDGSTS.128, the widest a thread can issue
+COPY_BITS = 128
+
+
+def row_thread_layout(threads_per_row: int, num_threads: int) -> cute.Layout:
+    """(rows_per_cta, threads_per_row) -> thread index, row-major: a row's threads are adjacent."""
+    return cute.make_ordered_layout((num_threads // threads_per_row, threads_per_row), order=(1, 0))
+
+
+def row_tiled_copy(
+    dtype, threads_per_row: int, num_threads: int, vec: int, op=None
+) -> cute.TiledCopy:
+    """The tiled copy of the TV layout above for ``dtype``.
+
+    ``vec`` counts elements of x per access. A tensor of a wider type on the same columns (an
+    fp32 weight next to a bf16 x) moves the same ``vec`` elements in several 128-bit atoms,
+    so its partition keeps the same coordinates as x's: ((atom_vals, atoms), 1, vecs).
+    ``op`` defaults to a plain vectorized load/store (``CopyUniversalOp``).
+    """
+    bits = min(COPY_BITS, vec * dtype.width)
+    atom = cute.make_copy_atom(
+        op if op is not None else cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=bits
+    )
+    return cute.make_tiled_copy_tv(
+        atom, row_thread_layout(threads_per_row, num_threads), cute.make_layout((1, vec))
+    )
+
+
+def tiled_copy_from_atom(atom: cute.CopyAtom, threads_per_row: int, num_threads: int, vec: int):
+    """The same TV layout as ``row_tiled_copy``, around a given atom (e.g. a cp.async one)."""
+    return cute.make_tiled_copy_tv(
+        atom, row_thread_layout(threads_per_row, num_threads), cute.make_layout((1, vec))
+    )
+
+
+def g2s_atom(dtype, cache_mode=cpasync.LoadCacheMode.GLOBAL) -> cute.CopyAtom:
+    """A 16-byte ``cp.async`` (global -> shared, no register round trip).
+
+    ``LoadCacheMode.GLOBAL`` is ``.cg``: cache in L2 only. A row is read once, so keeping it
+    out of L1 loses nothing, and 16 bytes is the only size ``.cg`` accepts.
+    """
+    return cute.make_copy_atom(
+        cpasync.CopyG2SOp(cache_mode=cache_mode), dtype, num_bits_per_copy=COPY_BITS
+    )
+
+
+def broadcast_rows(mW: cute.Tensor, rows: int) -> cute.Tensor:
+    """View the (N,) weight as (rows, N) with row stride 0, so it tiles like a block of x."""
+    return cute.make_tensor(
+        mW.iterator, cute.prepend(mW.layout, cute.make_layout((rows,), stride=(0,)))
+    )
+
+
+@cute.jit
+def predicate_cols(tAcA: cute.Tensor, limit: cutlass.Constexpr[int]) -> cute.Tensor:
+    """One Boolean per atom of a thread's partition: is the atom's first column < ``limit``?
+
+    ``tAcA``: the thread's partition of an identity (coordinate) tensor, ((atom_vals, atoms),
+    rows, vecs). Returns shape (atoms, rows, vecs), the profile ``cute.copy`` wants for ``pred``;
+    the row mode has stride 0 (a thread works on a single row; rows are guarded by an ``if``).
+    """
+    tApA = cute.make_rmem_tensor(
+        cute.make_layout(
+            (cute.size(tAcA, mode=[0, 1]), cute.size(tAcA, mode=[1]), cute.size(tAcA, mode=[2])),
+            stride=(cute.size(tAcA, mode=[2]), 0, 1),
+        ),
+        Boolean,
+    )
+    for a in cutlass.range_constexpr(cute.size(tApA, mode=[0])):
+        for k in cutlass.range_constexpr(cute.size(tApA, mode=[2])):
+            tApA[a, 0, k] = cute.elem_less(tAcA[(0, a), 0, k][1], limit)
+    return tApA
+
+
+__all__ = [
+    "COPY_BITS",
+    "row_thread_layout",
+    "row_tiled_copy",
+    "tiled_copy_from_atom",
+    "g2s_atom",
+    "broadcast_rows",
+    "predicate_cols",
+]

@@ -1,0 +1,260 @@
+"""Stage 3, cluster: one row split across the CTAs of a thread-block cluster.
+
+Delta over block: a row longer than one CTA can hold in registers is cut into ``cluster_n``
+slices (2..16), one per CTA of a cluster, so x is read from DRAM exactly once at any N up to
+262144 bf16 instead of being re-read chunk by chunk. The partial sums meet through Hopper's
+distributed shared memory (DSMEM): every warp sends its partial to every CTA of the cluster
+with a remote ``st.async`` (``mapa`` turns a local shared-memory address into the peer's),
+and each store completes on the *receiving* CTA's mbarrier, which was armed with exactly the
+bytes it will receive. A CTA then waits on its own mbarrier and re-reduces the slots locally.
+
+Why it is faster, in bytes: at N = 131072 bf16 a row is 256 KiB. The block stage holds 512
+threads x 8 vectors x 16 B = 64 KiB of it per pass, so it walks the row in 4 chunks and reads
+it twice: 512 KiB of loads + 256 KiB of stores, up to 1.5 x the minimum in DRAM bytes (the
+second read hits L2 only while the row is still there), and a dependent second pass. Here 8
+CTAs x 256 threads x 8 vectors x 16 B hold the whole row at once: 256 KiB read + 256 KiB
+written, in one pass. The exchange adds cluster_n x warps x 4 bytes per CTA over the
+SM-to-SM network and about a microsecond per row (a cluster barrier, one st.async round
+trip), which does not grow with N and is hidden by the other CTA on the SM.
+
+What makes it safe (a mistake here is a hang or a read of freed memory, not a wrong number):
+1. Thread 0 initialises the mbarrier (arrival count 1) and arms it with
+   ``expected_tx_bytes()``: every CTA receives one 4-byte slot per (row, warp, sender), i.e.
+   ``rows_per_cta x warps_per_row x cluster_n x 4`` bytes. Rows past M still send their
+   (zero) partials so that count never depends on M.
+2. ``mbarrier_init_fence`` + ``cluster_arrive_relaxed`` after the init, ``cluster_wait``
+   before the first remote store: no CTA writes into a peer whose barrier is not initialised.
+   The wait is issued after this CTA's loads, so it overlaps their latency.
+3. ``cluster_arrive`` once this CTA has read its slots, ``cluster_wait`` right before exit:
+   no CTA exits (releasing its shared memory) while a peer may still address it.
+
+Constraints: sm_90 (clusters); N a multiple of the 16-byte vector; N <= 262144 for bf16/fp16
+and <= 131072 for fp32 (``max_N_for``): that is 16 CTAs (the largest cluster Hopper launches)
+x 256 threads x 8 vectors. Beyond, a thread would hold 16 vectors of x and 16 of the weight
+(~140 registers, one CTA per SM) with no cluster left to grow; the cpasync stage keeps x in
+shared memory and reaches 262144 in every dtype. The row must fit the cluster at once
+(``max_vecs`` vectors per thread): there is no chunked fallback, by design. Every CTA of the
+cluster must own a non-empty slice of the row (else its columns would alias CTA 0's).
+
+cluster_n = 16 is a non-portable cluster size on H100/H200 (8 is the portable maximum). CuTe
+DSL marks every kernel it builds with the non-portable-cluster-size attribute, so it launches
+where a GPC has 16 SMs free; the heuristic picks it only at the top of the range (262144
+bf16/fp16, 131072 fp32), where 8 CTAs would need 512 threads each and one CTA per SM. Force
+``cluster_n=8`` (with ``threads_per_row=num_threads=512``) to stay portable.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int64
+from cutlass.memory import SmemAllocator
+
+from ..config import RowConfig, cluster_config
+from ..primitives import copy as copy_utils
+from ..primitives import reduce as reduce_utils
+from ..runtime import default_config_for, run_forward
+from .block import BlockRMSNorm
+
+CONFIG = RowConfig
+default_config = cluster_config
+
+
+def _fits(N, dtype, cfg) -> bool:
+    try:
+        ClusterRMSNorm(dtype, N, cfg)
+    except ValueError:
+        return False
+    return True
+
+
+def forced_cluster(N: int, dtype, cluster_n: int, max_vecs: int = 8) -> RowConfig | None:
+    """A config that splits the row over ``cluster_n`` CTAs: as many threads per row (<= 256,
+    <= the CTA's share of vectors) as keep every thread busy, doubled (up to 512) until a thread
+    holds <= ``max_vecs`` vectors. None when even 512 threads would need more."""
+    from ..config import vector_elems
+
+    share = max(1, N // vector_elems(dtype) // cluster_n)  # vectors of a row per CTA
+    tpr = max(cluster_n, 4, min(256, 1 << (share.bit_length() - 1)))
+    while -(-share // tpr) > max_vecs and tpr < 512:
+        tpr *= 2
+    if -(-share // tpr) > max_vecs:
+        return None
+    return RowConfig(threads_per_row=tpr, num_threads=max(128, tpr), cluster_n=cluster_n)
+
+
+def configs(N: int, dtype) -> list[RowConfig]:
+    """The heuristic's pick, plus forced clusters: 2 (small N too: tests use it), and for long
+    rows (>= 4 vectors per thread at 256 threads per CTA) the portable 8 and the
+    non-portable 16."""
+    from ..config import vector_elems
+
+    nvec = N // vector_elems(dtype)
+    out = [default_config(N, dtype), forced_cluster(N, dtype, 2)]
+    for cn in (8, 16):
+        if nvec >= cn * 256 * 4:
+            out.append(forced_cluster(N, dtype, cn))
+    return [c for c in dict.fromkeys(out) if c is not None and _fits(N, dtype, c)]
+
+
+class ClusterRMSNorm(BlockRMSNorm):
+    name = "cluster"
+    heuristic = staticmethod(cluster_config)
+
+    @classmethod
+    def max_N_for(cls, dtype) -> int:
+        from ..runtime import cute_dtype
+
+        return 131072 if cute_dtype(dtype).width == 32 else 262144
+
+    def check_config(self):
+        self.check_common()
+        if self.config.stages != 1:
+            self.fail("stages > 1 needs cp.async (the 'cpasync' stage)")
+
+    def check_tiling(self):
+        t, cfg = self.tiling, self.config
+        if t.chunks > 1:
+            need = t.vecs * t.chunks
+            self.fail(
+                f"a CTA's share of the row needs {need} vectors per thread but max_vecs is "
+                f"{cfg.max_vecs}; this stage never re-reads x: raise cluster_n or threads_per_row"
+            )
+        if t.tiles_per_row != t.cluster_n:
+            self.fail(
+                f"with {t.tile_cols} columns per CTA only {t.tiles_per_row} of the {t.cluster_n} "
+                "CTAs of the cluster would own columns; lower cluster_n or threads_per_row"
+            )
+
+    def smem_bytes(self) -> int:
+        t = self.tiling
+        return t.reduction_buffer_bytes() + 8 * (t.cluster_n > 1)  # + the mbarrier
+
+    # -- the pieces a lesson lets a learner rewrite ----------------------------------------------
+    def expected_tx_bytes(self) -> int:
+        """Bytes every CTA will receive through DSMEM in one row reduction: one fp32 per
+        (row of the CTA, warp of the row, CTA of the cluster). The mbarrier is armed with this;
+        one byte too few or too many and the wait never completes."""
+        t = self.tiling
+        return t.rows_per_cta * t.warps_per_row * t.cluster_n * Float32.width // 8
+
+    def cluster_exchange(self, val: Float32, buffer: cute.Tensor, mbar_ptr: cute.Pointer):
+        """Send this warp's partial to every CTA of the cluster: lane p of the row group stores
+        into slot [row, (warp, my_rank)] of CTA p, completing 4 bytes on CTA p's mbarrier."""
+        reduce_utils.cluster_send(val, buffer, mbar_ptr, self.config.threads_per_row)
+
+    # -- the cluster protocol, shared with the cpasync stage ---------------------------------------
+    @cute.jit
+    def arm_cluster_barrier(self, mbar_ptr: cute.Pointer):
+        """First thing in the kernel: thread 0 initialises this CTA's mbarrier (one arrival) and
+        arms it with the bytes the peers will send; the fence publishes the init to the
+        cluster and the relaxed arrive says "my barrier is ready" (``row_sum`` waits for
+        every CTA's before the first remote store)."""
+        tidx, _, _ = cute.arch.thread_idx()
+        if tidx == 0:
+            cute.arch.mbarrier_init(mbar_ptr, 1)
+            cute.arch.mbarrier_arrive_and_expect_tx(mbar_ptr, self.expected_tx_bytes())
+        cute.arch.mbarrier_init_fence()
+        cute.arch.cluster_arrive_relaxed()
+
+    def row_sum(self, val: Float32, buffer: cute.Tensor, mbar_ptr=None) -> Float32:
+        """This thread's partial sum -> the row's, in every thread: warp shuffles, then the
+        cluster exchange (or, without a cluster, the block level as in the block stage)."""
+        t = self.tiling
+        val = self.warp_reduce(val)
+        if cutlass.const_expr(t.cluster_n > 1):
+            cute.arch.cluster_wait()  # every peer's mbarrier is initialised and armed
+            self.cluster_exchange(val, buffer, mbar_ptr)
+            cute.arch.mbarrier_wait(mbar_ptr, phase=0)  # all rows x warps x cluster_n slots
+            val = reduce_utils.combine_buffer(buffer, operator.add, t.threads_per_row)
+            cute.arch.cluster_arrive()  # done with the buffer; the kernel waits before exit
+        elif cutlass.const_expr(t.warps_per_row > 1):
+            val = self.block_reduce(val, buffer)
+        return val
+
+    # -- device code -------------------------------------------------------------------------------
+    @cute.jit
+    def __call__(self, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32, stream):
+        t = self.tiling
+        self.kernel(mX, mW, mO, eps).launch(
+            grid=[cute.ceil_div(mX.shape[0], t.rows_per_cta), t.cluster_n, 1],
+            block=[t.num_threads, 1, 1],
+            cluster=[1, t.cluster_n, 1] if cutlass.const_expr(t.cluster_n > 1) else None,
+            stream=stream,
+        )
+
+    @cute.kernel
+    def kernel(self, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32):
+        # mX, mO: (M, N); mW: (N,). CTA (bidx, rank) owns rows bidx*rows_per_cta.. and
+        # columns rank*tile_cols.. of them.
+        t = self.tiling
+        clustered = cutlass.const_expr(t.cluster_n > 1)
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        rank = cute.arch.block_idx_in_cluster() if clustered else 0
+        M = mX.shape[0]
+
+        smem = SmemAllocator()
+        buffer = smem.allocate_tensor(  # (rows_per_cta, (warps_per_row, cluster_n)) fp32
+            Float32,
+            cute.make_ordered_layout(t.reduction_buffer_shape(), order=(1, 0)),
+            byte_alignment=16,
+        )
+        mbar_ptr = smem.allocate_array(Int64, 1) if clustered else None
+        if cutlass.const_expr(clustered):
+            self.arm_cluster_barrier(mbar_ptr)
+
+        copy_X = copy_utils.row_tiled_copy(mX.element_type, t.threads_per_row, t.num_threads, t.vec)
+        copy_W = copy_utils.row_tiled_copy(mW.element_type, t.threads_per_row, t.num_threads, t.vec)
+        copy_O = copy_utils.row_tiled_copy(mO.element_type, t.threads_per_row, t.num_threads, t.vec)
+        thr_X, thr_W, thr_O = (c.get_slice(tidx) for c in (copy_X, copy_W, copy_O))
+
+        gX = cute.local_tile(mX, t.tiler, (bidx, rank))  # (rows_per_cta, tile_cols)
+        gO = cute.local_tile(mO, t.tiler, (bidx, rank))
+        gW = cute.local_tile(copy_utils.broadcast_rows(mW, t.rows_per_cta), t.tiler, (0, rank))
+        cX = cute.local_tile(cute.make_identity_tensor(mX.shape), t.tiler, (bidx, rank))
+        tXgX = thr_X.partition_S(gX)  # ((vec, 1), 1, vecs)
+        tXgO = thr_O.partition_D(gO)
+        tWgW = thr_W.partition_S(gW)  # ((atom_vals, atoms), 1, vecs)
+        tXcX = thr_X.partition_S(cX)
+        row = tXcX[0][0]
+        tXpX = None if cutlass.const_expr(t.even_cols) else copy_utils.predicate_cols(tXcX, self.N)
+        tWpW = (
+            None
+            if cutlass.const_expr(t.even_cols)
+            else copy_utils.predicate_cols(thr_W.partition_S(cX), self.N)
+        )
+
+        tXrX = cute.make_rmem_tensor_like(tXgX)
+        tXrW = cute.make_rmem_tensor_like(tXgX, mW.element_type)
+        tXrO = cute.make_rmem_tensor_like(tXgO)
+        tXrX.fill(0)
+        if row < M:
+            cute.copy(copy_X, tXgX, tXrX, pred=tXpX)
+        if cutlass.const_expr(self.early_weight):
+            cute.copy(copy_W, tWgW, thr_W.retile(tXrW), pred=tWpW)
+
+        x = tXrX.load().to(Float32)
+        sum_sq = (x * x).reduce(cute.ReductionOp.ADD, Float32(0.0), reduction_profile=0)
+        sum_sq = self.row_sum(sum_sq, buffer, mbar_ptr)
+        rstd = self.rstd(sum_sq, eps)
+        if cutlass.const_expr(not self.early_weight):
+            cute.copy(copy_W, tWgW, thr_W.retile(tXrW), pred=tWpW)
+
+        y = x * rstd * tXrW.load().to(Float32)
+        tXrO.store(y.to(mO.element_type))
+        if row < M:
+            cute.copy(copy_O, tXrO, tXgO, pred=tXpX)
+        if cutlass.const_expr(clustered):
+            cute.arch.cluster_wait()  # no CTA leaves while a peer may still address its smem
+
+
+KERNEL = ClusterRMSNorm
+
+
+def rmsnorm_fwd(x, weight, eps: float = 1e-6, config: RowConfig | None = None, out=None):
+    """y = x / sqrt(mean(x**2) + eps) * weight, a row per cluster of CTAs. x: (M, N), Hopper."""
+    config = config or default_config_for(x, default_config)
+    return run_forward(ClusterRMSNorm, x, weight, eps, config, out=out)
