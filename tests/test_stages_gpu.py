@@ -81,3 +81,22 @@ def test_empty_input_and_eps(stage):
     z = torch.zeros(3, 256, device="cuda", dtype=torch.float32)
     y = mod.rmsnorm_fwd(z, torch.ones(256, device="cuda"), eps=1e-5)
     assert torch.equal(y, z)
+
+
+LARGE_NS = [32768, 65536, 100000, 131072, 262144]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("N", LARGE_NS)
+@pytest.mark.parametrize("stage", STAGE_ORDER)
+def test_large_rows(stage, N, dtype):
+    """Rows up to 256K: the default config at M in {1, 37, 4096}, every config at M=37."""
+    mod = get_stage(stage)
+    if why := _supports(mod, N, dtype):
+        pytest.skip(why)
+    if stage in ("naive", "warp") and N > 32768:
+        pytest.skip("one thread/warp per row: covered up to 32K (slow beyond, same code path)")
+    for M in (1, 37, 4096):
+        _check(mod, M, N, dtype)
+    for cfg in mod.configs(N, dtype):
+        _check(mod, 37, N, dtype, config=cfg)
