@@ -124,7 +124,13 @@ class ClusterRMSNorm(BlockRMSNorm):
             )
         # A row whose length is not a multiple of the tile (N=100000 over 8 CTAs of 14336
         # columns) can leave the last CTA of the cluster with no columns: it loads nothing
-        # (every column predicate is false), sends zero partials and stores nothing.
+        # (every column predicate is false), sends zero partials and stores nothing. A cluster
+        # at least half idle is refused as a mistake.
+        if 2 * t.tiles_per_row <= t.cluster_n:
+            self.fail(
+                f"with {t.tile_cols} columns per CTA only {t.tiles_per_row} of the {t.cluster_n} "
+                "CTAs of the cluster would own columns; lower cluster_n or threads_per_row"
+            )
 
     def smem_bytes(self) -> int:
         t = self.tiling
