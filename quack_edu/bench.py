@@ -201,7 +201,19 @@ def _short(dtype) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
 
 
-def run(stages, shapes, dtype=torch.bfloat16, peers=False, graph=False, log=print) -> dict:
+def run(
+    stages,
+    shapes,
+    dtype=torch.bfloat16,
+    peers=False,
+    graph=False,
+    graph_max_n=None,
+    max_n=None,
+    log=print,
+) -> dict:
+    """Time every kernel at every shape. ``graph``: also through CUDA graphs (for N up to
+    ``graph_max_n``: the launch-bound shapes). ``max_n``: {kernel: largest N worth timing}."""
+    max_n = max_n or {}
     copy = copy_bandwidth()
     log(f"D2D copy: {copy:.0f} GB/s")
     fns = {f"stage:{s}": stage_fn(s) for s in stages}
@@ -210,7 +222,10 @@ def run(stages, shapes, dtype=torch.bfloat16, peers=False, graph=False, log=prin
     rows = []
     for M, N in shapes:
         for name, fn in fns.items():
-            for g in [False, True] if graph else [False]:
+            if N > max_n.get(name.replace("stage:", ""), N):
+                continue
+            small = graph_max_n is None or N <= graph_max_n
+            for g in [False, True] if graph and small else [False]:
                 try:
                     row = bench_one(fn, M, N, dtype, graph=g)
                 except Exception as e:  # a stage that doesn't support a shape: record why
@@ -315,6 +330,10 @@ def main(argv=None) -> int:
         "--peers", action="store_true", help="also time QuACK, torch.compile, Liger, eager"
     )
     p.add_argument("--graph", action="store_true", help="also time through CUDA graphs")
+    p.add_argument("--graph-max-n", type=int, default=None, help="graph timing only up to this N")
+    p.add_argument(
+        "--max-n", default="naive=16384", help="kernel=N,...: skip a kernel above that N"
+    )
     p.add_argument("--json", default=None)
     p.add_argument("--png", default=None)
     a = p.parse_args(argv)
@@ -329,7 +348,16 @@ def main(argv=None) -> int:
 
     stages = list(STAGE_ORDER) if a.stages == "all" else a.stages.split(",")
     shapes = parse_shapes(a.shapes) if a.shapes else DEFAULT_SHAPES
-    result = run(stages, shapes, torch_dtype(a.dtype), peers=a.peers, graph=a.graph)
+    max_n = {k: int(v) for k, v in (kv.split("=") for kv in a.max_n.split(",") if kv)}
+    result = run(
+        stages,
+        shapes,
+        torch_dtype(a.dtype),
+        peers=a.peers,
+        graph=a.graph,
+        graph_max_n=a.graph_max_n,
+        max_n=max_n,
+    )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=1)

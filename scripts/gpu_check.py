@@ -46,6 +46,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--peers", action="store_true", help="benchmark QuACK, torch.compile, Liger too")
     p.add_argument("--graph", action="store_true", help="also time through CUDA graphs")
+    p.add_argument("--graph-max-n", default="4096", help="graph timing up to this N")
     p.add_argument("--stages", default="all")
     p.add_argument("--shapes", default="32768x256,32768x1024,32768x4096,32768x8192,32768x16384")
     p.add_argument("--tests", default="tests", help="pytest paths for the other gpu tests")
@@ -101,7 +102,7 @@ def main() -> int:
             str(out / "bench.png"),
         ]
         cmd += ["--peers"] if a.peers else []
-        cmd += ["--graph"] if a.graph else []
+        cmd += ["--graph", "--graph-max-n", a.graph_max_n] if a.graph else []
         rc, text, dt = sh(cmd, out / "bench.log", timeout=a.bench_timeout)
         print(text[-6000:], flush=True)
         summary.append(("bench", f"rc={rc}", dt))

@@ -2,9 +2,11 @@
 
 import json
 
-import nbformat
+import pytest
 
 from quack_edu.nbexec import run_notebook
+
+nbformat = pytest.importorskip("nbformat")
 
 
 def _nb(tmp_path, *cells):
