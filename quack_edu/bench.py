@@ -210,16 +210,25 @@ def run(
     graph_max_n=None,
     max_n=None,
     log=print,
+    on_row=None,
 ) -> dict:
     """Time every kernel at every shape. ``graph``: also through CUDA graphs (for N up to
-    ``graph_max_n``: the launch-bound shapes). ``max_n``: {kernel: largest N worth timing}."""
+    ``graph_max_n``: the launch-bound shapes). ``max_n``: {kernel: largest N worth timing}.
+    ``on_row(result)`` is called after every row (to save partial results)."""
     max_n = max_n or {}
     copy = copy_bandwidth()
     log(f"D2D copy: {copy:.0f} GB/s")
+    rows = []
+    result = {
+        "gpu": torch.cuda.get_device_name(0),
+        "date": _dt.date.today().isoformat(),
+        "torch": torch.__version__,
+        "copy_gbps": copy,
+        "rows": rows,
+    }
     fns = {f"stage:{s}": stage_fn(s) for s in stages}
     if peers:
         fns.update(peer_fns())
-    rows = []
     for M, N in shapes:
         for name, fn in fns.items():
             if N > max_n.get(name.replace("stage:", ""), N):
@@ -241,14 +250,10 @@ def run(
                     row["pct_copy"] = 100 * row["gbps"] / copy
                 rows.append(row)
                 log(_fmt_row(row))
+                if on_row:
+                    on_row(result)
             torch.cuda.empty_cache()
-    return {
-        "gpu": torch.cuda.get_device_name(0),
-        "date": _dt.date.today().isoformat(),
-        "torch": torch.__version__,
-        "copy_gbps": copy,
-        "rows": rows,
-    }
+    return result
 
 
 def _fmt_row(r) -> str:
@@ -349,6 +354,11 @@ def main(argv=None) -> int:
     stages = list(STAGE_ORDER) if a.stages == "all" else a.stages.split(",")
     shapes = parse_shapes(a.shapes) if a.shapes else DEFAULT_SHAPES
     max_n = {k: int(v) for k, v in (kv.split("=") for kv in a.max_n.split(",") if kv)}
+
+    def save(result):  # after every row, so that a run cut short still leaves its numbers
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(result, f, indent=1)
     result = run(
         stages,
         shapes,
@@ -357,10 +367,9 @@ def main(argv=None) -> int:
         graph=a.graph,
         graph_max_n=a.graph_max_n,
         max_n=max_n,
+        on_row=save,
     )
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=1)
+    save(result)
     if a.png:
         plot(result, a.png)
     print(table(result))
