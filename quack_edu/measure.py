@@ -3,7 +3,7 @@
 ``cuda_time_us`` times a callable with CUDA events and reports the median; ``copy_gbps``
 measures the device-to-device copy bandwidth *now*, the ceiling a memory-bound kernel is judged
 against (the datasheet's 4.8 TB/s for the H200 is not reachable; a D2D copy reached 4.27 TB/s
-on 2026-11-29). Buffers are far larger than the 50 MB L2 so the cache does not flatter.
+on 2026-11-29). Buffers are far larger than the 60 MB L2 so the cache does not flatter.
 """
 
 from __future__ import annotations

@@ -32,16 +32,16 @@ H200 = GPUSpec(
     sms=132,
     hbm_gbps=4800.0,
     copy_gbps=4270.0,
-    l2_mb=50.0,
+    l2_mb=60.0,
     smem_kb_per_sm=228,
     regs_per_sm=65536,
     bf16_tensor_tflops=989.0,
     fp32_tflops=67.0,
     source=(
         "NVIDIA H200 datasheet (4.8 TB/s HBM3e, 989 TFLOPS dense BF16, 67 TFLOPS FP32); "
-        "Hopper tuning guide (228 KB shared memory per SM, 64K registers); L2: 50 MB enabled "
-        "on H100/H200 SXM (the GH100 die has 60 MB; torch.cuda.get_device_properties(0)."
-        "L2_cache_size says what yours has); copy: D2D torch copy measured 2026-11-29"
+        "Hopper tuning guide (228 KB shared memory per SM, 64K registers); L2: 60 MB as "
+        "torch.cuda.get_device_properties reported on an H200 here on 2026-10-28 (an H100 SXM "
+        "enables 50 MB of the GH100 die's 60); copy: D2D torch copy measured 2026-11-29"
     ),
 )
 

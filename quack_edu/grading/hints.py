@@ -74,12 +74,11 @@ TIMEOUT = (
     "barrier some threads never reach, a wait on a phase that never completes)"
 )
 
-SHORTCUT_NAMES = {
-    "torch.nn.functional.rms_norm": "torch.nn.functional.rms_norm",
-    "torch.rms_norm": "torch.rms_norm",
-    "torch.nn.RMSNorm": "torch.nn.RMSNorm",
-    "quack": "QuACK (the quack package)",
-}
+DIED = (
+    "the notebook's kernel process died: a crash in native code (an illegal memory access in "
+    "a kernel, a segfault) or an exit call; the grader restarted it and went on"
+)
+
 SHORTCUT = (
     "the point of the exercise is to compute RMSNorm yourself; calling a library RMSNorm "
     "(torch's, QuACK's or quack_edu's own) scores 0"
@@ -99,8 +98,9 @@ _COMPILE_ERRORS: list[tuple[str, str]] = [
     (r"is not defined", "a name used in your function is not defined (a typo, or an import "
      "missing from the cell)"),
     (r"mutually exclusive", "check the keyword arguments of the cute.math call"),
-    (r"unsupported|not supported for sm_90", "that instruction or type does not exist on Hopper "
-     "(sm_90a)"),
+    (r"(unsupported|not supported) (on|for) (sm_?90|this arch)", "that instruction or type does "
+     "not exist on Hopper (sm_90a)"),
+    (r"'NoneType'", "a value is None: does your function return its result?"),
 ]
 
 
@@ -211,7 +211,8 @@ NOT_SQUARED_V = Variant("sums x", lambda x, w, eps: _rms_variant(x, w, eps, squa
 NO_WEIGHT_V = Variant("no weight", lambda x, w, eps: _rms_variant(x, w, eps, weight=False),
                       NO_WEIGHT)
 
-RSTD_VARIANTS = (NO_EPS_V, EPS_OUTSIDE_V, SUM_NOT_MEAN_V, SQRT_V, N_MINUS_1_V, N_PLUS_1_V)
+# (eps added after the rsqrt is numerically the same as no eps: NO_EPS_V covers it)
+RSTD_VARIANTS = (NO_EPS_V, SUM_NOT_MEAN_V, SQRT_V, N_MINUS_1_V, N_PLUS_1_V)
 SUM_VARIANTS = (SKIPS_LAST_V, SKIPS_FIRST_V, NOT_SQUARED_V)
 
 
@@ -241,7 +242,9 @@ def diagnose_rmsnorm(
             cand = v.fn(x.cpu(), w.cpu(), eps)
         except Exception:
             continue
-        if bool(_close(o, cand, tol).all()):
+        # all but a few elements: a different summation order can move a row whose wrong
+        # statistic sits near zero (a sum of x, say) just past the tolerance
+        if cand.shape == o.shape and _close(o, cand, tol).float().mean().item() >= 0.999:
             return v.hint
     if poison is not None:
         unwritten = o == poison
