@@ -279,3 +279,26 @@ def test_traffic_counts_kernels_and_bytes():
     assert [o.op for o in ops] == ["_to_copy", "mul"]
     assert ops[0].read == 8 * 16 * 2 and ops[0].written == 8 * 16 * 4
     assert traffic(lambda t: t.float(), torch.empty(4, device="meta")) == []  # fp32: no kernel
+
+
+# ---- the pattern a later lesson follows -------------------------------------------------------
+def test_a_kernel_hole_exercise_in_a_few_lines():
+    from quack_edu.grading import checks
+
+    hole = checks.KernelHole(stage="naive", piece="rstd",
+                             adapt=lambda answer: lambda self, s, eps: answer(s, eps, self.N))
+    ex = Exercise("98.rsqrt", "98_demo", "rstd", "rstd again", {COMPILE: 1, GPU: 1})
+    ex.add(
+        checks.compiles(hole, N=1000),
+        checks.ptx_count(hole, "rsqrt.approx", 1, hint="use cute.math.rsqrt"),
+        checks.no_local_memory(hole),
+        checks.compiles(hole, hidden=True),
+        checks.gpu_values(hole),
+    )
+    ex.validate()
+    src = "@cute.jit\ndef rstd(s, eps, N):\n    return cute.math.rsqrt(s / N + eps)\n"
+    res = run_exercise(ex, _fn(src, "rstd"), hidden=True, gpu=False)
+    assert res.status == "pass" and res.score == 1 and res.skipped_points == 1, res.table()
+    bad = "@cute.jit\ndef rstd(s, eps, N):\n    return 1.0 / cute.math.sqrt(s / N + eps)\n"
+    res = run_exercise(ex, _fn(bad, "rstd"), gpu=False)
+    assert res.status == "fail" and "use cute.math.rsqrt" in res.failures[0], res.table()

@@ -179,8 +179,21 @@ class Context:
         g.manual_seed(self.rng(salt).getrandbits(62))
         return g
 
-    def hidden_N(self) -> int:
-        return self.rng("N").choice(HIDDEN_N)
+    def hidden_N(self, hole: KernelHole | None = None, dtype="bf16") -> int:
+        """A ragged row length drawn with the seed, fit for the stage (its row alignment and
+        largest N) when ``hole`` is given."""
+        n = self.rng("N").choice(HIDDEN_N)
+        if hole is None:
+            return n
+        from ..runtime import torch_dtype
+        from ..stages import kernel_class
+
+        cls = kernel_class(hole.stage)
+        align = cls.row_align_for(torch_dtype(dtype))
+        top = cls.max_N_for(torch_dtype(dtype))
+        if top is not None:
+            n = min(n, top)
+        return max(align, n - n % align)
 
     def call(self, *args, **kwargs):
         """Call the learner's answer, watching for library RMSNorms."""
@@ -441,13 +454,13 @@ class KernelHole:
 
 def compiles(hole: KernelHole, N: int = 1000, dtypes=("bf16",), name: str | None = None,
              hidden: bool = False) -> Check:
-    """The learner's kernel compiles for sm_90a (ptxas included) for each dtype."""
+    """The learner's kernel compiles for sm_90a (ptxas included) for each dtype. Named
+    "compiles" (hidden: "compiles at a random N"), the name other checks ``need``."""
 
     def fn(ctx: Context):
-        Ns = [ctx.hidden_N()] if hidden else [N]
         out = []
-        for n in Ns:
-            for dt in dtypes:
+        for dt in dtypes:
+            for n in [ctx.hidden_N(hole, dt)] if hidden else [N]:
                 try:
                     rep = ctx.report(hole, n, dt)
                 except (CheckFailed, NotImplementedError):
@@ -470,8 +483,7 @@ def compiles(hole: KernelHole, N: int = 1000, dtypes=("bf16",), name: str | None
                 out.append(f"{dt} N={n}: {rep.registers} regs")
         return "; ".join(out)
 
-    default = f"compiles for sm_90a ({', '.join(dtypes)}, N={'random' if hidden else N})"
-    return Check(name or default, COMPILE, fn, hidden)
+    return Check(name or ("compiles at a random N" if hidden else "compiles"), COMPILE, fn, hidden)
 
 
 def ptx_probe(hole: KernelHole, name: str, probe: Callable, *, N: int = 1000, dtypes=("bf16",),
@@ -479,10 +491,9 @@ def ptx_probe(hole: KernelHole, name: str, probe: Callable, *, N: int = 1000, dt
     """``probe(report, ctx)`` looks at the compiled learner kernel and raises CheckFailed."""
 
     def fn(ctx: Context):
-        Ns = [ctx.hidden_N()] if hidden else [N]
         msgs = []
-        for n in Ns:
-            for dt in dtypes:
+        for dt in dtypes:
+            for n in [ctx.hidden_N(hole, dt)] if hidden else [N]:
                 rep = ctx.report(hole, n, dt, sass=sass)
                 m = probe(rep, ctx)
                 if m:
@@ -655,6 +666,8 @@ def gpu_values(
     variants: Sequence[hints.Variant] = (),
     tile_cols: Callable | None = None,
     config: Callable | None = None,
+    baseline: Callable | None = None,
+    baseline_hint: str | None = None,
     needs=("compiles",),
 ) -> Check:
     """Values of the learner's kernel against ``rmsnorm_ref`` (gpu tier).
@@ -663,7 +676,10 @@ def gpu_values(
     very different scales and a zero row, the output poisoned before the launch, ragged shapes
     (M in {1, 37, 199}, N=1000; hidden: bigger M and a random ragged N) and every dtype.
     ``tile_cols(N, dtype)`` (optional) lets the tail-column hint name the tile boundary;
-    ``config(N, dtype)`` forces a config.
+    ``config(N, dtype)`` forces a config. With ``baseline(N, dtype)`` (another config, e.g.
+    ``cluster_n=1`` when ``config`` has ``cluster_n=4``), a failure is re-run on the baseline
+    config and, if that one is right, reported with ``baseline_hint`` (e.g. hints.CLUSTER_SYNC:
+    wrong only with a cluster means the cluster exchange is wrong).
     """
 
     def fn(ctx: Context):
@@ -673,13 +689,12 @@ def gpu_values(
         from ..runtime import check_inputs, torch_dtype
 
         Ms = HIDDEN_M if hidden else VISIBLE_M
-        Ns = [ctx.hidden_N()] if hidden else list(VISIBLE_N)
         gen = ctx.torch_generator(salt="values" + ("h" if hidden else ""))
         n = 0
         for dt in dtypes:
             dtype = torch_dtype(dt)
             tol = TOLERANCES[dtype]
-            for N in Ns:
+            for N in [ctx.hidden_N(hole, dt)] if hidden else list(VISIBLE_N):
                 cfg = config(N, dtype) if config else None
                 kernel, launch = ctx.launcher(hole, N, dtype, cfg)
                 for M in Ms:
@@ -699,6 +714,10 @@ def gpu_values(
                             out, ref, x, w, EPS, tol=tol, poison=poison, variants=variants,
                             tile_cols=tile_cols(N, dtype) if tile_cols else None,
                         )
+                        if baseline is not None and _right_with(
+                            ctx, hole, baseline(N, dtype), x, w, ref, tol
+                        ):
+                            hint = baseline_hint or hint
                         raise CheckFailed(
                             f"{dt} M={M} N={N} (seed {ctx.seed}): {nbad} of {M * N} outputs differ "
                             f"from rmsnorm_ref beyond atol=rtol={tol['rtol']:g}",
@@ -711,6 +730,17 @@ def gpu_values(
     default = "values vs rmsnorm_ref" + (", more shapes, grading seed" if hidden else
                                          " (M in 1/37/199, N=1000, 3 dtypes)")
     return Check(name or default, GPU, fn, hidden, tuple(needs))
+
+
+def _right_with(ctx: Context, hole: KernelHole, cfg, x, w, ref, tol) -> bool:
+    """Whether the learner's kernel is right on these inputs with another config."""
+    import torch
+
+    _, launch = ctx.launcher(hole, x.shape[-1], x.dtype, cfg)
+    out = torch.full_like(x, POISON)
+    launch(x, w, out, EPS)
+    torch.cuda.synchronize()
+    return bool(torch.isclose(out.float().cpu(), ref.float().cpu(), **tol).all())
 
 
 def gpu_speed(

@@ -16,12 +16,13 @@ marks of what could be run there. Checks marked ``hidden`` run only when grading
 grade``, or ``check(..., hidden=True)`` in a hidden-tests cell): more shapes and a seed that
 changes every grading run.
 
-How to add an exercise (a later lesson does this in ``quack_edu/grading/exercises/lessonNN.py``,
-which is imported automatically)::
+How to add an exercise (a later lesson does this in ``quack_edu/grading/exercises/lessonNN.py``;
+every ``lesson*`` module there is imported automatically)::
 
-    from ..registry import COMPILE, GPU, Exercise, Mutant, register
     from .. import checks, hints
+    from ..registry import COMPILE, GPU, Exercise, Mutant, register
 
+    # the answer fills the stage kernel's ``warp_reduce`` method
     HOLE = checks.KernelHole(stage="warp", piece="warp_reduce",
                              adapt=lambda answer: lambda self, val: answer(val))
 
@@ -29,17 +30,35 @@ which is imported automatically)::
         id="02.warp_reduce", lesson="02_warp", answer="warp_reduce_sum",
         title="the butterfly: sum a value over the 32 lanes of a warp",
         points={COMPILE: 1, GPU: 1},
-        mutants=[Mutant("one step short", [("range(5)", "range(4)")], hint="shuffle step")],
+        mutants=[  # edits of the solution cell, and the hint each must produce
+            Mutant("one step short", [("range(5)", "range(4)")], hint="shuffle step",
+                   tiers=(COMPILE, GPU)),
+            Mutant("no mask", [("mask=0xFFFFFFFF", "mask=0x0000FFFF")], hint="..."),
+        ],
     ))
-    ex.add(checks.compiles(HOLE, N=4096))
-    ex.add(checks.ptx_count(HOLE, "shfl.sync.bfly", 5, hint=hints.MISSING_SHUFFLE))
-    ex.add(checks.no_local_memory(HOLE))
-    ex.add(checks.gpu_values(HOLE))                    # values vs rmsnorm_ref, hints on failure
-    ex.add(checks.gpu_values(HOLE, hidden=True))       # more shapes, the grading seed
+    ex.add(
+        checks.compiles(HOLE, N=4096),                      # named "compiles"
+        checks.ptx_count(HOLE, "shfl.sync.bfly", 5, hint=hints.MISSING_SHUFFLE, N=4096),
+        checks.no_local_memory(HOLE, N=4096),
+        checks.compiles(HOLE, hidden=True),                 # a random ragged N, fit for the stage
+        checks.gpu_values(HOLE),                            # values vs rmsnorm_ref, with hints
+        checks.gpu_values(HOLE, hidden=True),               # more shapes, the grading seed
+        checks.gpu_speed(HOLE, fraction=0.5),               # >= 50% of the copy bandwidth now
+    )
+
+A cluster exercise adds ``timeout_hint=hints.CLUSTER_SYNC`` to its Exercise (a hang is reported
+with it) and ``gpu_values(HOLE, config=..cluster_n=4.., baseline=..cluster_n=1..,
+baseline_hint=hints.CLUSTER_SYNC)`` (wrong only with a cluster: the exchange). Custom checks are
+functions of a ``checks.Context`` that raise ``CheckFailed(message, expected=, seen=, hint=)``::
+
+    @ex.check("what it checks", tier=COMPILE)
+    def _(ctx):
+        rep = ctx.report(HOLE, 4096, "bf16")      # the compiled learner kernel: PTX, SASS, regs
+        ...
 
 Then, in ``solutions/02_warp.ipynb``: a code cell with nbgrader metadata ``grade_id`` =
 ``ex.cell_id`` (``02_warp_reduce``), ``solution: true``, holding the answer between
-``### BEGIN SOLUTION`` / ``### END SOLUTION``; and the test cell (``ex.test_cell_id``,
+``### BEGIN SOLUTION`` / ``### END SOLUTION``; and the check cell (``ex.test_cell_id``,
 ``grade: true``, ``locked: true``, ``points`` = the exercise's total) with::
 
     check("02.warp_reduce", warp_reduce_sum)
@@ -47,10 +66,12 @@ Then, in ``solutions/02_warp.ipynb``: a code cell with nbgrader metadata ``grade
     check("02.warp_reduce", warp_reduce_sum, hidden=True)
     ### END HIDDEN TESTS
 
-``quack_edu.grading.notebook.exercise_cells`` writes both cells' metadata for you. The generic
-tests in ``tests/test_grading_exercises.py`` then check, for every registered exercise, that the
-solution passes, the blank student version scores 0 ("not attempted") and every mutant fails
-with its hint: a new exercise is tested by adding it, nothing more.
+``quack_edu.grading.notebook.exercise_cells(ex, source)`` makes both cells with that metadata.
+An exercise cell may use the imports of ``notebook.PRELUDE`` (the lesson's first cell) and
+nothing else from earlier cells. Run ``quack-edu student`` to regenerate ``notebooks/``. The
+generic tests (``tests/test_grading_exercises.py``) then check, for every registered exercise,
+that the solution passes, the blank student version scores 0 ("not attempted") and every
+mutant fails with its hint: a new exercise is tested by adding it, nothing more.
 """
 
 from __future__ import annotations

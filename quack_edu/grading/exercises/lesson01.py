@@ -93,12 +93,12 @@ sum_squares = register(Exercise(
     ],
 ))
 sum_squares.add(
-    compiles(SUM_HOLE, N=1000, dtypes=("bf16", "fp32"), name="compiles"),
+    compiles(SUM_HOLE, N=1000, dtypes=("bf16", "fp32")),
     ptx_probe(SUM_HOLE, "squares x", _probe_squares),
     ptx_probe(SUM_HOLE, "squares and sums in fp32", _probe_fp32, dtypes=("bf16", "fp16")),
     ptx_probe(SUM_HOLE, "a device loop, not N copies", _probe_loop),
     no_local_memory(SUM_HOLE),
-    compiles(SUM_HOLE, dtypes=("fp16",), hidden=True, name="compiles at a random N"),
+    compiles(SUM_HOLE, dtypes=("fp16",), hidden=True),
     gpu_values(SUM_HOLE, variants=hints.SUM_VARIANTS),
     gpu_values(SUM_HOLE, variants=hints.SUM_VARIANTS, hidden=True,
                name="values at more shapes, grading seed"),
@@ -206,11 +206,11 @@ rstd = register(Exercise(
     ],
 ))
 rstd.add(
-    compiles(RSTD_HOLE, N=1000, dtypes=("bf16", "fp32"), name="compiles"),
+    compiles(RSTD_HOLE, N=1000, dtypes=("bf16", "fp32")),
     ptx_probe(RSTD_HOLE, "one rsqrt instruction", _probe_rsqrt),
     ptx_probe(RSTD_HOLE, "eps is added before the rsqrt", _probe_eps),
     ptx_probe(RSTD_HOLE, "the sum is divided by N (a mean)", _probe_mean),
-    compiles(RSTD_HOLE, dtypes=("fp16",), hidden=True, name="compiles at a random N"),
+    compiles(RSTD_HOLE, dtypes=("fp16",), hidden=True),
     ptx_probe(RSTD_HOLE, "divides by N at a random N", _probe_mean, dtypes=("fp16",),
               hidden=True),
     gpu_values(RSTD_HOLE, variants=hints.RSTD_VARIANTS),
