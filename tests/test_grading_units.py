@@ -302,3 +302,16 @@ def test_a_kernel_hole_exercise_in_a_few_lines():
     bad = "@cute.jit\ndef rstd(s, eps, N):\n    return 1.0 / cute.math.sqrt(s / N + eps)\n"
     res = run_exercise(ex, _fn(bad, "rstd"), gpu=False)
     assert res.status == "fail" and "use cute.math.rsqrt" in res.failures[0], res.table()
+
+
+def test_shortcut_in_compile_only_mode_leaves_the_gpu_tier_skipped():
+    ex = _toy(points={COMPILE: 1, GPU: 1})
+    ex.add(Check("gpu values", GPU, lambda ctx: None))
+    res = run_exercise(ex, _fn("def toy(x, w, eps):\n    return torch.rms_norm(x, (4,), w, eps)\n"),
+                       gpu=False)
+    assert res.tiers()[GPU]["status"] == "skip" and res.max_score == 1 and res.score == 0
+
+
+def test_an_answer_may_be_named_like_a_library_function():
+    f = _fn("def rmsnorm_fwd(x, w, eps):\n    return x\n", "rmsnorm_fwd")
+    assert scan_source(f, allow=("rmsnorm_fwd",)) is None
