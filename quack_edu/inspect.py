@@ -188,7 +188,8 @@ def kernel_report(kernel, *, stage: str | None = None, M: int = 4096, sass: bool
                 (Path(tmp) / "kernel.cubin").write_bytes(cubin)
                 cubin = str(Path(tmp) / "kernel.cubin")
             sass_text = disassemble(cubin)
-        log = (Path(tmp) / "remarks.yaml").read_text() if (Path(tmp) / "remarks.yaml").exists() else ""
+        remarks = Path(tmp) / "remarks.yaml"
+        log = remarks.read_text() if remarks.exists() else ""
     m = _PTXAS_RE.search(log)
     if not m:
         raise RuntimeError(
