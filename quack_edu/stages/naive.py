@@ -41,6 +41,16 @@ class NaiveRMSNorm(RMSNormKernel):
         t = self.config.threads_per_block
         return LaunchShape(grid=((M + t - 1) // t, 1, 1), block=(t, 1, 1))
 
+    @cute.jit
+    def sum_squares(self, mX: cute.Tensor, row) -> Float32:
+        """Sum of x[row, j]**2 over the row, in fp32. A piece of the kernel a lesson lets you
+        rewrite (a device function with a loop: it needs @cute.jit)."""
+        sum_sq = Float32(0.0)
+        for j in cutlass.range(self.N, unroll=4):
+            v = mX[row, j].to(Float32)
+            sum_sq += v * v
+        return sum_sq
+
     def rstd(self, sum_sq: Float32, eps: Float32) -> Float32:
         """1 / sqrt(mean of squares + eps). A piece of the kernel a lesson lets you rewrite."""
         return cute.math.rsqrt(sum_sq / self.N + eps)
@@ -59,10 +69,7 @@ class NaiveRMSNorm(RMSNormKernel):
         bidx, _, _ = cute.arch.block_idx()
         row = bidx * self.config.threads_per_block + tidx
         if row < mX.shape[0]:
-            sum_sq = Float32(0.0)
-            for j in cutlass.range(self.N, unroll=4):
-                v = mX[row, j].to(Float32)
-                sum_sq += v * v
+            sum_sq = self.sum_squares(mX, row)
             rstd = self.rstd(sum_sq, eps)
             for j in cutlass.range(self.N, unroll=4):
                 y = mX[row, j].to(Float32) * rstd * mW[j].to(Float32)

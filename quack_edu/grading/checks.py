@@ -1,0 +1,790 @@
+"""Running an exercise's checks, and the helpers exercises are built from.
+
+``run_exercise(ex, answer)`` runs every check of ``ex`` on the learner's ``answer`` and returns
+an ``ExerciseResult``. It never raises for the learner's sake: a missing answer or one that still
+raises ``NotImplementedError`` is "not attempted"; any other exception is that check's failure,
+with the exception named; a call to a library RMSNorm is a failure that zeroes the exercise.
+
+Helpers, by tier:
+
+* compile tier, host functions: ``value_check`` (cases against a reference, known wrong
+  variants -> hints).
+* compile tier, holes in a kernel: ``KernelHole`` says which piece of which stage kernel the
+  answer fills; ``compiles``, ``ptx_probe``, ``ptx_count``, ``no_local_memory`` read what ptxas
+  made of it. ``Ptx`` is a small def-use view of PTX for probes such as "eps reaches the rsqrt".
+* gpu tier: ``gpu_values`` (values against ``rmsnorm_ref`` on fresh random inputs at ragged
+  shapes, all dtypes, poisoned outputs) and ``gpu_speed`` (GB/s against a fraction of the copy
+  bandwidth measured at that moment).
+"""
+
+from __future__ import annotations
+
+import inspect as _inspect
+import io
+import random
+import re
+import secrets
+import sys
+import time
+import tokenize
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from . import hints
+from .registry import COMPILE, GPU, Check, CheckFailed, Exercise, ShortcutUsed
+from .report import BLOCKED, FAIL, NOT_ATTEMPTED, PASS, SKIP, CheckResult, ExerciseResult
+
+
+class _Missing:
+    def __repr__(self):
+        return "MISSING"
+
+
+MISSING = _Missing()
+
+#: the shapes every gpu-tier value check runs (M ragged; N not a power of two)
+VISIBLE_M = (1, 37, 199)
+VISIBLE_N = (1000,)
+#: ragged row lengths the hidden checks draw from with the grading seed
+HIDDEN_N = (773, 1531, 2047, 3001, 4093, 5119, 6143)
+HIDDEN_M = (3, 131, 1029)
+EPS = 1e-6
+
+
+def is_not_implemented(exc: BaseException | None) -> bool:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, NotImplementedError) or "NotImplementedError" in str(exc)[:2000]:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+# ---- anti-shortcut ----------------------------------------------------------------------------
+_FORBIDDEN_NAMES = {
+    "rms_norm": "torch's rms_norm",
+    "RMSNorm": "an RMSNorm module",
+    "rmsnorm_ref": "quack_edu's reference rmsnorm_ref",
+    "rstd_ref": "quack_edu's reference rstd_ref",
+    "rmsnorm_fwd": "a finished quack_edu kernel (rmsnorm_fwd)",
+    "quack": "QuACK (the quack package)",
+}
+
+
+def _names_in(source: str) -> set[str]:
+    names = set()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.NAME:
+                names.add(tok.string)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        names.update(re.findall(r"[A-Za-z_]\w*", source))
+    return names
+
+
+def answer_source(answer) -> str | None:
+    try:
+        return _inspect.getsource(_inspect.unwrap(answer))
+    except (TypeError, OSError, ValueError):
+        return None
+
+
+def scan_source(answer, allow=()) -> str | None:
+    """The first library RMSNorm the answer's source names (comments and strings excluded;
+    ``allow``: names the exercise itself asks for, e.g. an answer called ``rmsnorm_fwd``)."""
+    src = answer_source(answer)
+    if not src:
+        return None
+    own = {getattr(answer, "__name__", None), *allow}
+    found = (_names_in(src) - own) & set(_FORBIDDEN_NAMES)
+    return _FORBIDDEN_NAMES[sorted(found)[0]] if found else None
+
+
+def _forbidden_targets():
+    import torch
+
+    codes, cfuncs = {}, {}
+    fn = getattr(torch.nn.functional, "rms_norm", None)
+    if fn is not None and hasattr(fn, "__code__"):
+        codes[fn.__code__] = "torch.nn.functional.rms_norm"
+    mod = getattr(torch.nn, "RMSNorm", None)
+    if mod is not None:
+        codes[mod.forward.__code__] = "torch.nn.RMSNorm"
+    for c in (getattr(torch, "rms_norm", None), getattr(torch.ops.aten, "rms_norm", None)):
+        if c is not None:
+            cfuncs[id(c)] = "torch.rms_norm"
+    from .. import reference
+
+    for name in ("rmsnorm_ref", "rstd_ref", "rmsnorm_bwd_ref"):
+        codes[getattr(reference, name).__code__] = f"quack_edu.reference.{name}"
+    from .. import runtime
+
+    codes[runtime.run_forward.__code__] = "a finished quack_edu kernel (run_forward)"
+    return codes, cfuncs
+
+
+@contextmanager
+def shortcut_guard():
+    """Record calls to library RMSNorms while the learner's code runs (yields a list of names).
+
+    A profile hook sees every Python and C call, so aliases (``from torch.nn.functional import
+    rms_norm as f``) are caught too. QuACK is caught by the module any executed code lives in.
+    """
+    codes, cfuncs = _forbidden_targets()
+    seen: list[str] = []
+
+    def prof(frame, event, arg):
+        if event == "call":
+            hit = codes.get(frame.f_code)
+            if hit is None:
+                mod = frame.f_globals.get("__name__", "") or ""
+                if mod == "quack" or mod.startswith("quack."):
+                    hit = "QuACK (the quack package)"
+            if hit and hit not in seen:
+                seen.append(hit)
+        elif event == "c_call":
+            hit = cfuncs.get(id(arg))
+            if hit and hit not in seen:
+                seen.append(hit)
+
+    old = sys.getprofile()
+    sys.setprofile(prof)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(old)
+
+
+def shortcut_failure(what: str) -> ShortcutUsed:
+    return ShortcutUsed(f"your answer calls {what} instead of computing RMSNorm itself",
+                        hint=hints.SHORTCUT)
+
+
+# ---- the context a check runs in --------------------------------------------------------------
+@dataclass
+class Context:
+    exercise: Exercise
+    answer: object
+    hidden: bool
+    seed: int
+    cache: dict = field(default_factory=dict)
+
+    def rng(self, salt: str = "") -> random.Random:
+        return random.Random(f"{self.seed}:{self.exercise.id}:{salt}")
+
+    def torch_generator(self, device="cpu", salt: str = ""):
+        import torch
+
+        g = torch.Generator(device=device)
+        g.manual_seed(self.rng(salt).getrandbits(62))
+        return g
+
+    def hidden_N(self, hole: KernelHole | None = None, dtype="bf16") -> int:
+        """A ragged row length drawn with the seed, fit for the stage (its row alignment and
+        largest N) when ``hole`` is given."""
+        n = self.rng("N").choice(HIDDEN_N)
+        if hole is None:
+            return n
+        from ..runtime import torch_dtype
+        from ..stages import kernel_class
+
+        cls = kernel_class(hole.stage)
+        align = cls.row_align_for(torch_dtype(dtype))
+        top = cls.max_N_for(torch_dtype(dtype))
+        if top is not None:
+            n = min(n, top)
+        return max(align, n - n % align)
+
+    def call(self, *args, **kwargs):
+        """Call the learner's answer, watching for library RMSNorms."""
+        with shortcut_guard() as seen:
+            out = self.answer(*args, **kwargs)
+        if seen:
+            raise shortcut_failure(seen[0])
+        return out
+
+    # kernels --------------------------------------------------------------------------------
+    def kernel(self, hole: KernelHole, N: int, dtype, config=None):
+        from ..runtime import torch_dtype
+        from ..stages import get_stage
+
+        dtype = torch_dtype(dtype)
+        module = get_stage(hole.stage)
+        config = config if config is not None else module.default_config(N, dtype)
+        return hole.build(self.answer)(dtype, N, config, dtype)
+
+    def report(self, hole: KernelHole, N: int, dtype="bf16", config=None, sass=False):
+        """Compile the learner's kernel (cached per N, dtype, config) and report on it."""
+        from ..inspect import kernel_report
+
+        key = ("report", hole, N, str(dtype), config, sass)
+        if key not in self.cache:
+            kernel = self.kernel(hole, N, dtype, config)
+            with shortcut_guard() as seen:
+                rep = kernel_report(kernel, stage=f"{hole.stage}+{self.exercise.id}", sass=sass)
+            if seen:
+                raise shortcut_failure(seen[0])
+            self.cache[key] = rep
+        return self.cache[key]
+
+    def launcher(self, hole: KernelHole, N: int, dtype, config=None):
+        """A callable ``(x, w, out, eps)`` running the learner's kernel on the GPU."""
+        from ..runtime import compile_kernel
+
+        key = ("launch", hole, N, str(dtype), config)
+        if key not in self.cache:
+            kernel = self.kernel(hole, N, dtype, config)
+            with shortcut_guard() as seen:
+                fn = compile_kernel(kernel)
+            if seen:
+                raise shortcut_failure(seen[0])
+            self.cache[key] = (kernel, fn)
+        return self.cache[key]
+
+
+# ---- running an exercise ----------------------------------------------------------------------
+def not_attempted_message(ex: Exercise, missing: bool) -> str:
+    if missing:
+        return (f"not attempted: no `{ex.answer}` is defined (write it in the exercise cell "
+                f"'{ex.cell_id}')")
+    return (f"not attempted: `{ex.answer}` still raises NotImplementedError; replace "
+            "`raise NotImplementedError()` with your code")
+
+
+def run_exercise(
+    ex: Exercise,
+    answer=MISSING,
+    *,
+    hidden: bool = False,
+    seed: int | None = None,
+    gpu: bool | None = None,
+) -> ExerciseResult:
+    """Run the checks of ``ex`` on ``answer``; never raises for the learner's mistakes."""
+    from .._env import MODE
+
+    gpu = MODE.gpu if gpu is None else gpu
+    seed = secrets.randbits(31) if seed is None else int(seed)
+    res = ExerciseResult(ex.id, ex.title, ex.lesson, dict(ex.points),
+                         mode="gpu" if gpu else "compile-only")
+    checks = [c for c in ex.checks if hidden or not c.hidden]
+    ctx = Context(ex, answer, hidden, seed)
+    skip_msg = "needs a Hopper GPU" if not gpu else ""
+
+    def add(c: Check, status: str, **kw):
+        res.checks.append(CheckResult(c.name, c.tier, status, hidden=c.hidden, **kw))
+
+    if answer is MISSING or answer is None:
+        for c in checks:
+            if c.tier == GPU and not gpu:
+                add(c, SKIP, message=skip_msg)
+            else:
+                add(c, NOT_ATTEMPTED, message=not_attempted_message(ex, True))
+        return res
+
+    shortcut = scan_source(answer, allow=(ex.answer,))
+    if shortcut:
+        first, *rest = checks
+        add(first, FAIL, shortcut=True, hint=hints.SHORTCUT,
+            message=f"your answer calls {shortcut} instead of computing RMSNorm itself")
+        for c in rest:
+            if c.tier == GPU and not gpu:
+                add(c, SKIP, message=skip_msg)
+            else:
+                add(c, BLOCKED, message="blocked by the shortcut")
+        return res
+
+    with _one_cpu_thread():
+        _run_checks(ex, checks, ctx, res, add, gpu, skip_msg)
+    return res
+
+
+@contextmanager
+def _one_cpu_thread():
+    """Checks use small CPU tensors: one intra-op thread is far faster than waking a pool (a
+    40k-element op took 16 ms with 2 threads and 0.02 ms with 1 on a 2-core CI machine)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+def _run_checks(ex, checks, ctx, res, add, gpu, skip_msg) -> None:
+    passed: set[str] = set()
+    not_attempted = False
+    for c in checks:
+        if c.tier == GPU and not gpu:
+            add(c, SKIP, message=skip_msg)
+            continue
+        if not_attempted:
+            add(c, NOT_ATTEMPTED, message=not_attempted_message(ex, False))
+            continue
+        if any(n not in passed for n in c.needs):
+            add(c, BLOCKED, message=f"blocked: needs {', '.join(c.needs)}")
+            continue
+        t0 = time.perf_counter()
+        try:
+            detail = c.fn(ctx)
+        except ShortcutUsed as e:
+            add(c, FAIL, message=e.message, hint=e.hint, shortcut=True,
+                seconds=time.perf_counter() - t0)
+        except CheckFailed as e:
+            add(c, FAIL, message=e.message, expected=e.expected, seen=e.seen, hint=e.hint,
+                seconds=time.perf_counter() - t0)
+        except KeyboardInterrupt:
+            add(c, FAIL, message="interrupted (ran past the time limit?)", hint=hints.TIMEOUT,
+                seconds=time.perf_counter() - t0)
+            raise
+        except (Exception, SystemExit) as e:  # the learner's code raised: that is the failure
+            if is_not_implemented(e):
+                not_attempted = True
+                add(c, NOT_ATTEMPTED, message=not_attempted_message(ex, False))
+                continue
+            add(c, FAIL, message=f"raised {hints.short_error(e)}",
+                hint=hints.diagnose_compile_error(e), seconds=time.perf_counter() - t0)
+        else:
+            passed.add(c.name)
+            add(c, PASS, message=str(detail) if detail else "", seconds=time.perf_counter() - t0)
+    if not_attempted:  # a check that ran before NotImplementedError surfaced does not count
+        for r in res.checks:
+            if r.status in (PASS, BLOCKED):
+                r.status, r.message = NOT_ATTEMPTED, not_attempted_message(ex, False)
+
+
+# ---- compile tier: host functions -------------------------------------------------------------
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return repr(v)
+
+
+def _call_repr(name: str, args: tuple) -> str:
+    def one(a):
+        s = str(a)
+        return s.replace("torch.", "") if s.startswith("torch.") else _fmt(a)
+
+    return f"{name}({', '.join(one(a) for a in args)})"
+
+
+def numbers_close(rel: float = 1e-6):
+    def close(a, b):
+        try:
+            a, b = float(a), float(b)
+        except (TypeError, ValueError):
+            return False
+        return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
+
+    return close
+
+
+def value_check(
+    name: str,
+    reference: Callable,
+    cases: Callable[[Context, bool], Sequence[tuple]],
+    *,
+    variants: Sequence[hints.Variant] = (),
+    close: Callable = None,
+    hidden: bool = False,
+    tier: str = COMPILE,
+) -> Check:
+    """Call the answer on ``cases(ctx, hidden)`` and compare with ``reference(*case)``.
+
+    On the first mismatch: if every case matches a known wrong variant, its hint; else a ratio
+    hint (``hints.diagnose_number``).
+    """
+    close = close or numbers_close()
+
+    def fn(ctx: Context):
+        all_cases = list(cases(ctx, hidden))
+        seen_cache: dict[int, object] = {}
+
+        def seen_of(i):
+            if i not in seen_cache:
+                seen_cache[i] = ctx.call(*all_cases[i])
+            return seen_cache[i]
+
+        for i, case in enumerate(all_cases):
+            got, exp = seen_of(i), reference(*case)
+            if not close(got, exp):
+                # a known wrong variant must match in every case, not just this one
+                v = None
+                for var in variants:
+                    try:
+                        if all(close(seen_of(j), var.fn(*c)) for j, c in enumerate(all_cases)):
+                            v = var
+                            break
+                    except (Exception, SystemExit) as e:
+                        if isinstance(e, CheckFailed):
+                            raise
+                        continue
+                hint = v.hint if v else hints.diagnose_number(got, exp)
+                raise CheckFailed(
+                    f"{_call_repr(ctx.exercise.answer, case)} is wrong",
+                    expected=_fmt(exp), seen=_fmt(got), hint=hint,
+                )
+        return f"{len(all_cases)} cases"
+
+    return Check(name, tier, fn, hidden)
+
+
+# ---- compile tier: holes in a kernel ----------------------------------------------------------
+@dataclass(frozen=True)
+class KernelHole:
+    """Which piece of which stage kernel the learner's answer fills.
+
+    ``adapt(answer)`` returns the method that replaces ``piece`` on a subclass of the stage's
+    kernel class, e.g. ``lambda answer: lambda self, sum_sq, eps: answer(sum_sq, eps, self.N)``.
+    The real kernel is then compiled (and on a GPU, launched) around the learner's code.
+    """
+
+    stage: str
+    piece: str
+    adapt: Callable = field(compare=False)
+
+    def build(self, answer):
+        from ..stages import kernel_class
+
+        base = kernel_class(self.stage)
+        if not hasattr(base, self.piece):
+            raise AttributeError(f"{base.__name__} has no piece {self.piece!r} to override")
+        method = self.adapt(answer)
+        return type(f"Learner{base.__name__}", (base,), {self.piece: method,
+                                                           "__module__": __name__})
+
+
+def compiles(hole: KernelHole, N: int = 1000, dtypes=("bf16",), name: str | None = None,
+             hidden: bool = False) -> Check:
+    """The learner's kernel compiles for sm_90a (ptxas included) for each dtype. Named
+    "compiles" (hidden: "compiles at a random N"), the name other checks ``need``."""
+
+    def fn(ctx: Context):
+        out = []
+        for dt in dtypes:
+            for n in [ctx.hidden_N(hole, dt)] if hidden else [N]:
+                try:
+                    rep = ctx.report(hole, n, dt)
+                except (CheckFailed, NotImplementedError):
+                    raise
+                except Exception as e:
+                    if is_not_implemented(e):
+                        raise
+                    raise CheckFailed(
+                        f"the {hole.stage} kernel with your {hole.piece} does not compile "
+                        f"({dt}, N={n}): {hints.short_error(e, 400)}",
+                        hint=hints.diagnose_compile_error(e),
+                    ) from None
+                if rep.target != "sm_90a":
+                    raise CheckFailed(
+                        "compiled for the wrong GPU", expected=".target sm_90a",
+                        seen=f".target {rep.target}",
+                        hint="import quack_edu before cutlass (it pins the DSL's target to "
+                        "sm_90a when no Hopper GPU is present), then restart the kernel",
+                    )
+                out.append(f"{dt} N={n}: {rep.registers} regs")
+        return "; ".join(out)
+
+    return Check(name or ("compiles at a random N" if hidden else "compiles"), COMPILE, fn, hidden)
+
+
+def ptx_probe(hole: KernelHole, name: str, probe: Callable, *, N: int = 1000, dtypes=("bf16",),
+              hidden: bool = False, needs=("compiles",), sass: bool = False) -> Check:
+    """``probe(report, ctx)`` looks at the compiled learner kernel and raises CheckFailed."""
+
+    def fn(ctx: Context):
+        msgs = []
+        for dt in dtypes:
+            for n in [ctx.hidden_N(hole, dt)] if hidden else [N]:
+                rep = ctx.report(hole, n, dt, sass=sass)
+                m = probe(rep, ctx)
+                if m:
+                    msgs.append(str(m))
+        return "; ".join(dict.fromkeys(msgs))
+
+    return Check(name, COMPILE, fn, hidden, tuple(needs))
+
+
+def ptx_count(hole: KernelHole, pattern: str, expected: int | tuple[int, int], *, hint: str,
+              what: str | None = None, **kw) -> Check:
+    """The PTX has ``expected`` instructions containing ``pattern`` (an int or a (lo, hi) range)."""
+    lo, hi = (expected, expected) if isinstance(expected, int) else expected
+
+    def probe(rep, ctx):
+        n = rep.count(pattern)
+        if not lo <= n <= hi:
+            want = f"{lo}" if lo == hi else f"{lo}..{hi}"
+            raise CheckFailed(f"{what or pattern}: {n} in the PTX", expected=f"{want} `{pattern}`",
+                              seen=f"{n}", hint=hint)
+        return f"{n} `{pattern}`"
+
+    return ptx_probe(hole, what or f"{expected} `{pattern}` in the PTX", probe, **kw)
+
+
+def no_local_memory(hole: KernelHole, **kw) -> Check:
+    """ptxas reports no stack frame and no spills (judged on the cubin, not on PTX ld.local)."""
+
+    def probe(rep, ctx):
+        if rep.stack_bytes or rep.spill_bytes:
+            raise CheckFailed(
+                "the kernel uses local memory",
+                expected="0 bytes stack frame, 0 bytes spills",
+                seen=f"{rep.stack_bytes} B stack, {rep.spill_bytes} B spills, {rep.registers} regs",
+                hint="a per-thread array indexed by a runtime value, or too many live values: "
+                "local memory is as slow as global memory",
+            )
+        return f"{rep.registers} registers, no spills"
+
+    return ptx_probe(hole, "no local memory (stack, spills)", probe, **kw)
+
+
+_REG = re.compile(r"%[A-Za-z_]+\d*")
+_NO_DEST = ("st.", "bra", "ret", "bar.", "barrier.", "membar", "fence", "red.", "cp.async",
+            "prefetch", "trap", "exit")
+
+
+@dataclass
+class PtxInstr:
+    index: int
+    opcode: str
+    dests: list[str]
+    srcs: list[str]
+    operands: list[str]
+    text: str
+
+
+class Ptx:
+    """A def-use view of PTX, enough for probes such as "rsqrt's input depends on eps"."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.instrs: list[PtxInstr] = []
+        self.params: list[tuple[str, str]] = []
+        for m in re.finditer(r"\.param\s+(?:\.align\s+\d+\s+)?(\.[a-z0-9]+)\s+([\w$]+)", text):
+            self.params.append((m.group(2), m.group(1)))
+        for line in text.splitlines():
+            s = line.strip()
+            if not s or s.startswith(("//", ".", "$", "{", "}", ")")) or s.endswith(":"):
+                continue
+            s = s.rstrip(";").split("//")[0].strip()
+            s = re.sub(r"^@!?%\w+\s+", "", s)
+            parts = s.split(None, 1)
+            opcode = parts[0]
+            ops = [o.strip() for o in _split_operands(parts[1])] if len(parts) > 1 else []
+            if opcode.startswith(_NO_DEST) or not ops:
+                dests, srcs = [], [r for o in ops for r in _REG.findall(o)]
+            else:
+                dests = _REG.findall(ops[0])
+                srcs = [r for o in ops[1:] for r in _REG.findall(o)]
+            self.instrs.append(PtxInstr(len(self.instrs), opcode, dests, srcs, ops, s))
+        self.defs: dict[str, list[int]] = {}
+        for ins in self.instrs:
+            for d in ins.dests:
+                self.defs.setdefault(d, []).append(ins.index)
+
+    def find(self, opcode_prefix: str) -> list[PtxInstr]:
+        return [i for i in self.instrs if i.opcode.startswith(opcode_prefix)]
+
+    def ancestors(self, ins: PtxInstr) -> list[PtxInstr]:
+        """Every instruction whose result flows into ``ins`` (through registers)."""
+        seen: set[int] = set()
+        todo = list(ins.srcs)
+        while todo:
+            reg = todo.pop()
+            for j in self.defs.get(reg, []):
+                if j not in seen:
+                    seen.add(j)
+                    todo.extend(self.instrs[j].srcs)
+        return [self.instrs[j] for j in sorted(seen)]
+
+    def param_loads(self, param_name: str) -> list[PtxInstr]:
+        return [i for i in self.find("ld.param") if any(param_name in o for o in i.operands)]
+
+    def scalar_params(self, ptx_type: str = ".f32") -> list[str]:
+        return [n for n, t in self.params if t == ptx_type]
+
+
+def _split_operands(s: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in s:
+        if ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur)
+    return out
+
+
+def f32_hex(value: float) -> str:
+    """How PTX writes an fp32 constant: 0f447A0000 for 1000.0."""
+    import struct
+
+    return "0f" + struct.pack(">f", value).hex().upper()
+
+
+# ---- gpu tier ---------------------------------------------------------------------------------
+POISON = 4242.0
+
+
+def rmsnorm_inputs(M: int, N: int, dtype, gen, device="cuda"):
+    """x with rows at very different scales (tiny rows make eps matter; a zero row when M > 2),
+    and a weight near 1. Returns (x, w)."""
+    import torch
+
+    x = torch.randn(M, N, generator=gen, device="cpu")
+    scale = 2.0 ** torch.randint(-12, 6, (M, 1), generator=gen).float()
+    x = x * scale
+    if M > 2:
+        x[1] = 0.0
+    w = 1.0 + 0.5 * torch.randn(N, generator=gen)
+    return x.to(device=device, dtype=dtype), w.to(device=device, dtype=dtype)
+
+
+def _describe_mismatch(out, ref, tol):
+    import torch
+
+    o, r = out.float().cpu(), ref.float().cpu()
+    err = (o - r).abs()
+    err = torch.where(torch.isnan(err), torch.full_like(err, float("inf")), err)
+    bad = ~(torch.isclose(o, r, **tol))
+    nbad = int(bad.sum())
+    idx = int(err.flatten().argmax())
+    row, col = divmod(idx, o.shape[-1])
+    return f"{r[row, col].item():.6g}", f"{o[row, col].item():.6g}", nbad, row, col
+
+
+def gpu_values(
+    hole: KernelHole,
+    *,
+    name: str | None = None,
+    hidden: bool = False,
+    dtypes=("bf16", "fp16", "fp32"),
+    variants: Sequence[hints.Variant] = (),
+    tile_cols: Callable | None = None,
+    config: Callable | None = None,
+    baseline: Callable | None = None,
+    baseline_hint: str | None = None,
+    needs=("compiles",),
+) -> Check:
+    """Values of the learner's kernel against ``rmsnorm_ref`` (gpu tier).
+
+    Fresh random inputs (the seed changes every run; the grading seed when grading), rows at
+    very different scales and a zero row, the output poisoned before the launch, ragged shapes
+    (M in {1, 37, 199}, N=1000; hidden: bigger M and a random ragged N) and every dtype.
+    ``tile_cols(N, dtype)`` (optional) lets the tail-column hint name the tile boundary;
+    ``config(N, dtype)`` forces a config. With ``baseline(N, dtype)`` (another config, e.g.
+    ``cluster_n=1`` when ``config`` has ``cluster_n=4``), a failure is re-run on the baseline
+    config and, if that one is right, reported with ``baseline_hint`` (e.g. hints.CLUSTER_SYNC:
+    wrong only with a cluster means the cluster exchange is wrong).
+    """
+
+    def fn(ctx: Context):
+        import torch
+
+        from ..reference import TOLERANCES, rmsnorm_ref
+        from ..runtime import check_inputs, torch_dtype
+
+        Ms = HIDDEN_M if hidden else VISIBLE_M
+        gen = ctx.torch_generator(salt="values" + ("h" if hidden else ""))
+        n = 0
+        for dt in dtypes:
+            dtype = torch_dtype(dt)
+            tol = TOLERANCES[dtype]
+            for N in [ctx.hidden_N(hole, dt)] if hidden else list(VISIBLE_N):
+                cfg = config(N, dtype) if config else None
+                kernel, launch = ctx.launcher(hole, N, dtype, cfg)
+                for M in Ms:
+                    x, w = rmsnorm_inputs(M, N, dtype, gen)
+                    check_inputs(x, w, stage=hole.stage, row_align=kernel.row_align,
+                                 max_N=kernel.max_N_for(dtype))
+                    out = torch.full_like(x, POISON)
+                    poison = out[0, 0].item()
+                    launch(x, w, out, EPS)
+                    torch.cuda.synchronize()
+                    ref = rmsnorm_ref(x, w, eps=EPS)
+                    o = out.float().cpu()
+                    ok = bool(torch.isclose(o, ref.float().cpu(), **tol).all())
+                    if not ok:
+                        exp, seen, nbad, row, col = _describe_mismatch(out, ref, tol)
+                        hint = hints.diagnose_rmsnorm(
+                            out, ref, x, w, EPS, tol=tol, poison=poison, variants=variants,
+                            tile_cols=tile_cols(N, dtype) if tile_cols else None,
+                        )
+                        if baseline is not None and _right_with(
+                            ctx, hole, baseline(N, dtype), x, w, ref, tol
+                        ):
+                            hint = baseline_hint or hint
+                        raise CheckFailed(
+                            f"{dt} M={M} N={N} (seed {ctx.seed}): {nbad} of {M * N} outputs differ "
+                            f"from rmsnorm_ref beyond atol=rtol={tol['rtol']:g}",
+                            expected=f"{exp} at row {row}, column {col}",
+                            seen=seen, hint=hint,
+                        )
+                    n += 1
+        return f"{n} shapes x dtypes match rmsnorm_ref"
+
+    default = "values vs rmsnorm_ref" + (", more shapes, grading seed" if hidden else
+                                         " (M in 1/37/199, N=1000, 3 dtypes)")
+    return Check(name or default, GPU, fn, hidden, tuple(needs))
+
+
+def _right_with(ctx: Context, hole: KernelHole, cfg, x, w, ref, tol) -> bool:
+    """Whether the learner's kernel is right on these inputs with another config."""
+    import torch
+
+    _, launch = ctx.launcher(hole, x.shape[-1], x.dtype, cfg)
+    out = torch.full_like(x, POISON)
+    launch(x, w, out, EPS)
+    torch.cuda.synchronize()
+    return bool(torch.isclose(out.float().cpu(), ref.float().cpu(), **tol).all())
+
+
+def gpu_speed(
+    hole: KernelHole,
+    *,
+    fraction: float,
+    M: int = 32768,
+    N: int = 4096,
+    dtype="bf16",
+    name: str | None = None,
+    hidden: bool = False,
+    needs=("compiles",),
+) -> Check:
+    """GB/s of the learner's kernel at (M, N) against ``fraction`` of the copy bandwidth
+    measured right before, on this machine (never a fixed number)."""
+
+    def fn(ctx: Context):
+        import torch
+
+        from ..measure import copy_gbps, cuda_time_us, gbps
+        from ..runtime import torch_dtype
+
+        dt = torch_dtype(dtype)
+        kernel, launch = ctx.launcher(hole, N, dt)
+        gen = ctx.torch_generator(salt="speed")
+        x, w = rmsnorm_inputs(M, N, dt, gen)
+        out = torch.empty_like(x)
+        nbytes = 2 * M * N * x.element_size() + N * w.element_size()
+        us = cuda_time_us(lambda: launch(x, w, out, EPS))
+        got = gbps(nbytes, us)
+        copy = copy_gbps()
+        if got < fraction * copy:
+            raise CheckFailed(
+                f"{got:.0f} GB/s at {M}x{N} {dtype} = {100 * got / copy:.0f}% of the copy "
+                f"bandwidth measured now ({copy:.0f} GB/s)",
+                expected=f">= {100 * fraction:.0f}% ({fraction * copy:.0f} GB/s)",
+                seen=f"{got:.0f} GB/s ({us:.1f} us)",
+            )
+        return f"{got:.0f} GB/s = {100 * got / copy:.0f}% of copy ({copy:.0f} GB/s)"
+
+    return Check(name or f"speed >= {100 * fraction:.0f}% of copy bandwidth ({M}x{N} {dtype})",
+                 GPU, fn, hidden, tuple(needs))

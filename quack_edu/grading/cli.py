@@ -1,0 +1,134 @@
+"""``quack-edu student`` and ``quack-edu grade``.
+
+    quack-edu student                       regenerate notebooks/ from solutions/ (all lessons)
+    quack-edu student --check               exit 1 if notebooks/ is out of date (CI)
+    quack-edu grade notebooks/01_naive.ipynb [more.ipynb ...] [--json grade.json]
+
+``grade`` executes each notebook headless (fresh kernel, per-cell timeout), grades every
+exercise of its lesson, prints a table with points (and a summary for several notebooks),
+writes JSON with ``--json`` and exits 1 unless every exercise that can run here passed.
+
+The package's ``quack_edu.cli`` wires these in with ``add_commands(subparsers)``; they also run
+on their own: ``python -m quack_edu.grading.cli grade ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _add_student(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("student", help="regenerate the student notebooks from the solutions",
+                       description="Write notebooks/NN_*.ipynb from solutions/NN_*.ipynb: "
+                       "solutions replaced by stubs, hidden checks removed, outputs cleared.")
+    p.add_argument("solutions", nargs="*", type=Path,
+                   help="solution notebooks (default: every solutions/*.ipynb)")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: notebooks/)")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 if the student notebooks are out of date")
+    p.set_defaults(func=run_student)
+    return p
+
+
+def _add_grade(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("grade", help="execute notebooks headless and grade their exercises",
+                       description="Execute each notebook in a fresh kernel, grade every "
+                       "exercise of its lesson (hidden checks included), print a table.")
+    p.add_argument("notebooks", nargs="+", type=Path, help="notebooks to grade")
+    p.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="per-cell timeout in seconds (default 120)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the hidden checks (default: a fresh secret one)")
+    p.add_argument("--no-hidden", action="store_true", help="skip the hidden checks")
+    p.add_argument("--solutions", type=Path, default=None,
+                   help="folder of solution notebooks whose check cells are restored "
+                   "(default: solutions/)")
+    p.add_argument("--executed", type=Path, default=None,
+                   help="save the executed notebooks (with outputs) in this folder")
+    p.add_argument("--quiet", action="store_true", help="print only the summary line")
+    p.set_defaults(func=run_grade)
+    return p
+
+
+def add_commands(subparsers) -> None:
+    """Register ``student`` and ``grade`` on an argparse subparsers object."""
+    _add_student(subparsers)
+    _add_grade(subparsers)
+
+
+def run_student(args) -> int:
+    from .notebook import generate_students, out_of_date
+
+    if args.check:
+        stale = out_of_date(args.solutions or None, args.out)
+        for s in stale:
+            print(f"out of date: {s}")
+        if stale:
+            print("run `quack-edu student` (or `make student`) and commit notebooks/")
+            return 1
+        print("student notebooks are up to date")
+        return 0
+    try:
+        written = generate_students(args.solutions or None, args.out)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for p in written:
+        print(f"wrote {p}")
+    if not written:
+        print("no solution notebooks found")
+    return 0
+
+
+def run_grade(args) -> int:
+    from .notebook import grade_paths
+
+    missing = [p for p in args.notebooks if not p.exists()]
+    if missing:
+        print(f"error: no such notebook: {', '.join(map(str, missing))}", file=sys.stderr)
+        return 2
+    run = grade_paths(
+        args.notebooks,
+        solutions=args.solutions,
+        timeout=args.timeout,
+        seed=args.seed,
+        hidden=not args.no_hidden,
+        executed_dir=args.executed,
+    )
+    if not args.quiet:
+        print(run.table())
+    print(f"score {run.score}/{run.max_score}" +
+          (f" (+{run.skipped_points} GPU-tier points not run here)" if run.skipped_points else "")
+          + (": pass" if run.passed else ": FAIL"))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(run.dumps() + "\n")
+    return 0 if run.passed else 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="quack-edu", description=__doc__.split("\n\n")[0])
+    add_commands(p.add_subparsers(dest="command", required=True))
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    return args.func(args)
+
+
+def student_main(argv=None) -> int:
+    """``quack-edu student ARGS`` (argv without the subcommand)."""
+    return main(["student", *(argv or [])])
+
+
+def grade_main(argv=None) -> int:
+    """``quack-edu grade ARGS`` (argv without the subcommand)."""
+    return main(["grade", *(argv or [])])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""Failure signatures -> hints a learner can act on.
+
+Three kinds of evidence, three kinds of classifier:
+
+* values of a kernel (gpu tier): ``diagnose_rmsnorm`` first tries *known wrong variants* (an
+  RMSNorm without eps, with sum instead of mean, ...; an exercise passes the ones that fit it):
+  when the learner's output matches one of them, its hint is exact. Then generic signatures:
+  outputs never written (the poison value is still there), errors only in the tail columns
+  (missing predication), every row off by one factor (a power of two: a reduction that combined
+  only part of the lanes; sqrt(N): sum instead of mean).
+* numbers from a host function (compile tier): ``diagnose_number`` looks at the ratio seen /
+  expected (8: bits instead of bytes; 1000: a unit prefix; ...).
+* a compile error (compile tier): ``diagnose_compile_error`` maps known DSL messages to the fix.
+
+Hints say what the signature usually means, never the answer.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+# ---- generic hints, shared by every lesson -------------------------------------------------
+NOT_WRITTEN = (
+    "some outputs were never written (they still hold the poison value the grader filled the "
+    "output with): a row or column is skipped by the grid or by a predicate"
+)
+TAIL_COLUMNS = (
+    "only the tail columns (after the last full tile) are wrong: the tail is not predicated; "
+    "guard the loads and stores of the last, partial tile with the column bound"
+)
+MISSING_SHUFFLE = (
+    "the sum of squares is off by a power of two (32 = a whole warp): the reduction combined "
+    "only part of the lanes; a butterfly shuffle step is missing (offsets 16, 8, 4, 2, 1)"
+)
+DOUBLE_COUNT = (
+    "the sum of squares is too large by a power of two: some lanes or partial sums were added "
+    "more than once (a shuffle offset or a block/cluster exchange counts a partial twice)"
+)
+CLUSTER_SYNC = (
+    "a hang or wrong values only with cluster_n > 1: a CTA read its peers' partial sums before "
+    "they arrived, or exited while peers still wrote to it; check the mbarrier arrive/expect_tx "
+    "and the cluster_arrive/cluster_wait pair before exit"
+)
+SUM_NOT_MEAN = (
+    "every row is off by a factor of about sqrt(N): the mean of squares is sum / N (you used the "
+    "sum, or divided twice)"
+)
+NO_EPS = (
+    "rows of zeros give inf/NaN (and tiny rows are too large): eps must be added to the mean of "
+    "squares before the reciprocal square root"
+)
+EPS_OUTSIDE = "eps is added after the square root; it belongs inside: rsqrt(mean + eps)"
+SQRT_NOT_RSQRT = (
+    "you multiply by sqrt(mean + eps), the RMS itself; RMSNorm divides by it: multiply by "
+    "rsqrt(mean + eps)"
+)
+WRONG_COUNT = "the mean divides by the wrong count: divide the sum of squares by N, the row length"
+MISSING_COLUMN = (
+    "the sum of squares misses a column (an off-by-one in the loop bound): loop over all N columns"
+)
+NOT_SQUARED = "you sum x, not x * x: the mean is of the squares"
+NO_WEIGHT = "the output is not multiplied by the weight vector w"
+NOT_JIT = (
+    "a device function with a loop over cutlass.range (or dynamic if/for) must be decorated with "
+    "@cute.jit, so the DSL can turn the Python loop into a device loop"
+)
+TIMEOUT = (
+    "the cell ran past the time limit: an infinite loop, or a kernel that never finishes (a "
+    "barrier some threads never reach, a wait on a phase that never completes)"
+)
+
+DIED = (
+    "the notebook's kernel process died: a crash in native code (an illegal memory access in "
+    "a kernel, a segfault) or an exit call; the grader restarted it and went on"
+)
+
+SHORTCUT = (
+    "the point of the exercise is to compute RMSNorm yourself; calling a library RMSNorm "
+    "(torch's, QuACK's or quack_edu's own) scores 0"
+)
+
+
+def _ansi_free(s: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", s)
+
+
+# ---- compile errors ---------------------------------------------------------------------------
+_COMPILE_ERRORS: list[tuple[str, str]] = [
+    (r"dynamic range should be always preprocessed", NOT_JIT),
+    (r"must be Tensor, not (Float32|Int32|BFloat16|Float16)",
+     "a torch function got a DSL value: inside a kernel use cute.math / cute.arch functions, "
+     "not torch"),
+    (r"is not defined", "a name used in your function is not defined (a typo, or an import "
+     "missing from the cell)"),
+    (r"mutually exclusive", "check the keyword arguments of the cute.math call"),
+    (r"(unsupported|not supported) (on|for) (sm_?90|this arch)", "that instruction or type does "
+     "not exist on Hopper (sm_90a)"),
+    (r"'NoneType'", "a value is None: does your function return its result?"),
+]
+
+
+def diagnose_compile_error(exc: BaseException) -> str | None:
+    text = _ansi_free(f"{type(exc).__name__}: {exc}")
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None:
+        text += "\n" + _ansi_free(f"{type(cause).__name__}: {cause}")
+    for pattern, hint in _COMPILE_ERRORS:
+        if re.search(pattern, text):
+            return hint
+    return None
+
+
+def short_error(exc: BaseException, limit: int = 300) -> str:
+    """A one-paragraph description of an exception (the DSL's messages are long and coloured;
+    keep its ``error:`` lines, drop source excerpts, notes and suggestions)."""
+    text = _ansi_free(str(exc)).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    keep = [ln for ln in lines if not ln.startswith(("|", "-->", "note:", "suggestion:", "= note"))
+            and not re.match(r"^\d+ \|", ln)]
+    errors = [ln for ln in keep if ln.startswith("error")]
+    chosen = errors[-1:] if errors else keep[:3]
+    body = " ".join(chosen) or type(exc).__name__
+    body = re.sub(r"^error(\[\w+\])?:\s*", "", body)
+    body = f"{type(exc).__name__}: {body}" if not body.startswith(type(exc).__name__) else body
+    return body if len(body) <= limit else body[: limit - 1] + "…"
+
+
+# ---- numbers from host functions ------------------------------------------------------------
+_RATIO_HINTS: list[tuple[float, str]] = [
+    (8.0, "off by a factor of 8: bits where bytes are meant (bf16 is 2 bytes, fp32 4)"),
+    (1 / 8, "off by a factor of 1/8: bytes where bits are meant, or elements counted as bytes"),
+    (1e3, "off by a factor of 1000: a unit prefix (GB vs MB, us vs ns, TB/s vs GB/s)"),
+    (1e-3, "off by a factor of 1/1000: a unit prefix (GB vs MB, us vs ms, TB/s vs GB/s)"),
+    (1e6, "off by a factor of 10^6: a unit prefix (us vs s, or MB vs TB)"),
+    (1e-6, "off by a factor of 10^-6: a unit prefix (s vs us, or TB vs MB)"),
+    (1e9, "off by a factor of 10^9: GB/s means 10^9 bytes per second"),
+    (1e-9, "off by a factor of 10^-9: GB/s means 10^9 bytes per second"),
+    (2.0, "off by a factor of 2: count both the reads and the writes, once each"),
+    (0.5, "off by a factor of 1/2: only one direction counted (reads and writes both move "
+          "bytes)"),
+]
+
+
+def diagnose_number(seen, expected) -> str | None:
+    try:
+        seen, expected = float(seen), float(expected)
+    except (TypeError, ValueError):
+        return None
+    if expected == 0 or seen == 0 or not math.isfinite(seen):
+        return None
+    ratio = seen / expected
+    for r, hint in _RATIO_HINTS:
+        if abs(ratio / r - 1) < 0.02:
+            return hint
+    return None
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A known wrong answer: ``fn`` computes what such an answer returns; ``hint`` says why."""
+
+    name: str
+    fn: Callable
+    hint: str
+
+
+# ---- RMSNorm outputs --------------------------------------------------------------------------
+def _rms_variant(x, w, eps, *, count=None, eps_inside=True, squares=True, mean=True, cols=None,
+                 sqrt=False, weight=True):
+    xf = x.float()
+    N = xf.shape[-1]
+    part = xf if cols is None else xf[:, cols]
+    s = (part * part if squares else part).sum(-1, keepdim=True)
+    if mean:
+        s = s / (N if count is None else count)
+    if sqrt:
+        r = torch.sqrt(s + eps)
+    elif eps_inside:
+        r = torch.rsqrt(s + eps)
+    else:
+        r = torch.rsqrt(s) + eps
+    y = xf * r
+    return y * w.float() if weight else y
+
+
+#: known wrong RMSNorms, as functions of (x, w, eps) in fp32
+NO_EPS_V = Variant("no eps", lambda x, w, eps: _rms_variant(x, w, 0.0), NO_EPS)
+EPS_OUTSIDE_V = Variant("eps outside", lambda x, w, eps: _rms_variant(x, w, eps, eps_inside=False),
+                        EPS_OUTSIDE)
+SUM_NOT_MEAN_V = Variant("sum, not mean", lambda x, w, eps: _rms_variant(x, w, eps, mean=False),
+                         SUM_NOT_MEAN)
+SQRT_V = Variant("sqrt, not rsqrt", lambda x, w, eps: _rms_variant(x, w, eps, sqrt=True),
+                 SQRT_NOT_RSQRT)
+N_MINUS_1_V = Variant("divides by N-1",
+                      lambda x, w, eps: _rms_variant(x, w, eps, count=x.shape[-1] - 1), WRONG_COUNT)
+N_PLUS_1_V = Variant("divides by N+1",
+                     lambda x, w, eps: _rms_variant(x, w, eps, count=x.shape[-1] + 1), WRONG_COUNT)
+SKIPS_LAST_V = Variant("skips the last column",
+                       lambda x, w, eps: _rms_variant(x, w, eps, cols=slice(0, x.shape[-1] - 1)),
+                       MISSING_COLUMN)
+SKIPS_FIRST_V = Variant("skips the first column",
+                        lambda x, w, eps: _rms_variant(x, w, eps, cols=slice(1, None)),
+                        MISSING_COLUMN)
+NOT_SQUARED_V = Variant("sums x", lambda x, w, eps: _rms_variant(x, w, eps, squares=False),
+                        NOT_SQUARED)
+NO_WEIGHT_V = Variant("no weight", lambda x, w, eps: _rms_variant(x, w, eps, weight=False),
+                      NO_WEIGHT)
+
+# (eps added after the rsqrt is numerically the same as no eps: NO_EPS_V covers it)
+RSTD_VARIANTS = (NO_EPS_V, SUM_NOT_MEAN_V, SQRT_V, N_MINUS_1_V, N_PLUS_1_V)
+SUM_VARIANTS = (SKIPS_LAST_V, SKIPS_FIRST_V, NOT_SQUARED_V)
+
+
+def _close(a, b, tol) -> torch.Tensor:
+    a, b = a.float(), b.float()
+    both_nan = torch.isnan(a) & torch.isnan(b)
+    return both_nan | torch.isclose(a, b, **tol)
+
+
+def diagnose_rmsnorm(
+    out: torch.Tensor,
+    ref: torch.Tensor,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    eps: float,
+    *,
+    tol: dict,
+    poison: float | None = None,
+    variants: Sequence[Variant] = (),
+    tile_cols: int | None = None,
+) -> str | None:
+    """A hint for a wrong RMSNorm output ``out`` (reference ``ref``), or None if no known sign."""
+    o = out.float().cpu()
+    r = ref.float().cpu()
+    for v in variants:
+        try:
+            cand = v.fn(x.cpu(), w.cpu(), eps)
+        except Exception:
+            continue
+        # all but a few elements: a different summation order can move a row whose wrong
+        # statistic sits near zero (a sum of x, say) just past the tolerance
+        if cand.shape == o.shape and _close(o, cand, tol).float().mean().item() >= 0.999:
+            return v.hint
+    if poison is not None:
+        unwritten = o == poison
+        if unwritten.any():
+            rows = unwritten.all(1).nonzero().flatten().tolist()
+            cols = unwritten.all(0).nonzero().flatten().tolist()
+            where = ""
+            if rows:
+                where = f" (whole rows unwritten, first {rows[:3]} of {len(rows)})"
+            elif cols:
+                where = f" (whole columns unwritten, first {cols[:3]} of {len(cols)})"
+            return NOT_WRITTEN + where
+    bad = ~_close(o, r, tol)
+    if not bad.any():
+        return None
+    N = o.shape[-1]
+    bad_cols = bad.any(0).nonzero().flatten()
+    first_bad = int(bad_cols[0])
+    tail_start = (N // tile_cols) * tile_cols if tile_cols else None
+    if tail_start is not None and 0 < tail_start < N and first_bad >= tail_start:
+        return TAIL_COLUMNS
+    if tail_start is None and first_bad > 0 and N - first_bad <= max(1, N // 4):
+        return TAIL_COLUMNS
+    # one factor for every row: compare the sums of squares the output implies
+    mask = (r.abs() > 1e-3) & torch.isfinite(o) & (o != 0)
+    if mask.sum() > 0:
+        q = (o[mask] / r[mask]).median().item()  # out / ref = rstd_seen / rstd_ref
+        if q > 0 and math.isfinite(q):
+            ss_ratio = 1.0 / (q * q)  # seen sum of squares / true sum of squares
+            for k in range(1, 6):
+                if abs(ss_ratio * 2**k - 1) < 0.15:
+                    return MISSING_SHUFFLE + f" (the sum seen is about 1/{2**k} of the true one)"
+                if abs(ss_ratio / 2**k - 1) < 0.15:
+                    return DOUBLE_COUNT + f" (the sum seen is about {2**k}x the true one)"
+            if abs(ss_ratio * N - 1) < 0.05 or abs(ss_ratio / N - 1) < 0.05:
+                return SUM_NOT_MEAN
+    return None

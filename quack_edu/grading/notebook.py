@@ -1,0 +1,641 @@
+"""Single-source lessons and notebook grading.
+
+Single source
+    ``solutions/NN_<topic>.ipynb`` are the complete lessons. Exercise code sits between
+    nbgrader's markers (``### BEGIN SOLUTION`` / ``### END SOLUTION``), hidden checks between
+    ``### BEGIN HIDDEN TESTS`` / ``### END HIDDEN TESTS``. ``to_student`` makes the learner's copy
+    exactly as ``nbgrader generate_assignment`` would (solutions -> ``# YOUR CODE HERE`` +
+    ``raise NotImplementedError()``, hidden tests removed, outputs cleared) and keeps the cell
+    metadata (``nbgrader``: grade_id, points, schema_version 3), so an instructor who uses
+    nbgrader can take the notebooks as they are.
+
+Grading (nbgrader's model, without nbgrader)
+    ``grade_notebook`` runs a learner's notebook headless in a fresh kernel, cell by cell, with
+    a per-cell timeout. Check cells are overwritten by the solution's version (which carries the
+    hidden checks), as nbgrader does with its read-only test cells. A cell that raises does not
+    stop the run; a cell that runs past the timeout is interrupted (and the kernel restarted
+    and the cells before it replayed if the interrupt does not take). The checks themselves run
+    inside the notebook's kernel, on the learner's objects, with a grading seed, and report to
+    the grader through a JSON-lines file; an exercise no check cell graded is graded by a cell
+    the grader appends. Cell errors and timeouts are mapped to exercises by grade_id.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import itertools
+import json
+import os
+import re
+import secrets
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from .registry import Exercise, all_exercises
+from .report import FAIL, NOT_ATTEMPTED, ExerciseResult, NotebookResult, RunResult
+
+BEGIN_SOLUTION = "### BEGIN SOLUTION"
+END_SOLUTION = "### END SOLUTION"
+BEGIN_HIDDEN = "### BEGIN HIDDEN TESTS"
+END_HIDDEN = "### END HIDDEN TESTS"
+CODE_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
+TEXT_STUB = "YOUR ANSWER HERE"
+NBGRADER_SCHEMA = 3
+
+#: imports every lesson notebook makes in its first code cell; an exercise cell may rely on
+#: these and on nothing else from earlier cells (the tests load exercise cells on their own).
+#: quack_edu comes first: it pins the DSL's target to sm_90a before cutlass is imported.
+PRELUDE = (
+    "import quack_edu\n"
+    "import torch\n"
+    "import cutlass\n"
+    "import cutlass.cute as cute\n"
+    "from cutlass import Float32, Int32\n"
+)
+
+#: cell metadata that changes with every run and never belongs in the repository
+VOLATILE_CELL_METADATA = ("execution", "collapsed", "scrolled", "jupyter", "ExecuteTime")
+
+
+# ---- paths ------------------------------------------------------------------------------------
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def solutions_dir() -> Path:
+    return repo_root() / "solutions"
+
+
+def notebooks_dir() -> Path:
+    return repo_root() / "notebooks"
+
+
+def lesson_of(nb, path: Path | None = None) -> str:
+    meta = nb.metadata.get("quack_edu", {})
+    if meta.get("lesson"):
+        return meta["lesson"]
+    if path is not None:
+        return Path(path).stem
+    raise ValueError("cannot tell the lesson: no metadata.quack_edu.lesson and no path")
+
+
+# ---- nbgrader metadata ------------------------------------------------------------------------
+def nbgrader_meta(grade_id: str, *, solution=False, grade=False, locked=False, points=None) -> dict:
+    meta = dict(schema_version=NBGRADER_SCHEMA, grade=grade, locked=locked, solution=solution,
+                grade_id=grade_id)
+    if grade:
+        meta["points"] = points if points is not None else 0
+    return meta
+
+
+def exercise_cells(ex: Exercise, solution_source: str, check_source: str | None = None):
+    """The two cells of an exercise in a solution notebook: the answer cell (nbgrader solution
+    cell) and the check cell (nbgrader autograder-tests cell, read-only, carrying the points)."""
+    if check_source is None:
+        check_source = (
+            f'check("{ex.id}", {ex.answer})\n{BEGIN_HIDDEN}\n'
+            f'check("{ex.id}", {ex.answer}, hidden=True)\n{END_HIDDEN}'
+        )
+    answer = nbformat.v4.new_code_cell(solution_source)
+    answer.metadata["nbgrader"] = nbgrader_meta(ex.cell_id, solution=True)
+    answer.metadata["tags"] = ["exercise"]
+    test = nbformat.v4.new_code_cell(check_source)
+    test.metadata["nbgrader"] = nbgrader_meta(ex.test_cell_id, grade=True, locked=True,
+                                              points=ex.max_points)
+    test.metadata["tags"] = ["check"]
+    return answer, test
+
+
+def _nbg(cell) -> dict:
+    return cell.metadata.get("nbgrader", {}) or {}
+
+
+def grade_id(cell) -> str | None:
+    return _nbg(cell).get("grade_id")
+
+
+def is_solution_cell(cell) -> bool:
+    return bool(_nbg(cell).get("solution"))
+
+
+def is_test_cell(cell) -> bool:
+    m = _nbg(cell)
+    return bool((m.get("grade") or m.get("locked")) and not m.get("solution"))
+
+
+def find_cell(nb, gid: str):
+    return next((c for c in nb.cells if grade_id(c) == gid), None)
+
+
+# ---- solution -> student ----------------------------------------------------------------------
+def _replace_regions(source: str, begin: str, end: str, stub: list[str] | None) -> tuple[str, bool]:
+    out, inside, found = [], False, False
+    for line in source.split("\n"):
+        s = line.strip()
+        if s == begin:
+            if inside:
+                raise ValueError(f"nested {begin!r}")
+            inside = found = True
+            if stub is not None:
+                indent = line[: line.find(begin)]
+                out += [indent + st for st in stub]
+        elif s == end:
+            if not inside:
+                raise ValueError(f"{end!r} without {begin!r}")
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise ValueError(f"{begin!r} without {end!r}")
+    return "\n".join(out), found
+
+
+def clean_cell(cell) -> None:
+    """Clear outputs and volatile metadata in place."""
+    if cell.cell_type == "code":
+        cell.outputs = []
+        cell.execution_count = None
+    for key in VOLATILE_CELL_METADATA:
+        cell.metadata.pop(key, None)
+
+
+def to_student(nb, source_path: str | None = None):
+    """The learner's copy of a solution notebook (a new notebook; the input is not changed)."""
+    nb = copy.deepcopy(nb)
+    for i, cell in enumerate(nb.cells):
+        where = f"cell {i} ({grade_id(cell) or cell.cell_type})"
+        stub = (CODE_STUB if cell.cell_type == "code" else TEXT_STUB).split("\n")
+        try:
+            src, replaced = _replace_regions(cell.source, BEGIN_SOLUTION, END_SOLUTION, stub)
+            src, hidden = _replace_regions(src, BEGIN_HIDDEN, END_HIDDEN, None)
+        except ValueError as e:
+            raise ValueError(f"{source_path or 'notebook'}, {where}: {e}") from None
+        if replaced and not is_solution_cell(cell):
+            raise ValueError(f"{where}: a solution region in a cell not marked nbgrader.solution")
+        if hidden and not _nbg(cell).get("grade"):
+            raise ValueError(f"{where}: hidden tests in a cell not marked nbgrader.grade")
+        if is_solution_cell(cell) and not replaced:
+            src = "\n".join(stub)  # nbgrader: a solution cell without markers is all solution
+        cell.source = src.rstrip("\n") if hidden else src
+        clean_cell(cell)
+    meta = nb.metadata.setdefault("quack_edu", {})
+    meta["student"] = True
+    if source_path:
+        meta["generated_from"] = str(source_path)
+    return nb
+
+
+def read(path) -> nbformat.NotebookNode:
+    return nbformat.read(str(path), as_version=4)
+
+
+def write(nb, path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))
+
+
+def student_for(solution_path: Path) -> nbformat.NotebookNode:
+    solution_path = Path(solution_path)
+    rel = f"solutions/{solution_path.name}"
+    return to_student(read(solution_path), rel)
+
+
+def _solution_paths(solutions) -> list[Path]:
+    return [Path(p) for p in solutions] if solutions else sorted(solutions_dir().glob("*.ipynb"))
+
+
+def generate_students(solutions=None, out_dir=None) -> list[Path]:
+    """Write ``notebooks/NN_*.ipynb`` from ``solutions/NN_*.ipynb``. Returns the paths written."""
+    solutions = _solution_paths(solutions)
+    out_dir = Path(out_dir) if out_dir else notebooks_dir()
+    written = []
+    for sol in solutions:
+        target = out_dir / sol.name
+        write(student_for(sol), target)
+        written.append(target)
+    return written
+
+
+def comparable(nb) -> dict:
+    """What must match between a generated notebook and the committed one."""
+    cells = []
+    for c in nb.cells:
+        meta = {k: v for k, v in c.metadata.items() if k not in VOLATILE_CELL_METADATA}
+        cells.append(dict(type=c.cell_type, source=c.source, metadata=meta,
+                          outputs=c.get("outputs", [])))
+    nbmeta = {k: v for k, v in nb.metadata.items() if k in ("quack_edu", "kernelspec")}
+    return dict(cells=cells, metadata=nbmeta)
+
+
+def out_of_date(solutions=None, out_dir=None) -> list[str]:
+    """Student notebooks that differ from what their solutions generate (empty: up to date)."""
+    solutions = _solution_paths(solutions)
+    out_dir = Path(out_dir) if out_dir else notebooks_dir()
+    stale = []
+    for sol in solutions:
+        target = out_dir / sol.name
+        if not target.exists():
+            stale.append(f"{target}: missing")
+            continue
+        want, have = comparable(student_for(sol)), comparable(read(target))
+        if want != have:
+            n = next((i for i, (a, b) in enumerate(itertools.zip_longest(want["cells"],
+                                                                         have["cells"]))
+                      if a != b), None)
+            stale.append(f"{target}: differs from {sol}" + (f" at cell {n}" if n is not None
+                                                            else " (metadata)"))
+    return stale
+
+
+def validate_solution(nb, lesson: str) -> list[str]:
+    """Problems with a solution notebook's exercise cells (empty: fine)."""
+    problems = []
+    ids = [grade_id(c) for c in nb.cells if grade_id(c)]
+    dup = {g for g in ids if ids.count(g) > 1}
+    if dup:
+        problems.append(f"duplicate grade_ids {sorted(dup)}")
+    for g in ids:
+        if not re.fullmatch(r"[A-Za-z0-9_\-]+", g):
+            problems.append(f"grade_id {g!r} has characters nbgrader does not allow")
+    exercises = all_exercises(lesson)
+    known = {ex.cell_id for ex in exercises} | {ex.test_cell_id for ex in exercises}
+    for g in ids:
+        if g not in known:
+            problems.append(f"cell {g!r} belongs to no registered exercise of {lesson}")
+    for ex in exercises:
+        a, t = find_cell(nb, ex.cell_id), find_cell(nb, ex.test_cell_id)
+        if a is None or not is_solution_cell(a):
+            problems.append(f"{ex.id}: no solution cell with grade_id {ex.cell_id!r}")
+        elif BEGIN_SOLUTION not in a.source:
+            problems.append(f"{ex.id}: the solution cell has no {BEGIN_SOLUTION!r} region")
+        elif not re.search(rf"\bdef {re.escape(ex.answer)}\b|\b{re.escape(ex.answer)}\s*=",
+                           a.source):
+            problems.append(f"{ex.id}: the solution cell does not define {ex.answer!r}")
+        if t is None or not is_test_cell(t):
+            problems.append(f"{ex.id}: no check cell with grade_id {ex.test_cell_id!r}")
+        else:
+            m = _nbg(t)
+            if m.get("points") != ex.max_points:
+                problems.append(f"{ex.id}: check cell has {m.get('points')} points, the "
+                                f"registry says {ex.max_points}")
+            if f'check("{ex.id}"' not in t.source:
+                problems.append(f"{ex.id}: the check cell does not call check({ex.id!r}, ...)")
+        if a is not None and t is not None and nb.cells.index(a) > nb.cells.index(t):
+            problems.append(f"{ex.id}: the check cell comes before the answer cell")
+    for i, c in enumerate(nb.cells):
+        if c.cell_type == "code" and (c.outputs or c.execution_count):
+            problems.append(f"cell {i} has outputs: solutions are committed without outputs")
+            break
+    return problems
+
+
+# ---- an exercise cell as a module (for tests and instructors) ---------------------------------
+_counter = itertools.count()
+
+
+def answer_from_source(source: str, name: str, prelude: str = PRELUDE):
+    """Execute an exercise cell's source as a module (so the DSL can read its source) and return
+    the object called ``name`` (or ``MISSING``). Raises what the source raises at import."""
+    from .checks import MISSING
+
+    d = Path(tempfile.mkdtemp(prefix="quack_edu_answer_"))
+    modname = f"quack_edu_answer_{os.getpid()}_{next(_counter)}"
+    path = d / f"{modname}.py"
+    path.write_text(prelude + "\n" + source + "\n")
+    spec = importlib.util.spec_from_file_location(modname, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    spec.loader.exec_module(module)
+    return getattr(module, name, MISSING)
+
+
+def exercise_source(nb, ex: Exercise) -> str:
+    cell = find_cell(nb, ex.cell_id)
+    if cell is None:
+        raise KeyError(f"{ex.id}: no cell {ex.cell_id!r} in the notebook")
+    return cell.source
+
+
+# ---- grading ----------------------------------------------------------------------------------
+@dataclass
+class CellEvent:
+    index: int
+    grade_id: str | None
+    kind: str  # "error", "timeout", "died"
+    ename: str = ""
+    evalue: str = ""
+
+    def describe(self, timeout: float) -> str:
+        where = f"cell {self.index}" + (f" ('{self.grade_id}')" if self.grade_id else "")
+        if self.kind == "timeout":
+            return f"{where} ran past the per-cell timeout of {timeout:g} s and was interrupted"
+        if self.kind == "died":
+            return f"{where} crashed the notebook's kernel ({self.evalue or 'it died'})"
+        if self.ename == "NotImplementedError" and not self.evalue:
+            return f"{where} raised NotImplementedError (it uses an exercise not done yet)"
+        return f"{where} raised {self.ename}: {self.evalue}"[:400]
+
+
+def _kernel_env(log: Path, seed: int, hidden: bool) -> dict:
+    from . import ENV_GRADING, ENV_HIDDEN, ENV_LOG, ENV_SEED
+
+    env = dict(os.environ)
+    root = str(repo_root())
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env[ENV_GRADING] = "1"
+    env[ENV_HIDDEN] = "1" if hidden else "0"
+    env[ENV_LOG] = str(log)
+    env[ENV_SEED] = str(seed)
+    env.setdefault("MPLBACKEND", "Agg")
+    env.setdefault("CUTE_DSL_DUMP_DIR", str(log.parent))
+    env.pop("JPY_PARENT_PID", None)
+    return env
+
+
+def _prepare(nb, lesson: str, solutions: Path | None) -> tuple[object, list[str]]:
+    """Overwrite check cells from the solution (restoring hidden tests); re-add missing ones."""
+    notes = []
+    nb = copy.deepcopy(nb)
+    sol_path = (solutions / f"{lesson}.ipynb") if solutions else None
+    if not sol_path or not sol_path.exists():
+        notes.append(f"no solution notebook {sol_path}: check cells run as the learner left them "
+                     "(the hidden checks still run: they live in the registry)")
+        return nb, notes
+    sol = read(sol_path)
+    for cell in sol.cells:
+        if not is_test_cell(cell):
+            continue
+        mine = find_cell(nb, grade_id(cell))
+        if mine is None:
+            nb.cells.append(copy.deepcopy(cell))
+            notes.append(f"check cell '{grade_id(cell)}' was missing and was put back at the end")
+        else:
+            mine.source = cell.source
+            mine.cell_type = "code"
+    for cell in nb.cells:
+        clean_cell(cell)
+    return nb, notes
+
+
+_TIMEOUT = "QuackEduCellTimeout"
+
+
+class _Runner:
+    """Executes cells one at a time, surviving errors, timeouts and dead kernels."""
+
+    def __init__(self, nb, env: dict, cwd: str, timeout: float):
+        from nbclient import NotebookClient
+
+        self.nb = nb
+        self.timeout = timeout
+        # On a timeout nbclient interrupts the kernel and hands back this error as the cell's
+        # reply (and stops listening for the cell's output), so later cells run normally.
+        self.client = NotebookClient(
+            nb, timeout=timeout, kernel_name="python3", allow_errors=True, record_timing=False,
+            shutdown_kernel="immediate", startup_timeout=120, interrupt_on_timeout=True,
+            error_on_timeout={"ename": _TIMEOUT, "evalue": f"ran past {timeout:g} s",
+                              "traceback": []},
+            on_cell_error=self._on_error,
+        )
+        self.env, self.cwd = env, cwd
+        self.ok_cells: list[int] = []
+        self._reply: dict | None = None
+
+    def _on_error(self, cell, cell_index, execute_reply):
+        self._reply = execute_reply.get("content", {})
+
+    def __enter__(self):
+        self._ctx = self.client.setup_kernel(env=self.env, cwd=self.cwd)
+        self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        import gc
+        import logging
+
+        # the output pollers of interrupted or killed cells end with an exception nobody
+        # awaits; collect them now, quietly, instead of logging at interpreter exit
+        log = logging.getLogger("asyncio")
+        level = log.level
+        log.setLevel(logging.CRITICAL)
+        try:
+            return self._ctx.__exit__(*exc)
+        except Exception:
+            return False
+        finally:
+            gc.collect()
+            log.setLevel(level)
+
+    def _exec(self, cell, index, timeout=None) -> CellEvent | None:
+        from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+        old = self.client.timeout
+        if timeout is not None:
+            self.client.timeout = timeout
+        self._reply = None
+        try:
+            self.client.execute_cell(cell, index)
+        except CellTimeoutError:
+            return CellEvent(index, grade_id(cell), "timeout")
+        except DeadKernelError as e:
+            return CellEvent(index, grade_id(cell), "died", evalue=str(e))
+        finally:
+            self.client.timeout = old
+        if self._reply and self._reply.get("ename") == _TIMEOUT:
+            return CellEvent(index, grade_id(cell), "timeout")
+        err = next((o for o in cell.get("outputs", []) if o.get("output_type") == "error"), None)
+        if err is not None:
+            return CellEvent(index, grade_id(cell), "error", err.get("ename", ""),
+                             str(err.get("evalue", "")))
+        return None
+
+    def _restart(self, skip: set[int]) -> None:
+        """A fresh kernel (the old one is killed), then the cells that had run are replayed."""
+        c = self.client
+        try:
+            c._cleanup_kernel()
+        except Exception:
+            pass
+        c.km = c.create_kernel_manager()
+        c.start_new_kernel(env=self.env, cwd=self.cwd)
+        c.start_new_kernel_client()
+        for i in list(self.ok_cells):  # replay the state the notebook had built
+            if i not in skip:
+                self._exec(copy.deepcopy(self.nb.cells[i]), i)
+
+    def _responsive(self) -> bool:
+        timeout = min(15.0, self.timeout)
+        probe = nbformat.v4.new_code_cell("pass")
+        self.nb.cells.append(probe)
+        try:
+            return self._exec(probe, len(self.nb.cells) - 1, timeout=timeout) is None
+        finally:
+            self.nb.cells.pop()
+
+    def _recover(self, skip: set[int]) -> None:
+        """After a timeout (nbclient interrupted the kernel): if it does not answer, restart."""
+        try:
+            if self._responsive():
+                return
+        except Exception:
+            pass
+        self._restart(skip)
+
+    def run(self, cell, index, skip: set[int]) -> CellEvent | None:
+        ev = self._exec(cell, index)
+        if ev is None:
+            self.ok_cells.append(index)
+        elif ev.kind == "timeout":
+            self._recover(skip | {index})
+        elif ev.kind == "died":
+            self._restart(skip | {index})
+        elif ev.kind == "error":
+            self.ok_cells.append(index)  # its definitions before the error still count
+        return ev
+
+
+def grade_notebook(
+    path,
+    *,
+    solutions: Path | str | None = None,
+    timeout: float = 120,
+    seed: int | None = None,
+    hidden: bool = True,
+    executed_dir: Path | str | None = None,
+) -> NotebookResult:
+    """Execute a notebook headless and grade every exercise of its lesson."""
+    from .._env import MODE
+
+    t0 = time.time()
+    path = Path(path)
+    seed = secrets.randbits(31) if seed is None else int(seed)
+    solutions = Path(solutions) if solutions else solutions_dir()
+    mode = "gpu" if MODE.gpu else "compile-only"
+    try:
+        nb = read(path)
+    except Exception as e:
+        res = NotebookResult(str(path), path.stem, mode=mode)
+        res.problems.append(f"cannot read the notebook: {type(e).__name__}: {e}")
+        return res
+    lesson = lesson_of(nb, path)
+    position = {grade_id(c): i for i, c in enumerate(nb.cells) if grade_id(c)}
+    exercises = sorted(all_exercises(lesson), key=lambda e: position.get(e.cell_id, 10**9))
+    res = NotebookResult(str(path), lesson, mode=mode)
+    if not exercises:
+        res.problems.append(f"no exercises are registered for lesson {lesson!r}")
+    nb, notes = _prepare(nb, lesson, solutions)
+    res.problems += notes
+
+    by_cell = {}
+    for ex in exercises:
+        by_cell[ex.cell_id] = ex.id
+        by_cell[ex.test_cell_id] = ex.id
+    events: dict[str, list[CellEvent]] = {ex.id: [] for ex in exercises}
+
+    with tempfile.TemporaryDirectory(prefix="quack_edu_grade_") as tmp:
+        log = Path(tmp) / "results.jsonl"
+        log.touch()
+        env = _kernel_env(log, seed, hidden)
+        finish_ids = []
+        try:
+            with _Runner(nb, env, str(path.parent.resolve()), timeout) as runner:
+                failed_cells: set[int] = set()
+                for i, cell in enumerate(nb.cells):
+                    if cell.cell_type != "code" or not cell.source.strip():
+                        continue
+                    ev = runner.run(cell, i, failed_cells)
+                    if ev is None:
+                        continue
+                    ex_id = by_cell.get(ev.grade_id or "")
+                    if ex_id:
+                        events[ex_id].append(ev)
+                        if ev.kind in ("timeout", "died"):
+                            # do not replay this exercise's cells after a restart
+                            failed_cells |= {j for j, c in enumerate(nb.cells)
+                                             if by_cell.get(grade_id(c) or "") == ex_id}
+                    else:
+                        res.problems.append(ev.describe(timeout))
+                        if ev.kind in ("timeout", "died"):
+                            failed_cells.add(i)
+                # grade what no check cell graded, one cell per exercise (own timeout)
+                imp = nbformat.v4.new_code_cell("import quack_edu.grading as __quack_edu_grading__")
+                nb.cells.append(imp)
+                runner.run(imp, len(nb.cells) - 1, failed_cells)
+                for ex in exercises:
+                    if any(e.kind in ("timeout", "died") for e in events[ex.id]):
+                        continue
+                    cell = nbformat.v4.new_code_cell(
+                        f'__quack_edu_grading__.finish_exercise(globals(), "{ex.id}")')
+                    cell.metadata["quack_edu_finish"] = ex.id
+                    nb.cells.append(cell)
+                    ev = runner.run(cell, len(nb.cells) - 1, failed_cells)
+                    finish_ids.append(ex.id)
+                    if ev is not None:
+                        ev.grade_id = f"grader: {ex.id}"
+                        events[ex.id].append(ev)
+        except Exception as e:  # the kernel could not start, or nbclient itself failed
+            res.problems.append(f"the grader could not run the notebook: {type(e).__name__}: {e}")
+        records = {}
+        for line in log.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            records[rec["exercise"]] = rec["result"]
+        if executed_dir:
+            write(nb, Path(executed_dir) / path.name)
+
+    for ex in exercises:
+        res.exercises.append(_final_result(ex, records.get(ex.id), events[ex.id], timeout, mode))
+    res.seconds = time.time() - t0
+    return res
+
+
+def _final_result(ex: Exercise, record, events: list[CellEvent], timeout, mode) -> ExerciseResult:
+    from . import hints
+
+    if record is not None:
+        r = ExerciseResult.from_json(record)
+    else:
+        r = ExerciseResult(ex.id, ex.title, ex.lesson, dict(ex.points), mode=mode)
+    r.points = dict(ex.points)  # the registry, not the notebook, decides the points
+    hard = [e for e in events if e.kind in ("timeout", "died")]
+    answer_errors = [e for e in events if e.kind == "error" and e.grade_id == ex.cell_id]
+    if hard:
+        e = hard[0]
+        r.forced_status = FAIL
+        hint = (ex.timeout_hint or hints.TIMEOUT) if e.kind == "timeout" else hints.DIED
+        r.forced_message = f"{e.describe(timeout)}. hint: {hint}"
+    elif answer_errors:
+        e = answer_errors[0]
+        if e.ename == "NotImplementedError":
+            r.forced_status = NOT_ATTEMPTED
+            r.forced_message = "not attempted: the exercise cell raises NotImplementedError"
+        else:
+            r.forced_status = FAIL
+            r.forced_message = f"the exercise cell must run cleanly: {e.describe(timeout)}"
+    elif record is None:
+        r.forced_status = FAIL
+        why = "; ".join(e.describe(timeout) for e in events) or "no result came back"
+        r.forced_message = f"not graded: {why}"
+    for e in events:
+        if e.kind == "error" and e.grade_id != ex.cell_id and e.grade_id and record is not None:
+            r.notes.append(e.describe(timeout))
+    return r
+
+
+def grade_paths(paths, **kwargs) -> RunResult:
+    from .._env import MODE
+
+    seed = kwargs.pop("seed", None)
+    seed = secrets.randbits(31) if seed is None else seed
+    hidden = kwargs.get("hidden", True)
+    results = [grade_notebook(p, seed=seed, **kwargs) for p in paths]
+    return RunResult(results, "gpu" if MODE.gpu else "compile-only", MODE.reason, hidden, seed)

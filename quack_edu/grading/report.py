@@ -1,0 +1,346 @@
+"""Results of grading, as data (JSON) and as the short tables learners and instructors read.
+
+    RunResult            score / max_score for the whole run (one or more notebooks)
+      NotebookResult     ... for one notebook, plus cell-level problems (errors, timeouts)
+        ExerciseResult   ... for one exercise, per tier, with each failure's message
+          CheckResult    one check: status, expected, seen, hint
+
+Statuses of a check: ``pass``, ``fail``, ``skip`` (its tier cannot run on this machine),
+``not attempted`` (the answer is missing or still raises NotImplementedError) and ``blocked``
+(a check it needs failed). ``score``/``max_score`` count only tiers that ran; the points of
+skipped tiers are reported as ``skipped_points``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from .registry import COMPILE, GPU, TIERS
+
+PASS, FAIL, SKIP, NOT_ATTEMPTED, BLOCKED = "pass", "fail", "skip", "not attempted", "blocked"
+
+
+@dataclass
+class CheckResult:
+    name: str
+    tier: str
+    status: str
+    message: str = ""
+    expected: str | None = None
+    seen: str | None = None
+    hint: str | None = None
+    hidden: bool = False
+    shortcut: bool = False
+    seconds: float = 0.0
+
+    def failure_text(self) -> str:
+        parts = [f"[{self.tier}] {self.name}: {self.message or self.status}"]
+        if self.expected is not None:
+            parts.append(f"expected {self.expected}")
+        if self.seen is not None:
+            parts.append(f"seen {self.seen}")
+        if self.hint:
+            parts.append(f"hint: {self.hint}")
+        return "; ".join(parts)
+
+
+@dataclass
+class ExerciseResult:
+    id: str
+    title: str
+    lesson: str
+    points: dict
+    checks: list[CheckResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    forced_status: str | None = None  # set when the grader overrides (timeout, cell error)
+    forced_message: str | None = None
+    mode: str = "compile-only"
+
+    # ---- scoring --------------------------------------------------------------------------
+    def tier_status(self, tier: str) -> str:
+        if self.forced_status:
+            return SKIP if (tier == GPU and self.mode != "gpu") else self.forced_status
+        mine = [c for c in self.checks if c.tier == tier]
+        if not mine or all(c.status == SKIP for c in mine):
+            return SKIP
+        if any(c.shortcut for c in self.checks):  # a shortcut anywhere zeroes every tier
+            return FAIL
+        if any(c.status == NOT_ATTEMPTED for c in mine):
+            return NOT_ATTEMPTED
+        return PASS if all(c.status == PASS for c in mine) else FAIL
+
+    def tiers(self) -> dict:
+        out = {}
+        for tier in TIERS:
+            pts = self.points.get(tier, 0)
+            if not pts and not any(c.tier == tier for c in self.checks):
+                continue
+            st = self.tier_status(tier)
+            ran = st != SKIP
+            out[tier] = dict(
+                status=st,
+                score=pts if st == PASS else 0,
+                max_score=pts if ran else 0,
+                skipped_points=0 if ran else pts,
+            )
+        return out
+
+    @property
+    def score(self) -> int:
+        return sum(t["score"] for t in self.tiers().values())
+
+    @property
+    def max_score(self) -> int:
+        return sum(t["max_score"] for t in self.tiers().values())
+
+    @property
+    def skipped_points(self) -> int:
+        return sum(t["skipped_points"] for t in self.tiers().values())
+
+    @property
+    def status(self) -> str:
+        if self.forced_status:
+            return self.forced_status
+        sts = [t["status"] for t in self.tiers().values() if t["status"] != SKIP]
+        if not sts:
+            return SKIP
+        if all(s == PASS for s in sts):
+            return PASS
+        if all(s == NOT_ATTEMPTED for s in sts):
+            return NOT_ATTEMPTED
+        return "partial" if PASS in sts else FAIL
+
+    @property
+    def failures(self) -> list[str]:
+        out = []
+        if self.forced_message:
+            out.append(self.forced_message)
+        out += [c.failure_text() for c in self.checks if c.status == FAIL]
+        if self.status == NOT_ATTEMPTED and not self.forced_message:
+            first = next((c for c in self.checks if c.status == NOT_ATTEMPTED), None)
+            out.append(first.message if first else "not attempted")
+        return out + list(self.notes)
+
+    def to_json(self) -> dict:
+        return dict(
+            id=self.id,
+            title=self.title,
+            lesson=self.lesson,
+            status=self.status,
+            score=self.score,
+            max_score=self.max_score,
+            skipped_points=self.skipped_points,
+            tiers=self.tiers(),
+            failures=self.failures,
+            checks=[asdict(c) for c in self.checks],
+        )
+
+    @classmethod
+    def from_json(cls, d: dict) -> ExerciseResult:
+        r = cls(d["id"], d["title"], d["lesson"], d.get("points", {}))
+        r.checks = [CheckResult(**c) for c in d.get("checks", [])]
+        r.notes = list(d.get("notes", []))
+        r.forced_status = d.get("forced_status")
+        r.forced_message = d.get("forced_message")
+        r.mode = d.get("mode", r.mode)
+        return r
+
+    def to_record(self) -> dict:
+        """Everything needed to rebuild the result (what the notebook kernel sends the grader)."""
+        d = self.to_json()
+        d.update(points=self.points, notes=self.notes, forced_status=self.forced_status,
+                 forced_message=self.forced_message, mode=self.mode)
+        return d
+
+    # ---- text -----------------------------------------------------------------------------
+    def summary(self) -> str:
+        t = self.tiers()
+        bits = []
+        for tier, v in t.items():
+            if v["status"] == SKIP:
+                bits.append(f"{tier} tier not run here ({v['skipped_points']} pt)")
+            else:
+                bits.append(f"{tier} {v['score']}/{v['max_score']}")
+        return f"{self.id}: {self.score}/{self.max_score} points ({', '.join(bits)})"
+
+    def __repr__(self) -> str:
+        return f"<{self.summary()}>"
+
+    def table(self, width: int = 96) -> str:
+        lines = [f"{self.id}  {self.title}"]
+        if self.forced_message:
+            lines.append(f"  FAIL  {self.forced_message}")
+        for c in self.checks:
+            mark = {PASS: "pass", FAIL: "FAIL", SKIP: "skip", NOT_ATTEMPTED: "----",
+                    BLOCKED: "----"}.get(c.status, c.status)
+            name = c.name + (" (hidden)" if c.hidden else "")
+            tail = ""
+            if c.status == SKIP:
+                tail = f"  {c.message}"
+            elif c.status in (NOT_ATTEMPTED, BLOCKED):
+                tail = f"  {c.status}"
+            elif c.status == PASS and c.message:
+                tail = f"  {c.message}"
+            lines.append(_clip(f"  {mark:4}  {c.tier:7}  {name}{tail}", width))
+            if c.status == FAIL:
+                if c.message:
+                    lines.append(_wrap("why", c.message, width))
+                if c.expected is not None:
+                    lines.append(_wrap("expected", c.expected, width))
+                if c.seen is not None:
+                    lines.append(_wrap("seen", c.seen, width))
+                if c.hint:
+                    lines.append(_wrap("hint", c.hint, width))
+        if self.status == NOT_ATTEMPTED:
+            first = next((c for c in self.checks if c.status == NOT_ATTEMPTED), None)
+            if first and first.message:
+                lines.append(_wrap("", first.message, width))
+        for n in self.notes:
+            lines.append(_wrap("note", n, width))
+        lines.append(f"  score  {self.summary().split(': ', 1)[1]}")
+        return "\n".join(lines)
+
+
+def _clip(s: str, width: int) -> str:
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def _wrap(label: str, text: str, width: int) -> str:
+    import textwrap
+
+    head = f"          {label + ':' if label else '':9} "
+    body = textwrap.wrap(str(text), width=max(40, width - len(head))) or [""]
+    pad = " " * len(head)
+    return "\n".join([head + body[0]] + [pad + b for b in body[1:]])
+
+
+@dataclass
+class NotebookResult:
+    path: str
+    lesson: str
+    exercises: list[ExerciseResult] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # cell errors/timeouts outside exercises
+    seconds: float = 0.0
+    mode: str = "compile-only"
+
+    @property
+    def score(self) -> int:
+        return sum(e.score for e in self.exercises)
+
+    @property
+    def max_score(self) -> int:
+        return sum(e.max_score for e in self.exercises)
+
+    @property
+    def skipped_points(self) -> int:
+        return sum(e.skipped_points for e in self.exercises)
+
+    @property
+    def passed(self) -> bool:
+        return all(e.status in (PASS, SKIP) for e in self.exercises) and bool(self.exercises)
+
+    def to_json(self) -> dict:
+        return dict(
+            path=self.path,
+            lesson=self.lesson,
+            score=self.score,
+            max_score=self.max_score,
+            skipped_points=self.skipped_points,
+            seconds=round(self.seconds, 2),
+            problems=self.problems,
+            exercises=[e.to_json() for e in self.exercises],
+        )
+
+    def table(self) -> str:
+        rows = [("exercise", "tier", "points", "result")]
+        notes = {}
+        for e in self.exercises:
+            first = True
+            for tier, v in e.tiers().items():
+                if v["status"] == SKIP:
+                    pts, res = f"-/{v['skipped_points']}", "skipped (needs a Hopper GPU)"
+                else:
+                    pts, res = f"{v['score']}/{v['max_score']}", v["status"]
+                rows.append((e.id if first else "", tier, pts, res))
+                first = False
+            notes[len(rows) - 1] = e.failures
+        total = f"{self.score}/{self.max_score}"
+        rows.append(("total", "", total, f"(+{self.skipped_points} GPU-tier points not run here)"
+                     if self.skipped_points else ""))
+        w = [max(len(r[i]) for r in rows) for i in range(3)]
+        lines = [f"{self.path}  ({self.lesson})"]
+        for i, (a, b, c, d) in enumerate(rows):
+            lines.append(f"  {a:<{w[0]}}  {b:<{w[1]}}  {c:>{w[2]}}  {d}".rstrip())
+            for f in notes.get(i, []):
+                lines.append(" " * (8 + sum(w)) + _clip(f, 150))
+        for p in self.problems:
+            lines.append(f"  note: {_clip(p, 160)}")
+        return "\n".join(lines)
+
+
+@dataclass
+class RunResult:
+    notebooks: list[NotebookResult]
+    mode: str
+    mode_reason: str
+    hidden: bool
+    seed: int | None
+
+    @property
+    def score(self) -> int:
+        return sum(n.score for n in self.notebooks)
+
+    @property
+    def max_score(self) -> int:
+        return sum(n.max_score for n in self.notebooks)
+
+    @property
+    def skipped_points(self) -> int:
+        return sum(n.skipped_points for n in self.notebooks)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.notebooks) and all(n.passed for n in self.notebooks)
+
+    def to_json(self) -> dict:
+        return dict(
+            score=self.score,
+            max_score=self.max_score,
+            skipped_points=self.skipped_points,
+            passed=self.passed,
+            mode=self.mode,
+            mode_reason=self.mode_reason,
+            tiers_run=[COMPILE] + ([GPU] if self.mode == "gpu" else []),
+            hidden_checks=self.hidden,
+            seed=self.seed,
+            notebooks=[n.to_json() for n in self.notebooks],
+        )
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+    def table(self) -> str:
+        out = []
+        if self.mode != "gpu":
+            out.append(
+                f"mode: {self.mode} ({self.mode_reason}); gpu-tier checks are skipped and "
+                "left out of max_score"
+            )
+        else:
+            out.append(f"mode: gpu ({self.mode_reason}); both tiers run")
+        for n in self.notebooks:
+            out.append("")
+            out.append(n.table())
+        if len(self.notebooks) > 1:
+            out.append("")
+            out.append("summary")
+            w = max(len(n.path) for n in self.notebooks)
+            for n in self.notebooks:
+                ok = "pass" if n.passed else "FAIL"
+                out.append(f"  {n.path:<{w}}  {n.score:>3}/{n.max_score:<3}  {ok}")
+            out.append(f"  {'total':<{w}}  {self.score:>3}/{self.max_score:<3}  "
+                       + ("pass" if self.passed else "FAIL"))
+        if self.skipped_points:
+            out.append(f"({self.skipped_points} GPU-tier points not run on this machine)")
+        return "\n".join(out)

@@ -1,0 +1,141 @@
+"""`quack-edu grade` end to end: solutions score full points (of the tiers this machine runs),
+student notebooks score 0, broken notebooks (an infinite loop, exceptions, a shortcut, a kernel
+that dies, a syntax error) are reported exercise by exercise without crashing the grader, and
+the JSON carries score/max_score at every level plus each failure's message."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from quack_edu.grading import COMPILE, GPU, all_exercises, get
+from quack_edu.grading.cli import grade_main
+from quack_edu.grading.notebook import find_cell, notebooks_dir, read, solutions_dir, write
+
+LESSONS = ["00_setup_and_roofline", "01_naive"]
+
+
+def _points(lesson, mode="compile-only"):
+    """Points of the tiers that run in ``mode`` (gpu points count only on a Hopper GPU)."""
+    tiers = (COMPILE, GPU) if mode == "gpu" else (COMPILE,)
+    return sum(ex.points.get(t, 0) for ex in all_exercises(lesson) for t in tiers)
+
+
+def _grade(paths, tmp_path, *extra):
+    out = tmp_path / "grade.json"
+    rc = grade_main([*map(str, paths), "--json", str(out), *extra])
+    return rc, json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_grade_solutions_full_points(tmp_path, capsys):
+    rc, data = _grade([solutions_dir() / f"{le}.ipynb" for le in LESSONS], tmp_path)
+    table = capsys.readouterr().out
+    assert rc == 0, table
+    assert data["passed"] and data["hidden_checks"]
+    mode = data["mode"]
+    assert data["score"] == data["max_score"] == sum(_points(le, mode) for le in LESSONS)
+    for nb in data["notebooks"]:
+        assert nb["score"] == nb["max_score"] == _points(nb["lesson"], mode)
+        assert nb["problems"] == [], nb["problems"]  # every cell ran cleanly
+        for ex in nb["exercises"]:
+            assert ex["status"] == "pass" and ex["score"] == ex["max_score"]
+            assert not ex["failures"]
+            skipped = 0 if mode == "gpu" else get(ex["id"]).points.get(GPU, 0)
+            assert ex["skipped_points"] == skipped
+    assert "summary" in table
+
+
+@pytest.mark.slow
+def test_grade_student_notebooks_zero(tmp_path, capsys):
+    rc, data = _grade([notebooks_dir() / f"{le}.ipynb" for le in LESSONS], tmp_path)
+    table = capsys.readouterr().out
+    assert rc == 1
+    assert data["score"] == 0 and not data["passed"]
+    assert data["max_score"] == sum(_points(le, data["mode"]) for le in LESSONS)
+    for nb in data["notebooks"]:
+        assert nb["score"] == 0
+        for ex in nb["exercises"]:
+            assert ex["status"] == "not attempted" and ex["score"] == 0
+            assert any("not attempted" in f for f in ex["failures"])
+    assert "not attempted" in table and "FAIL" in table
+
+
+def _broken(tmp_path, lesson, answers: dict[str, str]):
+    nb = read(notebooks_dir() / f"{lesson}.ipynb")
+    for ex_id, source in answers.items():
+        find_cell(nb, get(ex_id).cell_id).source = source
+    path = tmp_path / f"{lesson}.ipynb"
+    write(nb, path)
+    return path
+
+
+def _solution_cell(lesson, ex_id):
+    return find_cell(read(solutions_dir() / f"{lesson}.ipynb"), get(ex_id).cell_id).source
+
+
+def _grade_broken(tmp_path, lesson, answers):
+    path = _broken(tmp_path, lesson, answers)
+    out = tmp_path / "grade.json"
+    rc = grade_main([str(path), "--json", str(out), "--timeout", "6", "--no-hidden"])
+    data = json.loads(out.read_text())
+    assert rc == 1 and not data["passed"]
+    nb = data["notebooks"][0]
+    assert {"score", "max_score", "skipped_points", "exercises", "path"} <= set(nb)
+    for e in nb["exercises"]:
+        assert {"score", "max_score", "status", "failures", "checks", "tiers"} <= set(e)
+    return data, {e["id"]: e for e in nb["exercises"]}
+
+
+@pytest.mark.slow
+def test_grade_survives_an_infinite_loop_an_exception_and_a_shortcut(tmp_path, capsys):
+    le = "00_setup_and_roofline"
+    data, ex = _grade_broken(tmp_path, le, {
+        "00.bytes_moved": _solution_cell(le, "00.bytes_moved"),
+        "00.roofline_time_us": (
+            "def roofline_time_us(nbytes, flops, gbps, tflops):\n    while True:\n        pass\n"
+        ),
+        "00.eager_rmsnorm": (
+            "def eager_rmsnorm(x, w, eps=1e-6):\n"
+            "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)\n"
+        ),
+        "00.eager_bytes": "def eager_bytes(M, N, dtype):\n    return M / 0\n\nx = (1 +\n",
+    })
+    assert ex["00.bytes_moved"]["status"] == "pass" and ex["00.bytes_moved"]["score"] == 1
+    loop = ex["00.roofline_time_us"]
+    assert loop["status"] == "fail" and "timeout" in loop["failures"][0], loop
+    short = ex["00.eager_rmsnorm"]
+    assert short["status"] == "fail"
+    assert "instead of computing RMSNorm" in " ".join(short["failures"]), short
+    syntax = ex["00.eager_bytes"]
+    assert syntax["status"] == "fail" and "SyntaxError" in syntax["failures"][0], syntax
+    assert data["score"] == 1 and data["max_score"] == 4
+    assert "timeout" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_grade_survives_a_stuck_kernel_and_a_dead_one(tmp_path):
+    # a hang that ignores the interrupt (as a GPU kernel waiting on a barrier that never
+    # completes would) and a kernel process that dies: both restart the kernel, replay the
+    # cells before, and grading goes on
+    le = "01_naive"
+    data, ex = _grade_broken(tmp_path, le, {
+        "01.sum_squares": (
+            "import signal\n\ndef sum_squares(mX, row, N):\n"
+            "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    while True:\n        pass\n"
+        ),
+        "01.rstd": "import os\n\n@cute.jit\ndef rstd(sum_sq, eps, N):\n    os._exit(3)\n",
+        "01.sectors_per_request": _solution_cell(le, "01.sectors_per_request"),
+    })
+    stuck = ex["01.sum_squares"]
+    assert stuck["status"] == "fail" and "timeout" in stuck["failures"][0], stuck
+    died = ex["01.rstd"]
+    assert died["status"] == "fail" and "crashed" in died["failures"][0], died
+    assert ex["01.sectors_per_request"]["status"] == "pass", ex["01.sectors_per_request"]
+    assert data["score"] == 1
+
+
+def test_grade_usage_errors(tmp_path, capsys):
+    assert grade_main([str(tmp_path / "nope.ipynb")]) == 2
+    assert "no such notebook" in capsys.readouterr().err

@@ -1,0 +1,317 @@
+"""Units of the grader: hints on synthetic failures, the PTX def-use view, scoring, the
+anti-shortcut guard, check(), single-source conversion, recorded results, the traffic counter."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import nbformat
+import pytest
+import torch
+
+from quack_edu.grading import COMPILE, GPU, Check, CheckFailed, Exercise, check, hints, run_exercise
+from quack_edu.grading.checks import Ptx, answer_source, f32_hex, scan_source
+from quack_edu.grading.notebook import (
+    CODE_STUB,
+    answer_from_source,
+    nbgrader_meta,
+    to_student,
+)
+from quack_edu.grading.report import CheckResult, ExerciseResult
+from quack_edu.reference import TOLERANCES, rmsnorm_ref
+
+TOL = TOLERANCES[torch.float32]
+
+
+def _rms_inputs(M=64, N=1000, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(M, N, generator=g)
+    x[1] = 0
+    return x, 1 + 0.5 * torch.randn(N, generator=g)
+
+
+# ---- hints ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("k", [1, 5])
+def test_partial_warp_sum_hint(k):
+    # the sum of squares of 1/2**k of the lanes: out is sqrt(2**k) too large
+    x, w = _rms_inputs()
+    ref = rmsnorm_ref(x, w)
+    hint = hints.diagnose_rmsnorm(ref * math.sqrt(2**k), ref, x, w, 1e-6, tol=TOL)
+    assert hint.startswith(hints.MISSING_SHUFFLE) and f"1/{2**k}" in hint
+
+
+def test_double_count_hint():
+    x, w = _rms_inputs()
+    ref = rmsnorm_ref(x, w)
+    assert hints.DOUBLE_COUNT in hints.diagnose_rmsnorm(ref / 2, ref, x, w, 1e-6, tol=TOL)
+
+
+def test_tail_columns_hint():
+    x, w = _rms_inputs(N=1000)
+    ref = rmsnorm_ref(x, w)
+    out = ref.clone()
+    out[:, 992:] = 7.0  # garbage only after the last full 64-wide tile
+    assert hints.diagnose_rmsnorm(out, ref, x, w, 1e-6, tol=TOL, tile_cols=64) == hints.TAIL_COLUMNS
+    assert hints.diagnose_rmsnorm(out, ref, x, w, 1e-6, tol=TOL) == hints.TAIL_COLUMNS
+
+
+def test_unwritten_rows_hint():
+    x, w = _rms_inputs()
+    ref = rmsnorm_ref(x, w)
+    out = ref.clone()
+    out[32:] = 4242.0
+    hint = hints.diagnose_rmsnorm(out, ref, x, w, 1e-6, tol=TOL, poison=4242.0)
+    assert hint.startswith(hints.NOT_WRITTEN) and "whole rows" in hint
+
+
+@pytest.mark.parametrize("variant", hints.RSTD_VARIANTS + hints.SUM_VARIANTS, ids=lambda v: v.name)
+def test_known_wrong_variants_are_recognised(variant):
+    x, w = _rms_inputs()
+    x = x * (2.0 ** torch.arange(-12, -12 + x.shape[0]).clamp(max=4)).unsqueeze(1) / 8
+    ref = rmsnorm_ref(x, w)
+    out = variant.fn(x, w, 1e-6)
+    every = hints.RSTD_VARIANTS + hints.SUM_VARIANTS
+    assert hints.diagnose_rmsnorm(out, ref, x, w, 1e-6, tol=TOL, variants=every) == variant.hint
+
+
+def test_number_hints():
+    assert "factor of 8" in hints.diagnose_number(800, 100)
+    assert "1/1000" in hints.diagnose_number(1, 1000)
+    assert hints.diagnose_number(101, 100) is None
+
+
+def test_compile_error_hint_and_short_error():
+    err = RuntimeError("\x1b[91merror:\x1b[0m dynamic range should be always preprocessed to IR\n"
+                       "  note: This is a bug in the DSL\n  suggestion: report it")
+    assert hints.diagnose_compile_error(err) == hints.NOT_JIT
+    short = hints.short_error(err)
+    assert "\x1b" not in short and "bug in the DSL" not in short
+    assert "preprocessed" in short
+
+
+# ---- PTX def-use ------------------------------------------------------------------------------
+PTX = """
+.visible .entry k(
+	.param .align 8 .b8 k_param_0[24],
+	.param .f32 k_param_3
+)
+{
+	ld.param.b32 	%r4, [k_param_3];
+	ld.global.b16 	%rs1, [%rd13+-4];
+	cvt.f32.bf16 	%r8, %rs1;
+	fma.rn.f32 	%r9, %r8, %r8, %r33;
+	div.rn.f32 	%r15, %r9, 0f447A0000;
+	add.f32 	%r16, %r4, %r15;
+	rsqrt.approx.f32 	%r2, %r16;
+	@%p1 bra 	$L__BB0_5;
+	st.global.b16 	[%rd16+-4], %rs7;
+}
+"""
+
+
+def test_ptx_def_use():
+    ptx = Ptx(PTX)
+    assert ptx.scalar_params(".f32") == ["k_param_3"]
+    rsqrt = ptx.find("rsqrt.")[0]
+    ops = {a.opcode for a in ptx.ancestors(rsqrt)}
+    assert {"ld.param.b32", "add.f32", "div.rn.f32", "fma.rn.f32", "ld.global.b16"} <= ops
+    assert ptx.find("st.global")[0].dests == []
+    assert f32_hex(1000.0) == "0f447A0000"
+
+
+# ---- scoring ----------------------------------------------------------------------------------
+def test_scoring_counts_only_tiers_that_ran():
+    r = ExerciseResult("01.x", "t", "01_x", {COMPILE: 1, GPU: 2}, mode="compile-only")
+    r.checks = [CheckResult("a", COMPILE, "pass"), CheckResult("b", GPU, "skip")]
+    assert (r.score, r.max_score, r.skipped_points, r.status) == (1, 1, 2, "pass")
+    r.checks[0].status = "fail"
+    assert (r.score, r.max_score, r.status) == (0, 1, "fail")
+    r.forced_status = "fail"  # e.g. a timeout: the gpu tier stays skipped on a CPU machine
+    assert r.tiers()[GPU]["status"] == "skip" and r.max_score == 1
+    back = ExerciseResult.from_json(json.loads(json.dumps(r.to_record())))
+    assert back.to_json() == r.to_json()
+
+
+# ---- running learner code: exceptions, shortcuts ----------------------------------------------
+def _toy(points=None, fn=None):
+    ex = Exercise("99.toy", "99_toy", "toy", "a toy", points or {COMPILE: 1})
+
+    def value(ctx):
+        got = ctx.call(torch.ones(2, 4), torch.ones(4), 1e-6)
+        if not torch.allclose(got.float(), rmsnorm_ref(torch.ones(2, 4), torch.ones(4))):
+            raise CheckFailed("wrong", expected=1, seen=got)
+        return "ok"
+
+    ex.add(Check("values", COMPILE, fn or value))
+    ex.add(Check("values hidden", COMPILE, fn or value, hidden=True))
+    return ex
+
+
+def _fn(src, name="toy"):
+    return answer_from_source(src, name)
+
+
+def test_learner_exception_is_a_failure_not_a_crash():
+    res = run_exercise(_toy(), _fn("def toy(x, w, eps):\n    return 1 / 0\n"))
+    assert res.status == "fail" and "ZeroDivisionError" in res.failures[0]
+
+
+def test_not_implemented_is_not_attempted():
+    stub = CODE_STUB.replace("\n", "\n    ")
+    res = run_exercise(_toy(), _fn(f"def toy(x, w, eps):\n    {stub}\n"))
+    assert res.status == "not attempted" and res.score == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)",
+        "return getattr(torch.nn.functional, 'rms' + '_norm')(x, (x.shape[-1],), w, eps)",
+        "return getattr(torch, 'rms' + '_norm')(x, (x.shape[-1],), w, eps)",
+        "f = getattr(torch.nn, 'RMS' + 'Norm')(x.shape[-1], eps=eps)\n"
+        "    return f(x)",
+        "from quack_edu import reference as r\n    return getattr(r, 'rmsnorm' + '_ref')(x, w)",
+    ],
+    ids=["F.rms_norm", "aliased F.rms_norm", "torch.rms_norm", "nn.RMSNorm", "rmsnorm_ref"],
+)
+def test_calling_a_library_rmsnorm_fails_with_that_reason(body):
+    res = run_exercise(_toy(), _fn(f"def toy(x, w, eps):\n    {body}\n"))
+    assert res.status == "fail" and res.score == 0, res.table()
+    shortcut = [c for c in res.checks if c.shortcut]
+    assert shortcut and "instead of computing RMSNorm itself" in shortcut[0].message
+    assert shortcut[0].hint == hints.SHORTCUT
+
+
+def test_source_scan_ignores_comments_and_strings():
+    f = _fn('def toy(x, w, eps):\n    "not torch.rms_norm"\n    # nor nn.RMSNorm\n    return x\n')
+    assert "rms_norm" in answer_source(f) and scan_source(f) is None
+    g = _fn("def toy(x, w, eps):\n    return torch.nn.functional.rms_norm(x, (4,), w, eps)\n")
+    assert scan_source(g) == "torch's rms_norm"
+
+
+# ---- check() in a notebook --------------------------------------------------------------------
+def test_check_prints_a_table_and_hidden_raises(capsys):
+    good = _fn("def bytes_moved(M, N, dtype):\n"
+               "    s = torch.tensor([], dtype=dtype).element_size()\n"
+               "    return 2 * M * N * s + N * s\n", "bytes_moved")
+    res = check("00.bytes_moved", good, hidden=True)
+    out = capsys.readouterr().out
+    assert "pass" in out and "00.bytes_moved" in out and res.score == 1
+    bad = _fn("def bytes_moved(M, N, dtype):\n    return M * N\n", "bytes_moved")
+    res = check("00.bytes_moved", bad)  # visible: prints, does not raise
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "expected" in out and "seen" in out and res.score == 0
+    with pytest.raises(AssertionError, match="00.bytes_moved"):
+        check("00.bytes_moved", bad, hidden=True, quiet=True)
+
+
+# ---- single source ----------------------------------------------------------------------------
+def _nb(*cells):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = list(cells)
+    return nb
+
+
+def test_to_student_replaces_solutions_and_removes_hidden_tests():
+    ans = nbformat.v4.new_code_cell(
+        "def f(x):\n    '''doc'''\n"
+        "    ### BEGIN SOLUTION\n    return x + 1\n    ### END SOLUTION\n")
+    ans.metadata["nbgrader"] = nbgrader_meta("00_f", solution=True)
+    ans.outputs = [nbformat.v4.new_output("stream", text="hi")]
+    ans.execution_count = 3
+    test = nbformat.v4.new_code_cell(
+        'check("00.f", f)\n### BEGIN HIDDEN TESTS\ncheck("00.f", f, hidden=True)\n'
+        "### END HIDDEN TESTS")
+    test.metadata["nbgrader"] = nbgrader_meta("00_f_check", grade=True, locked=True, points=2)
+    whole = nbformat.v4.new_code_cell("x = 42")
+    whole.metadata["nbgrader"] = nbgrader_meta("00_g", solution=True)
+    text = nbformat.v4.new_markdown_cell("### BEGIN SOLUTION\nthe answer\n### END SOLUTION")
+    text.metadata["nbgrader"] = nbgrader_meta("00_t", solution=True, grade=True, points=1)
+    src = _nb(ans, test, whole, text)
+    out = to_student(src)
+    assert out.cells[0].source == ("def f(x):\n    '''doc'''\n    # YOUR CODE HERE\n"
+                                   "    raise NotImplementedError()\n")
+    assert out.cells[0].outputs == [] and out.cells[0].execution_count is None
+    assert out.cells[0].metadata["nbgrader"] == ans.metadata["nbgrader"]
+    assert out.cells[1].source == 'check("00.f", f)'
+    assert out.cells[1].metadata["nbgrader"]["points"] == 2
+    assert out.cells[2].source == CODE_STUB
+    assert out.cells[3].source == "YOUR ANSWER HERE"
+    assert src.cells[0].outputs, "the solution notebook itself is not changed"
+
+
+def test_to_student_refuses_unmarked_regions():
+    cell = nbformat.v4.new_code_cell("### BEGIN SOLUTION\nx = 1\n### END SOLUTION")
+    with pytest.raises(ValueError, match="not marked nbgrader.solution"):
+        to_student(_nb(cell))
+    cell = nbformat.v4.new_code_cell("### BEGIN SOLUTION\nx = 1\n")
+    cell.metadata["nbgrader"] = nbgrader_meta("a", solution=True)
+    with pytest.raises(ValueError, match="without"):
+        to_student(_nb(cell))
+
+
+# ---- recorded results, traffic ----------------------------------------------------------------
+def test_results_load_and_show(tmp_path, monkeypatch, capsys):
+    from quack_edu import results
+
+    monkeypatch.setenv("QUACK_EDU_RESULTS", str(tmp_path))
+    assert results.load("ladder_fwd") is None
+    results.show("ladder_fwd")
+    assert "no recorded result yet" in capsys.readouterr().out
+    data = {"gpu": "NVIDIA H200", "date": "2026-11-29", "copy_gbps": 4270.0, "rows": [
+        {"stage": "naive", "M": 4096, "N": 4096, "dtype": "bf16", "us": 800.0, "gbps": 83.9,
+         "pct_copy": 1.96},
+        {"stage": "eager", "M": 4096, "N": 4096, "dtype": "bf16", "us": 160.0, "gbps": 419.5,
+         "pct_copy": 9.8}]}
+    (tmp_path / "ladder_fwd.json").write_text(json.dumps(data))
+    assert results.rows("ladder_fwd", stage="naive")[0]["us"] == 800.0
+    results.show("ladder_fwd", stage="naive")
+    out = capsys.readouterr().out
+    assert "NVIDIA H200" in out and "naive" in out and "eager" not in out
+
+
+def test_traffic_counts_kernels_and_bytes():
+    from quack_edu.roofline import traffic
+
+    x = torch.empty(8, 16, dtype=torch.bfloat16, device="meta")
+    ops = traffic(lambda t: (t.float() * 2).view(-1), x)
+    assert [o.op for o in ops] == ["_to_copy", "mul"]
+    assert ops[0].read == 8 * 16 * 2 and ops[0].written == 8 * 16 * 4
+    assert traffic(lambda t: t.float(), torch.empty(4, device="meta")) == []  # fp32: no kernel
+
+
+# ---- the pattern a later lesson follows -------------------------------------------------------
+def test_a_kernel_hole_exercise_in_a_few_lines():
+    from quack_edu.grading import checks
+
+    hole = checks.KernelHole(stage="naive", piece="rstd",
+                             adapt=lambda answer: lambda self, s, eps: answer(s, eps, self.N))
+    ex = Exercise("98.rsqrt", "98_demo", "rstd", "rstd again", {COMPILE: 1, GPU: 1})
+    ex.add(
+        checks.compiles(hole, N=1000),
+        checks.ptx_count(hole, "rsqrt.approx", 1, hint="use cute.math.rsqrt"),
+        checks.no_local_memory(hole),
+        checks.compiles(hole, hidden=True),
+        checks.gpu_values(hole),
+    )
+    ex.validate()
+    src = "@cute.jit\ndef rstd(s, eps, N):\n    return cute.math.rsqrt(s / N + eps)\n"
+    res = run_exercise(ex, _fn(src, "rstd"), hidden=True, gpu=False)
+    assert res.status == "pass" and res.score == 1 and res.skipped_points == 1, res.table()
+    bad = "@cute.jit\ndef rstd(s, eps, N):\n    return 1.0 / cute.math.sqrt(s / N + eps)\n"
+    res = run_exercise(ex, _fn(bad, "rstd"), gpu=False)
+    assert res.status == "fail" and "use cute.math.rsqrt" in res.failures[0], res.table()
+
+
+def test_shortcut_in_compile_only_mode_leaves_the_gpu_tier_skipped():
+    ex = _toy(points={COMPILE: 1, GPU: 1})
+    ex.add(Check("gpu values", GPU, lambda ctx: None))
+    res = run_exercise(ex, _fn("def toy(x, w, eps):\n    return torch.rms_norm(x, (4,), w, eps)\n"),
+                       gpu=False)
+    assert res.tiers()[GPU]["status"] == "skip" and res.max_score == 1 and res.score == 0
+
+
+def test_an_answer_may_be_named_like_a_library_function():
+    f = _fn("def rmsnorm_fwd(x, w, eps):\n    return x\n", "rmsnorm_fwd")
+    assert scan_source(f, allow=("rmsnorm_fwd",)) is None
