@@ -226,12 +226,12 @@ def run(
         "copy_gbps": copy,
         "rows": rows,
     }
-    fns = {f"stage:{s}": stage_fn(s) for s in stages}
+    fns = {s: stage_fn(s) for s in stages}
     if peers:
         fns.update(peer_fns())
     for M, N in shapes:
         for name, fn in fns.items():
-            if N > max_n.get(name.replace("stage:", ""), N):
+            if N > max_n.get(name, N):
                 continue
             small = graph_max_n is None or N <= graph_max_n
             for g in [False, True] if graph and small else [False]:
@@ -270,7 +270,7 @@ def table(result: dict) -> str:
     kernels = list(dict.fromkeys(r["kernel"] for r in result["rows"]))
     shapes = list(dict.fromkeys((r["M"], r["N"], r["graph"]) for r in result["rows"]))
     head = f"{'M x N':>14} {'mode':5} " + " ".join(
-        f"{k.replace('stage:', ''):>13}" for k in kernels
+        f"{k:>13}" for k in kernels
     )
     out = [
         f"{result['gpu']}  {result['date']}  copy {result['copy_gbps']:.0f} GB/s  (GB/s below)",
@@ -304,7 +304,7 @@ def plot(result: dict, path: str) -> None:
                     *zip(*pts, strict=True),
                     marker="o",
                     ls="-" if not g else "--",
-                    label=f"{k.replace('stage:', '')}{' (graph)' if g else ''}",
+                    label=f"{k}{' (graph)' if g else ''}",
                 )
     ax.axhline(
         result["copy_gbps"], color="k", ls=":", label=f"D2D copy {result['copy_gbps']:.0f} GB/s"

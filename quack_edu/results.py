@@ -1,11 +1,16 @@
 """Recorded GPU results, so that lessons read on a machine without a Hopper GPU still show the
 measured numbers (from an H200) instead of failing.
 
-The lead records them on the H200 with ``quack_edu.bench`` into ``benchmarks/results/NAME.json``::
+They are recorded on the H200 with ``quack_edu.bench`` (``scripts/gpu_check.py``) into
+``benchmarks/results/NAME.json``, e.g. ``fwd_bf16.json``::
 
-    {"gpu": "NVIDIA H200", "date": "2026-11-29", "copy_gbps": 4270.0,
-     "rows": [{"stage": "naive", "M": 4096, "N": 4096, "dtype": "bf16",
-               "us": 812.0, "gbps": 82.6, "pct_copy": 1.9}, ...]}
+    {"gpu": "NVIDIA H200", "date": "2026-11-29", "copy_gbps": 4225.0,
+     "rows": [{"kernel": "naive", "M": 32768, "N": 4096, "dtype": "bf16", "graph": false,
+               "us": 2662.8, "gbps": 201.6, "pct_copy": 4.8}, ...]}
+
+``kernel`` is a stage name (naive, warp, block, cluster, cpasync) or a peer: quack, liger,
+torch-compile, torch-eager (``F.rms_norm``, fused in PyTorch) and torch-ops (the same maths as
+separate PyTorch ops: the "eager" RMSNorm of most model code).
 
 ``load(name)`` returns that dict, or None when nothing is recorded yet; ``show`` prints a table
 or says clearly that there is no recorded result. ``QUACK_EDU_RESULTS`` points elsewhere.
@@ -48,7 +53,9 @@ def missing_message(name: str) -> str:
     )
 
 
-def show(name: str, columns=("stage", "M", "N", "dtype", "us", "gbps", "pct_copy"), **where):
+def show(
+    name: str, columns=("kernel", "M", "N", "dtype", "graph", "us", "gbps", "pct_copy"), **where
+):
     """Print a recorded result as a table (or why there is none). Returns the rows shown."""
     data = load(name)
     if data is None:

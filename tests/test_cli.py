@@ -63,7 +63,7 @@ def test_bench_table_formats_recorded_results():
         "copy_gbps": 4273.0,
         "rows": [
             {
-                "kernel": "stage:naive",
+                "kernel": "naive",
                 "M": 32768,
                 "N": 4096,
                 "dtype": "bf16",

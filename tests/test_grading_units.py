@@ -260,15 +260,26 @@ def test_results_load_and_show(tmp_path, monkeypatch, capsys):
     results.show("ladder_fwd")
     assert "no recorded result yet" in capsys.readouterr().out
     data = {"gpu": "NVIDIA H200", "date": "2026-11-29", "copy_gbps": 4270.0, "rows": [
-        {"stage": "naive", "M": 4096, "N": 4096, "dtype": "bf16", "us": 800.0, "gbps": 83.9,
+        {"kernel": "naive", "M": 4096, "N": 4096, "dtype": "bf16", "us": 800.0, "gbps": 83.9,
          "pct_copy": 1.96},
-        {"stage": "eager", "M": 4096, "N": 4096, "dtype": "bf16", "us": 160.0, "gbps": 419.5,
+        {"kernel": "torch-ops", "M": 4096, "N": 4096, "dtype": "bf16", "us": 160.0, "gbps": 419.5,
          "pct_copy": 9.8}]}
     (tmp_path / "ladder_fwd.json").write_text(json.dumps(data))
-    assert results.rows("ladder_fwd", stage="naive")[0]["us"] == 800.0
-    results.show("ladder_fwd", stage="naive")
+    assert results.rows("ladder_fwd", kernel="naive")[0]["us"] == 800.0
+    results.show("ladder_fwd", kernel="naive")
     out = capsys.readouterr().out
-    assert "NVIDIA H200" in out and "naive" in out and "eager" not in out
+    assert "NVIDIA H200" in out and "naive" in out and "torch-ops" not in out
+
+
+def test_recorded_results_are_there_for_the_lessons():
+    from quack_edu import results
+
+    data = results.load("fwd_bf16")
+    assert data and data["gpu"].startswith("NVIDIA H200") and data["copy_gbps"] > 3000
+    kernels = {r["kernel"] for r in data["rows"]}
+    assert {"naive", "warp", "block", "cluster", "cpasync", "quack", "torch-ops"} <= kernels
+    for r in data["rows"]:  # every GB/s is the byte count over the time
+        assert abs(r["gbps"] - r["bytes"] / (r["us"] * 1e-6) / 1e9) < 1e-6 * r["gbps"]
 
 
 def test_traffic_counts_kernels_and_bytes():
