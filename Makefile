@@ -14,7 +14,7 @@ DSL_EXTRA   ?=
 DSL_PKG      = "nvidia-cutlass-dsl[$(DSL_EXTRA)]>=4.8,<4.9"
 PYTEST_JOBS ?= auto
 
-.PHONY: lab test venv student lint gpu-stage clean
+.PHONY: lab test venv student check-notebooks grade lint gpu-stage clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,15 @@ test: venv
 
 student: venv
 	$(VENV)/bin/quack-edu student
+
+# fails when notebooks/ is out of date with solutions/
+check-notebooks: venv
+	$(VENV)/bin/quack-edu student --check
+
+# grade notebooks: make grade NB="notebooks/01_naive.ipynb" (default: every solution)
+NB ?= solutions/*.ipynb
+grade: venv
+	$(VENV)/bin/quack-edu grade $(NB)
 
 lint: venv
 	$(PY) -m ruff check quack_edu tests scripts

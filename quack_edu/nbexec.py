@@ -66,6 +66,57 @@ def _display(*objs, **_):
         print(o)
 
 
+@dataclass
+class CellOutcome:
+    ok: bool
+    seconds: float
+    stdout: str = ""
+    error: str = ""  # the traceback's last lines
+    ename: str = ""
+    evalue: str = ""
+    timed_out: bool = False
+
+
+def exec_cell(source: str, name: str, ns: dict, timeout: float | None = None) -> CellOutcome:
+    """Run one cell's source in ``ns``, registered with linecache under ``name``.
+
+    ``timeout`` (seconds, main thread only) interrupts Python code that runs too long; it cannot
+    interrupt a call blocked inside a C extension (a GPU kernel that never finishes).
+    """
+    src = _strip_magics(source)
+    linecache.cache[name] = (len(src), None, [ln + "\n" for ln in src.splitlines()], name)
+    buf = io.StringIO()
+    t = time.time()
+
+    def on_alarm(signum, frame):
+        raise CellTimeout(f"cell ran past the per-cell timeout of {timeout:g} s")
+
+    old = signal.signal(signal.SIGALRM, on_alarm) if timeout else None
+    if timeout:
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        with contextlib.redirect_stdout(buf):
+            exec(compile(src, name, "exec"), ns)
+        return CellOutcome(True, time.time() - t, buf.getvalue())
+    except BaseException as e:  # noqa: BLE001  (a cell's failure is data, not a crash)
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-6:])
+        return CellOutcome(
+            False,
+            time.time() - t,
+            buf.getvalue(),
+            tb,
+            type(e).__name__,
+            str(e),
+            timed_out=isinstance(e, CellTimeout),
+        )
+    finally:
+        if timeout:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+
+
 def run_notebook(
     path, timeout: float = 300, namespace: dict | None = None, echo=False
 ) -> NotebookRun:
@@ -77,40 +128,16 @@ def run_notebook(
     ns.setdefault("__name__", "__main__")
     ns.setdefault("display", _display)
     run = NotebookRun(str(path), namespace=ns)
-
-    def on_alarm(signum, frame):
-        raise CellTimeout(f"cell ran longer than {timeout} s")
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    try:
-        for i, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
-            src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
-            src = _strip_magics(src)
-            name = f"<cell-{Path(path).stem}-{i}>"
-            lines = [ln + "\n" for ln in src.splitlines()]
-            linecache.cache[name] = (len(src), None, lines, name)
-            buf = io.StringIO()
-            t = time.time()
-            signal.setitimer(signal.ITIMER_REAL, timeout)
-            try:
-                with contextlib.redirect_stdout(buf):
-                    exec(compile(src, name, "exec"), ns)
-                res = CellResult(i, True, time.time() - t, buf.getvalue())
-            except BaseException as e:  # noqa: BLE001  (a cell's failure is data, not a crash)
-                if isinstance(e, KeyboardInterrupt):
-                    raise
-                tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-6:])
-                res = CellResult(i, False, time.time() - t, buf.getvalue(), tb)
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-            run.cells.append(res)
-            if echo:
-                status = "ok " if res.ok else "ERR"
-                print(f"  [{status}] cell {i:2d} {res.seconds:6.1f} s", flush=True)
-                if not res.ok:
-                    print("    " + res.error.strip().replace("\n", "\n    "), flush=True)
-    finally:
-        signal.signal(signal.SIGALRM, old)
+    for i, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
+        src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        out = exec_cell(src, f"<cell-{Path(path).stem}-{i}>", ns, timeout)
+        res = CellResult(i, out.ok, out.seconds, out.stdout, out.error)
+        run.cells.append(res)
+        if echo:
+            status = "ok " if res.ok else "ERR"
+            print(f"  [{status}] cell {i:2d} {res.seconds:6.1f} s", flush=True)
+            if not res.ok:
+                print("    " + res.error.strip().replace("\n", "\n    "), flush=True)
     return run
 
 

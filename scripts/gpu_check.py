@@ -51,6 +51,7 @@ def main() -> int:
     p.add_argument("--shapes", default="32768x256,32768x1024,32768x4096,32768x8192,32768x16384")
     p.add_argument("--tests", default="tests", help="pytest paths for the other gpu tests")
     p.add_argument("--skip-tests", action="store_true")
+    p.add_argument("--value-stages", default=None, help="stages whose value tests run (all)")
     p.add_argument("--skip-bench", action="store_true")
     p.add_argument("--test-timeout", type=int, default=150, help="seconds per pytest process")
     p.add_argument("--bench-timeout", type=int, default=300)
@@ -72,11 +73,22 @@ def main() -> int:
         sys.path.insert(0, str(ROOT))
         from quack_edu.stages import STAGE_ORDER
 
-        runs = [(f"values:{s}", ["tests/test_stages_gpu.py", "-k", s]) for s in STAGE_ORDER]
-        runs.append(("other gpu tests", [*a.tests.split(), "--ignore=tests/test_stages_gpu.py"]))
+        stages = (
+            STAGE_ORDER
+            if not a.value_stages
+            else [s for s in a.value_stages.split(",") if s != "none"]
+        )
+        gpu = ["-m", "gpu"]
+        runs = [(f"values:{s}", [*gpu, "tests/test_stages_gpu.py", "-k", s]) for s in stages]
+        others = [*a.tests.split(), "--ignore=tests/test_stages_gpu.py"]
+        runs.append(("other gpu tests", [*gpu, *others]))
+        # The grader with both tiers (solutions: full points, students: 0) and the solution
+        # notebooks top to bottom in GPU mode; without Jupyter there, both run in-process.
+        grading = ["tests/test_grading_cli.py", "tests/test_notebooks_execute.py"]
+        runs.append(("grading+notebooks", ["-m", "not gpu", *grading]))
         logs = []
         for name, args in runs:
-            cmd = [py, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *args]
+            cmd = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
             rc, text, dt = sh(cmd, timeout=a.test_timeout)
             tail = [ln for ln in text.strip().splitlines() if ln.strip()]
             logs.append(f"==== {name} (rc={rc}, {dt:.0f} s)\n{text}")

@@ -11,7 +11,14 @@ import pytest
 
 from quack_edu.grading import COMPILE, GPU, all_exercises, get
 from quack_edu.grading.cli import grade_main
-from quack_edu.grading.notebook import find_cell, notebooks_dir, read, solutions_dir, write
+from quack_edu.grading.notebook import (
+    find_cell,
+    jupyter_available,
+    notebooks_dir,
+    read,
+    solutions_dir,
+    write,
+)
 
 LESSONS = ["00_setup_and_roofline", "01_naive"]
 
@@ -91,17 +98,22 @@ def _grade_broken(tmp_path, lesson, answers):
 @pytest.mark.slow
 def test_grade_survives_an_infinite_loop_an_exception_and_a_shortcut(tmp_path, capsys):
     le = "00_setup_and_roofline"
-    data, ex = _grade_broken(tmp_path, le, {
-        "00.bytes_moved": _solution_cell(le, "00.bytes_moved"),
-        "00.roofline_time_us": (
-            "def roofline_time_us(nbytes, flops, gbps, tflops):\n    while True:\n        pass\n"
-        ),
-        "00.eager_rmsnorm": (
-            "def eager_rmsnorm(x, w, eps=1e-6):\n"
-            "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)\n"
-        ),
-        "00.eager_bytes": "def eager_bytes(M, N, dtype):\n    return M / 0\n\nx = (1 +\n",
-    })
+    data, ex = _grade_broken(
+        tmp_path,
+        le,
+        {
+            "00.bytes_moved": _solution_cell(le, "00.bytes_moved"),
+            "00.roofline_time_us": (
+                "def roofline_time_us(nbytes, flops, gbps, tflops):\n"
+                "    while True:\n        pass\n"
+            ),
+            "00.eager_rmsnorm": (
+                "def eager_rmsnorm(x, w, eps=1e-6):\n"
+                "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)\n"
+            ),
+            "00.eager_bytes": "def eager_bytes(M, N, dtype):\n    return M / 0\n\nx = (1 +\n",
+        },
+    )
     assert ex["00.bytes_moved"]["status"] == "pass" and ex["00.bytes_moved"]["score"] == 1
     loop = ex["00.roofline_time_us"]
     assert loop["status"] == "fail" and "timeout" in loop["failures"][0], loop
@@ -115,19 +127,24 @@ def test_grade_survives_an_infinite_loop_an_exception_and_a_shortcut(tmp_path, c
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not jupyter_available(), reason="kernel restarts need a Jupyter kernel")
 def test_grade_survives_a_stuck_kernel_and_a_dead_one(tmp_path):
     # a hang that ignores the interrupt (as a GPU kernel waiting on a barrier that never
     # completes would) and a kernel process that dies: both restart the kernel, replay the
     # cells before, and grading goes on
     le = "01_naive"
-    data, ex = _grade_broken(tmp_path, le, {
-        "01.sum_squares": (
-            "import signal\n\ndef sum_squares(mX, row, N):\n"
-            "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    while True:\n        pass\n"
-        ),
-        "01.rstd": "import os\n\n@cute.jit\ndef rstd(sum_sq, eps, N):\n    os._exit(3)\n",
-        "01.sectors_per_request": _solution_cell(le, "01.sectors_per_request"),
-    })
+    data, ex = _grade_broken(
+        tmp_path,
+        le,
+        {
+            "01.sum_squares": (
+                "import signal\n\ndef sum_squares(mX, row, N):\n"
+                "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    while True:\n        pass\n"
+            ),
+            "01.rstd": "import os\n\n@cute.jit\ndef rstd(sum_sq, eps, N):\n    os._exit(3)\n",
+            "01.sectors_per_request": _solution_cell(le, "01.sectors_per_request"),
+        },
+    )
     stuck = ex["01.sum_squares"]
     assert stuck["status"] == "fail" and "timeout" in stuck["failures"][0], stuck
     died = ex["01.rstd"]
@@ -139,3 +156,45 @@ def test_grade_survives_a_stuck_kernel_and_a_dead_one(tmp_path):
 def test_grade_usage_errors(tmp_path, capsys):
     assert grade_main([str(tmp_path / "nope.ipynb")]) == 2
     assert "no such notebook" in capsys.readouterr().err
+
+
+@pytest.fixture
+def without_jupyter(monkeypatch):
+    """Grade as on the H200 device machine: no Jupyter kernel, no nbformat."""
+    from quack_edu.grading import _nblite
+    from quack_edu.grading import notebook as nbmod
+
+    monkeypatch.setattr(nbmod, "jupyter_available", lambda: False)
+    monkeypatch.setattr(nbmod, "nbformat", _nblite)
+
+
+@pytest.mark.slow
+def test_grade_in_process_without_jupyter(tmp_path, capsys, without_jupyter):
+    rc, data = _grade([solutions_dir() / f"{le}.ipynb" for le in LESSONS], tmp_path)
+    assert rc == 0, capsys.readouterr().out
+    assert data["score"] == data["max_score"] == sum(_points(le, data["mode"]) for le in LESSONS)
+    rc, data = _grade([notebooks_dir() / f"{le}.ipynb" for le in LESSONS], tmp_path)
+    assert rc == 1 and data["score"] == 0
+
+
+@pytest.mark.slow
+def test_in_process_grading_survives_a_loop_and_a_shortcut(tmp_path, without_jupyter):
+    le = "00_setup_and_roofline"
+    data, ex = _grade_broken(
+        tmp_path,
+        le,
+        {
+            "00.bytes_moved": _solution_cell(le, "00.bytes_moved"),
+            "00.roofline_time_us": (
+                "def roofline_time_us(nbytes, flops, gbps, tflops):\n"
+                "    while True:\n        pass\n"
+            ),
+            "00.eager_rmsnorm": (
+                "def eager_rmsnorm(x, w, eps=1e-6):\n"
+                "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)\n"
+            ),
+        },
+    )
+    assert ex["00.bytes_moved"]["status"] == "pass"
+    assert "timeout" in ex["00.roofline_time_us"]["failures"][0]
+    assert "instead of computing RMSNorm" in " ".join(ex["00.eager_rmsnorm"]["failures"])

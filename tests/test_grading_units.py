@@ -82,8 +82,10 @@ def test_number_hints():
 
 
 def test_compile_error_hint_and_short_error():
-    err = RuntimeError("\x1b[91merror:\x1b[0m dynamic range should be always preprocessed to IR\n"
-                       "  note: This is a bug in the DSL\n  suggestion: report it")
+    err = RuntimeError(
+        "\x1b[91merror:\x1b[0m dynamic range should be always preprocessed to IR\n"
+        "  note: This is a bug in the DSL\n  suggestion: report it"
+    )
     assert hints.diagnose_compile_error(err) == hints.NOT_JIT
     short = hints.short_error(err)
     assert "\x1b" not in short and "bug in the DSL" not in short
@@ -169,8 +171,7 @@ def test_not_implemented_is_not_attempted():
         "return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)",
         "return getattr(torch.nn.functional, 'rms' + '_norm')(x, (x.shape[-1],), w, eps)",
         "return getattr(torch, 'rms' + '_norm')(x, (x.shape[-1],), w, eps)",
-        "f = getattr(torch.nn, 'RMS' + 'Norm')(x.shape[-1], eps=eps)\n"
-        "    return f(x)",
+        "f = getattr(torch.nn, 'RMS' + 'Norm')(x.shape[-1], eps=eps)\n    return f(x)",
         "from quack_edu import reference as r\n    return getattr(r, 'rmsnorm' + '_ref')(x, w)",
     ],
     ids=["F.rms_norm", "aliased F.rms_norm", "torch.rms_norm", "nn.RMSNorm", "rmsnorm_ref"],
@@ -192,9 +193,12 @@ def test_source_scan_ignores_comments_and_strings():
 
 # ---- check() in a notebook --------------------------------------------------------------------
 def test_check_prints_a_table_and_hidden_raises(capsys):
-    good = _fn("def bytes_moved(M, N, dtype):\n"
-               "    s = torch.tensor([], dtype=dtype).element_size()\n"
-               "    return 2 * M * N * s + N * s\n", "bytes_moved")
+    good = _fn(
+        "def bytes_moved(M, N, dtype):\n"
+        "    s = torch.tensor([], dtype=dtype).element_size()\n"
+        "    return 2 * M * N * s + N * s\n",
+        "bytes_moved",
+    )
     res = check("00.bytes_moved", good, hidden=True)
     out = capsys.readouterr().out
     assert "pass" in out and "00.bytes_moved" in out and res.score == 1
@@ -215,14 +219,15 @@ def _nb(*cells):
 
 def test_to_student_replaces_solutions_and_removes_hidden_tests():
     ans = nbformat.v4.new_code_cell(
-        "def f(x):\n    '''doc'''\n"
-        "    ### BEGIN SOLUTION\n    return x + 1\n    ### END SOLUTION\n")
+        "def f(x):\n    '''doc'''\n    ### BEGIN SOLUTION\n    return x + 1\n    ### END SOLUTION\n"
+    )
     ans.metadata["nbgrader"] = nbgrader_meta("00_f", solution=True)
     ans.outputs = [nbformat.v4.new_output("stream", text="hi")]
     ans.execution_count = 3
     test = nbformat.v4.new_code_cell(
         'check("00.f", f)\n### BEGIN HIDDEN TESTS\ncheck("00.f", f, hidden=True)\n'
-        "### END HIDDEN TESTS")
+        "### END HIDDEN TESTS"
+    )
     test.metadata["nbgrader"] = nbgrader_meta("00_f_check", grade=True, locked=True, points=2)
     whole = nbformat.v4.new_code_cell("x = 42")
     whole.metadata["nbgrader"] = nbgrader_meta("00_g", solution=True)
@@ -230,8 +235,9 @@ def test_to_student_replaces_solutions_and_removes_hidden_tests():
     text.metadata["nbgrader"] = nbgrader_meta("00_t", solution=True, grade=True, points=1)
     src = _nb(ans, test, whole, text)
     out = to_student(src)
-    assert out.cells[0].source == ("def f(x):\n    '''doc'''\n    # YOUR CODE HERE\n"
-                                   "    raise NotImplementedError()\n")
+    assert out.cells[0].source == (
+        "def f(x):\n    '''doc'''\n    # YOUR CODE HERE\n    raise NotImplementedError()\n"
+    )
     assert out.cells[0].outputs == [] and out.cells[0].execution_count is None
     assert out.cells[0].metadata["nbgrader"] == ans.metadata["nbgrader"]
     assert out.cells[1].source == 'check("00.f", f)'
@@ -259,11 +265,31 @@ def test_results_load_and_show(tmp_path, monkeypatch, capsys):
     assert results.load("ladder_fwd") is None
     results.show("ladder_fwd")
     assert "no recorded result yet" in capsys.readouterr().out
-    data = {"gpu": "NVIDIA H200", "date": "2026-11-29", "copy_gbps": 4270.0, "rows": [
-        {"kernel": "naive", "M": 4096, "N": 4096, "dtype": "bf16", "us": 800.0, "gbps": 83.9,
-         "pct_copy": 1.96},
-        {"kernel": "torch-ops", "M": 4096, "N": 4096, "dtype": "bf16", "us": 160.0, "gbps": 419.5,
-         "pct_copy": 9.8}]}
+    data = {
+        "gpu": "NVIDIA H200",
+        "date": "2026-11-29",
+        "copy_gbps": 4270.0,
+        "rows": [
+            {
+                "kernel": "naive",
+                "M": 4096,
+                "N": 4096,
+                "dtype": "bf16",
+                "us": 800.0,
+                "gbps": 83.9,
+                "pct_copy": 1.96,
+            },
+            {
+                "kernel": "torch-ops",
+                "M": 4096,
+                "N": 4096,
+                "dtype": "bf16",
+                "us": 160.0,
+                "gbps": 419.5,
+                "pct_copy": 9.8,
+            },
+        ],
+    }
     (tmp_path / "ladder_fwd.json").write_text(json.dumps(data))
     assert results.rows("ladder_fwd", kernel="naive")[0]["us"] == 800.0
     results.show("ladder_fwd", kernel="naive")
@@ -296,8 +322,11 @@ def test_traffic_counts_kernels_and_bytes():
 def test_a_kernel_hole_exercise_in_a_few_lines():
     from quack_edu.grading import checks
 
-    hole = checks.KernelHole(stage="naive", piece="rstd",
-                             adapt=lambda answer: lambda self, s, eps: answer(s, eps, self.N))
+    hole = checks.KernelHole(
+        stage="naive",
+        piece="rstd",
+        adapt=lambda answer: lambda self, s, eps: answer(s, eps, self.N),
+    )
     ex = Exercise("98.rsqrt", "98_demo", "rstd", "rstd again", {COMPILE: 1, GPU: 1})
     ex.add(
         checks.compiles(hole, N=1000),
@@ -318,8 +347,9 @@ def test_a_kernel_hole_exercise_in_a_few_lines():
 def test_shortcut_in_compile_only_mode_leaves_the_gpu_tier_skipped():
     ex = _toy(points={COMPILE: 1, GPU: 1})
     ex.add(Check("gpu values", GPU, lambda ctx: None))
-    res = run_exercise(ex, _fn("def toy(x, w, eps):\n    return torch.rms_norm(x, (4,), w, eps)\n"),
-                       gpu=False)
+    res = run_exercise(
+        ex, _fn("def toy(x, w, eps):\n    return torch.rms_norm(x, (4,), w, eps)\n"), gpu=False
+    )
     assert res.tiers()[GPU]["status"] == "skip" and res.max_score == 1 and res.score == 0
 
 

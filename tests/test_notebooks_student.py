@@ -63,7 +63,8 @@ def test_student_notebook_hides_solutions(path):
     assert BEGIN_SOLUTION not in text and BEGIN_HIDDEN not in text
     assert "hidden=True" not in text
     for ex in all_exercises(path.stem):
-        cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")
-                    == ex.cell_id)
+        cell = next(
+            c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == ex.cell_id
+        )
         assert "raise NotImplementedError()" in cell.source
     assert all(not c.get("outputs") for c in nb.cells)

@@ -71,8 +71,14 @@ def _record(res: ExerciseResult, answer) -> None:
             f.write(json.dumps({"exercise": res.id, "result": res.to_record()}) + "\n")
 
 
-def check(exercise_id: str, answer=MISSING, *, hidden: bool = False, quiet: bool = False,
-          seed: int | None = None) -> ExerciseResult:
+def check(
+    exercise_id: str,
+    answer=MISSING,
+    *,
+    hidden: bool = False,
+    quiet: bool = False,
+    seed: int | None = None,
+) -> ExerciseResult:
     """Check an answer: print a pass/fail table (what was expected, what was seen, a hint).
 
     ``hidden=True`` adds the hidden checks (more shapes, a fresh seed) and raises AssertionError

@@ -158,8 +158,9 @@ def shortcut_guard():
 
 
 def shortcut_failure(what: str) -> ShortcutUsed:
-    return ShortcutUsed(f"your answer calls {what} instead of computing RMSNorm itself",
-                        hint=hints.SHORTCUT)
+    return ShortcutUsed(
+        f"your answer calls {what} instead of computing RMSNorm itself", hint=hints.SHORTCUT
+    )
 
 
 # ---- the context a check runs in --------------------------------------------------------------
@@ -247,10 +248,14 @@ class Context:
 # ---- running an exercise ----------------------------------------------------------------------
 def not_attempted_message(ex: Exercise, missing: bool) -> str:
     if missing:
-        return (f"not attempted: no `{ex.answer}` is defined (write it in the exercise cell "
-                f"'{ex.cell_id}')")
-    return (f"not attempted: `{ex.answer}` still raises NotImplementedError; replace "
-            "`raise NotImplementedError()` with your code")
+        return (
+            f"not attempted: no `{ex.answer}` is defined (write it in the exercise cell "
+            f"'{ex.cell_id}')"
+        )
+    return (
+        f"not attempted: `{ex.answer}` still raises NotImplementedError; replace "
+        "`raise NotImplementedError()` with your code"
+    )
 
 
 def run_exercise(
@@ -266,8 +271,9 @@ def run_exercise(
 
     gpu = MODE.gpu if gpu is None else gpu
     seed = secrets.randbits(31) if seed is None else int(seed)
-    res = ExerciseResult(ex.id, ex.title, ex.lesson, dict(ex.points),
-                         mode="gpu" if gpu else "compile-only")
+    res = ExerciseResult(
+        ex.id, ex.title, ex.lesson, dict(ex.points), mode="gpu" if gpu else "compile-only"
+    )
     checks = [c for c in ex.checks if hidden or not c.hidden]
     ctx = Context(ex, answer, hidden, seed)
     skip_msg = "needs a Hopper GPU" if not gpu else ""
@@ -286,8 +292,13 @@ def run_exercise(
     shortcut = scan_source(answer, allow=(ex.answer,))
     if shortcut:
         first, *rest = checks
-        add(first, FAIL, shortcut=True, hint=hints.SHORTCUT,
-            message=f"your answer calls {shortcut} instead of computing RMSNorm itself")
+        add(
+            first,
+            FAIL,
+            shortcut=True,
+            hint=hints.SHORTCUT,
+            message=f"your answer calls {shortcut} instead of computing RMSNorm itself",
+        )
         for c in rest:
             if c.tier == GPU and not gpu:
                 add(c, SKIP, message=skip_msg)
@@ -331,22 +342,45 @@ def _run_checks(ex, checks, ctx, res, add, gpu, skip_msg) -> None:
         try:
             detail = c.fn(ctx)
         except ShortcutUsed as e:
-            add(c, FAIL, message=e.message, hint=e.hint, shortcut=True,
-                seconds=time.perf_counter() - t0)
+            add(
+                c,
+                FAIL,
+                message=e.message,
+                hint=e.hint,
+                shortcut=True,
+                seconds=time.perf_counter() - t0,
+            )
         except CheckFailed as e:
-            add(c, FAIL, message=e.message, expected=e.expected, seen=e.seen, hint=e.hint,
-                seconds=time.perf_counter() - t0)
+            add(
+                c,
+                FAIL,
+                message=e.message,
+                expected=e.expected,
+                seen=e.seen,
+                hint=e.hint,
+                seconds=time.perf_counter() - t0,
+            )
         except KeyboardInterrupt:
-            add(c, FAIL, message="interrupted (ran past the time limit?)", hint=hints.TIMEOUT,
-                seconds=time.perf_counter() - t0)
+            add(
+                c,
+                FAIL,
+                message="interrupted (ran past the time limit?)",
+                hint=hints.TIMEOUT,
+                seconds=time.perf_counter() - t0,
+            )
             raise
         except (Exception, SystemExit) as e:  # the learner's code raised: that is the failure
             if is_not_implemented(e):
                 not_attempted = True
                 add(c, NOT_ATTEMPTED, message=not_attempted_message(ex, False))
                 continue
-            add(c, FAIL, message=f"raised {hints.short_error(e)}",
-                hint=hints.diagnose_compile_error(e), seconds=time.perf_counter() - t0)
+            add(
+                c,
+                FAIL,
+                message=f"raised {hints.short_error(e)}",
+                hint=hints.diagnose_compile_error(e),
+                seconds=time.perf_counter() - t0,
+            )
         else:
             passed.add(c.name)
             add(c, PASS, message=str(detail) if detail else "", seconds=time.perf_counter() - t0)
@@ -425,7 +459,9 @@ def value_check(
                 hint = v.hint if v else hints.diagnose_number(got, exp)
                 raise CheckFailed(
                     f"{_call_repr(ctx.exercise.answer, case)} is wrong",
-                    expected=_fmt(exp), seen=_fmt(got), hint=hint,
+                    expected=_fmt(exp),
+                    seen=_fmt(got),
+                    hint=hint,
                 )
         return f"{len(all_cases)} cases"
 
@@ -453,12 +489,14 @@ class KernelHole:
         if not hasattr(base, self.piece):
             raise AttributeError(f"{base.__name__} has no piece {self.piece!r} to override")
         method = self.adapt(answer)
-        return type(f"Learner{base.__name__}", (base,), {self.piece: method,
-                                                           "__module__": __name__})
+        return type(
+            f"Learner{base.__name__}", (base,), {self.piece: method, "__module__": __name__}
+        )
 
 
-def compiles(hole: KernelHole, N: int = 1000, dtypes=("bf16",), name: str | None = None,
-             hidden: bool = False) -> Check:
+def compiles(
+    hole: KernelHole, N: int = 1000, dtypes=("bf16",), name: str | None = None, hidden: bool = False
+) -> Check:
     """The learner's kernel compiles for sm_90a (ptxas included) for each dtype. Named
     "compiles" (hidden: "compiles at a random N"), the name other checks ``need``."""
 
@@ -480,7 +518,8 @@ def compiles(hole: KernelHole, N: int = 1000, dtypes=("bf16",), name: str | None
                     ) from None
                 if rep.target != "sm_90a":
                     raise CheckFailed(
-                        "compiled for the wrong GPU", expected=".target sm_90a",
+                        "compiled for the wrong GPU",
+                        expected=".target sm_90a",
                         seen=f".target {rep.target}",
                         hint="import quack_edu before cutlass (it pins the DSL's target to "
                         "sm_90a when no Hopper GPU is present), then restart the kernel",
@@ -491,8 +530,17 @@ def compiles(hole: KernelHole, N: int = 1000, dtypes=("bf16",), name: str | None
     return Check(name or ("compiles at a random N" if hidden else "compiles"), COMPILE, fn, hidden)
 
 
-def ptx_probe(hole: KernelHole, name: str, probe: Callable, *, N: int = 1000, dtypes=("bf16",),
-              hidden: bool = False, needs=("compiles",), sass: bool = False) -> Check:
+def ptx_probe(
+    hole: KernelHole,
+    name: str,
+    probe: Callable,
+    *,
+    N: int = 1000,
+    dtypes=("bf16",),
+    hidden: bool = False,
+    needs=("compiles",),
+    sass: bool = False,
+) -> Check:
     """``probe(report, ctx)`` looks at the compiled learner kernel and raises CheckFailed."""
 
     def fn(ctx: Context):
@@ -508,8 +556,15 @@ def ptx_probe(hole: KernelHole, name: str, probe: Callable, *, N: int = 1000, dt
     return Check(name, COMPILE, fn, hidden, tuple(needs))
 
 
-def ptx_count(hole: KernelHole, pattern: str, expected: int | tuple[int, int], *, hint: str,
-              what: str | None = None, **kw) -> Check:
+def ptx_count(
+    hole: KernelHole,
+    pattern: str,
+    expected: int | tuple[int, int],
+    *,
+    hint: str,
+    what: str | None = None,
+    **kw,
+) -> Check:
     """The PTX has ``expected`` instructions containing ``pattern`` (an int or a (lo, hi) range)."""
     lo, hi = (expected, expected) if isinstance(expected, int) else expected
 
@@ -517,8 +572,12 @@ def ptx_count(hole: KernelHole, pattern: str, expected: int | tuple[int, int], *
         n = rep.count(pattern)
         if not lo <= n <= hi:
             want = f"{lo}" if lo == hi else f"{lo}..{hi}"
-            raise CheckFailed(f"{what or pattern}: {n} in the PTX", expected=f"{want} `{pattern}`",
-                              seen=f"{n}", hint=hint)
+            raise CheckFailed(
+                f"{what or pattern}: {n} in the PTX",
+                expected=f"{want} `{pattern}`",
+                seen=f"{n}",
+                hint=hint,
+            )
         return f"{n} `{pattern}`"
 
     return ptx_probe(hole, what or f"{expected} `{pattern}` in the PTX", probe, **kw)
@@ -542,8 +601,20 @@ def no_local_memory(hole: KernelHole, **kw) -> Check:
 
 
 _REG = re.compile(r"%[A-Za-z_]+\d*")
-_NO_DEST = ("st.", "bra", "ret", "bar.", "barrier.", "membar", "fence", "red.", "cp.async",
-            "prefetch", "trap", "exit")
+_NO_DEST = (
+    "st.",
+    "bra",
+    "ret",
+    "bar.",
+    "barrier.",
+    "membar",
+    "fence",
+    "red.",
+    "cp.async",
+    "prefetch",
+    "trap",
+    "exit",
+)
 
 
 @dataclass
@@ -704,8 +775,13 @@ def gpu_values(
                 kernel, launch = ctx.launcher(hole, N, dtype, cfg)
                 for M in Ms:
                     x, w = rmsnorm_inputs(M, N, dtype, gen)
-                    check_inputs(x, w, stage=hole.stage, row_align=kernel.row_align,
-                                 max_N=kernel.max_N_for(dtype))
+                    check_inputs(
+                        x,
+                        w,
+                        stage=hole.stage,
+                        row_align=kernel.row_align,
+                        max_N=kernel.max_N_for(dtype),
+                    )
                     out = torch.full_like(x, POISON)
                     poison = out[0, 0].item()
                     launch(x, w, out, EPS)
@@ -716,7 +792,14 @@ def gpu_values(
                     if not ok:
                         exp, seen, nbad, row, col = _describe_mismatch(out, ref, tol)
                         hint = hints.diagnose_rmsnorm(
-                            out, ref, x, w, EPS, tol=tol, poison=poison, variants=variants,
+                            out,
+                            ref,
+                            x,
+                            w,
+                            EPS,
+                            tol=tol,
+                            poison=poison,
+                            variants=variants,
                             tile_cols=tile_cols(N, dtype) if tile_cols else None,
                         )
                         if baseline is not None and _right_with(
@@ -727,13 +810,15 @@ def gpu_values(
                             f"{dt} M={M} N={N} (seed {ctx.seed}): {nbad} of {M * N} outputs differ "
                             f"from rmsnorm_ref beyond atol=rtol={tol['rtol']:g}",
                             expected=f"{exp} at row {row}, column {col}",
-                            seen=seen, hint=hint,
+                            seen=seen,
+                            hint=hint,
                         )
                     n += 1
         return f"{n} shapes x dtypes match rmsnorm_ref"
 
-    default = "values vs rmsnorm_ref" + (", more shapes, grading seed" if hidden else
-                                         " (M in 1/37/199, N=1000, 3 dtypes)")
+    default = "values vs rmsnorm_ref" + (
+        ", more shapes, grading seed" if hidden else " (M in 1/37/199, N=1000, 3 dtypes)"
+    )
     return Check(name or default, GPU, fn, hidden, tuple(needs))
 
 
@@ -786,5 +871,10 @@ def gpu_speed(
             )
         return f"{got:.0f} GB/s = {100 * got / copy:.0f}% of copy ({copy:.0f} GB/s)"
 
-    return Check(name or f"speed >= {100 * fraction:.0f}% of copy bandwidth ({M}x{N} {dtype})",
-                 GPU, fn, hidden, tuple(needs))
+    return Check(
+        name or f"speed >= {100 * fraction:.0f}% of copy bandwidth ({M}x{N} {dtype})",
+        GPU,
+        fn,
+        hidden,
+        tuple(needs),
+    )

@@ -20,34 +20,59 @@ from pathlib import Path
 
 
 def _add_student(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("student", help="regenerate the student notebooks from the solutions",
-                       description="Write notebooks/NN_*.ipynb from solutions/NN_*.ipynb: "
-                       "solutions replaced by stubs, hidden checks removed, outputs cleared.")
-    p.add_argument("solutions", nargs="*", type=Path,
-                   help="solution notebooks (default: every solutions/*.ipynb)")
+    p = sub.add_parser(
+        "student",
+        help="regenerate the student notebooks from the solutions",
+        description="Write notebooks/NN_*.ipynb from solutions/NN_*.ipynb: "
+        "solutions replaced by stubs, hidden checks removed, outputs cleared.",
+    )
+    p.add_argument(
+        "solutions",
+        nargs="*",
+        type=Path,
+        help="solution notebooks (default: every solutions/*.ipynb)",
+    )
     p.add_argument("--out", type=Path, default=None, help="output folder (default: notebooks/)")
-    p.add_argument("--check", action="store_true",
-                   help="write nothing; exit 1 if the student notebooks are out of date")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if the student notebooks are out of date",
+    )
     p.set_defaults(func=run_student)
     return p
 
 
 def _add_grade(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("grade", help="execute notebooks headless and grade their exercises",
-                       description="Execute each notebook in a fresh kernel, grade every "
-                       "exercise of its lesson (hidden checks included), print a table.")
+    p = sub.add_parser(
+        "grade",
+        help="execute notebooks headless and grade their exercises",
+        description="Execute each notebook in a fresh kernel, grade every "
+        "exercise of its lesson (hidden checks included), print a table.",
+    )
     p.add_argument("notebooks", nargs="+", type=Path, help="notebooks to grade")
     p.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
-    p.add_argument("--timeout", type=float, default=120.0,
-                   help="per-cell timeout in seconds (default 120)")
-    p.add_argument("--seed", type=int, default=None,
-                   help="seed of the hidden checks (default: a fresh secret one)")
+    p.add_argument(
+        "--timeout", type=float, default=120.0, help="per-cell timeout in seconds (default 120)"
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the hidden checks (default: a fresh secret one)",
+    )
     p.add_argument("--no-hidden", action="store_true", help="skip the hidden checks")
-    p.add_argument("--solutions", type=Path, default=None,
-                   help="folder of solution notebooks whose check cells are restored "
-                   "(default: solutions/)")
-    p.add_argument("--executed", type=Path, default=None,
-                   help="save the executed notebooks (with outputs) in this folder")
+    p.add_argument(
+        "--solutions",
+        type=Path,
+        default=None,
+        help="folder of solution notebooks whose check cells are restored (default: solutions/)",
+    )
+    p.add_argument(
+        "--executed",
+        type=Path,
+        default=None,
+        help="save the executed notebooks (with outputs) in this folder",
+    )
     p.add_argument("--quiet", action="store_true", help="print only the summary line")
     p.set_defaults(func=run_grade)
     return p
@@ -100,9 +125,11 @@ def run_grade(args) -> int:
     )
     if not args.quiet:
         print(run.table())
-    print(f"score {run.score}/{run.max_score}" +
-          (f" (+{run.skipped_points} GPU-tier points not run here)" if run.skipped_points else "")
-          + (": pass" if run.passed else ": FAIL"))
+    print(
+        f"score {run.score}/{run.max_score}"
+        + (f" (+{run.skipped_points} GPU-tier points not run here)" if run.skipped_points else "")
+        + (": pass" if run.passed else ": FAIL")
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(run.dumps() + "\n")

@@ -92,14 +92,20 @@ def _ansi_free(s: str) -> str:
 # ---- compile errors ---------------------------------------------------------------------------
 _COMPILE_ERRORS: list[tuple[str, str]] = [
     (r"dynamic range should be always preprocessed", NOT_JIT),
-    (r"must be Tensor, not (Float32|Int32|BFloat16|Float16)",
-     "a torch function got a DSL value: inside a kernel use cute.math / cute.arch functions, "
-     "not torch"),
-    (r"is not defined", "a name used in your function is not defined (a typo, or an import "
-     "missing from the cell)"),
+    (
+        r"must be Tensor, not (Float32|Int32|BFloat16|Float16)",
+        "a torch function got a DSL value: inside a kernel use cute.math / cute.arch functions, "
+        "not torch",
+    ),
+    (
+        r"is not defined",
+        "a name used in your function is not defined (a typo, or an import missing from the cell)",
+    ),
     (r"mutually exclusive", "check the keyword arguments of the cute.math call"),
-    (r"(unsupported|not supported) (on|for) (sm_?90|this arch)", "that instruction or type does "
-     "not exist on Hopper (sm_90a)"),
+    (
+        r"(unsupported|not supported) (on|for) (sm_?90|this arch)",
+        "that instruction or type does not exist on Hopper (sm_90a)",
+    ),
     (r"'NoneType'", "a value is None: does your function return its result?"),
 ]
 
@@ -120,8 +126,12 @@ def short_error(exc: BaseException, limit: int = 300) -> str:
     keep its ``error:`` lines, drop source excerpts, notes and suggestions)."""
     text = _ansi_free(str(exc)).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    keep = [ln for ln in lines if not ln.startswith(("|", "-->", "note:", "suggestion:", "= note"))
-            and not re.match(r"^\d+ \|", ln)]
+    keep = [
+        ln
+        for ln in lines
+        if not ln.startswith(("|", "-->", "note:", "suggestion:", "= note"))
+        and not re.match(r"^\d+ \|", ln)
+    ]
     errors = [ln for ln in keep if ln.startswith("error")]
     chosen = errors[-1:] if errors else keep[:3]
     body = " ".join(chosen) or type(exc).__name__
@@ -141,8 +151,7 @@ _RATIO_HINTS: list[tuple[float, str]] = [
     (1e9, "off by a factor of 10^9: GB/s means 10^9 bytes per second"),
     (1e-9, "off by a factor of 10^-9: GB/s means 10^9 bytes per second"),
     (2.0, "off by a factor of 2: count both the reads and the writes, once each"),
-    (0.5, "off by a factor of 1/2: only one direction counted (reads and writes both move "
-          "bytes)"),
+    (0.5, "off by a factor of 1/2: only one direction counted (reads and writes both move bytes)"),
 ]
 
 
@@ -170,8 +179,19 @@ class Variant:
 
 
 # ---- RMSNorm outputs --------------------------------------------------------------------------
-def _rms_variant(x, w, eps, *, count=None, eps_inside=True, squares=True, mean=True, cols=None,
-                 sqrt=False, weight=True):
+def _rms_variant(
+    x,
+    w,
+    eps,
+    *,
+    count=None,
+    eps_inside=True,
+    squares=True,
+    mean=True,
+    cols=None,
+    sqrt=False,
+    weight=True,
+):
     xf = x.float()
     N = xf.shape[-1]
     part = xf if cols is None else xf[:, cols]
@@ -190,26 +210,37 @@ def _rms_variant(x, w, eps, *, count=None, eps_inside=True, squares=True, mean=T
 
 #: known wrong RMSNorms, as functions of (x, w, eps) in fp32
 NO_EPS_V = Variant("no eps", lambda x, w, eps: _rms_variant(x, w, 0.0), NO_EPS)
-EPS_OUTSIDE_V = Variant("eps outside", lambda x, w, eps: _rms_variant(x, w, eps, eps_inside=False),
-                        EPS_OUTSIDE)
-SUM_NOT_MEAN_V = Variant("sum, not mean", lambda x, w, eps: _rms_variant(x, w, eps, mean=False),
-                         SUM_NOT_MEAN)
-SQRT_V = Variant("sqrt, not rsqrt", lambda x, w, eps: _rms_variant(x, w, eps, sqrt=True),
-                 SQRT_NOT_RSQRT)
-N_MINUS_1_V = Variant("divides by N-1",
-                      lambda x, w, eps: _rms_variant(x, w, eps, count=x.shape[-1] - 1), WRONG_COUNT)
-N_PLUS_1_V = Variant("divides by N+1",
-                     lambda x, w, eps: _rms_variant(x, w, eps, count=x.shape[-1] + 1), WRONG_COUNT)
-SKIPS_LAST_V = Variant("skips the last column",
-                       lambda x, w, eps: _rms_variant(x, w, eps, cols=slice(0, x.shape[-1] - 1)),
-                       MISSING_COLUMN)
-SKIPS_FIRST_V = Variant("skips the first column",
-                        lambda x, w, eps: _rms_variant(x, w, eps, cols=slice(1, None)),
-                        MISSING_COLUMN)
-NOT_SQUARED_V = Variant("sums x", lambda x, w, eps: _rms_variant(x, w, eps, squares=False),
-                        NOT_SQUARED)
-NO_WEIGHT_V = Variant("no weight", lambda x, w, eps: _rms_variant(x, w, eps, weight=False),
-                      NO_WEIGHT)
+EPS_OUTSIDE_V = Variant(
+    "eps outside", lambda x, w, eps: _rms_variant(x, w, eps, eps_inside=False), EPS_OUTSIDE
+)
+SUM_NOT_MEAN_V = Variant(
+    "sum, not mean", lambda x, w, eps: _rms_variant(x, w, eps, mean=False), SUM_NOT_MEAN
+)
+SQRT_V = Variant(
+    "sqrt, not rsqrt", lambda x, w, eps: _rms_variant(x, w, eps, sqrt=True), SQRT_NOT_RSQRT
+)
+N_MINUS_1_V = Variant(
+    "divides by N-1", lambda x, w, eps: _rms_variant(x, w, eps, count=x.shape[-1] - 1), WRONG_COUNT
+)
+N_PLUS_1_V = Variant(
+    "divides by N+1", lambda x, w, eps: _rms_variant(x, w, eps, count=x.shape[-1] + 1), WRONG_COUNT
+)
+SKIPS_LAST_V = Variant(
+    "skips the last column",
+    lambda x, w, eps: _rms_variant(x, w, eps, cols=slice(0, x.shape[-1] - 1)),
+    MISSING_COLUMN,
+)
+SKIPS_FIRST_V = Variant(
+    "skips the first column",
+    lambda x, w, eps: _rms_variant(x, w, eps, cols=slice(1, None)),
+    MISSING_COLUMN,
+)
+NOT_SQUARED_V = Variant(
+    "sums x", lambda x, w, eps: _rms_variant(x, w, eps, squares=False), NOT_SQUARED
+)
+NO_WEIGHT_V = Variant(
+    "no weight", lambda x, w, eps: _rms_variant(x, w, eps, weight=False), NO_WEIGHT
+)
 
 # (eps added after the rsqrt is numerically the same as no eps: NO_EPS_V covers it)
 RSTD_VARIANTS = (NO_EPS_V, SUM_NOT_MEAN_V, SQRT_V, N_MINUS_1_V, N_PLUS_1_V)

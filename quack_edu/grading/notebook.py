@@ -35,7 +35,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import nbformat
+try:
+    import nbformat
+except ImportError:  # a machine without Jupyter packages (the H200 device machine)
+    from . import _nblite as nbformat
 
 from .registry import Exercise, all_exercises
 from .report import FAIL, NOT_ATTEMPTED, ExerciseResult, NotebookResult, RunResult
@@ -87,8 +90,13 @@ def lesson_of(nb, path: Path | None = None) -> str:
 
 # ---- nbgrader metadata ------------------------------------------------------------------------
 def nbgrader_meta(grade_id: str, *, solution=False, grade=False, locked=False, points=None) -> dict:
-    meta = dict(schema_version=NBGRADER_SCHEMA, grade=grade, locked=locked, solution=solution,
-                grade_id=grade_id)
+    meta = dict(
+        schema_version=NBGRADER_SCHEMA,
+        grade=grade,
+        locked=locked,
+        solution=solution,
+        grade_id=grade_id,
+    )
     if grade:
         meta["points"] = points if points is not None else 0
     return meta
@@ -106,8 +114,9 @@ def exercise_cells(ex: Exercise, solution_source: str, check_source: str | None 
     answer.metadata["nbgrader"] = nbgrader_meta(ex.cell_id, solution=True)
     answer.metadata["tags"] = ["exercise"]
     test = nbformat.v4.new_code_cell(check_source)
-    test.metadata["nbgrader"] = nbgrader_meta(ex.test_cell_id, grade=True, locked=True,
-                                              points=ex.max_points)
+    test.metadata["nbgrader"] = nbgrader_meta(
+        ex.test_cell_id, grade=True, locked=True, points=ex.max_points
+    )
     test.metadata["tags"] = ["check"]
     return answer, test
 
@@ -228,8 +237,9 @@ def comparable(nb) -> dict:
     cells = []
     for c in nb.cells:
         meta = {k: v for k, v in c.metadata.items() if k not in VOLATILE_CELL_METADATA}
-        cells.append(dict(type=c.cell_type, source=c.source, metadata=meta,
-                          outputs=c.get("outputs", [])))
+        cells.append(
+            dict(type=c.cell_type, source=c.source, metadata=meta, outputs=c.get("outputs", []))
+        )
     nbmeta = {k: v for k, v in nb.metadata.items() if k in ("quack_edu", "kernelspec")}
     return dict(cells=cells, metadata=nbmeta)
 
@@ -246,11 +256,18 @@ def out_of_date(solutions=None, out_dir=None) -> list[str]:
             continue
         want, have = comparable(student_for(sol)), comparable(read(target))
         if want != have:
-            n = next((i for i, (a, b) in enumerate(itertools.zip_longest(want["cells"],
-                                                                         have["cells"]))
-                      if a != b), None)
-            stale.append(f"{target}: differs from {sol}" + (f" at cell {n}" if n is not None
-                                                            else " (metadata)"))
+            n = next(
+                (
+                    i
+                    for i, (a, b) in enumerate(itertools.zip_longest(want["cells"], have["cells"]))
+                    if a != b
+                ),
+                None,
+            )
+            stale.append(
+                f"{target}: differs from {sol}"
+                + (f" at cell {n}" if n is not None else " (metadata)")
+            )
     return stale
 
 
@@ -275,16 +292,19 @@ def validate_solution(nb, lesson: str) -> list[str]:
             problems.append(f"{ex.id}: no solution cell with grade_id {ex.cell_id!r}")
         elif BEGIN_SOLUTION not in a.source:
             problems.append(f"{ex.id}: the solution cell has no {BEGIN_SOLUTION!r} region")
-        elif not re.search(rf"\bdef {re.escape(ex.answer)}\b|\b{re.escape(ex.answer)}\s*=",
-                           a.source):
+        elif not re.search(
+            rf"\bdef {re.escape(ex.answer)}\b|\b{re.escape(ex.answer)}\s*=", a.source
+        ):
             problems.append(f"{ex.id}: the solution cell does not define {ex.answer!r}")
         if t is None or not is_test_cell(t):
             problems.append(f"{ex.id}: no check cell with grade_id {ex.test_cell_id!r}")
         else:
             m = _nbg(t)
             if m.get("points") != ex.max_points:
-                problems.append(f"{ex.id}: check cell has {m.get('points')} points, the "
-                                f"registry says {ex.max_points}")
+                problems.append(
+                    f"{ex.id}: check cell has {m.get('points')} points, the "
+                    f"registry says {ex.max_points}"
+                )
             if f'check("{ex.id}"' not in t.source:
                 problems.append(f"{ex.id}: the check cell does not call check({ex.id!r}, ...)")
         if a is not None and t is not None and nb.cells.index(a) > nb.cells.index(t):
@@ -365,8 +385,10 @@ def _prepare(nb, lesson: str, solutions: Path | None) -> tuple[object, list[str]
     nb = copy.deepcopy(nb)
     sol_path = (solutions / f"{lesson}.ipynb") if solutions else None
     if not sol_path or not sol_path.exists():
-        notes.append(f"no solution notebook {sol_path}: check cells run as the learner left them "
-                     "(the hidden checks still run: they live in the registry)")
+        notes.append(
+            f"no solution notebook {sol_path}: check cells run as the learner left them "
+            "(the hidden checks still run: they live in the registry)"
+        )
         return nb, notes
     sol = read(sol_path)
     for cell in sol.cells:
@@ -398,10 +420,19 @@ class _Runner:
         # On a timeout nbclient interrupts the kernel and hands back this error as the cell's
         # reply (and stops listening for the cell's output), so later cells run normally.
         self.client = NotebookClient(
-            nb, timeout=timeout, kernel_name="python3", allow_errors=True, record_timing=False,
-            shutdown_kernel="immediate", startup_timeout=120, interrupt_on_timeout=True,
-            error_on_timeout={"ename": _TIMEOUT, "evalue": f"ran past {timeout:g} s",
-                              "traceback": []},
+            nb,
+            timeout=timeout,
+            kernel_name="python3",
+            allow_errors=True,
+            record_timing=False,
+            shutdown_kernel="immediate",
+            startup_timeout=120,
+            interrupt_on_timeout=True,
+            error_on_timeout={
+                "ename": _TIMEOUT,
+                "evalue": f"ran past {timeout:g} s",
+                "traceback": [],
+            },
             on_cell_error=self._on_error,
         )
         self.env, self.cwd = env, cwd
@@ -452,8 +483,9 @@ class _Runner:
             return CellEvent(index, grade_id(cell), "timeout")
         err = next((o for o in cell.get("outputs", []) if o.get("output_type") == "error"), None)
         if err is not None:
-            return CellEvent(index, grade_id(cell), "error", err.get("ename", ""),
-                             str(err.get("evalue", "")))
+            return CellEvent(
+                index, grade_id(cell), "error", err.get("ename", ""), str(err.get("evalue", ""))
+            )
         return None
 
     def _restart(self, skip: set[int]) -> None:
@@ -501,6 +533,49 @@ class _Runner:
         return ev
 
 
+class _InProcessRunner:
+    """The same interface as ``_Runner`` for machines without Jupyter (the H200 device machine):
+    cells run in this process, in a namespace of their own, with the grading environment set
+    while they run. A timeout interrupts Python code; a GPU kernel that hangs cannot be
+    interrupted here, so run the grader under an outer timeout on such machines."""
+
+    def __init__(self, nb, env: dict, cwd: str, timeout: float):
+        self.nb, self.env, self.cwd, self.timeout = nb, env, cwd, timeout
+        self.ns: dict = {"__name__": "__main__"}
+
+    def __enter__(self):
+        from ..nbexec import _display
+
+        self._saved_env = dict(os.environ)
+        self._saved_cwd = os.getcwd()
+        os.environ.update({k: v for k, v in self.env.items() if k.startswith(("QUACK_EDU", "MPL"))})
+        os.chdir(self.cwd)
+        self.ns["display"] = _display
+        return self
+
+    def __exit__(self, *exc):
+        os.environ.clear()
+        os.environ.update(self._saved_env)
+        os.chdir(self._saved_cwd)
+        return False
+
+    def run(self, cell, index, skip: set[int]) -> CellEvent | None:
+        from ..nbexec import exec_cell
+
+        out = exec_cell(cell.source, f"<graded-cell-{index}>", self.ns, self.timeout)
+        if out.ok:
+            return None
+        if out.timed_out:
+            return CellEvent(index, grade_id(cell), "timeout")
+        return CellEvent(index, grade_id(cell), "error", out.ename, out.evalue)
+
+
+def jupyter_available() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) for m in ("nbclient", "jupyter_client", "ipykernel"))
+
+
 def grade_notebook(
     path,
     *,
@@ -545,7 +620,8 @@ def grade_notebook(
         env = _kernel_env(log, seed, hidden)
         finish_ids = []
         try:
-            with _Runner(nb, env, str(path.parent.resolve()), timeout) as runner:
+            runner_cls = _Runner if jupyter_available() else _InProcessRunner
+            with runner_cls(nb, env, str(path.parent.resolve()), timeout) as runner:
                 failed_cells: set[int] = set()
                 for i, cell in enumerate(nb.cells):
                     if cell.cell_type != "code" or not cell.source.strip():
@@ -558,8 +634,11 @@ def grade_notebook(
                         events[ex_id].append(ev)
                         if ev.kind in ("timeout", "died"):
                             # do not replay this exercise's cells after a restart
-                            failed_cells |= {j for j, c in enumerate(nb.cells)
-                                             if by_cell.get(grade_id(c) or "") == ex_id}
+                            failed_cells |= {
+                                j
+                                for j, c in enumerate(nb.cells)
+                                if by_cell.get(grade_id(c) or "") == ex_id
+                            }
                     else:
                         res.problems.append(ev.describe(timeout))
                         if ev.kind in ("timeout", "died"):
@@ -572,7 +651,8 @@ def grade_notebook(
                     if any(e.kind in ("timeout", "died") for e in events[ex.id]):
                         continue
                     cell = nbformat.v4.new_code_cell(
-                        f'__quack_edu_grading__.finish_exercise(globals(), "{ex.id}")')
+                        f'__quack_edu_grading__.finish_exercise(globals(), "{ex.id}")'
+                    )
                     cell.metadata["quack_edu_finish"] = ex.id
                     nb.cells.append(cell)
                     ev = runner.run(cell, len(nb.cells) - 1, failed_cells)

@@ -149,8 +149,13 @@ class ExerciseResult:
     def to_record(self) -> dict:
         """Everything needed to rebuild the result (what the notebook kernel sends the grader)."""
         d = self.to_json()
-        d.update(points=self.points, notes=self.notes, forced_status=self.forced_status,
-                 forced_message=self.forced_message, mode=self.mode)
+        d.update(
+            points=self.points,
+            notes=self.notes,
+            forced_status=self.forced_status,
+            forced_message=self.forced_message,
+            mode=self.mode,
+        )
         return d
 
     # ---- text -----------------------------------------------------------------------------
@@ -172,8 +177,13 @@ class ExerciseResult:
         if self.forced_message:
             lines.append(f"  FAIL  {self.forced_message}")
         for c in self.checks:
-            mark = {PASS: "pass", FAIL: "FAIL", SKIP: "skip", NOT_ATTEMPTED: "----",
-                    BLOCKED: "----"}.get(c.status, c.status)
+            mark = {
+                PASS: "pass",
+                FAIL: "FAIL",
+                SKIP: "skip",
+                NOT_ATTEMPTED: "----",
+                BLOCKED: "----",
+            }.get(c.status, c.status)
             name = c.name + (" (hidden)" if c.hidden else "")
             tail = ""
             if c.status == SKIP:
@@ -266,8 +276,16 @@ class NotebookResult:
                 first = False
             notes[len(rows) - 1] = e.failures
         total = f"{self.score}/{self.max_score}"
-        rows.append(("total", "", total, f"(+{self.skipped_points} GPU-tier points not run here)"
-                     if self.skipped_points else ""))
+        rows.append(
+            (
+                "total",
+                "",
+                total,
+                f"(+{self.skipped_points} GPU-tier points not run here)"
+                if self.skipped_points
+                else "",
+            )
+        )
         w = [max(len(r[i]) for r in rows) for i in range(3)]
         lines = [f"{self.path}  ({self.lesson})"]
         for i, (a, b, c, d) in enumerate(rows):
@@ -339,8 +357,10 @@ class RunResult:
             for n in self.notebooks:
                 ok = "pass" if n.passed else "FAIL"
                 out.append(f"  {n.path:<{w}}  {n.score:>3}/{n.max_score:<3}  {ok}")
-            out.append(f"  {'total':<{w}}  {self.score:>3}/{self.max_score:<3}  "
-                       + ("pass" if self.passed else "FAIL"))
+            out.append(
+                f"  {'total':<{w}}  {self.score:>3}/{self.max_score:<3}  "
+                + ("pass" if self.passed else "FAIL")
+            )
         if self.skipped_points:
             out.append(f"({self.skipped_points} GPU-tier points not run on this machine)")
         return "\n".join(out)

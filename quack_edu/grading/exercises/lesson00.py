@@ -1,9 +1,9 @@
 """Lesson 00, setup and roofline: four host-side exercises (compile tier: they run anywhere).
 
-    00.bytes_moved       bytes a fused RMSNorm must move
-    00.roofline_time_us  the roofline's lower bound on time
-    00.eager_rmsnorm     RMSNorm the eager way, from separate PyTorch ops
-    00.eager_bytes       bytes that eager version moves (8 kernels, fp32 intermediates)
+00.bytes_moved       bytes a fused RMSNorm must move
+00.roofline_time_us  the roofline's lower bound on time
+00.eager_rmsnorm     RMSNorm the eager way, from separate PyTorch ops
+00.eager_bytes       bytes that eager version moves (8 kernels, fp32 intermediates)
 """
 
 from __future__ import annotations
@@ -26,12 +26,19 @@ def _size(dtype) -> int:
 def _shape_cases(ctx: Context, hidden: bool):
     """Fixed shapes (and two random ones); the hidden check draws eight with the grading seed."""
     rng = ctx.rng("hidden shapes" if hidden else "shapes")
-    extra = [(rng.randint(1, 70000), rng.randint(1, 40000), rng.choice(DTYPES))
-             for _ in range(8 if hidden else 2)]
+    extra = [
+        (rng.randint(1, 70000), rng.randint(1, 40000), rng.choice(DTYPES))
+        for _ in range(8 if hidden else 2)
+    ]
     if hidden:
         return extra
-    return [(4096, 4096, torch.bfloat16), (1, 1000, torch.float32), (37, 1000, torch.float16),
-            (32768, 8192, torch.bfloat16), (199, 773, torch.float32)] + extra
+    return [
+        (4096, 4096, torch.bfloat16),
+        (1, 1000, torch.float32),
+        (37, 1000, torch.float16),
+        (32768, 8192, torch.bfloat16),
+        (199, 773, torch.float32),
+    ] + extra
 
 
 # ---- 00.bytes_moved ---------------------------------------------------------------------------
@@ -40,34 +47,61 @@ def bytes_moved_ref(M, N, dtype):
     return 2 * M * N * b + N * b
 
 
-bytes_moved = register(Exercise(
-    id="00.bytes_moved",
-    lesson=LESSON,
-    answer="bytes_moved",
-    title="bytes a fused RMSNorm must move: bytes_moved(M, N, dtype)",
-    points={COMPILE: 1},
-    mutants=[
-        Mutant("forgets the write of y", [("2 * M * N * size", "M * N * size")], hint="both"),
-        Mutant("bits for bytes", [(".element_size()", ".element_size() * 8")], hint="bits"),
-        Mutant("forgets the weight", [(" + N * size", "")], hint="weight"),
-    ],
-))
+bytes_moved = register(
+    Exercise(
+        id="00.bytes_moved",
+        lesson=LESSON,
+        answer="bytes_moved",
+        title="bytes a fused RMSNorm must move: bytes_moved(M, N, dtype)",
+        points={COMPILE: 1},
+        mutants=[
+            Mutant("forgets the write of y", [("2 * M * N * size", "M * N * size")], hint="both"),
+            Mutant("bits for bytes", [(".element_size()", ".element_size() * 8")], hint="bits"),
+            Mutant("forgets the weight", [(" + N * size", "")], hint="weight"),
+        ],
+    )
+)
 _BYTES_VARIANTS = [
-    Variant("reads only", lambda M, N, d: M * N * _size(d) + N * _size(d),
-            "count the output too: y is written, M*N elements, as many bytes as x is read "
-            "(reads and writes both move bytes)"),
-    Variant("no weight", lambda M, N, d: 2 * M * N * _size(d),
-            "the weight vector is read too: N more elements (small, but it is traffic)"),
-    Variant("bits", lambda M, N, d: 8 * bytes_moved_ref(M, N, d),
-            "off by a factor of 8: bits where bytes are meant (element_size() is in bytes)"),
-    Variant("x read twice", lambda M, N, d: 3 * M * N * _size(d) + N * _size(d),
-            "a fused kernel reads x once (the row stays on chip between the two passes): "
-            "count the minimum traffic"),
+    Variant(
+        "reads only",
+        lambda M, N, d: M * N * _size(d) + N * _size(d),
+        "count the output too: y is written, M*N elements, as many bytes as x is read "
+        "(reads and writes both move bytes)",
+    ),
+    Variant(
+        "no weight",
+        lambda M, N, d: 2 * M * N * _size(d),
+        "the weight vector is read too: N more elements (small, but it is traffic)",
+    ),
+    Variant(
+        "bits",
+        lambda M, N, d: 8 * bytes_moved_ref(M, N, d),
+        "off by a factor of 8: bits where bytes are meant (element_size() is in bytes)",
+    ),
+    Variant(
+        "x read twice",
+        lambda M, N, d: 3 * M * N * _size(d) + N * _size(d),
+        "a fused kernel reads x once (the row stays on chip between the two passes): "
+        "count the minimum traffic",
+    ),
 ]
-bytes_moved.add(value_check("matches 2*M*N*sizeof(dtype) + N*sizeof(weight)", bytes_moved_ref,
-                            _shape_cases, variants=_BYTES_VARIANTS))
-bytes_moved.add(value_check("random shapes (grading seed)", bytes_moved_ref, _shape_cases,
-                            variants=_BYTES_VARIANTS, hidden=True))
+bytes_moved.add(
+    value_check(
+        "matches 2*M*N*sizeof(dtype) + N*sizeof(weight)",
+        bytes_moved_ref,
+        _shape_cases,
+        variants=_BYTES_VARIANTS,
+    )
+)
+bytes_moved.add(
+    value_check(
+        "random shapes (grading seed)",
+        bytes_moved_ref,
+        _shape_cases,
+        variants=_BYTES_VARIANTS,
+        hidden=True,
+    )
+)
 
 
 # ---- 00.roofline_time_us ----------------------------------------------------------------------
@@ -77,8 +111,15 @@ def roofline_ref(nbytes, flops, gbps, tflops):
 
 def _roofline_cases(ctx: Context, hidden: bool):
     rng = ctx.rng("hidden roof" if hidden else "roof")
-    rand = [(rng.uniform(1e5, 1e10), rng.uniform(1e5, 1e13), rng.uniform(1e3, 5e3),
-             rng.uniform(10, 1000)) for _ in range(8 if hidden else 2)]
+    rand = [
+        (
+            rng.uniform(1e5, 1e10),
+            rng.uniform(1e5, 1e13),
+            rng.uniform(1e3, 5e3),
+            rng.uniform(10, 1000),
+        )
+        for _ in range(8 if hidden else 2)
+    ]
     if hidden:
         return rand
     return rand + [
@@ -90,32 +131,59 @@ def _roofline_cases(ctx: Context, hidden: bool):
     ]
 
 
-roofline = register(Exercise(
-    id="00.roofline_time_us",
-    lesson=LESSON,
-    answer="roofline_time_us",
-    title="the roofline bound: roofline_time_us(nbytes, flops, gbps, tflops)",
-    points={COMPILE: 1},
-    mutants=[
-        Mutant("min, not max", [("max(", "min(")], hint="larger"),
-        Mutant("milliseconds", [("* 1e6", "* 1e3")], hint="unit"),
-        Mutant("adds the two", [("max(t_memory, t_compute)", "(t_memory + t_compute)")],
-               hint="overlap"),
-    ],
-))
+roofline = register(
+    Exercise(
+        id="00.roofline_time_us",
+        lesson=LESSON,
+        answer="roofline_time_us",
+        title="the roofline bound: roofline_time_us(nbytes, flops, gbps, tflops)",
+        points={COMPILE: 1},
+        mutants=[
+            Mutant("min, not max", [("max(", "min(")], hint="larger"),
+            Mutant("milliseconds", [("* 1e6", "* 1e3")], hint="unit"),
+            Mutant(
+                "adds the two",
+                [("max(t_memory, t_compute)", "(t_memory + t_compute)")],
+                hint="overlap",
+            ),
+        ],
+    )
+)
 _ROOF_VARIANTS = [
-    Variant("sum", lambda b, f, g, t: (b / (g * 1e9) + f / (t * 1e12)) * 1e6,
-            "memory and math overlap (other warps compute while some wait on memory): the "
-            "bound is the larger of the two times, not their sum"),
-    Variant("min", lambda b, f, g, t: min(b / (g * 1e9), f / (t * 1e12)) * 1e6,
-            "the slower of the two bounds the kernel: take the larger time, not the smaller"),
-    Variant("memory only", lambda b, f, g, t: b / (g * 1e9) * 1e6,
-            "compute can bound too: take the larger of the memory time and flops / peak"),
+    Variant(
+        "sum",
+        lambda b, f, g, t: (b / (g * 1e9) + f / (t * 1e12)) * 1e6,
+        "memory and math overlap (other warps compute while some wait on memory): the "
+        "bound is the larger of the two times, not their sum",
+    ),
+    Variant(
+        "min",
+        lambda b, f, g, t: min(b / (g * 1e9), f / (t * 1e12)) * 1e6,
+        "the slower of the two bounds the kernel: take the larger time, not the smaller",
+    ),
+    Variant(
+        "memory only",
+        lambda b, f, g, t: b / (g * 1e9) * 1e6,
+        "compute can bound too: take the larger of the memory time and flops / peak",
+    ),
 ]
-roofline.add(value_check("memory-bound, compute-bound and ridge cases", roofline_ref,
-                         _roofline_cases, variants=_ROOF_VARIANTS))
-roofline.add(value_check("random cases (grading seed)", roofline_ref, _roofline_cases,
-                         variants=_ROOF_VARIANTS, hidden=True))
+roofline.add(
+    value_check(
+        "memory-bound, compute-bound and ridge cases",
+        roofline_ref,
+        _roofline_cases,
+        variants=_ROOF_VARIANTS,
+    )
+)
+roofline.add(
+    value_check(
+        "random cases (grading seed)",
+        roofline_ref,
+        _roofline_cases,
+        variants=_ROOF_VARIANTS,
+        hidden=True,
+    )
+)
 
 
 # ---- 00.eager_rmsnorm -------------------------------------------------------------------------
@@ -128,23 +196,31 @@ def eager_rmsnorm_ref(x, w, eps=1e-6):
     return y.to(x.dtype)
 
 
-eager = register(Exercise(
-    id="00.eager_rmsnorm",
-    lesson=LESSON,
-    answer="eager_rmsnorm",
-    title="RMSNorm from separate PyTorch ops (what eager mode runs): eager_rmsnorm(x, w, eps)",
-    points={COMPILE: 1},
-    mutants=[
-        Mutant("calls torch's RMSNorm",
-               [("    xf = x.float()\n",
-                 "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)\n"
-                 "    xf = x.float()\n")],
-               hint="library RMSNorm"),
-        Mutant("forgets eps", [("ms + eps", "ms")], hint="eps"),
-        Mutant("returns fp32", [("return y.to(x.dtype)", "return y")], hint="dtype"),
-        Mutant("mean over rows", [("dim=-1", "dim=0")], hint="last dim"),
-    ],
-))
+eager = register(
+    Exercise(
+        id="00.eager_rmsnorm",
+        lesson=LESSON,
+        answer="eager_rmsnorm",
+        title="RMSNorm from separate PyTorch ops (what eager mode runs): eager_rmsnorm(x, w, eps)",
+        points={COMPILE: 1},
+        mutants=[
+            Mutant(
+                "calls torch's RMSNorm",
+                [
+                    (
+                        "    xf = x.float()\n",
+                        "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)\n"
+                        "    xf = x.float()\n",
+                    )
+                ],
+                hint="library RMSNorm",
+            ),
+            Mutant("forgets eps", [("ms + eps", "ms")], hint="eps"),
+            Mutant("returns fp32", [("return y.to(x.dtype)", "return y")], hint="dtype"),
+            Mutant("mean over rows", [("dim=-1", "dim=0")], hint="last dim"),
+        ],
+    )
+)
 
 
 def _eager_inputs(ctx: Context, salt: str, shapes):
@@ -167,16 +243,25 @@ def _eager_values(shapes, salt):
             y = ctx.call(x.clone(), w.clone(), 1e-6)
             where = f"x {tuple(x.shape)} {str(x.dtype).replace('torch.', '')}"
             if not isinstance(y, torch.Tensor):
-                raise CheckFailed(f"{where}: did not return a tensor", expected="a torch.Tensor",
-                                  seen=type(y).__name__)
+                raise CheckFailed(
+                    f"{where}: did not return a tensor",
+                    expected="a torch.Tensor",
+                    seen=type(y).__name__,
+                )
             if y.shape != x.shape:
-                hint = ("reduce over the last dim (dim=-1, keepdim=True): one mean per row"
-                        if y.numel() != x.numel() else None)
-                raise CheckFailed(f"{where}: wrong shape", expected=tuple(x.shape),
-                                  seen=tuple(y.shape), hint=hint)
+                hint = (
+                    "reduce over the last dim (dim=-1, keepdim=True): one mean per row"
+                    if y.numel() != x.numel()
+                    else None
+                )
+                raise CheckFailed(
+                    f"{where}: wrong shape", expected=tuple(x.shape), seen=tuple(y.shape), hint=hint
+                )
             if y.dtype != x.dtype:
                 raise CheckFailed(
-                    f"{where}: wrong dtype", expected=x.dtype, seen=y.dtype,
+                    f"{where}: wrong dtype",
+                    expected=x.dtype,
+                    seen=y.dtype,
                     hint="return the input's dtype: compute in fp32, then .to(x.dtype) "
                     "(that cast is one of the eager kernels)",
                 )
@@ -191,16 +276,22 @@ def _eager_values(shapes, salt):
                     hints.SQRT_V,
                     hints.NO_WEIGHT_V,
                     hints.EPS_OUTSIDE_V,
-                    Variant("mean over dim 0",
-                            lambda x, w, eps: x.float() * torch.rsqrt(
-                                x.float().pow(2).mean(0, keepdim=True) + eps) * w.float(),
-                            "reduce over the last dim (dim=-1, keepdim=True): one mean per row"),
+                    Variant(
+                        "mean over dim 0",
+                        lambda x, w, eps: (
+                            x.float()
+                            * torch.rsqrt(x.float().pow(2).mean(0, keepdim=True) + eps)
+                            * w.float()
+                        ),
+                        "reduce over the last dim (dim=-1, keepdim=True): one mean per row",
+                    ),
                 )
                 hint = hints.diagnose_rmsnorm(y, ref, x, w, 1e-6, tol=tol, variants=variants)
                 raise CheckFailed(
                     f"{where}: {int(bad.sum())} of {y.numel()} values differ from rmsnorm_ref",
                     expected=f"{ref[tuple(idx)].item():.6g} at {idx}",
-                    seen=f"{y[tuple(idx)].float().item():.6g}", hint=hint,
+                    seen=f"{y[tuple(idx)].float().item():.6g}",
+                    hint=hint,
                 )
             n += 1
         return f"{n} inputs (3 dtypes) match rmsnorm_ref"
@@ -209,7 +300,8 @@ def _eager_values(shapes, salt):
 
 
 eager.check("values vs rmsnorm_ref (M in 1/37/199, N=1000, 3 dtypes)")(
-    _eager_values(lambda ctx: [(1, 1000), (37, 1000), (199, 1000)], "v"))
+    _eager_values(lambda ctx: [(1, 1000), (37, 1000), (199, 1000)], "v")
+)
 
 
 @eager.check("launches separate kernels (eager, not a library call)")
@@ -237,8 +329,15 @@ def _eager_is_eager(ctx: Context):
 
 
 eager.check("ragged shapes (grading seed)", hidden=True)(
-    _eager_values(lambda ctx: [(ctx.rng("m").randint(2, 300), ctx.rng("n").randint(3, 3000)),
-                               (1, 1), (3, 4093)], "h"))
+    _eager_values(
+        lambda ctx: [
+            (ctx.rng("m").randint(2, 300), ctx.rng("n").randint(3, 3000)),
+            (1, 1),
+            (3, 4093),
+        ],
+        "h",
+    )
+)
 
 
 # ---- 00.eager_bytes ---------------------------------------------------------------------------
@@ -263,42 +362,78 @@ def _eager_bytes_formula(M, N, d, *, f=4, casts_for_fp32=False, row_ops=True, ro
     return total
 
 
-eager_bytes = register(Exercise(
-    id="00.eager_bytes",
-    lesson=LESSON,
-    answer="eager_bytes",
-    title="bytes eager PyTorch moves for RMSNorm: eager_bytes(M, N, dtype)",
-    points={COMPILE: 1},
-    mutants=[
-        Mutant("intermediates in the input dtype", [("f = 4  #", "f = b  #")], hint="fp32"),
-        Mutant("casts counted for fp32 too",
-               [("    if dtype != torch.float32:\n        ops.append(full * b + full * f)",
-                 "    ops.append(full * b + full * f)"),
-                ("    if dtype != torch.float32:\n        ops.append(full * f + full * b)",
-                 "    ops.append(full * f + full * b)")],
-               hint="no kernel"),
-        Mutant("forgets the per-row ops",
-               [("        2 * row * f,                 # + eps\n", ""),
-                ("        2 * row * f,                 # rsqrt\n", "")],
-               hint="per-row"),
-    ],
-))
+eager_bytes = register(
+    Exercise(
+        id="00.eager_bytes",
+        lesson=LESSON,
+        answer="eager_bytes",
+        title="bytes eager PyTorch moves for RMSNorm: eager_bytes(M, N, dtype)",
+        points={COMPILE: 1},
+        mutants=[
+            Mutant("intermediates in the input dtype", [("f = 4  #", "f = b  #")], hint="fp32"),
+            Mutant(
+                "casts counted for fp32 too",
+                [
+                    (
+                        "    if dtype != torch.float32:\n        ops.append(full * b + full * f)",
+                        "    ops.append(full * b + full * f)",
+                    ),
+                    (
+                        "    if dtype != torch.float32:\n        ops.append(full * f + full * b)",
+                        "    ops.append(full * f + full * b)",
+                    ),
+                ],
+                hint="no kernel",
+            ),
+            Mutant(
+                "forgets the per-row ops",
+                [
+                    ("        2 * row * f,                 # + eps\n", ""),
+                    ("        2 * row * f,                 # rsqrt\n", ""),
+                ],
+                hint="per-row",
+            ),
+        ],
+    )
+)
 _EAGER_BYTES_VARIANTS = [
-    Variant("input dtype for intermediates",
-            lambda M, N, d: _eager_bytes_formula(M, N, d, f=_size(d)),
-            "x.float() makes every intermediate fp32 (4 bytes per element), whatever x's dtype"),
-    Variant("casts for fp32", lambda M, N, d: _eager_bytes_formula(M, N, d, casts_for_fp32=True),
-            "for fp32 input, x.float() and .to(torch.float32) return x itself: no kernel, "
-            "no bytes"),
-    Variant("no per-row ops", lambda M, N, d: _eager_bytes_formula(M, N, d, row_ops=False),
-            "the per-row ops are kernels too: + eps and rsqrt each read and write M floats "
-            "(small, but count them)"),
-    Variant("no per-row traffic",
-            lambda M, N, d: _eager_bytes_formula(M, N, d, row_ops=False, row_io=False),
-            "the per-row values move bytes too: mean writes M floats, + eps and rsqrt read and "
-            "write them, the multiply reads them (small, but count them)"),
+    Variant(
+        "input dtype for intermediates",
+        lambda M, N, d: _eager_bytes_formula(M, N, d, f=_size(d)),
+        "x.float() makes every intermediate fp32 (4 bytes per element), whatever x's dtype",
+    ),
+    Variant(
+        "casts for fp32",
+        lambda M, N, d: _eager_bytes_formula(M, N, d, casts_for_fp32=True),
+        "for fp32 input, x.float() and .to(torch.float32) return x itself: no kernel, no bytes",
+    ),
+    Variant(
+        "no per-row ops",
+        lambda M, N, d: _eager_bytes_formula(M, N, d, row_ops=False),
+        "the per-row ops are kernels too: + eps and rsqrt each read and write M floats "
+        "(small, but count them)",
+    ),
+    Variant(
+        "no per-row traffic",
+        lambda M, N, d: _eager_bytes_formula(M, N, d, row_ops=False, row_io=False),
+        "the per-row values move bytes too: mean writes M floats, + eps and rsqrt read and "
+        "write them, the multiply reads them (small, but count them)",
+    ),
 ]
-eager_bytes.add(value_check("matches the traffic of the eager sequence (measured)",
-                            eager_bytes_ref, _shape_cases, variants=_EAGER_BYTES_VARIANTS))
-eager_bytes.add(value_check("random shapes (grading seed)", eager_bytes_ref, _shape_cases,
-                            variants=_EAGER_BYTES_VARIANTS, hidden=True))
+eager_bytes.add(
+    value_check(
+        "matches the traffic of the eager sequence (measured)",
+        eager_bytes_ref,
+        _shape_cases,
+        variants=_EAGER_BYTES_VARIANTS,
+    )
+)
+eager_bytes.add(
+    value_check(
+        "random shapes (grading seed)",
+        eager_bytes_ref,
+        _shape_cases,
+        variants=_EAGER_BYTES_VARIANTS,
+        hidden=True,
+    )
+)

@@ -1,8 +1,8 @@
 """Lesson 01, the naive stage: one counting exercise and two holes in the naive kernel.
 
-    01.sum_squares          the first pass over the row, compiled inside the naive kernel
-    01.rstd                 rstd = rsqrt(sum_sq / N + eps), compiled inside the naive kernel
-    01.sectors_per_request  32-byte sectors one warp-wide load touches (why naive is slow)
+01.sum_squares          the first pass over the row, compiled inside the naive kernel
+01.rstd                 rstd = rsqrt(sum_sq / N + eps), compiled inside the naive kernel
+01.sectors_per_request  32-byte sectors one warp-wide load touches (why naive is slow)
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ LESSON = "01_naive"
 SUM_HOLE = KernelHole(
     stage="naive",
     piece="sum_squares",
-    adapt=lambda answer: (lambda self, mX, row: answer(mX, row, self.N)),
+    adapt=lambda answer: lambda self, mX, row: answer(mX, row, self.N),
 )
 FP32_HINT = (
     "square after converting to Float32 (`.to(Float32)`): bf16/fp16 keep 8/11 mantissa bits, "
@@ -46,9 +46,12 @@ def _probe_fp32(rep, ctx):
         return None
     bad = [i for i in Ptx(rep.ptx).instrs if _ARITH_16.match(i.opcode)]
     if bad:
-        raise CheckFailed(f"{len(bad)} arithmetic instructions in 16 bits",
-                          expected="squares and sums in fp32 (fma.rn.f32)",
-                          seen=f"`{bad[0].text}`", hint=FP32_HINT)
+        raise CheckFailed(
+            f"{len(bad)} arithmetic instructions in 16 bits",
+            expected="squares and sums in fp32 (fma.rn.f32)",
+            seen=f"`{bad[0].text}`",
+            hint=FP32_HINT,
+        )
     return "fp32 arithmetic"
 
 
@@ -58,16 +61,20 @@ def _probe_squares(rep, ctx):
         if _SQUARE.match(i.opcode) and len(i.srcs) >= 2 and i.srcs[0] == i.srcs[1]:
             if any(a.opcode.startswith("ld.global") for a in ptx.ancestors(i)):
                 return f"`{i.opcode}` squares a loaded x"
-    raise CheckFailed("no square of x in the PTX",
-                      expected="v * v: a mul/fma whose two factors are the same loaded value",
-                      seen="no such instruction", hint=hints.NOT_SQUARED)
+    raise CheckFailed(
+        "no square of x in the PTX",
+        expected="v * v: a mul/fma whose two factors are the same loaded value",
+        seen="no such instruction",
+        hint=hints.NOT_SQUARED,
+    )
 
 
 def _probe_loop(rep, ctx):
     n = rep.count("ld.global")
     if n > 64:
         raise CheckFailed(
-            "the loop is unrolled at trace time", expected="a device loop: <= 64 global loads",
+            "the loop is unrolled at trace time",
+            expected="a device loop: <= 64 global loads",
             seen=f"{n} ld.global instructions for N={rep.N}",
             hint="cutlass.range_constexpr (or a Python list) copies the body N times; "
             "cutlass.range(N, unroll=4) makes a device loop",
@@ -75,23 +82,35 @@ def _probe_loop(rep, ctx):
     return f"{n} ld.global in a device loop"
 
 
-sum_squares = register(Exercise(
-    id="01.sum_squares",
-    lesson=LESSON,
-    answer="sum_squares",
-    title="the first pass: sum of x[row, j]**2 in fp32, inside the naive kernel",
-    points={COMPILE: 1, GPU: 1},
-    mutants=[
-        Mutant("squares in bf16", [("v = mX[row, j].to(Float32)", "v = mX[row, j]")],
-               hint="Float32"),
-        Mutant("sums x, not x*x", [("acc += v * v", "acc += v")], hint="not x * x",
-               tiers=(COMPILE, GPU)),
-        Mutant("no @cute.jit", [("@cute.jit\n", "")], hint="@cute.jit"),
-        Mutant("skips the last column", [("cutlass.range(N, unroll=4)",
-                                          "cutlass.range(N - 1, unroll=4)")],
-               hint="misses a column", tiers=(GPU,)),
-    ],
-))
+sum_squares = register(
+    Exercise(
+        id="01.sum_squares",
+        lesson=LESSON,
+        answer="sum_squares",
+        title="the first pass: sum of x[row, j]**2 in fp32, inside the naive kernel",
+        points={COMPILE: 1, GPU: 1},
+        mutants=[
+            Mutant(
+                "squares in bf16",
+                [("v = mX[row, j].to(Float32)", "v = mX[row, j]")],
+                hint="Float32",
+            ),
+            Mutant(
+                "sums x, not x*x",
+                [("acc += v * v", "acc += v")],
+                hint="not x * x",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant("no @cute.jit", [("@cute.jit\n", "")], hint="@cute.jit"),
+            Mutant(
+                "skips the last column",
+                [("cutlass.range(N, unroll=4)", "cutlass.range(N - 1, unroll=4)")],
+                hint="misses a column",
+                tiers=(GPU,),
+            ),
+        ],
+    )
+)
 sum_squares.add(
     compiles(SUM_HOLE, N=1000, dtypes=("bf16", "fp32")),
     ptx_probe(SUM_HOLE, "squares x", _probe_squares),
@@ -100,8 +119,12 @@ sum_squares.add(
     no_local_memory(SUM_HOLE),
     compiles(SUM_HOLE, dtypes=("fp16",), hidden=True),
     gpu_values(SUM_HOLE, variants=hints.SUM_VARIANTS),
-    gpu_values(SUM_HOLE, variants=hints.SUM_VARIANTS, hidden=True,
-               name="values at more shapes, grading seed"),
+    gpu_values(
+        SUM_HOLE,
+        variants=hints.SUM_VARIANTS,
+        hidden=True,
+        name="values at more shapes, grading seed",
+    ),
 )
 
 
@@ -109,7 +132,7 @@ sum_squares.add(
 RSTD_HOLE = KernelHole(
     stage="naive",
     piece="rstd",
-    adapt=lambda answer: (lambda self, sum_sq, eps: answer(sum_sq, eps, self.N)),
+    adapt=lambda answer: lambda self, sum_sq, eps: answer(sum_sq, eps, self.N),
 )
 
 
@@ -128,38 +151,54 @@ def _probe_rsqrt(rep, ctx):
     if is_rsqrt:
         return f"`{root.opcode}` (MUFU.RSQ in SASS)"
     if root is None:
-        raise CheckFailed("no square root in the PTX", expected="one rsqrt.approx.f32",
-                          seen="neither rsqrt nor sqrt",
-                          hint="rstd = 1 / sqrt(mean + eps): cute.math.rsqrt computes it in one "
-                          "instruction")
-    divides = [i for i in ptx.instrs
-               if (i.opcode.startswith("rcp") and set(i.srcs) & set(root.dests))
-               or (i.opcode.startswith("div") and i.srcs and i.srcs[-1] in root.dests)]
+        raise CheckFailed(
+            "no square root in the PTX",
+            expected="one rsqrt.approx.f32",
+            seen="neither rsqrt nor sqrt",
+            hint="rstd = 1 / sqrt(mean + eps): cute.math.rsqrt computes it in one instruction",
+        )
+    divides = [
+        i
+        for i in ptx.instrs
+        if (i.opcode.startswith("rcp") and set(i.srcs) & set(root.dests))
+        or (i.opcode.startswith("div") and i.srcs and i.srcs[-1] in root.dests)
+    ]
     if divides:
         raise CheckFailed(
-            "1/sqrt in two instructions", expected="one rsqrt.approx.f32 (MUFU.RSQ)",
+            "1/sqrt in two instructions",
+            expected="one rsqrt.approx.f32 (MUFU.RSQ)",
             seen=f"`{root.opcode}` then `{divides[0].opcode}`",
             hint="the value is right but costs a square root and a division: cute.math.rsqrt "
             "is one instruction",
         )
-    raise CheckFailed("no rsqrt in the PTX", expected="rsqrt.approx.f32",
-                      seen=f"`{root.opcode}` whose result is not inverted",
-                      hint=hints.SQRT_NOT_RSQRT)
+    raise CheckFailed(
+        "no rsqrt in the PTX",
+        expected="rsqrt.approx.f32",
+        seen=f"`{root.opcode}` whose result is not inverted",
+        hint=hints.SQRT_NOT_RSQRT,
+    )
 
 
 def _probe_eps(rep, ctx):
     ptx = Ptx(rep.ptx)
     loads = [ld for p in ptx.scalar_params(".f32") for ld in ptx.param_loads(p)]
     if not loads:
-        raise CheckFailed("eps is never used", expected="eps added to the mean of squares",
-                          seen="the kernel's eps parameter is never read", hint=hints.NO_EPS)
+        raise CheckFailed(
+            "eps is never used",
+            expected="eps added to the mean of squares",
+            seen="the kernel's eps parameter is never read",
+            hint=hints.NO_EPS,
+        )
     root, _ = _root(ptx)
     if root is None:
         return None  # the rsqrt check reports this
     if not {ld.index for ld in loads} & {a.index for a in ptx.ancestors(root)}:
-        raise CheckFailed("eps does not reach the square root",
-                          expected=f"eps in the input of `{root.opcode}`",
-                          seen="eps used after it", hint=hints.EPS_OUTSIDE)
+        raise CheckFailed(
+            "eps does not reach the square root",
+            expected=f"eps in the input of `{root.opcode}`",
+            seen="eps used after it",
+            hint=hints.EPS_OUTSIDE,
+        )
     return "eps flows into the rsqrt"
 
 
@@ -174,14 +213,25 @@ def _probe_mean(rep, ctx):
     ops = [o for a in chain for o in a.operands]
     if any(c in o for c in want for o in ops):
         return f"divides by N={N}"
-    scale = [o for a in chain if a.opcode.startswith(("div", "mul", "fma", "rcp"))
-             for o in a.operands if re.fullmatch(r"0f[0-9A-Fa-f]{8}", o)]
+    scale = [
+        o
+        for a in chain
+        if a.opcode.startswith(("div", "mul", "fma", "rcp"))
+        for o in a.operands
+        if re.fullmatch(r"0f[0-9A-Fa-f]{8}", o)
+    ]
     consts = sorted({c for c in scale if _f32(c) not in (0.0, 1.0)})
-    seen = "no division: the sum itself" if not consts else "a scale by " + ", ".join(
-        f"{_f32(c):g}" for c in consts)
-    raise CheckFailed(f"the sum of squares is not divided by N={N}",
-                      expected=f"sum_sq / {N} (PTX constant {f32_hex(float(N))}) before the rsqrt",
-                      seen=seen, hint=hints.SUM_NOT_MEAN if not consts else hints.WRONG_COUNT)
+    seen = (
+        "no division: the sum itself"
+        if not consts
+        else "a scale by " + ", ".join(f"{_f32(c):g}" for c in consts)
+    )
+    raise CheckFailed(
+        f"the sum of squares is not divided by N={N}",
+        expected=f"sum_sq / {N} (PTX constant {f32_hex(float(N))}) before the rsqrt",
+        seen=seen,
+        hint=hints.SUM_NOT_MEAN if not consts else hints.WRONG_COUNT,
+    )
 
 
 def _f32(hexconst: str) -> float:
@@ -190,32 +240,49 @@ def _f32(hexconst: str) -> float:
     return struct.unpack(">f", bytes.fromhex(hexconst[2:]))[0]
 
 
-rstd = register(Exercise(
-    id="01.rstd",
-    lesson=LESSON,
-    answer="rstd",
-    title="rstd = 1/sqrt(sum_sq / N + eps), inside the naive kernel",
-    points={COMPILE: 1, GPU: 1},
-    mutants=[
-        Mutant("forgets eps", [("sum_sq / N + eps", "sum_sq / N")], hint="eps must be added",
-               tiers=(COMPILE, GPU)),
-        Mutant("sum, not mean", [("sum_sq / N + eps", "sum_sq + eps")], hint="sqrt(N)",
-               tiers=(COMPILE, GPU)),
-        Mutant("sqrt, not rsqrt", [("cute.math.rsqrt(", "cute.math.sqrt(")], hint="RMS itself",
-               tiers=(COMPILE, GPU)),
-    ],
-))
+rstd = register(
+    Exercise(
+        id="01.rstd",
+        lesson=LESSON,
+        answer="rstd",
+        title="rstd = 1/sqrt(sum_sq / N + eps), inside the naive kernel",
+        points={COMPILE: 1, GPU: 1},
+        mutants=[
+            Mutant(
+                "forgets eps",
+                [("sum_sq / N + eps", "sum_sq / N")],
+                hint="eps must be added",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "sum, not mean",
+                [("sum_sq / N + eps", "sum_sq + eps")],
+                hint="sqrt(N)",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "sqrt, not rsqrt",
+                [("cute.math.rsqrt(", "cute.math.sqrt(")],
+                hint="RMS itself",
+                tiers=(COMPILE, GPU),
+            ),
+        ],
+    )
+)
 rstd.add(
     compiles(RSTD_HOLE, N=1000, dtypes=("bf16", "fp32")),
     ptx_probe(RSTD_HOLE, "one rsqrt instruction", _probe_rsqrt),
     ptx_probe(RSTD_HOLE, "eps is added before the rsqrt", _probe_eps),
     ptx_probe(RSTD_HOLE, "the sum is divided by N (a mean)", _probe_mean),
     compiles(RSTD_HOLE, dtypes=("fp16",), hidden=True),
-    ptx_probe(RSTD_HOLE, "divides by N at a random N", _probe_mean, dtypes=("fp16",),
-              hidden=True),
+    ptx_probe(RSTD_HOLE, "divides by N at a random N", _probe_mean, dtypes=("fp16",), hidden=True),
     gpu_values(RSTD_HOLE, variants=hints.RSTD_VARIANTS),
-    gpu_values(RSTD_HOLE, variants=hints.RSTD_VARIANTS, hidden=True,
-               name="values at more shapes, grading seed"),
+    gpu_values(
+        RSTD_HOLE,
+        variants=hints.RSTD_VARIANTS,
+        hidden=True,
+        name="values at more shapes, grading seed",
+    ),
 )
 
 
@@ -242,33 +309,67 @@ def _sector_cases(ctx, hidden):
         cases.append((e * rng.randint(1, 300), e, rng.choice((8, 16, 32))))
     if hidden:
         return cases
-    return [(2, 2, 32), (2000, 2, 32), (8192, 2, 32), (16, 16, 32), (4, 4, 32), (64, 4, 32),
-            (8, 2, 32), (4000, 4, 32), (2, 2, 16)] + cases
+    return [
+        (2, 2, 32),
+        (2000, 2, 32),
+        (8192, 2, 32),
+        (16, 16, 32),
+        (4, 4, 32),
+        (64, 4, 32),
+        (8, 2, 32),
+        (4000, 4, 32),
+        (2, 2, 16),
+    ] + cases
 
 
-sectors = register(Exercise(
-    id="01.sectors_per_request",
-    lesson=LESSON,
-    answer="sectors_per_request",
-    title="32-byte sectors one warp-wide load touches: sectors_per_request(stride, elem, threads)",
-    points={COMPILE: 1},
-    mutants=[
-        Mutant("counts 128-byte lines", [("// 32", "// 128")], hint="sector is 32 bytes"),
-        Mutant("ignores the stride", [("first = t * stride_bytes", "first = t * elem_bytes")],
-               hint="stride"),
-    ],
-))
+sectors = register(
+    Exercise(
+        id="01.sectors_per_request",
+        lesson=LESSON,
+        answer="sectors_per_request",
+        title=(
+            "32-byte sectors one warp-wide load touches: "
+            "sectors_per_request(stride, elem, threads)"
+        ),
+        points={COMPILE: 1},
+        mutants=[
+            Mutant("counts 128-byte lines", [("// 32", "// 128")], hint="sector is 32 bytes"),
+            Mutant(
+                "ignores the stride",
+                [("first = t * stride_bytes", "first = t * elem_bytes")],
+                hint="stride",
+            ),
+        ],
+    )
+)
 _SECTOR_VARIANTS = [
-    Variant("128-byte lines", _lines_128,
-            "a sector is 32 bytes (a 128-byte cache line holds 4 sectors); DRAM and L2 move "
-            "sectors"),
-    Variant("contiguous", lambda s, e, t: sectors_ref(e, e, t),
-            "thread t reads at byte t * stride_bytes: threads are stride bytes apart, not "
-            "elem_bytes"),
-    Variant("one per thread", lambda s, e, t: t,
-            "threads close together share a sector: count distinct sectors, not threads"),
+    Variant(
+        "128-byte lines",
+        _lines_128,
+        "a sector is 32 bytes (a 128-byte cache line holds 4 sectors); DRAM and L2 move sectors",
+    ),
+    Variant(
+        "contiguous",
+        lambda s, e, t: sectors_ref(e, e, t),
+        "thread t reads at byte t * stride_bytes: threads are stride bytes apart, not elem_bytes",
+    ),
+    Variant(
+        "one per thread",
+        lambda s, e, t: t,
+        "threads close together share a sector: count distinct sectors, not threads",
+    ),
 ]
-sectors.add(value_check("naive, coalesced and vector strides", sectors_ref, _sector_cases,
-                        variants=_SECTOR_VARIANTS))
-sectors.add(value_check("random strides (grading seed)", sectors_ref, _sector_cases,
-                        variants=_SECTOR_VARIANTS, hidden=True))
+sectors.add(
+    value_check(
+        "naive, coalesced and vector strides", sectors_ref, _sector_cases, variants=_SECTOR_VARIANTS
+    )
+)
+sectors.add(
+    value_check(
+        "random strides (grading seed)",
+        sectors_ref,
+        _sector_cases,
+        variants=_SECTOR_VARIANTS,
+        hidden=True,
+    )
+)
