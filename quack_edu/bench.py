@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools
 import json
 import math
 import statistics
@@ -126,10 +127,23 @@ def copy_bandwidth(nbytes: int = 1 << 30, reps: int = 30) -> float:
 
 
 def stage_fn(name: str, config=None):
+    """A stage's forward. ``name#k`` forces the k-th entry of the stage's ``configs(N, dtype)``
+    (the alternatives its heuristic chooses between), to time them side by side."""
     from .stages import get_stage
 
-    mod = get_stage(name)
-    return lambda x, w, eps=1e-6: mod.rmsnorm_fwd(x, w, eps, config=config)
+    stage, _, index = name.partition("#")
+    mod = get_stage(stage)
+    if not index:
+        return lambda x, w, eps=1e-6: mod.rmsnorm_fwd(x, w, eps, config=config)
+
+    @functools.cache
+    def forced(N, dtype):
+        options = mod.configs(N, dtype)
+        if int(index) >= len(options):
+            raise ValueError(f"{stage} has {len(options)} configs at N={N}: {options}")
+        return options[int(index)]
+
+    return lambda x, w, eps=1e-6: mod.rmsnorm_fwd(x, w, eps, config=forced(x.shape[1], x.dtype))
 
 
 def peer_fns() -> dict[str, Callable]:
@@ -246,6 +260,7 @@ def run(
                         "graph": g,
                     }
                 row["kernel"] = name
+                row["config"] = _config_of(name, N, dtype)
                 if "gbps" in row:
                     row["pct_copy"] = 100 * row["gbps"] / copy
                 rows.append(row)
@@ -254,6 +269,21 @@ def run(
                     on_row(result)
             torch.cuda.empty_cache()
     return result
+
+
+def _config_of(name: str, N: int, dtype) -> str | None:
+    """The config a stage runs at N (its heuristic's, or the forced ``#k`` one), for the record."""
+    from .stages import STAGE_ORDER, get_stage
+
+    stage, _, index = name.partition("#")
+    if stage not in STAGE_ORDER:
+        return None
+    mod = get_stage(stage)
+    try:
+        cfg = mod.configs(N, dtype)[int(index)] if index else mod.default_config(N, dtype)
+    except Exception:
+        return None
+    return repr(cfg)
 
 
 def _fmt_row(r) -> str:
@@ -269,9 +299,7 @@ def table(result: dict) -> str:
     rows = [r for r in result["rows"] if "gbps" in r]
     kernels = list(dict.fromkeys(r["kernel"] for r in result["rows"]))
     shapes = list(dict.fromkeys((r["M"], r["N"], r["graph"]) for r in result["rows"]))
-    head = f"{'M x N':>14} {'mode':5} " + " ".join(
-        f"{k:>13}" for k in kernels
-    )
+    head = f"{'M x N':>14} {'mode':5} " + " ".join(f"{k:>13}" for k in kernels)
     out = [
         f"{result['gpu']}  {result['date']}  copy {result['copy_gbps']:.0f} GB/s  (GB/s below)",
         head,
@@ -359,6 +387,7 @@ def main(argv=None) -> int:
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(result, f, indent=1)
+
     result = run(
         stages,
         shapes,
