@@ -242,7 +242,9 @@ def run(
     }
     fns = {s: stage_fn(s) for s in stages}
     if peers:
-        fns.update(peer_fns())
+        available = peer_fns()
+        wanted = list(available) if peers in (True, "all") else peers.split(",")
+        fns.update({k: available[k] for k in wanted if k in available})
     for M, N in shapes:
         for name, fn in fns.items():
             if N > max_n.get(name, N):
@@ -360,7 +362,11 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", default=None, help="e.g. 32768x4096,8192x262144 (default: sweep)")
     p.add_argument("--dtype", default="bf16")
     p.add_argument(
-        "--peers", action="store_true", help="also time QuACK, torch.compile, Liger, eager"
+        "--peers",
+        nargs="?",
+        const="all",
+        default=None,
+        help="also time peers: all (QuACK, Liger, torch.compile, torch eager and ops) or a list",
     )
     p.add_argument("--graph", action="store_true", help="also time through CUDA graphs")
     p.add_argument("--graph-max-n", type=int, default=None, help="graph timing only up to this N")

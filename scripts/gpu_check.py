@@ -44,13 +44,14 @@ def sh(cmd, log: Path | None = None, timeout=None) -> tuple[int, str, float]:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--peers", action="store_true", help="benchmark QuACK, torch.compile, Liger too")
+    p.add_argument("--peers", nargs="?", const="all", default=None, help="peers to benchmark")
     p.add_argument("--graph", action="store_true", help="also time through CUDA graphs")
     p.add_argument("--graph-max-n", default="4096", help="graph timing up to this N")
     p.add_argument("--stages", default="all")
     p.add_argument("--shapes", default="32768x256,32768x1024,32768x4096,32768x8192,32768x16384")
     p.add_argument("--tests", default="tests", help="pytest paths for the other gpu tests")
     p.add_argument("--skip-tests", action="store_true")
+    p.add_argument("--grading-k", default=None, help="-k filter for the grading+notebook tests")
     p.add_argument("--value-stages", default=None, help="stages whose value tests run (all)")
     p.add_argument("--skip-bench", action="store_true")
     p.add_argument("--test-timeout", type=int, default=150, help="seconds per pytest process")
@@ -85,6 +86,8 @@ def main() -> int:
         # The grader with both tiers (solutions: full points, students: 0) and the solution
         # notebooks top to bottom in GPU mode; without Jupyter there, both run in-process.
         grading = ["tests/test_grading_cli.py", "tests/test_notebooks_execute.py"]
+        if a.grading_k:
+            grading += ["-k", a.grading_k]
         runs.append(("grading+notebooks", ["-m", "not gpu", *grading]))
         logs = []
         for name, args in runs:
@@ -113,7 +116,7 @@ def main() -> int:
             "--png",
             str(out / "bench.png"),
         ]
-        cmd += ["--peers"] if a.peers else []
+        cmd += ["--peers", a.peers] if a.peers else []
         cmd += ["--graph", "--graph-max-n", a.graph_max_n] if a.graph else []
         rc, text, dt = sh(cmd, out / "bench.log", timeout=a.bench_timeout)
         print(text[-6000:], flush=True)
