@@ -62,14 +62,6 @@ CONFIG = RowConfig
 default_config = cluster_config
 
 
-def _fits(N, dtype, cfg) -> bool:
-    try:
-        ClusterRMSNorm(dtype, N, cfg)
-    except ValueError:
-        return False
-    return True
-
-
 def forced_cluster(N: int, dtype, cluster_n: int, max_vecs: int = 8) -> RowConfig | None:
     """A config that splits the row over ``cluster_n`` CTAs: as many threads per row (<= 256,
     <= the CTA's share of vectors) as keep every thread busy, doubled (up to 512) until a thread
@@ -96,7 +88,7 @@ def configs(N: int, dtype) -> list[RowConfig]:
     for cn in (8, 16):
         if nvec >= cn * 256 * 4:
             out.append(forced_cluster(N, dtype, cn))
-    return [c for c in dict.fromkeys(out) if c is not None and _fits(N, dtype, c)]
+    return [c for c in dict.fromkeys(out) if c is not None and ClusterRMSNorm.accepts(N, dtype, c)]
 
 
 class ClusterRMSNorm(BlockRMSNorm):

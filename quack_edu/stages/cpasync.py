@@ -50,14 +50,6 @@ CONFIG = RowConfig
 default_config = cpasync_config
 
 
-def _fits(N, dtype, cfg) -> bool:
-    try:
-        CpAsyncRMSNorm(dtype, N, cfg)
-    except ValueError:
-        return False
-    return True
-
-
 def configs(N: int, dtype) -> list[RowConfig]:
     """The heuristic's pick; the same with one commit group and with four; a forced cluster of
     2 (small N too) and, for rows of >= 4 vectors per thread at 16 x 256 threads, the
@@ -67,7 +59,7 @@ def configs(N: int, dtype) -> list[RowConfig]:
     out.append(forced_cluster(N, dtype, 2, max_vecs=16))
     if N // vector_elems(dtype) >= 16 * 256 * 4:
         out.append(forced_cluster(N, dtype, 16, max_vecs=16))
-    return [c for c in dict.fromkeys(out) if c is not None and _fits(N, dtype, c)]
+    return [c for c in dict.fromkeys(out) if c is not None and CpAsyncRMSNorm.accepts(N, dtype, c)]
 
 
 class CpAsyncRMSNorm(ClusterRMSNorm):

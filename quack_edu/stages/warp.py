@@ -81,6 +81,15 @@ class WarpRMSNorm(RMSNormKernel):
         self.early_weight = w_regs <= 64
 
     # -- validation (pure Python; raised before anything is traced) ----------------------------
+    @classmethod
+    def accepts(cls, N: int, dtype, config) -> bool:
+        """Whether this stage takes ``config`` for rows of N (the checks below raise otherwise)."""
+        try:
+            cls(dtype, N, config)
+        except ValueError:
+            return False
+        return True
+
     def fail(self, why: str):
         raise ValueError(
             f"'{self.name}' stage, N={self.N} {self.dtype.__name__}, {self.config}: {why}"
