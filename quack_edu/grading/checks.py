@@ -494,18 +494,34 @@ class KernelHole:
         )
 
 
+def _config(config: Callable | None, N: int, dtype):
+    """``config(N, dtype)`` with dtype as a torch dtype, or None (the stage's heuristic)."""
+    if config is None:
+        return None
+    from ..runtime import torch_dtype
+
+    return config(N, torch_dtype(dtype))
+
+
 def compiles(
-    hole: KernelHole, N: int = 1000, dtypes=("bf16",), name: str | None = None, hidden: bool = False
+    hole: KernelHole,
+    N: int = 1000,
+    dtypes=("bf16",),
+    name: str | None = None,
+    hidden: bool = False,
+    config: Callable | None = None,
 ) -> Check:
     """The learner's kernel compiles for sm_90a (ptxas included) for each dtype. Named
-    "compiles" (hidden: "compiles at a random N"), the name other checks ``need``."""
+    "compiles" (hidden: "compiles at a random N"), the name other checks ``need``.
+    ``config(N, dtype)`` (optional) forces a config, e.g. a cluster where the heuristic would
+    pick none at this N (as ``gpu_values`` does)."""
 
     def fn(ctx: Context):
         out = []
         for dt in dtypes:
             for n in [ctx.hidden_N(hole, dt)] if hidden else [N]:
                 try:
-                    rep = ctx.report(hole, n, dt)
+                    rep = ctx.report(hole, n, dt, _config(config, n, dt))
                 except (CheckFailed, NotImplementedError):
                     raise
                 except Exception as e:
@@ -540,14 +556,16 @@ def ptx_probe(
     hidden: bool = False,
     needs=("compiles",),
     sass: bool = False,
+    config: Callable | None = None,
 ) -> Check:
-    """``probe(report, ctx)`` looks at the compiled learner kernel and raises CheckFailed."""
+    """``probe(report, ctx)`` looks at the compiled learner kernel and raises CheckFailed.
+    ``config(N, dtype)``: as in ``compiles``."""
 
     def fn(ctx: Context):
         msgs = []
         for dt in dtypes:
             for n in [ctx.hidden_N(hole, dt)] if hidden else [N]:
-                rep = ctx.report(hole, n, dt, sass=sass)
+                rep = ctx.report(hole, n, dt, _config(config, n, dt), sass=sass)
                 m = probe(rep, ctx)
                 if m:
                     msgs.append(str(m))
