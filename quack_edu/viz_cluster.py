@@ -47,28 +47,67 @@ def plot_cluster_exchange(cluster_n: int = 4, warps_per_row: int = 2, sender: in
     colours = [f"C{s}" for s in range(cluster_n)]
     for r in range(cluster_n):
         x0 = r * (width + gap)
-        ax.add_patch(Rectangle((x0 - 0.15, -0.35), width + 0.3, warps_per_row * cell + 1.3,
-                               fill=False, ec="0.4", lw=1.2))
-        ax.text(x0 + width / 2, warps_per_row * cell + 0.75, f"CTA rank {r}", ha="center",
-                fontsize=10, weight="bold")
+        ax.add_patch(
+            Rectangle(
+                (x0 - 0.15, -0.35),
+                width + 0.3,
+                warps_per_row * cell + 1.3,
+                fill=False,
+                ec="0.4",
+                lw=1.2,
+            )
+        )
+        ax.text(
+            x0 + width / 2,
+            warps_per_row * cell + 0.75,
+            f"CTA rank {r}",
+            ha="center",
+            fontsize=10,
+            weight="bold",
+        )
         for w in range(warps_per_row):
             for s in range(cluster_n):
                 y = (warps_per_row - 1 - w) * cell + 0.5
-                ax.add_patch(Rectangle((x0 + s * cell, y), cell, cell, fc=colours[s], alpha=0.45,
-                                       ec="k", lw=0.6))
-                ax.text(x0 + (s + 0.5) * cell, y + cell / 2, f"w{w}\nr{s}", ha="center",
-                        va="center", fontsize=6)
+                ax.add_patch(
+                    Rectangle(
+                        (x0 + s * cell, y), cell, cell, fc=colours[s], alpha=0.45, ec="k", lw=0.6
+                    )
+                )
+                ax.text(
+                    x0 + (s + 0.5) * cell,
+                    y + cell / 2,
+                    f"w{w}\nr{s}",
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                )
         for w in range(warps_per_row):  # this CTA's warps, each holding its partial
-            ax.text(x0 + (w + 0.5) * width / warps_per_row, 0.05, f"warp {w}", ha="center",
-                    fontsize=7, color=colours[r], weight="bold")
+            ax.text(
+                x0 + (w + 0.5) * width / warps_per_row,
+                0.05,
+                f"warp {w}",
+                ha="center",
+                fontsize=7,
+                color=colours[r],
+                weight="bold",
+            )
     for s, w, r in exchange_slots(cluster_n, warps_per_row):
         if s != sender:
             continue
         src = (s * (width + gap) + (w + 0.5) * width / warps_per_row, 0.2)
         y = (warps_per_row - 1 - w) * cell + 0.5
         dst = (r * (width + gap) + (s + 0.5) * cell, y)
-        ax.add_patch(FancyArrowPatch(src, dst, arrowstyle="->", mutation_scale=9,
-                                     connectionstyle="arc3,rad=-0.25", color=colours[s], lw=1.0))
+        ax.add_patch(
+            FancyArrowPatch(
+                src,
+                dst,
+                arrowstyle="->",
+                mutation_scale=9,
+                connectionstyle="arc3,rad=-0.25",
+                color=colours[s],
+                lw=1.0,
+            )
+        )
     ax.set_xlim(-0.5, cluster_n * (width + gap))
     ax.set_ylim(-0.6, warps_per_row * cell + 1.2)
     ax.set_aspect("equal")
@@ -146,8 +185,11 @@ class ExchangeRun:
             return (
                 f"hang: the wait of CTA {why} never completes"
                 + (f" ({len(self.lost)} stores landed before its init)" if self.lost else "")
-                + (", and the others wait for it at the exit barrier" if len(self.hung) > len(why)
-                   else "")
+                + (
+                    ", and the others wait for it at the exit barrier"
+                    if len(self.hung) > len(why)
+                    else ""
+                )
             )
         problems = []
         if self.stale:
@@ -239,21 +281,35 @@ def plot_exchange(run: ExchangeRun, ax=None, title: str | None = None):
     t_end = max(ends + [t for *_, t in run.landings]) + 0.6
     bad = {(s, r, t) for s, r, t in run.lost + run.stale + run.late}
     for r in range(n):
-        ax.barh(r, run.send[r] - run.start[r] if run.send[r] else 0, left=run.start[r],
-                color="C0", alpha=0.25, label="loads, warp sums, waiting to send" if r == 0 else "")
+        ax.barh(
+            r,
+            run.send[r] - run.start[r] if run.send[r] else 0,
+            left=run.start[r],
+            color="C0",
+            alpha=0.25,
+            label="loads, warp sums, waiting to send" if r == 0 else "",
+        )
         ax.plot(run.init[r], r, "|", color="k", ms=14, label="mbarrier init" if r == 0 else "")
         if run.done[r] is not None:
             ax.plot(run.done[r], r, "o", color="C2", label="wait done" if r == 0 else "")
         if run.exit[r] is not None:
             ax.plot(run.exit[r], r, "s", color="0.3", label="exit" if r == 0 else "")
         else:
-            ax.annotate("", xy=(t_end, r), xytext=(run.init[r], r),
-                        arrowprops=dict(arrowstyle="->", color="C3", ls="--"))
+            ax.annotate(
+                "",
+                xy=(t_end, r),
+                xytext=(run.init[r], r),
+                arrowprops=dict(arrowstyle="->", color="C3", ls="--"),
+            )
             ax.text(t_end, r + 0.25, "waits forever", color="C3", ha="right", fontsize=8)
     for s, r, t in run.landings:
         colour = "C3" if (s, r, t) in bad else "0.55"
-        ax.annotate("", xy=(t, r), xytext=(run.send[s], s),
-                    arrowprops=dict(arrowstyle="->", color=colour, lw=0.8, alpha=0.8))
+        ax.annotate(
+            "",
+            xy=(t, r),
+            xytext=(run.send[s], s),
+            arrowprops=dict(arrowstyle="->", color=colour, lw=0.8, alpha=0.8),
+        )
     ax.set_yticks(range(n))
     ax.set_yticklabels([f"CTA {r}" for r in range(n)])
     ax.invert_yaxis()
