@@ -371,8 +371,9 @@ def expected_tx_ref(rows_per_cta, warps_per_row, cluster_n):
 
 
 EARLY = (
-    "too few bytes: the phase completes as soon as that many have landed, so this CTA reads "
-    "slots its peers have not written yet (garbage), and late stores may land after it exits"
+    "too few bytes: the wait completes early, as soon as that many have landed, so this CTA "
+    "reads slots its peers have not written yet (garbage), and late stores may land after it "
+    "exits"
 )
 NEVER = "too many bytes: the phase never completes and the kernel hangs. " + hints.CLUSTER_SYNC
 NO_CLUSTER_N = (
@@ -437,7 +438,21 @@ def _expect_operand(rep) -> list[int]:
     return out
 
 
-def _tx_hint(got: int, want: int, cluster_n: int) -> str:
+def _tx_hint(got: int, want: int, cluster_n: int, ctx=None) -> str:
+    """Why a count is off: the known wrong formula the answer follows over many configs (one
+    count alone is ambiguous: a quarter is both "no cluster_n" and "no x 4" at cluster_n = 4),
+    else too few (the wait completes early) or too many (it never completes)."""
+    if ctx is not None:
+        cases = _tx_cases(ctx, False)
+        try:
+            seen = [ctx.call(*c) for c in cases]
+        except CheckFailed:
+            raise
+        except Exception:
+            seen = None
+        for v in _TX_VARIANTS if seen else ():
+            if all(g == v.fn(*c) for g, c in zip(seen, cases, strict=True)):
+                return v.hint
     if got > want:
         return BITS if got == 8 * want else NEVER
     causes = [
@@ -466,7 +481,9 @@ def _probe_expect_tx(rep, ctx):
             f"{where}: the mbarrier is armed with {seen or 'nothing'} bytes",
             expected=f"mbarrier.arrive.expect_tx ... {want} (bytes)",
             seen=seen or "no mbarrier.arrive.expect_tx",
-            hint=_tx_hint(got[0], want, t.cluster_n) if len(got) == 1 and got[0] >= 0 else None,
+            hint=_tx_hint(got[0], want, t.cluster_n, ctx)
+            if len(got) == 1 and got[0] >= 0
+            else None,
         )
     return f"{where}: expect_tx {want} B in the PTX"
 
@@ -514,7 +531,7 @@ def _tx_guard(ctx, N, dt, cfg):
             f"{t.warps_per_row} warps per CTA): your count is {got} bytes",
             expected=f"{want} bytes",
             seen=f"{got}",
-            hint=_tx_hint(int(got), want, t.cluster_n) if isinstance(got, int) else None,
+            hint=_tx_hint(int(got), want, t.cluster_n, ctx) if isinstance(got, int) else None,
         )
 
 
