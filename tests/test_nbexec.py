@@ -50,7 +50,7 @@ def test_a_cute_kernel_defined_in_a_cell_compiles(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["01_naive"])
+@pytest.mark.parametrize("name", ["01_naive", "04_cluster_reduction"])  # 04: @cute.jit in a cell
 def test_a_solution_notebook_runs_without_jupyter(name, monkeypatch):
     # the path the H200 device machine takes (no Jupyter there)
     from quack_edu.grading.notebook import solutions_dir

@@ -436,3 +436,23 @@ def test_overridden_pieces_are_reached_by_reference_primitives():
     assert vector_elems(torch.bfloat16) == 8 and vector_elems(torch.float32) == 4
     k = ClusterRMSNorm(torch.bfloat16, 65536, replace(RowConfig(256, 256), cluster_n=4))
     assert k.expected_tx_bytes() == 1 * 8 * 4 * 4
+
+
+class CpAsync64(CpAsyncRMSNorm):
+    def make_g2s_atom(self):
+        from cutlass.cute.nvgpu import cpasync
+
+        # .ca is the cache mode that takes 4-, 8- and 16-byte copies (.cg takes only 16)
+        return cute.make_copy_atom(
+            cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.ALWAYS),
+            self.dtype,
+            num_bits_per_copy=64,
+        )
+
+
+@pytest.mark.parametrize("N", [1000, 1024])
+def test_a_narrower_cp_async_atom_compiles_at_ragged_N(N):
+    # y is stored with its own predicate, so an atom other than 128 bits (a learner's) compiles
+    r = compile_report(CpAsync64, N, torch.bfloat16, sass=False)
+    assert r.count(r"cp\.async\.ca\.shared\.global \[[^]]+\], \[[^]]+\], 8", regex=True) > 0
+    assert r.count("cp.async.cg") == 0 and r.count("st.global.v4") > 0

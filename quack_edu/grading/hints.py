@@ -313,3 +313,12 @@ def diagnose_rmsnorm(
             if abs(ss_ratio * N - 1) < 0.05 or abs(ss_ratio / N - 1) < 0.05:
                 return SUM_NOT_MEAN
     return None
+
+
+# ---- appended: cp.async (lesson 05) -----------------------------------------------------------
+CP_ASYNC_CG_SIZE = (
+    "cp.async with the .cg cache mode (LoadCacheMode.GLOBAL) copies exactly 16 bytes: "
+    "num_bits_per_copy=128; narrower copies exist only with .ca (LoadCacheMode.ALWAYS), which "
+    "also allocates the line in L1"
+)
+_COMPILE_ERRORS.append((r"'cp_size' only supports \(128\)", CP_ASYNC_CG_SIZE))

@@ -144,8 +144,10 @@ class CpAsyncRMSNorm(ClusterRMSNorm):
         tXcX = thr_S.partition_S(cX)
         row = tXcX[0][0]
         even = cutlass.const_expr(t.even_cols)
-        tXpX = None if even else copy_utils.predicate_cols(tXcX, self.N)  # (1, 1, vecs)
+        tXpX = None if even else copy_utils.predicate_cols(tXcX, self.N)  # (atoms, 1, vecs)
         tWpW = None if even else copy_utils.predicate_cols(thr_W.partition_S(cX), self.N)
+        # y's own predicate: its atoms need not be the cp.async atom's (a learner's 64-bit one)
+        tOpO = None if even else copy_utils.predicate_cols(thr_O.partition_D(cX), self.N)
 
         # Everything this thread will read goes out now, in `stages` commit groups.
         for s in cutlass.range_constexpr(stages):
@@ -191,7 +193,7 @@ class CpAsyncRMSNorm(ClusterRMSNorm):
                     copy_O,
                     tXrO[None, None, v],
                     tXgO[None, None, v],
-                    pred=None if even else tXpX[None, None, v],
+                    pred=None if even else tOpO[None, None, v],
                 )
         if cutlass.const_expr(clustered):
             cute.arch.cluster_wait()

@@ -1,0 +1,361 @@
+"""Lesson 05, the cpasync stage: two holes in how x comes in.
+
+05.g2s_atom     the copy atom: a 16-byte cp.async, global -> shared, cached in L2 only (.cg)
+05.wait_groups  how many commit groups may still be in flight when part k of S is read
+
+Neither can hang a GPU: a wrong atom fails to compile or is right but slower, and waiting for
+too few groups reads shared memory that has not landed yet (garbage, not a hang). So the gpu
+tier launches every answer that compiles. A race is not reliable evidence (the data may land in
+time), so ``05.wait_groups`` fails an answer that waits for too few groups even when its values
+came out right, and says so.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from ..checks import (
+    KernelHole,
+    compiles,
+    gpu_values,
+    no_local_memory,
+    ptx_probe,
+    value_check,
+)
+from ..hints import Variant
+from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
+
+LESSON = "05_cp_async_pipelining"
+
+_CP_ASYNC = re.compile(
+    r"cp\.async\.(?P<cache>ca|cg)\.shared(::cta)?\.global(\.\w+)*\s+\[[^]]+\],\s*\[[^]]+\],"
+    r"\s*(?P<size>\d+)"
+)
+_WAIT = re.compile(r"cp\.async\.wait_group\s+(\d+)")
+
+
+# ---- configs ---------------------------------------------------------------------------------
+def stages_config(N: int, dtype, want: int = 4):
+    """A cpasync config without a cluster whose thread holds a multiple of ``want`` vectors, so
+    the row goes out in ``want`` commit groups (or fewer, down to 2, where no thread layout
+    allows ``want``)."""
+    from ...config import RowConfig, cpasync_config
+    from ...primitives.tiling import RowTiling
+    from ...stages.cpasync import _fits
+
+    base = cpasync_config(N, dtype)
+    cands = [replace(base, cluster_n=1)] + [
+        RowConfig(threads_per_row=t, num_threads=max(128, t)) for t in (32, 16, 64, 8, 128, 256)
+    ]
+    for s in [want] + [k for k in (4, 2) if k < want]:
+        for c in cands:
+            t = RowTiling.make(N, dtype, c)
+            if t.chunks == 1 and t.vecs % s == 0:
+                cfg = replace(c, stages=s)
+                if _fits(N, dtype, cfg):
+                    return cfg
+    raise ValueError(f"no config with >= 2 commit groups fits N={N} {dtype}")
+
+
+def two_stages(N, dtype):
+    return stages_config(N, dtype, 2)
+
+
+def four_stages(N, dtype):
+    return stages_config(N, dtype, 4)
+
+
+def _cp_asyncs(rep):
+    """(cache mode, bytes) of every cp.async copy in the PTX."""
+    return [(m.group("cache"), int(m.group("size"))) for m in _CP_ASYNC.finditer(rep.ptx)]
+
+
+# ---- 05.g2s_atom -----------------------------------------------------------------------------
+ATOM_HOLE = KernelHole(
+    stage="cpasync",
+    piece="make_g2s_atom",
+    adapt=lambda answer: lambda self: answer(self.dtype),
+)
+
+CA_NOT_CG = (
+    "cp.async.ca: LoadCacheMode.ALWAYS also allocates every line in L1. x is read once and "
+    "then lives in shared memory, so caching it in L1 gains nothing and evicts what L1 does "
+    "hold (the weight, which every row on the SM reads again); LoadCacheMode.GLOBAL is "
+    "cp.async.cg: cached in L2 only"
+)
+NARROW = (
+    "{size}-byte copies: {n}x the cp.async instructions (and LSU work) for the same bytes. A "
+    "thread's vector is 16 bytes (8 bf16): num_bits_per_copy=128 moves it in one instruction, "
+    "the widest cp.async there is"
+)
+NO_CP_ASYNC = (
+    "no cp.async in the PTX: x still goes through registers. The atom must be a "
+    "cute.nvgpu.cpasync.CopyG2SOp (global -> shared, asynchronous), made with "
+    "cute.make_copy_atom(op, dtype, num_bits_per_copy=128)"
+)
+
+
+def _probe_atom(rep, ctx):
+    copies = _cp_asyncs(rep)
+    if not copies:
+        raise CheckFailed(
+            "no cp.async copy of x",
+            expected="cp.async.cg.shared.global [smem], [gmem], 16",
+            seen=f"{rep.count('ld.global')} ld.global, {rep.count('st.shared')} st.shared",
+            hint=NO_CP_ASYNC,
+        )
+    t = ctx.kernel(ATOM_HOLE, rep.N, rep.dtype, rep.config).tiling
+    sizes = sorted({size for _, size in copies})
+    if sizes != [16]:
+        size = sizes[0]
+        raise CheckFailed(
+            f"cp.async copies of {', '.join(map(str, sizes))} bytes",
+            expected=f"{t.vecs} copies of 16 bytes per thread (one per vector)",
+            seen=f"{len(copies)} copies of {size} bytes",
+            hint=NARROW.format(size=size, n=16 // size),
+        )
+    modes = sorted({cache for cache, _ in copies})
+    if modes != ["cg"]:
+        raise CheckFailed(
+            "x is cached in L1 on its way in",
+            expected="cp.async.cg (L2 only)",
+            seen=", ".join(f"cp.async.{m}" for m in modes),
+            hint=CA_NOT_CG,
+        )
+    if len(copies) != t.vecs:
+        raise CheckFailed(
+            f"{len(copies)} cp.async per thread for {t.vecs} vectors",
+            expected=f"{t.vecs} (one 16-byte copy per vector of x the thread owns)",
+            seen=f"{len(copies)}",
+        )
+    return f"{len(copies)} x cp.async.cg ... 16 (one per vector)"
+
+
+g2s_atom = register(
+    Exercise(
+        id="05.g2s_atom",
+        lesson=LESSON,
+        answer="make_g2s_atom",
+        title="the copy atom that brings x into shared memory: 16-byte cp.async, L2 only",
+        points={COMPILE: 1, GPU: 1},
+        mutants=[
+            Mutant(
+                "64-bit copies",
+                [("num_bits_per_copy=128", "num_bits_per_copy=64")],
+                hint="exactly 16 bytes",
+            ),
+            Mutant(
+                "64-bit copies through L1",
+                [
+                    ("num_bits_per_copy=128", "num_bits_per_copy=64"),
+                    ("LoadCacheMode.GLOBAL", "LoadCacheMode.ALWAYS"),
+                ],
+                hint="8-byte copies",
+            ),
+            Mutant(
+                "caches in L1 (.ca)",
+                [("LoadCacheMode.GLOBAL", "LoadCacheMode.ALWAYS")],
+                hint="also allocates every line in L1",
+            ),
+        ],
+    )
+)
+g2s_atom.add(
+    compiles(ATOM_HOLE, N=1000, dtypes=("bf16", "fp32")),
+    ptx_probe(
+        ATOM_HOLE,
+        "x comes in by cp.async.cg, 16 bytes per copy",
+        _probe_atom,
+        dtypes=("bf16", "fp32"),
+    ),
+    no_local_memory(ATOM_HOLE),
+    compiles(ATOM_HOLE, dtypes=("fp16",), hidden=True),
+    ptx_probe(
+        ATOM_HOLE,
+        "cp.async.cg ... 16 at a random N (grading seed)",
+        _probe_atom,
+        dtypes=("fp16",),
+        hidden=True,
+    ),
+    gpu_values(ATOM_HOLE),
+    gpu_values(ATOM_HOLE, hidden=True, name="values at more shapes, grading seed"),
+)
+
+
+# ---- 05.wait_groups --------------------------------------------------------------------------
+WAIT_HOLE = KernelHole(
+    stage="cpasync",
+    piece="wait_groups_pending",
+    adapt=lambda answer: lambda self, stage: answer(stage, self.config.stages),
+)
+
+
+def wait_groups_ref(stage, stages):
+    return stages - 1 - stage
+
+
+NO_OVERLAP = (
+    "correct values, but no overlap: wait_group 0 before every part waits for the whole row "
+    "before summing the first part. Part s was committed as group s, so only groups 0..s must "
+    "have landed: stages - 1 - s may stay in flight while part s is summed"
+)
+TOO_FEW = (
+    "garbage in the later parts of the row: you waited for too few groups. "
+    "cp.async.wait_group n returns while n groups are still in flight; part s was committed as "
+    "group s, so it has surely landed only once at most stages - 1 - s groups remain"
+)
+REVERSED = (
+    "the counts run the wrong way: the first part read must wait for the most (only group 0 "
+    "has to land, stages - 1 may fly on) and the last for everything (0 pending)"
+)
+
+_WAIT_VARIANTS = [
+    Variant("always 0", lambda s, n: 0, NO_OVERLAP),
+    Variant("one too many in flight", lambda s, n: n - s, TOO_FEW),
+    Variant("reversed", lambda s, n: s, REVERSED),
+    Variant("never waits for the rest", lambda s, n: n - 1, TOO_FEW),
+]
+
+
+def _wait_cases(ctx, hidden: bool):
+    if hidden:
+        rng = ctx.rng("hidden waits")
+        out = []
+        for _ in range(8):
+            n = rng.randint(1, 8)
+            out.append((rng.randrange(n), n))
+        return out
+    return [(s, n) for n in (1, 2, 4, 8) for s in range(n)] + [(1, 3), (0, 3)]
+
+
+def _too_permissive(ctx, stages: int) -> list[int]:
+    """Parts whose wait lets their own group still be in flight."""
+    return [s for s in range(stages) if ctx.call(s, stages) > wait_groups_ref(s, stages)]
+
+
+def _probe_waits(rep, ctx):
+    stages = rep.config.stages
+    got = [int(x) for x in _WAIT.findall(rep.ptx)]
+    want = [wait_groups_ref(s, stages) for s in range(stages)]
+    if got != want:
+        if got and all(g == 0 for g in got) and stages > 1:
+            hint = NO_OVERLAP
+        elif len(got) == len(want) and any(g > w for g, w in zip(got, want, strict=True)):
+            hint = TOO_FEW
+        elif got == want[::-1]:
+            hint = REVERSED
+        else:
+            hint = None
+        raise CheckFailed(
+            f"{stages} commit groups: wait_group {got}",
+            expected=f"cp.async.wait_group {want}, one before each part is read",
+            seen=", ".join(f"wait_group {g}" for g in got) or "no cp.async.wait_group",
+            hint=hint,
+        )
+    return f"{stages} groups: wait_group {', '.join(map(str, got))}"
+
+
+wait_groups = register(
+    Exercise(
+        id="05.wait_groups",
+        lesson=LESSON,
+        answer="wait_groups_pending",
+        title="cp.async.wait_group n for part k of S: how many groups may still be in flight",
+        points={COMPILE: 1, GPU: 1},
+        mutants=[
+            Mutant(
+                "waits for every group every time",
+                [("return stages - 1 - stage", "return 0")],
+                hint="no overlap",
+            ),
+            Mutant(
+                "one group too many in flight",
+                [("return stages - 1 - stage", "return stages - stage")],
+                hint="waited for too few groups",
+                tiers=(COMPILE, GPU),
+            ),
+        ],
+    )
+)
+
+
+def _values_then_race(name, config, hidden: bool) -> Check:
+    """gpu values at ``config``; then, right or wrong, an answer that reads a part before its
+    group must have landed fails with the race hint (the data may happen to land in time)."""
+    inner = gpu_values(WAIT_HOLE, config=config, hidden=hidden, name=name)
+
+    def fn(ctx):
+        from ...runtime import torch_dtype
+
+        stages = config(1000, torch_dtype("bf16")).stages
+        early = _too_permissive(ctx, stages)
+        try:
+            detail = inner.fn(ctx)
+        except CheckFailed as e:
+            if early:
+                e.hint = TOO_FEW
+            raise
+        if early:
+            raise CheckFailed(
+                f"the values matched this time, but part {early[0]} of {stages} is read while "
+                "its own group may still be in flight",
+                expected=f"wait_group {[wait_groups_ref(s, stages) for s in range(stages)]}",
+                seen=f"wait_group {[ctx.call(s, stages) for s in range(stages)]}",
+                hint=TOO_FEW,
+            )
+        return detail
+
+    return Check(inner.name, GPU, fn, hidden, inner.needs)
+
+
+wait_groups.add(
+    value_check(
+        "stages - 1 - k groups may be in flight for part k",
+        wait_groups_ref,
+        _wait_cases,
+        variants=_WAIT_VARIANTS,
+    ),
+    compiles(WAIT_HOLE, N=1000, dtypes=("bf16", "fp32"), config=four_stages),
+    ptx_probe(
+        WAIT_HOLE,
+        "cp.async.wait_group immediates, 2 commit groups",
+        _probe_waits,
+        config=two_stages,
+    ),
+    ptx_probe(
+        WAIT_HOLE,
+        "cp.async.wait_group immediates, 4 commit groups",
+        _probe_waits,
+        dtypes=("bf16", "fp32"),
+        config=four_stages,
+    ),
+    value_check(
+        "random parts and stage counts (grading seed)",
+        wait_groups_ref,
+        _wait_cases,
+        variants=_WAIT_VARIANTS,
+        hidden=True,
+    ),
+    ptx_probe(
+        WAIT_HOLE,
+        "wait_group immediates at a random N (grading seed)",
+        _probe_waits,
+        dtypes=("fp16",),
+        hidden=True,
+        config=four_stages,
+    ),
+    _values_then_race(
+        "values vs rmsnorm_ref, 2 commit groups (M in 1/37/199, N=1000, 3 dtypes)",
+        two_stages,
+        hidden=False,
+    ),
+    _values_then_race(
+        "values vs rmsnorm_ref, 4 commit groups (M in 1/37/199, N=1000, 3 dtypes)",
+        four_stages,
+        hidden=False,
+    ),
+    _values_then_race(
+        "values with 4 commit groups at more shapes, grading seed", four_stages, hidden=True
+    ),
+)

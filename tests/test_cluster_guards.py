@@ -1,0 +1,47 @@
+"""Lesson 04's gpu tier never launches an answer that would hang the GPU: the guard refuses it
+before any CUDA call, with the hint the compile tier gives. This runs the gpu tier's code on a
+machine without a GPU, which only works because nothing is launched."""
+
+from __future__ import annotations
+
+import pytest
+
+from quack_edu.grading import GPU, get, run_exercise
+from quack_edu.grading.notebook import answer_from_source, exercise_source, read, solutions_dir
+
+REFUSED = [
+    ("04.cluster_exchange", "stores only into CTA 0", "peers never receive"),
+    ("04.expected_tx_bytes", "forgets cluster_n", "completes early"),
+    ("04.expected_tx_bytes", "counts elements, not bytes", "counts bytes"),
+    ("04.expected_tx_bytes", "counts bits, not bytes", "never completes"),
+]
+
+
+def _mutant_answer(ex_id, name):
+    ex = get(ex_id)
+    src = exercise_source(read(solutions_dir() / f"{ex.lesson}.ipynb"), ex)
+    mutant = next(m for m in ex.mutants if m.name == name)
+    return ex, answer_from_source(mutant.apply(src), ex.answer)
+
+
+@pytest.mark.parametrize("ex_id, name, hint", REFUSED, ids=[r[1] for r in REFUSED])
+def test_an_answer_that_would_hang_is_not_launched(ex_id, name, hint):
+    ex, answer = _mutant_answer(ex_id, name)
+    res = run_exercise(ex, answer, seed=3, gpu=True)  # no GPU here: a launch would raise
+    gpu = [c for c in res.checks if c.tier == GPU]
+    assert gpu and all(c.status == "fail" for c in gpu), res.table()
+    for c in gpu:
+        assert c.message.startswith("not launched"), c.message
+        assert hint in (c.hint or ""), c.hint
+
+
+def test_a_safe_wrong_exchange_is_not_refused():
+    # every CTA receives its bytes (from itself): safe to run, so the guard lets it through
+    import torch
+
+    from quack_edu.grading.checks import Context
+    from quack_edu.grading.exercises.lesson04 import _exchange_guard, exchange_config
+
+    ex, answer = _mutant_answer("04.cluster_exchange", "stores only into its own CTA")
+    ctx = Context(ex, answer, hidden=False, seed=1)
+    _exchange_guard(ctx, 1000, "bf16", exchange_config(1000, torch.bfloat16))  # no raise
