@@ -436,3 +436,20 @@ def test_overridden_pieces_are_reached_by_reference_primitives():
     assert vector_elems(torch.bfloat16) == 8 and vector_elems(torch.float32) == 4
     k = ClusterRMSNorm(torch.bfloat16, 65536, replace(RowConfig(256, 256), cluster_n=4))
     assert k.expected_tx_bytes() == 1 * 8 * 4 * 4
+
+
+class WarpNarrowCopy(WarpRMSNorm):
+    def row_copy(self, dtype):  # 64-bit accesses: half the vector per instruction
+        t = self.tiling
+        atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=64)
+        thr = cute.make_ordered_layout((t.rows_per_cta, t.threads_per_row), order=(1, 0))
+        return cute.make_tiled_copy_tv(atom, thr, cute.make_layout((1, t.vec // 2)))
+
+
+def test_the_row_copy_piece_is_every_copy_of_the_warp_and_block_kernels():
+    r = compile_report(WarpNarrowCopy, 1024, torch.bfloat16, sass=False)
+    # x, w and y all move through the overridden copy: 8-byte accesses only (4 x bf16 = v4.b16
+    # or v2.b32), 32 elements of x per lane = 8 loads of x, 8 of w, 8 stores of y
+    eight = r"\.(v4\.b16|v2\.b32)\s"
+    assert r.count("ld.global" + eight, regex=True) == r.count("ld.global") == 16
+    assert r.count("st.global" + eight, regex=True) == r.count("st.global") == 8
