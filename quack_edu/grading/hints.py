@@ -117,6 +117,8 @@ _COMPILE_ERRORS: list[tuple[str, str]] = [
         "that instruction or type does not exist on Hopper (sm_90a)",
     ),
     (r"'NoneType'", "a value is None: does your function return its result?"),
+    # an `if` on a run-time value (lane == 0) in a function the DSL did not rewrite
+    (r"Cannot use a Runtime value", NOT_JIT),
 ]
 
 

@@ -206,6 +206,7 @@ block_reduce = register(
                 hint="rows of one CTA share the same slots",
                 tiers=(COMPILE, GPU),
             ),
+            Mutant("no @cute.jit", [("@cute.jit\n", "")], hint="@cute.jit"),
             Mutant(
                 "barrier before the writes",
                 [
@@ -220,7 +221,12 @@ block_reduce = register(
 _VARIANTS = (own_warp_variant(), first_row_variant())
 block_reduce.add(
     compiles(BLOCK_HOLE, N=1000, dtypes=("bf16", "fp32")),
-    Check("8 warps per row (N=16384): barrier between writes and reads", COMPILE, _wide),
+    Check(
+        "8 warps per row (N=16384): barrier between writes and reads",
+        COMPILE,
+        _wide,
+        needs=("compiles",),
+    ),
     ptx_probe(BLOCK_HOLE, "a barrier between the shared-memory writes and reads", _probe_barrier),
     ptx_probe(BLOCK_HOLE, "reads the row's slots back", _probe_reads),
     ptx_probe(BLOCK_HOLE, "each row of the CTA uses its own slots", _probe_rows),
