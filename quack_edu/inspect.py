@@ -234,4 +234,36 @@ def _read_artifact(value) -> str | None:
     return value
 
 
-__all__ = ["CompileReport", "compile_report", "kernel_report", "runtime"]
+def tv_coords(make_tiled_copy) -> dict:
+    """Which element of a tile each thread of a tiled copy addresses, on any machine.
+
+    ``make_tiled_copy()`` builds a ``cute.TiledCopy`` (CuTe layouts exist only while a kernel
+    is being traced, so it is called inside a traced function and nothing is launched). Returns
+    ``{"threads": T, "vals": V, "tile": (rows, cols), "coords": {t: [(row, col), ...]}}``: the
+    (row, column) of value ``v`` of thread ``t`` in one tile of the copy, read off its TV layout.
+    """
+    import cutlass.cute as cute
+
+    out: dict = {}
+
+    @cute.jit
+    def trace():
+        _tv_collect(make_tiled_copy(), out)
+
+    cute.compile(trace)
+    return out
+
+
+def _tv_collect(tiled, out: dict) -> None:
+    import cutlass.cute as cute
+
+    tv = tiled.layout_src_tv_tiled  # (thread, value) -> index in the (rows, cols) tile
+    rows, cols = cute.size(tiled.tiler_mn[0]), cute.size(tiled.tiler_mn[1])
+    threads, vals = cute.size(tv, mode=[0]), cute.size(tv, mode=[1])
+    coords = {}
+    for t in range(threads):  # plain Python: static layouts evaluate to ints while tracing
+        coords[t] = [(i % rows, i // rows) for i in (tv((t, v)) for v in range(vals))]
+    out.update(threads=threads, vals=vals, tile=(rows, cols), coords=coords)
+
+
+__all__ = ["CompileReport", "compile_report", "kernel_report", "tv_coords", "runtime"]

@@ -116,6 +116,142 @@ def plot_tv_layout(threads_per_row=4, rows=2, vec=8, cols=64, ax=None):
     return ax
 
 
+# --- one-way shuffles, for contrast -----------------------------------------------------------
+
+
+def shuffle_down_rounds(values, width: int = WARP, offsets=None) -> list[np.ndarray]:
+    """Model ``shfl.sync.down`` reductions: lane i adds the value of lane i + offset; a lane whose
+    source is past the last lane (``i + offset >= width``) reads its own value, as the hardware
+    does with the default clamp. Only lane 0 is sure to end with the sum of all lanes."""
+    v = np.asarray(values, dtype=np.float64).copy()
+    assert v.shape == (width,), f"need {width} lane values"
+    if offsets is None:
+        offsets = [width >> (k + 1) for k in range(int(np.log2(width)))]
+    lanes = np.arange(width)
+    history = [v.copy()]
+    for off in offsets:
+        src = np.where(lanes + off < width, lanes + off, lanes)
+        v = v + v[src]
+        history.append(v.copy())
+    return history
+
+
+# --- warps of a row meet in shared memory ----------------------------------------------------
+
+
+def block_reduce_model(warp_totals):
+    """The block level of the reduction, for warp totals of shape (rows, warps_per_row).
+
+    Lane 0 of warp w of row r stores its total in ``buffer[r, w]``; after the barrier every warp
+    of row r adds the slots ``buffer[r, :]``. Returns (buffer, result of each warp), both
+    (rows, warps_per_row): every warp of a row ends with the row's total.
+    """
+    buffer = np.asarray(warp_totals, dtype=np.float64).copy()
+    result = np.repeat(buffer.sum(axis=1, keepdims=True), buffer.shape[1], axis=1)
+    return buffer, result
+
+
+def plot_block_reduction(rows: int = 2, warps_per_row: int = 4, ax=None, seed: int = 0):
+    """Draw the two-level reduction of a CTA holding ``rows`` rows of ``warps_per_row`` warps:
+    each warp's butterfly total -> its slot of the shared buffer (rows, warps_per_row) ->
+    bar.sync -> every warp reads its row's slots and adds them."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch, Rectangle
+
+    rng = np.random.default_rng(seed)
+    totals = rng.integers(1, 20, size=(rows, warps_per_row)).astype(float)
+    buffer, result = block_reduce_model(totals)
+    n = rows * warps_per_row
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 0.55 * n + 1.6))
+
+    def warp_y(r, w):
+        return n - 1 - (r * warps_per_row + w)
+
+    cell = 0.8
+    grid_x0, grid_y0 = 3.2, (n - rows * cell) / 2 - 0.4
+    for r in range(rows):
+        for w in range(warps_per_row):
+            y, color = warp_y(r, w), f"C{r}"
+            k = r * warps_per_row + w
+            ax.add_patch(
+                FancyBboxPatch(
+                    (0, y - 0.3),
+                    2.1,
+                    0.6,
+                    boxstyle="round,pad=0.02",
+                    fc=color,
+                    alpha=0.25,
+                    ec=color,
+                )
+            )
+            ax.text(
+                1.05,
+                y,
+                f"warp {k} (row {r}): 32 lanes\nbutterfly -> {totals[r, w]:g}",
+                ha="center",
+                va="center",
+                fontsize=7,
+            )
+            # the buffer is drawn row-major: row r at the top, slot w to the right
+            cx = grid_x0 + w * cell + cell / 2
+            cy = grid_y0 + (rows - 1 - r) * cell + cell / 2
+            ax.annotate(
+                "",
+                xy=(cx, cy),
+                xytext=(2.15, y),
+                arrowprops=dict(arrowstyle="->", color=color, alpha=0.6, lw=0.8, shrinkB=10),
+            )
+            ax.add_patch(
+                Rectangle((cx - cell / 2, cy - cell / 2), cell, cell, fc=color, alpha=0.2, ec="k")
+            )
+            ax.text(cx, cy, f"{buffer[r, w]:g}", ha="center", va="center", fontsize=8)
+            ax.add_patch(
+                FancyBboxPatch(
+                    (7.6, y - 0.3),
+                    1.9,
+                    0.6,
+                    boxstyle="round,pad=0.02",
+                    fc=color,
+                    alpha=0.25,
+                    ec=color,
+                )
+            )
+            ax.text(
+                8.55,
+                y,
+                f"warp {k}: sum of row {r}\n= {result[r, w]:g}",
+                ha="center",
+                va="center",
+                fontsize=7,
+            )
+        gx = grid_x0 + warps_per_row * cell
+        gy = grid_y0 + (rows - 1 - r) * cell + cell / 2
+        for w in range(warps_per_row):
+            ax.annotate(
+                "",
+                xy=(7.55, warp_y(r, w)),
+                xytext=(gx + 0.05, gy),
+                arrowprops=dict(arrowstyle="->", color=f"C{r}", alpha=0.5, lw=0.8),
+            )
+    ax.text(
+        grid_x0 + warps_per_row * cell / 2,
+        grid_y0 + rows * cell + 0.25,
+        f"shared memory buffer\n({rows} rows_per_cta, {warps_per_row} warps_per_row) fp32",
+        ha="center",
+        va="bottom",
+        fontsize=8,
+    )
+    bx = grid_x0 + warps_per_row * cell + 0.9
+    ax.axvline(bx, color="k", ls="--", lw=1)
+    ax.text(bx, n - 0.2, "bar.sync", ha="center", va="bottom", fontsize=8)
+    ax.set_xlim(-0.2, 9.7)
+    ax.set_ylim(-0.8, n + 0.4)
+    ax.axis("off")
+    ax.set_title("Block reduction: warp totals meet in shared memory, one barrier, one more sum")
+    return ax
+
+
 # --- cp.async: loads in flight while the reduction runs ---------------------------------------
 
 

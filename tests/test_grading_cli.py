@@ -20,11 +20,7 @@ from quack_edu.grading.notebook import (
     write,
 )
 
-#: every lesson that has exercises (graded end to end, solutions and student copies)
-LESSONS = lessons()
-#: the runner without Jupyter is the same for every lesson: two lessons exercise it here (on the
-#: H200, where Jupyter is missing, the tests above already grade every lesson in-process)
-IN_PROCESS_LESSONS = ["00_setup_and_roofline", "01_naive"]
+LESSONS = lessons()  # every lesson with exercises
 
 
 def _points(lesson, mode="compile-only"):
@@ -40,13 +36,14 @@ def _grade(paths, tmp_path, *extra):
 
 
 @pytest.mark.slow
-def test_grade_solutions_full_points(tmp_path, capsys):
-    rc, data = _grade([solutions_dir() / f"{le}.ipynb" for le in LESSONS], tmp_path)
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_grade_solutions_full_points(lesson, tmp_path, capsys):
+    rc, data = _grade([solutions_dir() / f"{lesson}.ipynb"], tmp_path)
     table = capsys.readouterr().out
     assert rc == 0, table
     assert data["passed"] and data["hidden_checks"]
     mode = data["mode"]
-    assert data["score"] == data["max_score"] == sum(_points(le, mode) for le in LESSONS)
+    assert data["score"] == data["max_score"] == _points(lesson, mode)
     for nb in data["notebooks"]:
         assert nb["score"] == nb["max_score"] == _points(nb["lesson"], mode)
         assert nb["problems"] == [], nb["problems"]  # every cell ran cleanly
@@ -55,16 +52,16 @@ def test_grade_solutions_full_points(tmp_path, capsys):
             assert not ex["failures"]
             skipped = 0 if mode == "gpu" else get(ex["id"]).points.get(GPU, 0)
             assert ex["skipped_points"] == skipped
-    assert "summary" in table
 
 
 @pytest.mark.slow
-def test_grade_student_notebooks_zero(tmp_path, capsys):
-    rc, data = _grade([notebooks_dir() / f"{le}.ipynb" for le in LESSONS], tmp_path)
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_grade_student_notebooks_zero(lesson, tmp_path, capsys):
+    rc, data = _grade([notebooks_dir() / f"{lesson}.ipynb"], tmp_path)
     table = capsys.readouterr().out
     assert rc == 1
     assert data["score"] == 0 and not data["passed"]
-    assert data["max_score"] == sum(_points(le, data["mode"]) for le in LESSONS)
+    assert data["max_score"] == _points(lesson, data["mode"])
     for nb in data["notebooks"]:
         assert nb["score"] == 0
         for ex in nb["exercises"]:
@@ -178,10 +175,15 @@ def without_jupyter(monkeypatch):
 
 
 @pytest.mark.slow
-def test_grade_in_process_without_jupyter(tmp_path, capsys, without_jupyter):
-    lessons_ = IN_PROCESS_LESSONS
-    rc, data = _grade([solutions_dir() / f"{le}.ipynb" for le in lessons_], tmp_path)
-    assert rc == 0, capsys.readouterr().out
-    assert data["score"] == data["max_score"] == sum(_points(le, data["mode"]) for le in lessons_)
-    rc, data = _grade([notebooks_dir() / f"{le}.ipynb" for le in lessons_], tmp_path)
-    assert rc == 1 and data["score"] == 0
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_grade_in_process_without_jupyter(lesson, tmp_path, capsys, without_jupyter):
+    # the solution and the student notebook in one run: the totals add up over notebooks
+    paths = [solutions_dir() / f"{lesson}.ipynb", notebooks_dir() / f"{lesson}.ipynb"]
+    rc, data = _grade(paths, tmp_path)
+    points = _points(lesson, data["mode"])
+    solution, student = data["notebooks"]
+    table = capsys.readouterr().out
+    assert solution["score"] == solution["max_score"] == points, table
+    assert "summary" in table  # several notebooks: a summary table
+    assert student["score"] == 0 and student["max_score"] == points
+    assert rc == 1 and data["score"] == points and data["max_score"] == 2 * points

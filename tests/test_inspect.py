@@ -44,3 +44,21 @@ def test_config_override_and_validation():
         compile_report("nope", 512)
     with pytest.raises(ValueError, match="unknown dtype"):
         compile_report("naive", 512, "int8")
+
+
+@pytest.mark.parametrize("tpr, nt, dtype", [(32, 128, "bf16"), (8, 128, "fp32"), (4, 64, "fp16")])
+def test_tv_coords_of_the_row_copy_match_the_numpy_model(tpr, nt, dtype):
+    from quack_edu import viz
+    from quack_edu.config import vector_elems
+    from quack_edu.inspect import tv_coords
+    from quack_edu.primitives.copy import row_tiled_copy
+    from quack_edu.runtime import cute_dtype
+
+    vec = vector_elems(dtype)
+    m = tv_coords(lambda: row_tiled_copy(cute_dtype(dtype), tpr, nt, vec))
+    rows, cols = m["tile"]
+    assert (m["threads"], m["vals"], m["tile"]) == (nt, vec, (nt // tpr, tpr * vec))
+    owner = viz.row_tv_owner(tpr, rows, vec, cols)
+    for t, coords in m["coords"].items():
+        assert all(owner[r, c] == t for r, c in coords)
+        assert coords == [(t // tpr, (t % tpr) * vec + v) for v in range(vec)]

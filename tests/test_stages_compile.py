@@ -456,3 +456,20 @@ def test_a_narrower_cp_async_atom_compiles_at_ragged_N(N):
     r = compile_report(CpAsync64, N, torch.bfloat16, sass=False)
     assert r.count(r"cp\.async\.ca\.shared\.global \[[^]]+\], \[[^]]+\], 8", regex=True) > 0
     assert r.count("cp.async.cg") == 0 and r.count("st.global.v4") > 0
+
+
+class WarpNarrowCopy(WarpRMSNorm):
+    def row_copy(self, dtype):  # 64-bit accesses: half the vector per instruction
+        t = self.tiling
+        atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=64)
+        thr = cute.make_ordered_layout((t.rows_per_cta, t.threads_per_row), order=(1, 0))
+        return cute.make_tiled_copy_tv(atom, thr, cute.make_layout((1, t.vec // 2)))
+
+
+def test_the_row_copy_piece_is_every_copy_of_the_warp_and_block_kernels():
+    r = compile_report(WarpNarrowCopy, 1024, torch.bfloat16, sass=False)
+    # x, w and y all move through the overridden copy: 8-byte accesses only (4 x bf16 = v4.b16
+    # or v2.b32), 32 elements of x per lane = 8 loads of x, 8 of w, 8 stores of y
+    eight = r"\.(v4\.b16|v2\.b32)\s"
+    assert r.count("ld.global" + eight, regex=True) == r.count("ld.global") == 16
+    assert r.count("st.global" + eight, regex=True) == r.count("st.global") == 8

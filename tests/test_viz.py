@@ -42,3 +42,23 @@ def test_figures_draw():
         ax = fn()
         assert ax.figure is not None
         matplotlib.pyplot.close(ax.figure)
+
+
+def test_shuffle_down_leaves_the_total_in_lane_0_only():
+    vals = np.arange(1, 33, dtype=float)
+    last = viz.shuffle_down_rounds(vals)[-1]
+    assert last[0] == vals.sum()
+    assert all(last[1:] != vals.sum())
+
+
+def test_block_model_gives_every_warp_its_row_total():
+    totals = np.array([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]])
+    buffer, result = viz.block_reduce_model(totals)
+    np.testing.assert_array_equal(buffer, totals)
+    np.testing.assert_array_equal(result, [[10.0] * 4, [26.0] * 4])
+
+
+def test_block_reduction_figure_draws():
+    ax = viz.plot_block_reduction(rows=2, warps_per_row=4)
+    assert ax.figure is not None
+    matplotlib.pyplot.close(ax.figure)

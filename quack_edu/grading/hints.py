@@ -84,6 +84,16 @@ SHORTCUT = (
     "(torch's, QuACK's or quack_edu's own) scores 0"
 )
 
+MISSING_BARRIER = (
+    "garbage or run-to-run different sums: a warp read the shared-memory buffer before the "
+    "other warps' writes had landed; a barrier (cute.arch.barrier(), bar.sync in PTX) must sit "
+    "between the writes and the reads"
+)
+FULL_MASK = (
+    "every lane of the warp executes this shuffle, so the member mask must name all 32 "
+    "(0xFFFFFFFF); a lane missing from the mask makes the result undefined"
+)
+
 
 def _ansi_free(s: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", s)
@@ -107,6 +117,8 @@ _COMPILE_ERRORS: list[tuple[str, str]] = [
         "that instruction or type does not exist on Hopper (sm_90a)",
     ),
     (r"'NoneType'", "a value is None: does your function return its result?"),
+    # an `if` on a run-time value (lane == 0) in a function the DSL did not rewrite
+    (r"Cannot use a Runtime value", NOT_JIT),
 ]
 
 

@@ -148,6 +148,12 @@ class WarpRMSNorm(RMSNormKernel):
         """1 / sqrt(mean of squares + eps), in fp32."""
         return cute.math.rsqrt(sum_sq / self.N + eps, fastmath=True)
 
+    def row_copy(self, dtype) -> cute.TiledCopy:
+        """The tiled copy (TV layout + 128-bit atom) that moves a tensor of ``dtype`` between
+        a CTA's tile of rows and registers; x, the weight and y each get one."""
+        t = self.tiling
+        return copy_utils.row_tiled_copy(dtype, t.threads_per_row, t.num_threads, t.vec)
+
     # -- how a thread's partial sum becomes the row's (later stages add levels) ------------------
     def reduction_buffer(self):
         """Shared memory the row reduction needs; a warp needs none."""
@@ -175,9 +181,9 @@ class WarpRMSNorm(RMSNormKernel):
         bidx, _, _ = cute.arch.block_idx()
         M = mX.shape[0]
 
-        copy_X = copy_utils.row_tiled_copy(mX.element_type, t.threads_per_row, t.num_threads, t.vec)
-        copy_W = copy_utils.row_tiled_copy(mW.element_type, t.threads_per_row, t.num_threads, t.vec)
-        copy_O = copy_utils.row_tiled_copy(mO.element_type, t.threads_per_row, t.num_threads, t.vec)
+        copy_X = self.row_copy(mX.element_type)
+        copy_W = self.row_copy(mW.element_type)
+        copy_O = self.row_copy(mO.element_type)
         thr_X, thr_W, thr_O = (c.get_slice(tidx) for c in (copy_X, copy_W, copy_O))
         mW2 = copy_utils.broadcast_rows(mW, t.rows_per_cta)  # (rows_per_cta, N), row stride 0
         idX = cute.make_identity_tensor(mX.shape)  # (M, N) -> (row, col)

@@ -1,0 +1,392 @@
+"""Lesson 02, the warp stage: two holes in the warp kernel.
+
+02.warp_reduce  the butterfly: sum a value over the lanes of a row with ``shfl.sync.bfly``
+02.tv_layout    the thread and value layouts of the 128-bit tiled copy that moves a row
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from ...config import RowConfig
+from .. import hints
+from ..checks import KernelHole, compiles, gpu_values, no_local_memory, ptx_probe
+from ..hints import Variant
+from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
+
+LESSON = "02_warp_reduction"
+WARP = 32
+
+# ---- 02.warp_reduce ---------------------------------------------------------------------------
+# the learner's function gets the width of its row group: 32, or 8/16 when a warp holds rows of
+# fewer than 32 vectors (the warp stage's heuristic picks those for N <= 128 bf16)
+REDUCE_HOLE = KernelHole(
+    stage="warp",
+    piece="warp_reduce",
+    adapt=lambda answer: lambda self, val: answer(val, min(self.config.threads_per_row, WARP)),
+)
+
+SHUFFLE_DOWN = (
+    "shfl.sync.down (or .up/.idx) moves values one way: after the rounds only lane 0 holds the "
+    "total, but every lane of the row needs it to scale its own elements. The butterfly "
+    "(shuffle_sync_bfly, lane i <-> lane i ^ offset) leaves the total in every lane"
+)
+WIDTH = (
+    "with rows narrower than a warp (width 8 or 16 lanes), rounds with offset >= width add the "
+    "lanes of other rows: stop after log2(width) rounds (offsets 1, 2, ..., width / 2)"
+)
+EXTRA_ROUNDS = (
+    "more shuffle rounds than log2(width): a round whose offset is >= width reaches lanes of "
+    "another row (or adds a lane twice)"
+)
+
+_SHFL = re.compile(r"^shfl\.sync\.(bfly|down|up|idx)")
+
+
+def _rounds_probe(expected: int):
+    def probe(rep, ctx):
+        ops = [ln.split()[0] for ln in rep.instructions() if _SHFL.match(ln)]
+        bfly = sum(op.startswith("shfl.sync.bfly") for op in ops)
+        other = sorted({op.split(".")[2] for op in ops if not op.startswith("shfl.sync.bfly")})
+        width = min(rep.config.threads_per_row, WARP)
+        seen = f"{bfly} shfl.sync.bfly" + (f", shfl.sync.{'/'.join(other)}" if other else "")
+        want = f"{expected} shfl.sync.bfly (log2({width}) rounds)"
+        if other:
+            raise CheckFailed(
+                "the reduction uses one-way shuffles", expected=want, seen=seen, hint=SHUFFLE_DOWN
+            )
+        if bfly < expected:
+            raise CheckFailed(
+                f"too few butterfly rounds for {width} lanes per row",
+                expected=want,
+                seen=seen,
+                hint=hints.MISSING_SHUFFLE,
+            )
+        if bfly > expected:
+            raise CheckFailed(
+                f"too many butterfly rounds for {width} lanes per row",
+                expected=want,
+                seen=seen,
+                hint=WIDTH if width < WARP else EXTRA_ROUNDS,
+            )
+        return f"{bfly} shfl.sync.bfly for {width} lanes"
+
+    return probe
+
+
+def _probe_mask(rep, ctx):
+    for line in rep.lines("shfl.sync"):
+        # shfl.sync.bfly.b32 dest, src, offset, clamp, membermask;
+        mask = line.rstrip(";").split(",")[-1].strip()
+        if mask not in ("-1", "0xffffffff", "0xFFFFFFFF", "4294967295"):
+            raise CheckFailed(
+                "a shuffle leaves lanes out of its member mask",
+                expected="membermask -1 (0xFFFFFFFF: all 32 lanes)",
+                seen=f"`{line}`",
+                hint=hints.FULL_MASK,
+            )
+    return "all 32 lanes in every shuffle's mask"
+
+
+def _reduce_check(name, N, dtype="bf16", config=None, hidden=False):
+    """Rounds counted in the kernel compiled with ``config`` (None: the stage's heuristic)."""
+
+    def fn(ctx):
+        rep = ctx.report(REDUCE_HOLE, N, dtype, config)
+        width = min(rep.config.threads_per_row, WARP)
+        return _rounds_probe(width.bit_length() - 1)(rep, ctx)
+
+    return Check(name, COMPILE, fn, hidden, ("compiles",))
+
+
+def _rows_mixed(x, w, eps, lanes=8):
+    """What a full 32-lane butterfly computes when a warp holds 32 // lanes rows: each row gets
+    the sum of squares of all the rows in its warp (rows of a CTA are warp-aligned)."""
+    xf = x.float()
+    M, N = xf.shape
+    per = WARP // lanes
+    pad = (-M) % per
+    ss = (xf * xf).sum(-1)
+    ss = torch.cat([ss, ss.new_zeros(pad)]).view(-1, per).sum(-1).repeat_interleave(per)[:M]
+    r = torch.rsqrt(ss[:, None] / N + eps)
+    return xf * r * w.float()
+
+
+ROWS_MIXED_V = Variant("rows of a warp summed together", _rows_mixed, WIDTH)
+
+NARROW_CFG = RowConfig(threads_per_row=8, num_threads=128)
+
+warp_reduce = register(
+    Exercise(
+        id="02.warp_reduce",
+        lesson=LESSON,
+        answer="warp_reduce_sum",
+        title="the butterfly: sum a value over the lanes of a row (shfl.sync.bfly)",
+        points={COMPILE: 1, GPU: 1},
+        mutants=[
+            Mutant(
+                "one round short",
+                [("while offset < width:", "while offset < width // 2:")],
+                hint="shuffle step is missing",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "shuffle down instead of the butterfly",
+                [("shuffle_sync_bfly(", "shuffle_sync_down(")],
+                hint="only lane 0 holds the total",
+            ),
+            Mutant(
+                "always five rounds",
+                [("while offset < width:", "while offset < 32:")],
+                hint="lanes of other rows",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "half the lanes in the mask",
+                [("mask=0xFFFFFFFF", "mask=0x0000FFFF")],
+                hint="member mask must name all 32",
+            ),
+        ],
+    )
+)
+warp_reduce.add(
+    compiles(REDUCE_HOLE, N=1000, dtypes=("bf16", "fp32")),
+    _reduce_check("5 butterfly rounds for a 32-lane row (N=1000)", 1000),
+    _reduce_check(
+        "3 butterfly rounds for an 8-lane row (N=64, 4 rows per warp)", 64, config=NARROW_CFG
+    ),
+    ptx_probe(REDUCE_HOLE, "every shuffle names all 32 lanes", _probe_mask),
+    no_local_memory(REDUCE_HOLE),
+    compiles(REDUCE_HOLE, dtypes=("fp16",), hidden=True),
+    _reduce_check(
+        "4 butterfly rounds for a 16-lane row (N=128 fp16)",
+        128,
+        "fp16",
+        config=RowConfig(threads_per_row=16, num_threads=128),
+        hidden=True,
+    ),
+    gpu_values(REDUCE_HOLE),
+    gpu_values(
+        REDUCE_HOLE,
+        name="values with 8 lanes per row (4 rows share a warp)",
+        config=lambda N, dtype: NARROW_CFG,
+        variants=(ROWS_MIXED_V,),
+    ),
+    gpu_values(REDUCE_HOLE, hidden=True, name="values at more shapes, grading seed"),
+)
+
+
+# ---- 02.tv_layout -----------------------------------------------------------------------------
+def tiled_copy_of(answer, threads_per_row: int, num_threads: int, x_dtype, dtype):
+    """The tiled copy the kernel builds around the learner's layouts: their (thr, val) layouts
+    for a row of ``x_dtype``, and one copy atom of ``size(val)`` elements of ``dtype`` (at most
+    128 bits; a wider weight dtype moves the same columns in several atoms)."""
+    import cutlass.cute as cute
+
+    thr, val = answer(threads_per_row, num_threads, x_dtype)
+    bits = min(128, cute.size(val) * dtype.width)
+    atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=bits)
+    return cute.make_tiled_copy_tv(atom, thr, val)
+
+
+def _adapt_copy(answer):
+    def row_copy(self, dtype):
+        cfg = self.config
+        return tiled_copy_of(answer, cfg.threads_per_row, cfg.num_threads, self.dtype, dtype)
+
+    return row_copy
+
+
+COPY_HOLE = KernelHole(stage="warp", piece="row_copy", adapt=_adapt_copy)
+
+NARROW = (
+    "each thread moves fewer than 16 bytes per access: 8-byte loads (ld.global.v2.b32), twice "
+    "the load instructions for the same bytes; a vector is 128 bits = 128 // dtype.width "
+    "elements (8 bf16/fp16, 4 fp32)"
+)
+WIDE = (
+    "a thread's vector is more than one 16-byte access (8 fp32 = 32 bytes): it becomes two "
+    "loads, and in one load instruction neighbouring lanes land 32 bytes apart, so each "
+    "instruction uses half of every sector it touches; a vector is 128 // dtype.width elements"
+)
+ALONG_ROW = (
+    "a thread's values go down a column (one element in each of several rows): a 16-byte "
+    "access needs contiguous elements of one row, a value layout of shape (1, vec)"
+)
+THREAD_ORDER = (
+    "the threads of a row must be consecutive: thread t works on row t // threads_per_row (that "
+    "is how warp_reduce groups lanes). Order the (rows, threads_per_row) thread layout "
+    "row-major, order=(1, 0)"
+)
+THREAD_COUNT = (
+    "the thread layout must hold every thread of the CTA: shape (num_threads // "
+    "threads_per_row, threads_per_row)"
+)
+NEIGHBOURS = (
+    "neighbouring threads of a row must read neighbouring 16-byte vectors (thread j of the row "
+    "starts at column j * vec), so that one warp-wide load covers contiguous bytes"
+)
+
+
+def tv_map(answer, threads_per_row: int, num_threads: int, dtype) -> dict:
+    """The learner's layouts traced (no kernel is built): the (row, col) each value of each
+    thread addresses in one tile of the tiled copy (``quack_edu.inspect.tv_coords``)."""
+    from ...inspect import tv_coords
+
+    return tv_coords(lambda: tiled_copy_of(answer, threads_per_row, num_threads, dtype, dtype))
+
+
+def expected_coords(threads_per_row: int, num_threads: int, vec: int) -> dict:
+    """What the row layout gives: thread t, value v -> (t // tpr, (t % tpr) * vec + v)."""
+    return {
+        t: [(t // threads_per_row, (t % threads_per_row) * vec + v) for v in range(vec)]
+        for t in range(num_threads)
+    }
+
+
+def diagnose_tv(m: dict, threads_per_row: int, num_threads: int, elem_bytes: int):
+    """None when the traced map is the row layout; else (what is wrong, hint)."""
+    vec = 16 // elem_bytes
+    if m["threads"] != num_threads:
+        return f"the thread layout holds {m['threads']} threads, not {num_threads}", THREAD_COUNT
+    coords = m["coords"]
+    for t, cs in coords.items():
+        if len({r for r, _ in cs}) > 1:
+            return f"thread {t}'s values sit in rows {sorted({r for r, _ in cs})}", ALONG_ROW
+    for t, cs in coords.items():
+        cols = sorted(c for _, c in cs)
+        if cols != list(range(cols[0], cols[0] + len(cols))):
+            return f"thread {t}'s values are not contiguous columns: {cols[:8]}", NEIGHBOURS
+    nbytes = m["vals"] * elem_bytes
+    if nbytes < 16:
+        return f"a thread moves {m['vals']} elements = {nbytes} bytes per access", NARROW
+    if nbytes > 16:
+        return f"a thread's vector is {m['vals']} elements = {nbytes} bytes", WIDE
+    for t, cs in coords.items():
+        if cs[0][0] != t // threads_per_row:
+            return (
+                f"thread {t} works on row {cs[0][0]} of the tile, not {t // threads_per_row}",
+                THREAD_ORDER,
+            )
+    for t, cs in coords.items():
+        start = min(c for _, c in cs)
+        if start != (t % threads_per_row) * vec:
+            return (
+                f"thread {t} starts at column {start}, not {(t % threads_per_row) * vec}",
+                NEIGHBOURS,
+            )
+    return None
+
+
+_LAYOUT_CASES = [(32, 128, "bf16"), (32, 128, "fp32"), (8, 128, "fp16"), (16, 256, "fp32")]
+_LAYOUT_HIDDEN = [(4, 128, "bf16"), (32, 256, "fp16"), (32, 512, "fp32"), (16, 64, "bf16")]
+
+
+def _layout_check(hidden: bool):
+    from ...runtime import cute_dtype
+
+    def fn(ctx):
+        cases = _LAYOUT_HIDDEN if hidden else _LAYOUT_CASES
+        for tpr, nt, dt in cases:
+            dtype = cute_dtype(dt)
+            m = tv_map(ctx.answer, tpr, nt, dtype)
+            bad = diagnose_tv(m, tpr, nt, dtype.width // 8)
+            if bad:
+                what, hint = bad
+                vec = 128 // dtype.width
+                cols = f"columns (t % {tpr}) * {vec} + 0..{vec - 1}"
+                raise CheckFailed(
+                    f"threads_per_row={tpr}, num_threads={nt}, {dt}: {what}",
+                    expected=f"thread t -> row t // {tpr}, {cols}",
+                    seen=_describe(m),
+                    hint=hint,
+                )
+        return f"{len(cases)} (threads_per_row, num_threads, dtype) cases map like the row layout"
+
+    name = (
+        "more layouts (4..32 threads per row, 64..512 threads)"
+        if hidden
+        else "thread t owns 16 contiguous bytes of row t // threads_per_row"
+    )
+    return Check(name, COMPILE, fn, hidden)
+
+
+def _describe(m: dict) -> str:
+    c = m["coords"]
+    show = [t for t in (0, 1, 2, len(c) - 1) if t in c]
+    return "; ".join(f"T{t}: {c[t][0]}..{c[t][-1]}" for t in show)
+
+
+_ACCESS = re.compile(r"^(?:@!?%\w+\s+)?(ld|st)\.global(?:\.\w+)*?(?:\.v(\d))?\.[bufs](\d+)\s")
+
+
+def access_bytes(rep) -> dict[tuple[str, int], int]:
+    """{(ld|st, bytes per thread): count} over the global loads and stores of the PTX."""
+    out: dict[tuple[str, int], int] = {}
+    for line in rep.instructions():
+        m = _ACCESS.match(line)
+        if m:
+            key = (m.group(1), int(m.group(2) or 1) * int(m.group(3)) // 8)
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _probe_128(rep, ctx):
+    acc = access_bytes(rep)
+    narrow = {k: n for k, n in acc.items() if k[1] < 16}
+    if narrow or not acc:
+        seen = ", ".join(f"{n} x {op} of {b} B" for (op, b), n in sorted(acc.items()))
+        raise CheckFailed(
+            "global accesses narrower than 16 bytes",
+            expected="only 16-byte accesses (ld.global.v4.b32 / st.global.v4.b32)",
+            seen=seen or "no global access",
+            hint=NARROW,
+        )
+    return ", ".join(f"{n} x {op}.128" for (op, _), n in sorted(acc.items()))
+
+
+tv_layout = register(
+    Exercise(
+        id="02.tv_layout",
+        lesson=LESSON,
+        answer="row_tv_layouts",
+        title="the TV layout of the row copy: (thr_layout, val_layout) for make_tiled_copy_tv",
+        points={COMPILE: 1, GPU: 1},
+        mutants=[
+            Mutant(
+                "64-bit accesses",
+                [("128 // dtype.width", "64 // dtype.width")],
+                hint="fewer than 16 bytes",
+            ),
+            Mutant(
+                "8 elements for every dtype",
+                [("vec = 128 // dtype.width", "vec = 8")],
+                hint="more than one 16-byte access",
+            ),
+            Mutant(
+                "threads ordered down the rows",
+                [("order=(1, 0)", "order=(0, 1)")],
+                hint="threads of a row must be consecutive",
+            ),
+            Mutant(
+                "vector down a column",
+                [("cute.make_layout((1, vec))", "cute.make_layout((vec, 1))")],
+                hint="down a column",
+            ),
+        ],
+    )
+)
+tv_layout.add(
+    _layout_check(hidden=False),
+    compiles(COPY_HOLE, N=1000, dtypes=("bf16", "fp32")),
+    ptx_probe(
+        COPY_HOLE, "every global load and store is 16 bytes", _probe_128, dtypes=("bf16", "fp32")
+    ),
+    no_local_memory(COPY_HOLE),
+    _layout_check(hidden=True),
+    compiles(COPY_HOLE, dtypes=("fp16",), hidden=True),
+    gpu_values(COPY_HOLE),
+    gpu_values(COPY_HOLE, hidden=True, name="values at more shapes, grading seed"),
+)

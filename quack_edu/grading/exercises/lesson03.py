@@ -1,0 +1,407 @@
+"""Lesson 03, the block stage: a hole in the block kernel and its heuristic.
+
+03.block_reduce     the warps of a row meet through shared memory (a store, a barrier, loads)
+03.threads_per_row  the heuristic: threads per row for N so that a thread holds <= 8 vectors
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...config import RowConfig, block_config, vector_elems
+from .. import hints
+from ..checks import (
+    EPS,
+    KernelHole,
+    Ptx,
+    compiles,
+    gpu_values,
+    no_local_memory,
+    ptx_probe,
+    rmsnorm_inputs,
+)
+from ..hints import Variant
+from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
+
+LESSON = "03_block_reduction"
+WARP = 32
+
+# ---- 03.block_reduce --------------------------------------------------------------------------
+BLOCK_HOLE = KernelHole(
+    stage="block",
+    piece="block_reduce",
+    adapt=lambda answer: lambda self, val, buffer: answer(val, buffer),
+)
+
+NO_STORE = (
+    "nothing is written to shared memory: lane 0 of each warp must store the warp's total in "
+    "its slot, buffer[row, warp_in_row], for the other warps of the row to read"
+)
+BARRIER_FIRST = (
+    "the barrier comes before the writes: warps pass it, then read slots the other warps have "
+    "not written yet; the barrier belongs between the writes and the reads"
+)
+OWN_PARTIAL = (
+    "the result is off by about the number of warps per row: each warp used only its own "
+    "partial; the cross-warp sum is missing (write your slot, barrier, then add every slot of "
+    "the row)"
+)
+BUFFER_ROW = (
+    "rows of one CTA share the same slots: index the buffer with the row this warp works on "
+    "(warp // warps_per_row), so that each row adds its own warps' partials"
+)
+
+
+def _probe_barrier(rep, ctx):
+    instrs = rep.instructions()
+    op = [ln.split()[0] for ln in instrs]
+    stores = [i for i, o in enumerate(op) if o.startswith("st.shared")]
+    loads = [i for i, o in enumerate(op) if o.startswith("ld.shared")]
+    bars = [i for i, o in enumerate(op) if o.startswith(("bar.sync", "barrier.sync"))]
+    if not stores:
+        raise CheckFailed(
+            "no st.shared in the PTX",
+            expected="st.shared (lane 0 writes its warp's total)",
+            seen="none",
+            hint=NO_STORE,
+        )
+    if not bars:
+        raise CheckFailed(
+            "no barrier in the PTX",
+            expected="st.shared, then bar.sync, then ld.shared",
+            seen=f"{len(stores)} st.shared, {len(loads)} ld.shared, no bar.sync",
+            hint=hints.MISSING_BARRIER,
+        )
+    between = [b for b in bars if b > stores[-1] and (not loads or b < loads[0])]
+    if not between:
+        where = "before the st.shared" if bars[0] < stores[0] else "after the first ld.shared"
+        raise CheckFailed(
+            "the barrier does not separate the writes from the reads",
+            expected="st.shared, then bar.sync, then ld.shared",
+            seen=f"bar.sync {where}",
+            hint=BARRIER_FIRST if bars[0] < stores[0] else hints.MISSING_BARRIER,
+        )
+    return f"st.shared -> bar.sync -> {len(loads)} ld.shared"
+
+
+def _probe_reads(rep, ctx):
+    n = rep.count("ld.shared")
+    if n == 0:
+        raise CheckFailed(
+            "nothing is read back from shared memory",
+            expected="ld.shared of the row's slots after the barrier",
+            seen="no ld.shared (the compiler dropped the reads: their values are never used)",
+            hint=OWN_PARTIAL,
+        )
+    return f"{n} ld.shared"
+
+
+def _probe_rows(rep, ctx):
+    """With several rows per CTA, every shared-memory address must depend on the thread index
+    (the row and the warp are functions of it); a constant address is one slot for all rows."""
+    if rep.config.num_threads // rep.config.threads_per_row < 2:
+        return "one row per CTA"
+    ptx = Ptx(rep.ptx)
+    for ins in ptx.find("ld.shared") + ptx.find("st.shared"):
+        if not any("%tid" in a.text for a in ptx.ancestors(ins)):
+            raise CheckFailed(
+                f"`{ins.text}`: the same slot for every row of the CTA",
+                expected="a shared-memory address computed from the row of the thread",
+                seen="an address that does not depend on the thread index",
+                hint=BUFFER_ROW,
+            )
+    return "every row addresses its own slots"
+
+
+def _thread_of_column(N: int, dtype, cfg: RowConfig) -> torch.Tensor:
+    """Thread of the row that owns each column (the row TV layout; chunks repeat it)."""
+    vec = vector_elems(dtype)
+    return (torch.arange(N) // vec) % cfg.threads_per_row
+
+
+def own_warp_variant(config_fn=block_config) -> Variant:
+    """Every warp scales its elements with its own partial sum, not the row's."""
+
+    def fn(x, w, eps):
+        xf = x.float()
+        M, N = xf.shape
+        cfg = config_fn(N, x.dtype)
+        warp = _thread_of_column(N, x.dtype, cfg) // WARP
+        part = torch.zeros(M, cfg.warps_per_row).index_add_(1, warp, xf * xf)
+        r = torch.rsqrt(part[:, warp] / N + eps)
+        return xf * r * w.float()
+
+    return Variant("each warp its own partial", fn, OWN_PARTIAL)
+
+
+def first_row_variant(config_fn=block_config) -> Variant:
+    """Every row of a CTA gets the sum of the CTA's first row."""
+
+    def fn(x, w, eps):
+        xf = x.float()
+        M, N = xf.shape
+        rows = config_fn(N, x.dtype).rows_per_cta
+        ss = (xf * xf).sum(-1)
+        ss = ss[(torch.arange(M) // rows) * rows]
+        return xf * torch.rsqrt(ss[:, None] / N + eps) * w.float()
+
+    return Variant("the first row's sum for every row of a CTA", fn, BUFFER_ROW)
+
+
+WIDE_CFG = RowConfig(threads_per_row=256, num_threads=256)
+
+
+def _wide(ctx):
+    rep = ctx.report(BLOCK_HOLE, 16384, "bf16", WIDE_CFG)
+    return f"{_probe_barrier(rep, ctx)}; {rep.registers} regs"
+
+
+def _same_every_run(ctx):
+    """A race on the buffer shows as outputs that change from run to run (same inputs)."""
+    import torch as _t
+
+    for N, cfg in ((4096, None), (4096, RowConfig(threads_per_row=512, num_threads=512))):
+        _, launch = ctx.launcher(BLOCK_HOLE, N, _t.bfloat16, cfg)
+        x, w = rmsnorm_inputs(8192, N, _t.bfloat16, ctx.torch_generator(salt="race"))
+        outs = []
+        for _ in range(5):
+            out = _t.empty_like(x)
+            launch(x, w, out, EPS)
+            outs.append(out)
+        _t.cuda.synchronize()
+        for k, o in enumerate(outs[1:], 1):
+            if not _t.equal(o, outs[0]):
+                nbad = int((o != outs[0]).any(-1).sum())
+                raise CheckFailed(
+                    f"N={N}, {cfg or 'default config'}: run {k} differs from run 0 in {nbad} rows",
+                    expected="bit-identical outputs for identical inputs",
+                    seen=f"{nbad} of {x.shape[0]} rows changed",
+                    hint=hints.MISSING_BARRIER,
+                )
+    return "5 runs bit-identical (2 configs, up to 16 warps per row)"
+
+
+block_reduce = register(
+    Exercise(
+        id="03.block_reduce",
+        lesson=LESSON,
+        answer="block_reduce_sum",
+        title="the warps of a row meet in shared memory: store, barrier, load",
+        points={COMPILE: 1, GPU: 1},
+        mutants=[
+            Mutant(
+                "no barrier",
+                [("    cute.arch.barrier()\n", "")],
+                hint="a barrier (cute.arch.barrier(), bar.sync in PTX) must sit",
+            ),
+            Mutant(
+                "only the warp's own partial",
+                [("    return total\n", "    return val\n")],
+                hint="the cross-warp sum is missing",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "every row reads row 0's slots",
+                [("total += buffer[row, w]", "total += buffer[0, w]")],
+                hint="rows of one CTA share the same slots",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant("no @cute.jit", [("@cute.jit\n", "")], hint="@cute.jit"),
+            Mutant(
+                "barrier before the writes",
+                [
+                    ("    cute.arch.barrier()\n", ""),
+                    ("    if lane == 0:\n", "    cute.arch.barrier()\n    if lane == 0:\n"),
+                ],
+                hint="the barrier comes before the writes",
+            ),
+        ],
+    )
+)
+_VARIANTS = (own_warp_variant(), first_row_variant())
+block_reduce.add(
+    compiles(BLOCK_HOLE, N=1000, dtypes=("bf16", "fp32")),
+    Check(
+        "8 warps per row (N=16384): barrier between writes and reads",
+        COMPILE,
+        _wide,
+        needs=("compiles",),
+    ),
+    ptx_probe(BLOCK_HOLE, "a barrier between the shared-memory writes and reads", _probe_barrier),
+    ptx_probe(BLOCK_HOLE, "reads the row's slots back", _probe_reads),
+    ptx_probe(BLOCK_HOLE, "each row of the CTA uses its own slots", _probe_rows),
+    no_local_memory(BLOCK_HOLE),
+    compiles(BLOCK_HOLE, dtypes=("fp16",), hidden=True),
+    ptx_probe(
+        BLOCK_HOLE,
+        "barrier and reads at a random N",
+        lambda rep, ctx: f"{_probe_barrier(rep, ctx)}; {_probe_reads(rep, ctx)}",
+        dtypes=("fp16",),
+        hidden=True,
+    ),
+    gpu_values(BLOCK_HOLE, variants=_VARIANTS),
+    gpu_values(
+        BLOCK_HOLE,
+        name="values with 8 warps per row (threads_per_row=256)",
+        config=lambda N, dtype: WIDE_CFG,
+        variants=(own_warp_variant(lambda N, dtype: WIDE_CFG),),
+    ),
+    Check("the same output on every run (no race)", GPU, _same_every_run, False, ("compiles",)),
+    gpu_values(
+        BLOCK_HOLE, variants=_VARIANTS, hidden=True, name="values at more shapes, grading seed"
+    ),
+)
+
+
+# ---- 03.threads_per_row -----------------------------------------------------------------------
+def tpr_ref(N, dtype):
+    return block_config(N, dtype).threads_per_row
+
+
+def _tpr(N, elems, *, lo=64, hi=512, per=8):
+    vectors = -(-N // elems)
+    t = lo
+    while t < hi and t * per < vectors:
+        t *= 2
+    return t
+
+
+def _elems(dtype) -> int:
+    return 16 // torch.tensor([], dtype=dtype).element_size()
+
+
+VEC_BYTES = (
+    "count 16-byte vectors: a vector holds 16 // element_size elements (8 bf16/fp16 but 4 fp32), "
+    "so an fp32 row has twice the vectors of a bf16 row of the same N"
+)
+MAX_512 = (
+    "at most 512 threads per row: a 512-thread CTA at 8 vectors per thread already takes the "
+    "whole register file (65536 / 512 = 128 registers each); longer rows are walked in chunks "
+    "(lesson 04 spreads them over a cluster instead)"
+)
+MIN_64 = (
+    "at least 64 threads (two warps) per row: with one warp there is nothing to meet in shared "
+    "memory (the block stage refuses it; short rows belong to the warp stage)"
+)
+AT_MOST_8 = (
+    "too few threads: each would hold more than 8 vectors; the block stage keeps a thread at "
+    "<= 8 vectors (~120 registers, so four 128-thread CTAs fit an SM and keep loads in flight)"
+)
+TOO_MANY = (
+    "more threads than needed: half as many would still hold <= 8 vectors each; extra threads "
+    "hold nothing, and fewer rows fit an SM"
+)
+POW2 = (
+    "threads_per_row must be a power of two: the butterfly pairs lane i with lane i ^ offset, "
+    "and the row's vectors must split evenly over its threads"
+)
+NOT_INT = "return the number of threads as an int"
+
+_TPR_VARIANTS = [
+    Variant("8 elements per vector for every dtype", lambda N, dt: _tpr(N, 8), VEC_BYTES),
+    Variant("no upper limit", lambda N, dt: _tpr(N, _elems(dt), hi=1 << 20), MAX_512),
+    Variant("one warp minimum", lambda N, dt: _tpr(N, _elems(dt), lo=32), MIN_64),
+    Variant("16 vectors per thread", lambda N, dt: _tpr(N, _elems(dt), per=16), AT_MOST_8),
+]
+_DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+_TPR_CASES = [
+    (256, "bf16"),
+    (1000, "bf16"),
+    (4096, "bf16"),
+    (4104, "bf16"),
+    (8192, "fp16"),
+    (16384, "bf16"),
+    (32768, "bf16"),
+    (65536, "bf16"),
+    (1024, "fp32"),
+    (2048, "fp32"),
+    (8192, "fp32"),
+    (16384, "fp32"),
+    (40000, "fp32"),
+]
+
+
+def _constraint_hint(got, N, dtype) -> tuple[str, str]:
+    """(what is wrong, hint) for an answer no known variant explains."""
+    if isinstance(got, bool) or not isinstance(got, int):
+        return f"returned {got!r} ({type(got).__name__})", NOT_INT
+    if got <= 0 or got & (got - 1):
+        return f"{got} is not a power of two", POW2
+    if got < 64:
+        return f"{got} threads = {max(got, 1) / 32:g} warp(s) per row", MIN_64
+    if got > 512:
+        return f"{got} threads per row", MAX_512
+    vectors = -(-N // _elems(dtype))
+    if -(-vectors // got) > 8 and got < 512:
+        return f"{vectors} vectors over {got} threads = {-(-vectors // got)} per thread", AT_MOST_8
+    return f"{vectors} vectors would fit {got // 2} threads at <= 8 each", TOO_MANY
+
+
+def _tpr_cases(ctx, hidden):
+    if not hidden:
+        return [(N, _DT[d]) for N, d in _TPR_CASES]
+    rng = ctx.rng("tpr")
+    out = []
+    for _ in range(12):
+        dt = rng.choice(list(_DT.values()))
+        out.append((_elems(dt) * rng.randint(1, 16384), dt))
+    return out
+
+
+def _explains(variant: Variant, cases, got) -> bool:
+    """A known wrong answer explains the learner's only if it agrees on every case."""
+    return all(variant.fn(*c) == g for c, g in zip(cases, got, strict=True))
+
+
+def _tpr_check(hidden: bool) -> Check:
+    def fn(ctx):
+        cases = _tpr_cases(ctx, hidden)
+        got = [ctx.call(N, dt) for N, dt in cases]
+        for (N, dt), g in zip(cases, got, strict=True):
+            want = tpr_ref(N, dt)
+            if g == want and type(g) is int:
+                continue
+            hint = next((v.hint for v in _TPR_VARIANTS if _explains(v, cases, got)), None)
+            what, fallback = _constraint_hint(g, N, dt)
+            name = str(dt).replace("torch.", "")
+            raise CheckFailed(
+                f"threads_per_row({N}, {name}) = {g!r}: {what}",
+                expected=f"{want} (a power of two in [64, 512], <= 8 vectors per thread, the "
+                "fewest such)",
+                seen=repr(g),
+                hint=hint or fallback,
+            )
+        return f"{len(cases)} (N, dtype) cases agree with quack_edu.config.block_config"
+
+    name = "random N and dtypes (grading seed)" if hidden else "N = 256 .. 65536, three dtypes"
+    return Check(name, COMPILE, fn, hidden)
+
+
+threads_per_row = register(
+    Exercise(
+        id="03.threads_per_row",
+        lesson=LESSON,
+        answer="threads_per_row",
+        title="the block heuristic: threads per row so that a thread holds <= 8 vectors",
+        points={COMPILE: 1},
+        mutants=[
+            Mutant(
+                "8 elements per vector for every dtype",
+                [("elems = 16 // torch.tensor([], dtype=dtype).element_size()", "elems = 8")],
+                hint="count 16-byte vectors",
+            ),
+            Mutant(
+                "no upper limit",
+                [("while tpr < 512 and tpr * 8 < vectors:", "while tpr * 8 < vectors:")],
+                hint="at most 512 threads per row",
+            ),
+            Mutant("starts at one warp", [("tpr = 64 ", "tpr = 32 ")], hint="at least 64"),
+            Mutant(
+                "16 vectors per thread",
+                [("tpr * 8 < vectors", "tpr * 16 < vectors")],
+                hint="more than 8 vectors",
+            ),
+        ],
+    )
+)
+threads_per_row.add(_tpr_check(hidden=False), _tpr_check(hidden=True))
