@@ -42,7 +42,7 @@ def stages_config(N: int, dtype, want: int = 4):
     allows ``want``)."""
     from ...config import RowConfig, cpasync_config
     from ...primitives.tiling import RowTiling
-    from ...stages.cpasync import _fits
+    from ...stages.cpasync import CpAsyncRMSNorm
 
     base = cpasync_config(N, dtype)
     cands = [replace(base, cluster_n=1)] + [
@@ -53,7 +53,7 @@ def stages_config(N: int, dtype, want: int = 4):
             t = RowTiling.make(N, dtype, c)
             if t.chunks == 1 and t.vecs % s == 0:
                 cfg = replace(c, stages=s)
-                if _fits(N, dtype, cfg):
+                if CpAsyncRMSNorm.accepts(N, dtype, cfg):
                     return cfg
     raise ValueError(f"no config with >= 2 commit groups fits N={N} {dtype}")
 
