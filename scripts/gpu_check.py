@@ -51,6 +51,12 @@ def main() -> int:
     p.add_argument("--shapes", default="32768x256,32768x1024,32768x4096,32768x8192,32768x16384")
     p.add_argument("--tests", default="tests", help="pytest paths for the other gpu tests")
     p.add_argument("--skip-tests", action="store_true")
+    p.add_argument(
+        "--parallel-tests",
+        default="tests/test_grading_exercises.py",
+        help="gpu tests that only check values: run under pytest-xdist (--jobs processes)",
+    )
+    p.add_argument("--jobs", type=int, default=4)
     p.add_argument("--grading-k", default=None, help="-k filter of the grading tests (none: skip)")
     p.add_argument(
         "--notebooks-k", default=None, help="-k filter of the notebook runs (none: skip)"
@@ -85,7 +91,12 @@ def main() -> int:
         gpu = ["-m", "gpu"]
         runs = [(f"values:{s}", [*gpu, "tests/test_stages_gpu.py", "-k", s]) for s in stages]
         others = [*a.tests.split(), "--ignore=tests/test_stages_gpu.py"]
+        if a.parallel_tests:  # correctness only (no timing): several processes share the GPU
+            others += [f"--ignore={t}" for t in a.parallel_tests.split()]
         runs.append(("other gpu tests", [*gpu, *others]))
+        if a.parallel_tests:
+            xdist = ["-n", str(a.jobs)]
+            runs.append(("gpu tests (parallel)", [*gpu, *xdist, *a.parallel_tests.split()]))
         # The solution notebooks top to bottom in GPU mode, and the grader with both tiers
         # (solutions: full points, students: 0); without Jupyter there, both run in-process.
         for name, path, k in (
@@ -93,7 +104,8 @@ def main() -> int:
             ("grading", "tests/test_grading_cli.py", a.grading_k),
         ):
             if k != "none":
-                runs.append((name, ["-m", "not gpu", path, *(["-k", k] if k else [])]))
+                sel = ["-k", k] if k else []
+                runs.append((name, ["-m", "not gpu", "-n", str(a.jobs), path, *sel]))
         logs = []
         for name, args in runs:
             cmd = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
