@@ -26,6 +26,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .checks import _split_operands as _split
+
 MASK = (1 << 64) - 1
 
 
@@ -72,23 +74,6 @@ def _instrs(ptx: str) -> list[tuple[str | None, str, list[str], str]]:
         guard = m.group(1).strip() if m.group(1) else None
         ops = [o.strip() for o in _split(m.group(3))] if m.group(3) else []
         out.append((guard, m.group(2), ops, s))
-    return out
-
-
-def _split(s: str) -> list[str]:
-    out, depth, cur = [], 0, ""
-    for ch in s:
-        if ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        out.append(cur)
     return out
 
 
