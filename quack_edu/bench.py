@@ -126,23 +126,30 @@ def copy_bandwidth(nbytes: int = 1 << 30, reps: int = 30) -> float:
 # --- the kernels a run can time -------------------------------------------------------------
 
 
-def stage_fn(name: str, config=None):
-    """A stage's forward. ``name#k`` forces the k-th entry of the stage's ``configs(N, dtype)``
-    (the alternatives its heuristic chooses between), to time them side by side."""
+def resolve_config(name: str, N: int, dtype):
+    """The config a stage kernel ``name`` runs with at N: its heuristic's, or with ``name#k`` the
+    k-th entry of the stage's ``configs(N, dtype)`` (the alternatives the heuristic chooses
+    between), so that they can be timed side by side."""
     from .stages import get_stage
 
     stage, _, index = name.partition("#")
     mod = get_stage(stage)
     if not index:
+        return mod.default_config(N, dtype)
+    options = mod.configs(N, dtype)
+    if int(index) >= len(options):
+        raise ValueError(f"{stage} has {len(options)} configs at N={N}: {options}")
+    return options[int(index)]
+
+
+def stage_fn(name: str, config=None):
+    """A stage's forward with ``config``, or with the config ``resolve_config`` names."""
+    from .stages import get_stage
+
+    mod = get_stage(name.partition("#")[0])
+    if config is not None:
         return lambda x, w, eps=1e-6: mod.rmsnorm_fwd(x, w, eps, config=config)
-
-    @functools.cache
-    def forced(N, dtype):
-        options = mod.configs(N, dtype)
-        if int(index) >= len(options):
-            raise ValueError(f"{stage} has {len(options)} configs at N={N}: {options}")
-        return options[int(index)]
-
+    forced = functools.cache(lambda N, dtype: resolve_config(name, N, dtype))
     return lambda x, w, eps=1e-6: mod.rmsnorm_fwd(x, w, eps, config=forced(x.shape[1], x.dtype))
 
 
@@ -274,18 +281,15 @@ def run(
 
 
 def _config_of(name: str, N: int, dtype) -> str | None:
-    """The config a stage runs at N (its heuristic's, or the forced ``#k`` one), for the record."""
-    from .stages import STAGE_ORDER, get_stage
+    """The config a stage kernel runs at N, for the record (None for peers)."""
+    from .stages import STAGE_ORDER
 
-    stage, _, index = name.partition("#")
-    if stage not in STAGE_ORDER:
+    if name.partition("#")[0] not in STAGE_ORDER:
         return None
-    mod = get_stage(stage)
     try:
-        cfg = mod.configs(N, dtype)[int(index)] if index else mod.default_config(N, dtype)
+        return repr(resolve_config(name, N, dtype))
     except Exception:
         return None
-    return repr(cfg)
 
 
 def _fmt_row(r) -> str:

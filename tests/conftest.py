@@ -28,7 +28,7 @@ def subprocess_env():
 
 @pytest.fixture(autouse=True)
 def _dsl_dump_dir(tmp_path, monkeypatch):
-    # The DSL writes artifacts into the current directory unless told otherwise; keep parallel
-    # tests from clobbering each other's files.
+    # The DSL writes artifacts into the current directory (its CUTE_DSL_DUMP_DIR is read once, at
+    # import, so setting it here would do nothing); keep parallel tests from clobbering each
+    # other's files by running each in its own directory.
     monkeypatch.chdir(tmp_path)
-    os.environ.setdefault("CUTE_DSL_DUMP_DIR", str(tmp_path))

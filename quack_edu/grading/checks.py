@@ -906,6 +906,7 @@ def gpu_speed(
     def fn(ctx: Context):
         import torch
 
+        from ..bench import rmsnorm_bytes
         from ..measure import copy_gbps, cuda_time_us, gbps
         from ..runtime import torch_dtype
 
@@ -914,7 +915,7 @@ def gpu_speed(
         gen = ctx.torch_generator(salt="speed")
         x, w = rmsnorm_inputs(M, N, dt, gen)
         out = torch.empty_like(x)
-        nbytes = 2 * M * N * x.element_size() + N * w.element_size()
+        nbytes = rmsnorm_bytes(M, N, x.dtype, w.dtype)
         us = cuda_time_us(lambda: launch(x, w, out, EPS))
         got = gbps(nbytes, us)
         copy = copy_gbps()
