@@ -356,3 +356,31 @@ def test_shortcut_in_compile_only_mode_leaves_the_gpu_tier_skipped():
 def test_an_answer_may_be_named_like_a_library_function():
     f = _fn("def rmsnorm_fwd(x, w, eps):\n    return x\n", "rmsnorm_fwd")
     assert scan_source(f, allow=("rmsnorm_fwd",)) is None
+
+
+def test_shortcut_guard_flags_quack_rmsnorm_but_not_its_dsl_patches():
+    # QuACK patches CuTe DSL when imported: its helper code then runs inside every compile
+    # (a notebook that measured QuACK earlier); only its norm code is a shortcut.
+    import types
+
+    import torch
+
+    from quack_edu.grading.checks import shortcut_guard
+
+    def fake_module(name, src):
+        mod = types.ModuleType(name)
+        exec(compile(src, f"<{name}>", "exec"), mod.__dict__)
+        return mod
+
+    dsl = fake_module("quack.dsl.cute_tensor_indexing", "def helper(x):\n    return x + 1\n")
+    norm = fake_module("quack.rmsnorm", "def rmsnorm(x):\n    return x * 2\n")
+    with shortcut_guard() as seen:
+        dsl.helper(1)
+    assert seen == []
+    with shortcut_guard() as seen:
+        dsl.helper(1)
+        norm.rmsnorm(1)
+    assert seen == ["QuACK (the quack package)"]
+    with shortcut_guard() as seen:
+        torch.nn.functional.rms_norm(torch.ones(2, 4), (4,))
+    assert seen[0] == "torch.nn.functional.rms_norm"  # (and the torch.rms_norm it calls)
