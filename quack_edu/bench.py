@@ -126,13 +126,20 @@ def copy_bandwidth(nbytes: int = 1 << 30, reps: int = 30) -> float:
 # --- the kernels a run can time -------------------------------------------------------------
 
 
+def split_name(name: str) -> tuple[str, str, str]:
+    """``stage[@variant][#k]`` -> (stage, variant, k), the last two possibly empty."""
+    head, _, index = name.partition("#")
+    stage, _, variant = head.partition("@")
+    return stage, variant, index
+
+
 def resolve_config(name: str, N: int, dtype):
     """The config a stage kernel ``name`` runs with at N: its heuristic's, or with ``name#k`` the
     k-th entry of the stage's ``configs(N, dtype)`` (the alternatives the heuristic chooses
     between), so that they can be timed side by side."""
     from .stages import get_stage
 
-    stage, _, index = name.partition("#")
+    stage, _, index = split_name(name)
     mod = get_stage(stage)
     if not index:
         return mod.default_config(N, dtype)
@@ -143,14 +150,26 @@ def resolve_config(name: str, N: int, dtype):
 
 
 def stage_fn(name: str, config=None):
-    """A stage's forward with ``config``, or with the config ``resolve_config`` names."""
+    """A stage's forward with ``config``, or with the config ``resolve_config`` names.
+    ``stage@variant`` runs the kernel class the stage lists under that name in ``VARIANTS``
+    (the same tiling with another plan, e.g. ``cluster@hold``)."""
+    from .runtime import run_forward
     from .stages import get_stage
 
-    mod = get_stage(name.partition("#")[0])
-    if config is not None:
-        return lambda x, w, eps=1e-6: mod.rmsnorm_fwd(x, w, eps, config=config)
+    stage, variant, _ = split_name(name)
+    mod = get_stage(stage)
+    kernel = mod.KERNEL
+    if variant:
+        variants = getattr(mod, "VARIANTS", {})
+        if variant not in variants:
+            raise ValueError(f"{stage} has no variant {variant!r}; it has: {sorted(variants)}")
+        kernel = variants[variant]
     forced = functools.cache(lambda N, dtype: resolve_config(name, N, dtype))
-    return lambda x, w, eps=1e-6: mod.rmsnorm_fwd(x, w, eps, config=forced(x.shape[1], x.dtype))
+
+    def fwd(x, w, eps=1e-6):
+        return run_forward(kernel, x, w, eps, config or forced(x.shape[1], x.dtype))
+
+    return fwd
 
 
 def peer_fns() -> dict[str, Callable]:
@@ -244,6 +263,7 @@ def run(
         "gpu": torch.cuda.get_device_name(0),
         "date": _dt.date.today().isoformat(),
         "torch": torch.__version__,
+        "dsl": _version("nvidia-cutlass-dsl"),
         "copy_gbps": copy,
         "rows": rows,
     }
@@ -252,6 +272,8 @@ def run(
         available = peer_fns()
         wanted = list(available) if peers in (True, "all") else peers.split(",")
         fns.update({k: available[k] for k in wanted if k in available})
+        packages = {"quack": "quack-kernels", "liger": "liger-kernel"}
+        result["peers"] = {k: _version(packages[k]) for k in fns if k in packages}
     for M, N in shapes:
         for name, fn in fns.items():
             if N > max_n.get(name, N):
@@ -280,11 +302,21 @@ def run(
     return result
 
 
+def _version(package: str) -> str:
+    """'package version' as installed, for the record."""
+    from importlib import metadata
+
+    try:
+        return f"{package} {metadata.version(package)}"
+    except metadata.PackageNotFoundError:
+        return f"{package} (not installed)"
+
+
 def _config_of(name: str, N: int, dtype) -> str | None:
     """The config a stage kernel runs at N, for the record (None for peers)."""
     from .stages import STAGE_ORDER
 
-    if name.partition("#")[0] not in STAGE_ORDER:
+    if split_name(name)[0] not in STAGE_ORDER:
         return None
     try:
         return repr(resolve_config(name, N, dtype))
@@ -326,8 +358,10 @@ def plot(result: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 5))
+    kernels = list(dict.fromkeys(r["kernel"] for r in result["rows"]))
+    colors = {k: f"C{i % 10}" for i, k in enumerate(kernels)}  # a kernel keeps its colour
     for g in sorted({r["graph"] for r in result["rows"]}):
-        for k in dict.fromkeys(r["kernel"] for r in result["rows"]):
+        for k in kernels:
             pts = sorted(
                 (r["N"], r["gbps"])
                 for r in result["rows"]
@@ -336,7 +370,8 @@ def plot(result: dict, path: str) -> None:
             if pts:
                 ax.plot(
                     *zip(*pts, strict=True),
-                    marker="o",
+                    marker="o" if not g else "s",
+                    color=colors[k],
                     ls="-" if not g else "--",
                     label=f"{k}{' (graph)' if g else ''}",
                 )
@@ -362,7 +397,12 @@ def parse_shapes(text: str):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="quack-edu bench", description=__doc__.split("\n")[0])
-    p.add_argument("--stages", default="all", help="comma-separated stages, or 'all'")
+    p.add_argument(
+        "--stages",
+        default="all",
+        help="comma-separated stages, or 'all'; stage@variant (a stage's VARIANTS, e.g. "
+        "cluster@hold) and stage#k (the k-th of its configs(N)) are kernels too",
+    )
     p.add_argument("--shapes", default=None, help="e.g. 32768x4096,8192x262144 (default: sweep)")
     p.add_argument("--dtype", default="bf16")
     p.add_argument(

@@ -49,7 +49,9 @@ def main() -> int:
     p.add_argument("--graph-max-n", default="4096", help="graph timing up to this N")
     p.add_argument("--stages", default="all")
     p.add_argument("--shapes", default="32768x256,32768x1024,32768x4096,32768x8192,32768x16384")
-    p.add_argument("--tests", default="tests", help="pytest paths for the other gpu tests")
+    p.add_argument(
+        "--tests", default="tests", help="pytest paths for the other gpu tests (none: skip)"
+    )
     p.add_argument("--skip-tests", action="store_true")
     p.add_argument(
         "--parallel-tests",
@@ -93,7 +95,8 @@ def main() -> int:
         others = [*a.tests.split(), "--ignore=tests/test_stages_gpu.py"]
         if a.parallel_tests:  # correctness only (no timing): several processes share the GPU
             others += [f"--ignore={t}" for t in a.parallel_tests.split()]
-        runs.append(("other gpu tests", [*gpu, *others]))
+        if a.tests != "none":
+            runs.append(("other gpu tests", [*gpu, *others]))
         if a.parallel_tests:
             xdist = ["-n", str(a.jobs)]
             runs.append(("gpu tests (parallel)", [*gpu, *xdist, *a.parallel_tests.split()]))
