@@ -106,3 +106,21 @@ __all__ = [
     "broadcast_rows",
     "predicate_cols",
 ]
+
+
+@cute.jit
+def opaque_registers(t: cute.Tensor):
+    """Pass every 32-bit register of the register tensor ``t`` through an opaque ``mov``.
+
+    The values do not change; what changes is what the compiler can prove. A kernel that
+    widens x to fp32 for the sum of squares and widens it again for the scaling pass wrote two
+    identical conversions, and the compiler merges them: the fp32 copy (8 registers per
+    16-byte vector of bf16) then stays alive across everything in between. After this call
+    the second widening reads values the compiler cannot match with the first, so only the
+    packed x (4 registers per vector) is held, and it is widened again where it is used.
+    """
+    regs = cute.recast_tensor(t, cutlass.Uint32)
+    for i in cutlass.range_constexpr(cute.size(regs)):
+        regs[i] = cute.arch.inline_ptx(
+            "mov.b32 {$w0}, {$r0};", write_only_types=[cutlass.Uint32], read_only_args=[regs[i]]
+        )

@@ -15,17 +15,34 @@ second read hits L2 only while the row is still there), and a dependent second p
 CTAs x 256 threads x 8 vectors x 16 B hold the whole row at once: 256 KiB read + 256 KiB
 written, in one pass. The exchange adds cluster_n x warps x 4 bytes per CTA over the
 SM-to-SM network and about a microsecond per row (a cluster barrier, one st.async round
-trip), which does not grow with N and is hidden by the other CTA on the SM.
+trip), which does not grow with N.
+
+Registers are bytes in flight. That microsecond is the catch. A CTA that loads its slice,
+then waits for its peers, then scales and stores, has nothing in flight for half its life:
+measured on the H200 at 16384 x 131072 bf16, such a kernel (variant ``hold``: fp32 x and
+the weight held across the exchange, ~120 registers, two 256-thread CTAs per SM) moves
+3.4 TB/s; cutting it to ~72 registers for a third CTA per SM (variant ``late``: x held
+packed, the weight loaded after the exchange) gives the same 3.4, because each row now waits
+for the weight too. What works is to keep loads going *through* the exchange: a CTA reduces
+``seq_rows`` = 3 row blocks one after the other, and the loads of block s+1 go out as soon
+as block s is summed, so a block is always arriving while the previous one is exchanged.
+Two blocks of x (2 x 32 registers, kept 16-bit: ``opaque_registers`` stops the compiler
+from holding the fp32 copy) plus the weight (32, loaded once for all blocks: they share
+columns) fit the 128 registers of two CTAs per SM; ``min_blocks_per_mp`` holds ptxas to it.
+Measured: 4.0 TB/s at 131072, 3.9 at 262144 (4 blocks; 3 are used because 4 spill 16 bytes
+at some configs). A CTA owns ``seq_rows`` mbarriers and reduction buffers, one per block,
+so no buffer is reused and the protocol below is the one-row protocol, repeated.
 
 What makes it safe (a mistake here is a hang or a read of freed memory, not a wrong number):
-1. Thread 0 initialises the mbarrier (arrival count 1) and arms it with
-   ``expected_tx_bytes()``: every CTA receives one 4-byte slot per (row, warp, sender), i.e.
-   ``rows_per_cta x warps_per_row x cluster_n x 4`` bytes. Rows past M still send their
-   (zero) partials so that count never depends on M.
+1. Thread 0 initialises the mbarriers (arrival count 1; one per row block) and arms each
+   with ``expected_tx_bytes()``: every CTA receives one 4-byte slot per (row, warp, sender)
+   of a block, i.e. ``rows_per_cta x warps_per_row x cluster_n x 4`` bytes. Rows past M
+   still send their (zero) partials so that count never depends on M.
 2. ``mbarrier_init_fence`` + ``cluster_arrive_relaxed`` after the init, ``cluster_wait``
    before the first remote store: no CTA writes into a peer whose barrier is not initialised.
    The wait is issued after this CTA's loads, so it overlaps their latency.
-3. ``cluster_arrive`` once this CTA has read its slots, ``cluster_wait`` right before exit:
+3. ``cluster_arrive`` once this CTA has read its last block's slots, ``cluster_wait`` right
+   before exit:
    no CTA exits (releasing its shared memory) while a peer may still address it.
 
 Constraints: sm_90 (clusters); N a multiple of the 16-byte vector; N <= 262144 for bf16/fp16
@@ -95,6 +112,37 @@ class ClusterRMSNorm(BlockRMSNorm):
     name = "cluster"
     heuristic = staticmethod(cluster_config)
 
+    #: How registers are spent across the exchange (clusters only; see "Registers are bytes in
+    #: flight" above). "packed": x and the weight are held as loaded (16-bit) and widened
+    #: after the exchange; "late": the same for x, and the weight is loaded after the
+    #: exchange; "hold": x held widened to fp32, as the block stage does.
+    plan = "packed"
+    #: Row blocks a CTA reduces one after the other (clusters only): the loads of block s+1 go
+    #: out as soon as block s is summed, so they are in flight during its exchange.
+    seq_rows = 3
+
+    def __init__(self, dtype, N: int, config: RowConfig | None = None, weight_dtype=None):
+        super().__init__(dtype, N, config, weight_dtype)
+        clustered = self.tiling.cluster_n > 1
+        self.packed_regs = clustered and self.plan in ("late", "packed")
+        self.seq = self.seq_rows if clustered else 1
+        if clustered and self.plan == "late":
+            self.early_weight = False
+        # With two row blocks of x live (one reduced, one in flight) ptxas alone spends ~200
+        # registers (one CTA per SM); min_blocks_per_mp asks it to fit 128 per thread, i.e.
+        # two 256-thread CTAs per SM (0: no such request).
+        self.min_ctas_per_sm = 65536 // (128 * self.tiling.num_threads) if self.seq > 1 else 0
+
+    def launch_shape(self, M: int):
+        from dataclasses import replace
+
+        from ..primitives.tiling import ceil_div
+
+        shape = super().launch_shape(M)
+        return replace(
+            shape, grid=(ceil_div(M, self.tiling.rows_per_cta * self.seq),) + shape.grid[1:]
+        )
+
     @classmethod
     def max_N_for(cls, dtype) -> int:
         from ..runtime import cute_dtype
@@ -126,7 +174,8 @@ class ClusterRMSNorm(BlockRMSNorm):
 
     def smem_bytes(self) -> int:
         t = self.tiling
-        return t.reduction_buffer_bytes() + 8 * (t.cluster_n > 1)  # + the mbarrier
+        # one reduction buffer (16-byte aligned) and one mbarrier per row block in sequence
+        return self.seq * (-(-t.reduction_buffer_bytes() // 16) * 16 + 8 * (t.cluster_n > 1))
 
     # -- the pieces a lesson lets a learner rewrite ----------------------------------------------
     def expected_tx_bytes(self) -> int:
@@ -143,29 +192,43 @@ class ClusterRMSNorm(BlockRMSNorm):
 
     # -- the cluster protocol, shared with the cpasync stage ---------------------------------------
     @cute.jit
-    def arm_cluster_barrier(self, mbar_ptr: cute.Pointer):
+    def arm_cluster_barrier(self, mbar_ptr: cute.Pointer, count: cutlass.Constexpr[int] = 1):
         """First thing in the kernel: thread 0 initialises this CTA's mbarrier (one arrival) and
         arms it with the bytes the peers will send; the fence publishes the init to the
         cluster and the relaxed arrive says "my barrier is ready" (``row_sum`` waits for
-        every CTA's before the first remote store)."""
+        every CTA's before the first remote store). ``count`` barriers, one per row a thread
+        reduces in sequence, each armed for one row's bytes."""
         tidx, _, _ = cute.arch.thread_idx()
         if tidx == 0:
-            cute.arch.mbarrier_init(mbar_ptr, 1)
-            cute.arch.mbarrier_arrive_and_expect_tx(mbar_ptr, self.expected_tx_bytes())
+            for i in cutlass.range_constexpr(count):
+                cute.arch.mbarrier_init(mbar_ptr + i, 1)
+                cute.arch.mbarrier_arrive_and_expect_tx(mbar_ptr + i, self.expected_tx_bytes())
         cute.arch.mbarrier_init_fence()
         cute.arch.cluster_arrive_relaxed()
 
-    def row_sum(self, val: Float32, buffer: cute.Tensor, mbar_ptr=None) -> Float32:
+    def row_sum(
+        self,
+        val: Float32,
+        buffer: cute.Tensor,
+        mbar_ptr=None,
+        first: bool = True,
+        last: bool = True,
+    ) -> Float32:
         """This thread's partial sum -> the row's, in every thread: warp shuffles, then the
-        cluster exchange (or, without a cluster, the block level as in the block stage)."""
+        cluster exchange (or, without a cluster, the block level as in the block stage).
+        ``first``/``last``: whether this is the first/last row the thread reduces; the
+        cluster barrier is waited on before the first exchange and arrived at after the last
+        (each row has its own buffer and mbarrier, so rows in between need neither)."""
         t = self.tiling
         val = self.warp_reduce(val)
         if cutlass.const_expr(t.cluster_n > 1):
-            cute.arch.cluster_wait()  # every peer's mbarrier is initialised and armed
+            if cutlass.const_expr(first):
+                cute.arch.cluster_wait()  # every peer's mbarriers are initialised and armed
             self.cluster_exchange(val, buffer, mbar_ptr)
             cute.arch.mbarrier_wait(mbar_ptr, phase=0)  # all rows x warps x cluster_n slots
             val = reduce_utils.combine_buffer(buffer, operator.add, t.threads_per_row)
-            cute.arch.cluster_arrive()  # done with the buffer; the kernel waits before exit
+            if cutlass.const_expr(last):
+                cute.arch.cluster_arrive()  # done with the buffers; the kernel waits before exit
         elif cutlass.const_expr(t.warps_per_row > 1):
             val = self.block_reduce(val, buffer)
         return val
@@ -175,17 +238,22 @@ class ClusterRMSNorm(BlockRMSNorm):
     def __call__(self, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32, stream):
         t = self.tiling
         self.kernel(mX, mW, mO, eps).launch(
-            grid=[cute.ceil_div(mX.shape[0], t.rows_per_cta), t.cluster_n, 1],
+            grid=[cute.ceil_div(mX.shape[0], t.rows_per_cta * self.seq), t.cluster_n, 1],
             block=[t.num_threads, 1, 1],
             cluster=[1, t.cluster_n, 1] if cutlass.const_expr(t.cluster_n > 1) else None,
             stream=stream,
+            min_blocks_per_mp=self.min_ctas_per_sm,
+            preferred_smem_carveout=None if cutlass.const_expr(self.min_ctas_per_sm < 2) else 100,
         )
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32):
-        # mX, mO: (M, N); mW: (N,). CTA (bidx, rank) owns rows bidx*rows_per_cta.. and
-        # columns rank*tile_cols.. of them.
+        # mX, mO: (M, N); mW: (N,). CTA (bidx, rank) owns columns rank*tile_cols.. of the row
+        # blocks bidx*seq .. bidx*seq + seq-1 (rows_per_cta rows each), reduced one after the
+        # other: the loads of block s+1 go out once block s is summed, so they are in flight
+        # during block s's exchange.
         t = self.tiling
+        seq = self.seq
         clustered = cutlass.const_expr(t.cluster_n > 1)
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
@@ -193,61 +261,107 @@ class ClusterRMSNorm(BlockRMSNorm):
         M = mX.shape[0]
 
         smem = SmemAllocator()
-        buffer = smem.allocate_tensor(  # (rows_per_cta, (warps_per_row, cluster_n)) fp32
-            Float32,
-            cute.make_ordered_layout(t.reduction_buffer_shape(), order=(1, 0)),
-            byte_alignment=16,
-        )
-        mbar_ptr = smem.allocate_array(Int64, 1) if clustered else None
+        buffers = [  # per row block: (rows_per_cta, (warps_per_row, cluster_n)) fp32
+            smem.allocate_tensor(
+                Float32,
+                cute.make_ordered_layout(t.reduction_buffer_shape(), order=(1, 0)),
+                byte_alignment=16,
+            )
+            for _ in range(seq)
+        ]
+        mbar_ptr = smem.allocate_array(Int64, seq) if clustered else None
         if cutlass.const_expr(clustered):
-            self.arm_cluster_barrier(mbar_ptr)
+            self.arm_cluster_barrier(mbar_ptr, seq)
 
-        copy_X = copy_utils.row_tiled_copy(mX.element_type, t.threads_per_row, t.num_threads, t.vec)
-        copy_W = copy_utils.row_tiled_copy(mW.element_type, t.threads_per_row, t.num_threads, t.vec)
-        copy_O = copy_utils.row_tiled_copy(mO.element_type, t.threads_per_row, t.num_threads, t.vec)
+        copy_X = self.row_copy(mX.element_type)
+        copy_W = self.row_copy(mW.element_type)
+        copy_O = self.row_copy(mO.element_type)
         thr_X, thr_W, thr_O = (c.get_slice(tidx) for c in (copy_X, copy_W, copy_O))
 
-        gX = cute.local_tile(mX, t.tiler, (bidx, rank))  # (rows_per_cta, tile_cols)
-        gO = cute.local_tile(mO, t.tiler, (bidx, rank))
         gW = cute.local_tile(copy_utils.broadcast_rows(mW, t.rows_per_cta), t.tiler, (0, rank))
-        cX = cute.local_tile(cute.make_identity_tensor(mX.shape), t.tiler, (bidx, rank))
-        tXgX = thr_X.partition_S(gX)  # ((vec, 1), 1, vecs)
-        tXgO = thr_O.partition_D(gO)
         tWgW = thr_W.partition_S(gW)  # ((atom_vals, atoms), 1, vecs)
-        tXcX = thr_X.partition_S(cX)
-        row = tXcX[0][0]
-        tXpX = None if cutlass.const_expr(t.even_cols) else copy_utils.predicate_cols(tXcX, self.N)
+        idX = cute.make_identity_tensor(mX.shape)
+        tXgX, tXgO, rows = [], [], []
+        for s in cutlass.range_constexpr(seq):
+            blk = bidx * seq + s
+            tXgX.append(thr_X.partition_S(cute.local_tile(mX, t.tiler, (blk, rank))))
+            tXgO.append(thr_O.partition_D(cute.local_tile(mO, t.tiler, (blk, rank))))
+            rows.append(thr_X.partition_S(cute.local_tile(idX, t.tiler, (blk, rank)))[0][0])
+        cX = cute.local_tile(idX, t.tiler, (0, rank))  # the columns are the same for every block
+        tXpX = (
+            None
+            if cutlass.const_expr(t.even_cols)
+            else copy_utils.predicate_cols(thr_X.partition_S(cX), self.N)
+        )
         tWpW = (
             None
             if cutlass.const_expr(t.even_cols)
             else copy_utils.predicate_cols(thr_W.partition_S(cX), self.N)
         )
 
-        tXrX = cute.make_rmem_tensor_like(tXgX)
-        tXrW = cute.make_rmem_tensor_like(tXgX, mW.element_type)
-        tXrO = cute.make_rmem_tensor_like(tXgO)
-        tXrX.fill(0)
-        if row < M:
-            cute.copy(copy_X, tXgX, tXrX, pred=tXpX)
+        tXrX = [cute.make_rmem_tensor_like(tXgX[0]) for _ in range(seq)]
+        tXrW = cute.make_rmem_tensor_like(tXgX[0], mW.element_type)
+        tXrO = cute.make_rmem_tensor_like(tXgO[0])
+        tXrX[0].fill(0)
+        if rows[0] < M:
+            cute.copy(copy_X, tXgX[0], tXrX[0], pred=tXpX)
         if cutlass.const_expr(self.early_weight):
             cute.copy(copy_W, tWgW, thr_W.retile(tXrW), pred=tWpW)
 
-        x = tXrX.load().to(Float32)
-        sum_sq = (x * x).reduce(cute.ReductionOp.ADD, Float32(0.0), reduction_profile=0)
-        sum_sq = self.row_sum(sum_sq, buffer, mbar_ptr)
-        rstd = self.rstd(sum_sq, eps)
-        if cutlass.const_expr(not self.early_weight):
-            cute.copy(copy_W, tWgW, thr_W.retile(tXrW), pred=tWpW)
-
-        y = x * rstd * tXrW.load().to(Float32)
-        tXrO.store(y.to(mO.element_type))
-        if row < M:
-            cute.copy(copy_O, tXrO, tXgO, pred=tXpX)
+        for s in cutlass.range_constexpr(seq):
+            x = tXrX[s].load().to(Float32)
+            sum_sq = (x * x).reduce(cute.ReductionOp.ADD, Float32(0.0), reduction_profile=0)
+            if cutlass.const_expr(s + 1 < seq):  # the next block's loads, in flight from now
+                tXrX[s + 1].fill(0)
+                if rows[s + 1] < M:
+                    cute.copy(copy_X, tXgX[s + 1], tXrX[s + 1], pred=tXpX)
+            sum_sq = self.row_sum(
+                sum_sq,
+                buffers[s],
+                mbar_ptr + s if cutlass.const_expr(clustered) else None,
+                first=s == 0,
+                last=s == seq - 1,
+            )
+            rstd = self.rstd(sum_sq, eps)
+            if cutlass.const_expr(s == 0 and not self.early_weight):
+                cute.copy(copy_W, tWgW, thr_W.retile(tXrW), pred=tWpW)
+            if cutlass.const_expr(self.packed_regs and mX.element_type.width < 32):
+                # x (and the weight) were held as loaded, 16-bit, across the exchange; they are
+                # widened again only now (see opaque_registers)
+                copy_utils.opaque_registers(tXrX[s])
+                copy_utils.opaque_registers(tXrW)
+                x = tXrX[s].load().to(Float32)
+            y = x * rstd * tXrW.load().to(Float32)
+            tXrO.store(y.to(mO.element_type))
+            if rows[s] < M:
+                cute.copy(copy_O, tXrO, tXgO[s], pred=tXpX)
         if cutlass.const_expr(clustered):
             cute.arch.cluster_wait()  # no CTA leaves while a peer may still address its smem
 
 
 KERNEL = ClusterRMSNorm
+
+
+class HoldRMSNorm(ClusterRMSNorm):
+    """The cluster kernel at its simplest: one row block per CTA, the weight loaded before the
+    reduction and x held widened to fp32 across the exchange, as in the block stage (~120
+    registers, two 256-thread CTAs per SM). Kept to measure what the default buys."""
+
+    plan = "hold"
+    seq_rows = 1
+
+
+class LateRMSNorm(ClusterRMSNorm):
+    """One row block per CTA with the fewest registers: x held packed, the weight loaded after
+    the exchange (~72 registers, three 256-thread CTAs per SM). Measured no faster than
+    ``HoldRMSNorm``: the third CTA's loads are paid for by a weight round trip per row."""
+
+    plan = "late"
+    seq_rows = 1
+
+
+#: the same stage with other register plans, for benchmarks (``bench cluster@hold``)
+VARIANTS = {"hold": HoldRMSNorm, "late": LateRMSNorm}
 
 
 def rmsnorm_fwd(x, weight, eps: float = 1e-6, config: RowConfig | None = None, out=None):

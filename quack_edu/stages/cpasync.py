@@ -6,13 +6,14 @@ with ``cp.async.commit_group``, and only then waits (``cp.async.wait_group n``: 
 my groups may still be in flight"). The row stays in shared memory for the second pass, so:
 
 * Loads in flight cost no registers. In the cluster stage a thread's 8 vectors of x occupy
-  32 registers from issue to use (64 once widened to fp32): ~120 registers a thread, two
-  256-thread CTAs per SM, 2 x 256 x 8 x 16 B = 64 KiB of loads in flight per SM. Here a thread
-  keeps 16 vectors in flight and holds only the weight (~90-128 registers): still two 256-thread
-  CTAs per SM (shared memory would allow three at 64 KiB each), but 128 KiB in flight per
-  SM, twice as much, against the ~36 KiB that ~4.8 TB/s x ~1 us of DRAM latency over 132
-  SMs asks for. Larger tiles per CTA also mean smaller clusters for the same row: 4 CTAs at
-  131072 bf16 (the cluster stage needs 8), 8 at 262144 (it needs the non-portable 16).
+  32 registers from issue to use, and it holds two row blocks (one reduced, the next in
+  flight) plus the weight: 128 registers a thread, two 256-thread CTAs per SM, 2 x 256 x 8 x
+  16 B = 64 KiB of loads in flight per SM. Here a thread keeps 16 vectors in flight and holds
+  only the weight (~90-128 registers): still two 256-thread CTAs per SM (shared memory would
+  allow three at 64 KiB each), but 128 KiB in flight per SM at a row's start, against the
+  ~36 KiB that ~4.8 TB/s x ~1 us of DRAM latency over 132 SMs asks for. Larger tiles per
+  CTA also mean smaller clusters for the same row: 4 CTAs at 131072 bf16 (the cluster stage
+  needs 8), 8 at 262144 (it needs the non-portable 16).
 * The scaling pass reads x back from shared memory (LDS.128 at ~30 TB/s device-wide) rather
   than from DRAM, and never spills: nothing of x is live in registers across the reduction.
 * Stages (double buffering inside a row): with ``stages`` = 2 the copies go out in two commit
@@ -65,6 +66,11 @@ def configs(N: int, dtype) -> list[RowConfig]:
 class CpAsyncRMSNorm(ClusterRMSNorm):
     name = "cpasync"
     heuristic = staticmethod(cpasync_config)
+    #: x is in shared memory: the weight is loaded before the reduction, its latency hidden
+    #: behind the exchange (loading it after, for 78 instead of 128 registers and a third CTA
+    #: per SM, measured on the H200 as fast at 32K bf16 and 13% slower at 262K)
+    plan = "hold"
+    seq_rows = 1  # one row block per CTA: this kernel does not walk several
 
     @classmethod
     def max_N_for(cls, dtype) -> int:

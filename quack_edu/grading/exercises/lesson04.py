@@ -124,6 +124,10 @@ _VERDICT_HINTS = {
 
 
 # ---- 04.cluster_exchange ---------------------------------------------------------------------
+#: The stage reduces seq_rows row blocks per CTA, each with the same exchange; the grader reads
+#: and runs one block per CTA so that the PTX holds exactly one exchange and one arming.
+ONE_BLOCK = (("seq_rows", 1),)
+
 EXCHANGE_HOLE = KernelHole(
     stage="cluster",
     piece="cluster_exchange",
@@ -132,6 +136,7 @@ EXCHANGE_HOLE = KernelHole(
             val, buffer, mbar_ptr, self.config.threads_per_row
         )
     ),
+    attrs=ONE_BLOCK,
 )
 
 
@@ -363,6 +368,7 @@ EXPECT_HOLE = KernelHole(
             self.tiling.rows_per_cta, self.tiling.warps_per_row, self.tiling.cluster_n
         )
     ),
+    attrs=ONE_BLOCK,
 )
 
 
