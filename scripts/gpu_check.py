@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -117,7 +118,9 @@ def main() -> int:
             logs.append(f"==== {name} (rc={rc}, {dt:.0f} s)\n{text}")
             print(f"==== {name}: rc={rc} {dt:.0f} s", flush=True)
             print("\n".join(tail[-15:]), flush=True)
-            summary.append((name, tail[-1][:120] if tail else f"rc={rc}", dt))
+            # pytest's own verdict line, not a warning printed after it
+            verdict = [ln for ln in tail if re.search(r"\b(passed|failed|error|skipped)\b", ln)]
+            summary.append((name, (verdict or tail or [f"rc={rc}"])[-1][:120], dt))
             if rc == 124 and name.startswith("values:"):
                 hung.append(name.split(":")[1])
             (out / "tests.log").write_text("\n".join(logs))  # after every run: a cut-off call
