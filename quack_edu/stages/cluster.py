@@ -22,16 +22,18 @@ then waits for its peers, then scales and stores, has nothing in flight for half
 measured on the H200 at 16384 x 131072 bf16, such a kernel (variant ``hold``: fp32 x and
 the weight held across the exchange, ~120 registers, two 256-thread CTAs per SM) moves
 3.4 TB/s; cutting it to ~72 registers for a third CTA per SM (variant ``late``: x held
-packed, the weight loaded after the exchange) gives the same 3.4, because each row now waits
-for the weight too. What works is to keep loads going *through* the exchange: a CTA reduces
+packed, the weight loaded after the exchange) gives 3.3, no better, because each row now
+waits for the weight too. What works is to keep loads going *through* the exchange: a CTA reduces
 ``seq_rows`` = 3 row blocks one after the other, and the loads of block s+1 go out as soon
 as block s is summed, so a block is always arriving while the previous one is exchanged.
 Two blocks of x (2 x 32 registers, kept 16-bit: ``opaque_registers`` stops the compiler
 from holding the fp32 copy) plus the weight (32, loaded once for all blocks: they share
 columns) fit the 128 registers of two CTAs per SM; ``min_blocks_per_mp`` holds ptxas to it.
-Measured: 4.0 TB/s at 131072, 3.9 at 262144 (4 blocks; 3 are used because 4 spill 16 bytes
-at some configs). A CTA owns ``seq_rows`` mbarriers and reduction buffers, one per block,
-so no buffer is reused and the protocol below is the one-row protocol, repeated.
+Measured (``fwd_bf16_sweep.json``): 3.95 TB/s at 131072 and 3.85 at 262144, against 3.41 and
+3.12 for ``hold``. Four blocks ran ~1.5% faster in an exploratory run but spill 16 bytes at
+some configs (odd N, 16-CTA clusters); three spill nowhere. A CTA owns ``seq_rows``
+mbarriers and reduction buffers, one per block, so no buffer is reused and the protocol below
+is the one-row protocol, repeated.
 
 What makes it safe (a mistake here is a hang or a read of freed memory, not a wrong number):
 1. Thread 0 initialises the mbarriers (arrival count 1; one per row block) and arms each
