@@ -135,16 +135,6 @@ class ClusterRMSNorm(BlockRMSNorm):
         # two 256-thread CTAs per SM (0: no such request).
         self.min_ctas_per_sm = 65536 // (128 * self.tiling.num_threads) if self.seq > 1 else 0
 
-    def launch_shape(self, M: int):
-        from dataclasses import replace
-
-        from ..primitives.tiling import ceil_div
-
-        shape = super().launch_shape(M)
-        return replace(
-            shape, grid=(ceil_div(M, self.tiling.rows_per_cta * self.seq),) + shape.grid[1:]
-        )
-
     @classmethod
     def max_N_for(cls, dtype) -> int:
         from ..runtime import cute_dtype
@@ -175,8 +165,9 @@ class ClusterRMSNorm(BlockRMSNorm):
             )
 
     def smem_bytes(self) -> int:
+        """What ``exchange_smem`` allocates: per row block in sequence, one reduction buffer
+        (16-byte aligned) and, in a cluster, one mbarrier."""
         t = self.tiling
-        # one reduction buffer (16-byte aligned) and one mbarrier per row block in sequence
         return self.seq * (-(-t.reduction_buffer_bytes() // 16) * 16 + 8 * (t.cluster_n > 1))
 
     # -- the pieces a lesson lets a learner rewrite ----------------------------------------------
@@ -207,6 +198,21 @@ class ClusterRMSNorm(BlockRMSNorm):
                 cute.arch.mbarrier_arrive_and_expect_tx(mbar_ptr + i, self.expected_tx_bytes())
         cute.arch.mbarrier_init_fence()
         cute.arch.cluster_arrive_relaxed()
+
+    def exchange_smem(self, smem: SmemAllocator):
+        """The shared memory of the reduction, from ``smem``: ``seq`` buffers of
+        (rows_per_cta, (warps_per_row, cluster_n)) fp32 and, in a cluster, ``seq`` mbarriers,
+        armed (``arm_cluster_barrier``). Returns (buffers, mbar_ptr or None)."""
+        t = self.tiling
+        layout = cute.make_ordered_layout(t.reduction_buffer_shape(), order=(1, 0))
+        buffers = [
+            smem.allocate_tensor(Float32, layout, byte_alignment=16) for _ in range(self.seq)
+        ]
+        mbar_ptr = None
+        if t.cluster_n > 1:  # a trace-time (Python) decision
+            mbar_ptr = smem.allocate_array(Int64, self.seq)
+            self.arm_cluster_barrier(mbar_ptr, self.seq)
+        return buffers, mbar_ptr
 
     def row_sum(
         self,
@@ -262,18 +268,7 @@ class ClusterRMSNorm(BlockRMSNorm):
         rank = cute.arch.block_idx_in_cluster() if clustered else 0
         M = mX.shape[0]
 
-        smem = SmemAllocator()
-        buffers = [  # per row block: (rows_per_cta, (warps_per_row, cluster_n)) fp32
-            smem.allocate_tensor(
-                Float32,
-                cute.make_ordered_layout(t.reduction_buffer_shape(), order=(1, 0)),
-                byte_alignment=16,
-            )
-            for _ in range(seq)
-        ]
-        mbar_ptr = smem.allocate_array(Int64, seq) if clustered else None
-        if cutlass.const_expr(clustered):
-            self.arm_cluster_barrier(mbar_ptr, seq)
+        buffers, mbar_ptr = self.exchange_smem(SmemAllocator())  # one buffer per row block
 
         copy_X = self.row_copy(mX.element_type)
         copy_W = self.row_copy(mW.element_type)

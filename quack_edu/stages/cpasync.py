@@ -39,7 +39,7 @@ from dataclasses import replace
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int64
+from cutlass import Float32
 from cutlass.memory import SmemAllocator
 
 from ..config import SMEM_PER_CTA, RowConfig, cpasync_config, vector_elems
@@ -91,9 +91,8 @@ class CpAsyncRMSNorm(ClusterRMSNorm):
             )
 
     def smem_bytes(self) -> int:
-        t = self.tiling
-        # x tile, then the reduction buffer (16-byte aligned after it), then the mbarrier
-        return t.x_tile_bytes() + -(-t.reduction_buffer_bytes() // 16) * 16 + 8 * (t.cluster_n > 1)
+        # the x tile, then the reduction's buffer and mbarrier (exchange_smem)
+        return self.tiling.x_tile_bytes() + super().smem_bytes()
 
     # -- the pieces a lesson lets a learner rewrite ----------------------------------------------
     def make_g2s_atom(self) -> cute.CopyAtom:
@@ -124,14 +123,7 @@ class CpAsyncRMSNorm(ClusterRMSNorm):
         sX = smem.allocate_tensor(  # (rows_per_cta, tile_cols): this CTA's slice of its rows
             mX.element_type, cute.make_ordered_layout(t.tiler, order=(1, 0)), byte_alignment=16
         )
-        buffer = smem.allocate_tensor(  # (rows_per_cta, (warps_per_row, cluster_n)) fp32
-            Float32,
-            cute.make_ordered_layout(t.reduction_buffer_shape(), order=(1, 0)),
-            byte_alignment=16,
-        )
-        mbar_ptr = smem.allocate_array(Int64, 1) if clustered else None
-        if cutlass.const_expr(clustered):
-            self.arm_cluster_barrier(mbar_ptr)
+        (buffer,), mbar_ptr = self.exchange_smem(smem)
 
         g2s = self.make_g2s_atom()
         copy_S = copy_utils.tiled_copy_from_atom(g2s, t.threads_per_row, t.num_threads, t.vec)

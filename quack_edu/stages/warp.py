@@ -66,6 +66,9 @@ class WarpRMSNorm(RMSNormKernel):
 
     #: the stage's heuristic, used when no config is given
     heuristic = staticmethod(warp_config)
+    #: row blocks (of rows_per_cta rows) one CTA reduces one after the other; the cluster
+    #: stage raises it, so a CTA of the grid covers rows_per_cta * seq rows
+    seq = 1
 
     def __init__(self, dtype, N: int, config: RowConfig | None = None, weight_dtype=None):
         if config is None:
@@ -128,7 +131,7 @@ class WarpRMSNorm(RMSNormKernel):
     def launch_shape(self, M: int) -> LaunchShape:
         t = self.tiling
         return LaunchShape(
-            grid=(ceil_div(M, t.rows_per_cta), t.cluster_n, 1),
+            grid=(ceil_div(M, t.rows_per_cta * self.seq), t.cluster_n, 1),
             block=(t.num_threads, 1, 1),
             cluster=(1, t.cluster_n, 1),
             smem_bytes=self.smem_bytes(),
