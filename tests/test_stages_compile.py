@@ -373,6 +373,30 @@ class ClusterWrongBytes(ClusterRMSNorm):
         return 4
 
 
+class ClusterOneBarrier(ClusterRMSNorm):
+    @cute.jit
+    def arm_cluster_barrier(self, mbar_ptr, count: cutlass.Constexpr[int] = 1):
+        # arms the first row block's mbarrier only: the later blocks would wait forever
+        tidx, _, _ = cute.arch.thread_idx()
+        if tidx == 0:
+            cute.arch.mbarrier_init(mbar_ptr, 1)
+            cute.arch.mbarrier_arrive_and_expect_tx(mbar_ptr, self.expected_tx_bytes())
+        cute.arch.mbarrier_init_fence()
+        cute.arch.cluster_arrive_relaxed()
+
+
+class ClusterWaitEveryBlock(ClusterRMSNorm):
+    def row_sum(self, val, buffer, mbar_ptr=None, first=True, last=True):
+        # a cluster wait before every block's exchange: unpaired with the arrives
+        return super().row_sum(val, buffer, mbar_ptr, True, last)
+
+
+class ClusterNoLaunchBound(ClusterRMSNorm):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.min_ctas_per_sm = 0  # ptxas is free to take ~200 registers: one CTA per SM
+
+
 class CpAsyncWaitAll(CpAsyncRMSNorm):
     def make_g2s_atom(self):
         from cutlass.cute.nvgpu import cpasync
@@ -483,3 +507,22 @@ def test_the_row_copy_piece_is_every_copy_of_the_warp_and_block_kernels():
     eight = r"\.(v4\.b16|v2\.b32)\s"
     assert r.count("ld.global" + eight, regex=True) == r.count("ld.global") == 16
     assert r.count("st.global" + eight, regex=True) == r.count("st.global") == 8
+
+
+@pytest.mark.parametrize(
+    "mutant, why",
+    [
+        (ClusterOneBarrier, "mbarrier.init"),
+        (ClusterWaitEveryBlock, "barrier.cluster.wait"),
+        (ClusterNoLaunchBound, "minnctapersm"),
+    ],
+)
+def test_row_block_checks_catch_a_wrong_cluster_kernel(mutant, why):
+    # the checks the cluster stage passes above fail on a kernel that gets the row blocks wrong
+    N, bf16 = 131072, torch.bfloat16
+    cfg = get_stage("cluster").default_config(N, bf16)
+    _check("cluster", compile_report("cluster", N, bf16, config=cfg, sass=False), cfg)
+    r = compile_report(mutant, N, bf16, config=cfg, sass=False)
+    with pytest.raises(AssertionError) as caught:
+        _check("cluster", r, cfg)
+    assert why in str(caught.value)  # failed on the check that concerns it

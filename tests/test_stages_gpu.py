@@ -100,3 +100,41 @@ def test_large_rows(stage, N, dtype):
         _check(mod, M, N, dtype)
     for cfg in mod.configs(N, dtype):
         _check(mod, 37, N, dtype, config=cfg)
+
+
+def test_values_catch_a_cluster_kernel_that_leaves_rows_unwritten():
+    # the value check above fails on a wrong kernel: this one launches half the CTAs it needs,
+    # so half the row blocks are never written and keep their NaN poison
+    import cutlass.cute as cute
+
+    from quack_edu.runtime import run_forward
+    from quack_edu.stages.cluster import ClusterRMSNorm
+
+    class HalfGrid(ClusterRMSNorm):
+        @cute.jit
+        def __call__(self, mX, mW, mO, eps, stream):
+            t = self.tiling
+            self.kernel(mX, mW, mO, eps).launch(
+                grid=[cute.ceil_div(mX.shape[0], t.rows_per_cta * self.seq * 2), t.cluster_n, 1],
+                block=[t.num_threads, 1, 1],
+                cluster=[1, t.cluster_n, 1],
+                stream=stream,
+                min_blocks_per_mp=self.min_ctas_per_sm,
+                preferred_smem_carveout=100,
+            )
+
+    M, N, dtype = 4096, 65536, torch.bfloat16
+    cfg = get_stage("cluster").default_config(N, dtype)
+    x = torch.randn(M, N, device="cuda", dtype=dtype)
+    w = torch.randn(N, device="cuda", dtype=dtype)
+    ref = rmsnorm_ref(x, w, eps=1e-6)
+    for kernel, wrong in ((ClusterRMSNorm, False), (HalfGrid, True)):
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+        run_forward(kernel, x, w, 1e-6, cfg, out=out)
+        torch.cuda.synchronize()
+        if wrong:
+            with pytest.raises(AssertionError):
+                assert_close(out, ref, dtype)
+            assert out[: M // 2].isfinite().all() and out[-(M // 4) :].isnan().all()
+        else:
+            assert_close(out, ref, dtype)
