@@ -83,3 +83,22 @@ def test_bench_table_formats_recorded_results():
     }
     text = table(result)
     assert "4273" in text and "2684" in text and json.dumps(result)
+
+
+def test_bench_kernel_names_variants_and_configs():
+    import pytest
+    import torch
+
+    from quack_edu.bench import resolve_config, split_name, stage_fn
+    from quack_edu.stages import cluster
+
+    assert split_name("cluster@hold#1") == ("cluster", "hold", "1")
+    assert split_name("cpasync") == ("cpasync", "", "")
+    # a variant keeps its stage's configs; #k picks the k-th of them
+    N, bf16 = 131072, torch.bfloat16
+    assert resolve_config("cluster@hold#1", N, bf16) == cluster.configs(N, bf16)[1]
+    assert resolve_config("cluster@late", N, bf16) == cluster.default_config(N, bf16)
+    with pytest.raises(ValueError, match="no variant 'nope'.*hold"):
+        stage_fn("cluster@nope")
+    with pytest.raises(ValueError, match="configs at N"):
+        resolve_config("cluster#99", N, bf16)
