@@ -86,8 +86,13 @@ def traffic(fn, *args, **kwargs) -> list[OpTraffic]:
             if not getattr(func, "is_view", False):
                 ins, _ = tree_flatten((a, kw or {}))
                 outs, _ = tree_flatten(out)
-                rows.append(OpTraffic(func.overloadpacket.__name__,
-                                      sum(_nbytes(t) for t in ins), sum(_nbytes(t) for t in outs)))
+                rows.append(
+                    OpTraffic(
+                        func.overloadpacket.__name__,
+                        sum(_nbytes(t) for t in ins),
+                        sum(_nbytes(t) for t in outs),
+                    )
+                )
             return out
 
     with Count():
@@ -104,15 +109,31 @@ def plot_roofline(points=(), spec: GPUSpec = H200, ax=None):
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
     ai = np.logspace(-2, 4, 200)
-    for gbps, style, label in ((spec.hbm_gbps, "-", "HBM3e datasheet"),
-                               (spec.copy_gbps, "--", "copy, measured")):
-        ax.loglog(ai, np.minimum(ai * gbps / 1e3, spec.bf16_tensor_tflops), style,
-                  label=f"{label} ({gbps / 1e3:.2f} TB/s)")
+    for gbps, style, label in (
+        (spec.hbm_gbps, "-", "HBM3e datasheet"),
+        (spec.copy_gbps, "--", "copy, measured"),
+    ):
+        ax.loglog(
+            ai,
+            np.minimum(ai * gbps / 1e3, spec.bf16_tensor_tflops),
+            style,
+            label=f"{label} ({gbps / 1e3:.2f} TB/s)",
+        )
     ax.axhline(spec.fp32_tflops, color="gray", lw=0.8, ls=":")
-    ax.text(2e3, spec.fp32_tflops * 1.15, f"fp32 CUDA cores {spec.fp32_tflops:.0f} TFLOP/s",
-            fontsize=8, ha="right")
-    ax.text(2e3, spec.bf16_tensor_tflops * 1.15,
-            f"bf16 tensor cores {spec.bf16_tensor_tflops:.0f} TFLOP/s", fontsize=8, ha="right")
+    ax.text(
+        2e3,
+        spec.fp32_tflops * 1.15,
+        f"fp32 CUDA cores {spec.fp32_tflops:.0f} TFLOP/s",
+        fontsize=8,
+        ha="right",
+    )
+    ax.text(
+        2e3,
+        spec.bf16_tensor_tflops * 1.15,
+        f"bf16 tensor cores {spec.bf16_tensor_tflops:.0f} TFLOP/s",
+        fontsize=8,
+        ha="right",
+    )
     for label, x in points:
         y = min(x * spec.copy_gbps / 1e3, spec.bf16_tensor_tflops)
         ax.plot([x], [y], "o")

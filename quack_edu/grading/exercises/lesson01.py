@@ -328,8 +328,7 @@ sectors = register(
         lesson=LESSON,
         answer="sectors_per_request",
         title=(
-            "32-byte sectors one warp-wide load touches: "
-            "sectors_per_request(stride, elem, threads)"
+            "32-byte sectors one warp-wide load touches: sectors_per_request(stride, elem, threads)"
         ),
         points={COMPILE: 1},
         mutants=[
