@@ -304,12 +304,9 @@ def run(
 
 def _version(package: str) -> str:
     """'package version' as installed, for the record."""
-    from importlib import metadata
+    from .doctor import installed_version
 
-    try:
-        return f"{package} {metadata.version(package)}"
-    except metadata.PackageNotFoundError:
-        return f"{package} (not installed)"
+    return f"{package} {installed_version(package) or '(not installed)'}"
 
 
 def _config_of(name: str, N: int, dtype) -> str | None:

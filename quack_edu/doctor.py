@@ -55,7 +55,8 @@ class DoctorReport:
         return "\n".join(lines)
 
 
-def _version(dist: str) -> str | None:
+def installed_version(dist: str) -> str | None:
+    """The installed version of the distribution ``dist``, or None."""
     try:
         return md.version(dist)
     except md.PackageNotFoundError:
@@ -151,7 +152,7 @@ def doctor_report(compile_check: bool = True) -> DoctorReport:
             ),
         )
 
-    dsl = _version("nvidia-cutlass-dsl")
+    dsl = installed_version("nvidia-cutlass-dsl")
     libs = [
         d.metadata["Name"]
         for d in md.distributions()
