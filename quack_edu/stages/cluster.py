@@ -251,6 +251,8 @@ class ClusterRMSNorm(BlockRMSNorm):
             cluster=[1, t.cluster_n, 1] if cutlass.const_expr(t.cluster_n > 1) else None,
             stream=stream,
             min_blocks_per_mp=self.min_ctas_per_sm,
+            # with min_blocks_per_mp > 1 the DSL needs a carveout, else it asks the driver at
+            # trace time (no GPU here); 100: the most shared memory, this kernel needs ~1 KB
             preferred_smem_carveout=None if cutlass.const_expr(self.min_ctas_per_sm < 2) else 100,
         )
 
