@@ -162,3 +162,38 @@ def cpasync_config(N: int, dtype) -> RowConfig:
         cluster_n=cluster_n,
         stages=2 if vecs >= 4 and vecs % 2 == 0 else 1,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The final kernel: the cpasync stage made persistent, with the weight in shared memory.
+# --------------------------------------------------------------------------------------------
+
+#: shared memory of one SM on sm_90 (228 KiB); each resident CTA also reserves 1 KiB of it
+SMEM_PER_SM = 233472
+SMEM_RESERVED_PER_CTA = 1024
+
+
+@dataclass(frozen=True)
+class FinalConfig(RowConfig):
+    """``RowConfig`` plus
+    * ``blocks_per_cta``: row blocks (of rows_per_cta rows) a CTA walks one after the other,
+      reading the weight once for all of them;
+    * ``buffers``: row blocks of x a CTA stages in shared memory at once. With 2, the next
+      block's copies are in flight while this one is reduced and stored; with 1, they go out
+      after this block's stores (less shared memory, more CTAs per SM);
+    * ``weight_in_smem``: the weight (and bias) slice staged once per CTA in shared memory
+      (True), or loaded into registers for every row block (False: no shared memory for it,
+      so more CTAs per SM; early when it fits 64 registers a thread, else after the sum).
+    ``max_vecs`` bounds a thread's share of a row in shared memory, not in registers."""
+
+    max_vecs: int = 32
+    buffers: int = 2
+    blocks_per_cta: int = 4
+    weight_in_smem: bool = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.buffers not in (1, 2):
+            raise ValueError(f"buffers must be 1 or 2, got {self.buffers}")
+        if not 1 <= self.blocks_per_cta <= 64:
+            raise ValueError(f"blocks_per_cta must be in [1, 64], got {self.blocks_per_cta}")

@@ -16,6 +16,7 @@ import functools
 import re
 import tempfile
 from dataclasses import dataclass, field
+from inspect import signature as _signature
 from pathlib import Path
 
 import torch
@@ -160,7 +161,13 @@ def compile_report(
     module = get_stage(stage)
     kernel_cls = kernel_cls or module.KERNEL
     if config is None:
-        config = module.default_config(N, dtype)
+        # the final stage sizes its tile by the weight's dtype too (it lives in shared memory)
+        takes_w = "weight_dtype" in _signature(module.default_config).parameters
+        config = (
+            module.default_config(N, dtype, weight_dtype)
+            if takes_w
+            else module.default_config(N, dtype)
+        )
     if config_fields:
         from dataclasses import replace
 

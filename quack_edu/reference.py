@@ -27,14 +27,19 @@ def rmsnorm_ref(
     residual: torch.Tensor | None = None,
     eps: float = 1e-6,
     compute_dtype=torch.float32,
+    weight_offset: float = 0.0,
 ):
-    """RMSNorm forward. Returns ``out``, or ``(out, residual_out)`` when ``residual`` is given."""
+    """RMSNorm forward. Returns ``out``, or ``(out, residual_out)`` when ``residual`` is given.
+
+    ``weight_offset`` is added to the weight in ``compute_dtype`` (Gemma's ``x_hat * (1 + w)``
+    is ``weight_offset=1.0``). A per-head weight of shape (H, D) broadcasts over x's (..., H, D).
+    """
     xf = x.to(compute_dtype)
     if residual is not None:
         xf = xf + residual.to(compute_dtype)
     out = xf * rstd_ref(xf, eps, compute_dtype).unsqueeze(-1)
     if weight is not None:
-        out = out * weight.to(compute_dtype)
+        out = out * (weight.to(compute_dtype) + weight_offset)
     if bias is not None:
         out = out + bias.to(compute_dtype)
     return (out, xf) if residual is not None else out

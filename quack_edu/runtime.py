@@ -90,6 +90,17 @@ class RMSNormKernel:
     def launch_shape(self, M: int) -> LaunchShape:
         raise NotImplementedError
 
+    def compile_args(self):
+        """Every argument ``cute.compile`` passes to ``__call__``: fakes of (x, weight, out),
+        eps and the stream (a stage with more tensors overrides this and ``wrap_compiled``)."""
+        x, w, out = self.fake_args()
+        stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
+        return (x, w, out, cutlass.Float32(1e-6), stream)
+
+    def wrap_compiled(self, compiled):
+        """What ``compile_kernel`` returns: callable as ``fn(x, weight, out, eps)``."""
+        return compiled
+
     def fake_args(self):
         """Fake tensors standing for (x, weight, out), with M symbolic."""
         M = cute.sym_int()
@@ -113,10 +124,8 @@ class RMSNormKernel:
 
 def compile_kernel(kernel: RMSNormKernel, options: str = "") -> Callable:
     """``cute.compile`` a kernel object on fake tensors, TVM-FFI calling convention."""
-    x, w, out = kernel.fake_args()
-    stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
     opts = ("--enable-tvm-ffi " + options).strip()
-    return cute.compile(kernel, x, w, out, cutlass.Float32(1e-6), stream, options=opts)
+    return kernel.wrap_compiled(cute.compile(kernel, *kernel.compile_args(), options=opts))
 
 
 @functools.cache
@@ -182,7 +191,10 @@ def run_forward(kernel_cls, x, weight, eps, config, out=None):
     """Check inputs, compile (cached per dtype, N and config) and launch on torch's stream.
 
     ``out`` (optional) receives the result: same shape, dtype and device as x, rows contiguous.
+    A kernel class with its own way in (``run``, the final stage's) takes it from here.
     """
+    if hasattr(kernel_cls, "run"):
+        return kernel_cls.run(x, weight, eps, config, out)
     dtype = x.dtype if isinstance(x, torch.Tensor) and x.dtype in SUPPORTED else None
     check_inputs(
         x,

@@ -35,7 +35,8 @@ def test_cpu_tensor_names_the_device(stage):
         _call(stage, x, torch.ones(256, dtype=torch.bfloat16))
 
 
-@pytest.mark.parametrize("stage", [s for s in STAGE_ORDER if s != "naive"])
+# the final stage takes any N (narrower accesses where 16-byte vectors do not fit)
+@pytest.mark.parametrize("stage", [s for s in STAGE_ORDER if s not in ("naive", "final")])
 def test_vector_stages_reject_ragged_N(stage):
     with pytest.raises(ValueError, match="multiple of 8"):
         _call(

@@ -135,7 +135,7 @@ def test_every_config_compiles_without_spills(stage, N, dtype):
 
 
 def test_stage_order_registers_the_ladder():
-    assert STAGE_ORDER == ("naive", "warp", "block", "cluster", "cpasync")
+    assert STAGE_ORDER == ("naive", "warp", "block", "cluster", "cpasync", "final")
     for name in VECTOR_STAGES:
         mod = get_stage(name)
         assert mod.KERNEL.name == name and mod.CONFIG is RowConfig

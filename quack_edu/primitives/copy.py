@@ -58,15 +58,17 @@ def tiled_copy_from_atom(atom: cute.CopyAtom, threads_per_row: int, num_threads:
     )
 
 
-def g2s_atom(dtype, cache_mode=cpasync.LoadCacheMode.GLOBAL) -> cute.CopyAtom:
-    """A 16-byte ``cp.async`` (global -> shared, no register round trip).
+def g2s_atom(dtype, cache_mode=cpasync.LoadCacheMode.GLOBAL, bits: int = COPY_BITS):
+    """A ``cp.async`` of ``bits`` (global -> shared, no register round trip).
 
     ``LoadCacheMode.GLOBAL`` is ``.cg``: cache in L2 only. A row is read once, so keeping it
-    out of L1 loses nothing, and 16 bytes is the only size ``.cg`` accepts.
+    out of L1 loses nothing, and 16 bytes is the only size ``.cg`` accepts; narrower copies
+    (4 or 8 bytes) need ``.ca`` (``LoadCacheMode.ALWAYS``).
     """
-    return cute.make_copy_atom(
-        cpasync.CopyG2SOp(cache_mode=cache_mode), dtype, num_bits_per_copy=COPY_BITS
-    )
+    if bits < COPY_BITS:
+        cache_mode = cpasync.LoadCacheMode.ALWAYS
+    op = cpasync.CopyG2SOp(cache_mode=cache_mode)
+    return cute.make_copy_atom(op, dtype, num_bits_per_copy=bits)
 
 
 def broadcast_rows(mW: cute.Tensor, rows: int) -> cute.Tensor:

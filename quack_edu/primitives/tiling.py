@@ -30,8 +30,10 @@ class RowTiling:
     chunks: int  # passes over the row per CTA (1: the row share fits at once)
 
     @classmethod
-    def make(cls, N: int, dtype, config: RowConfig) -> RowTiling:
-        vec = vector_elems(dtype)
+    def make(cls, N: int, dtype, config: RowConfig, vec: int | None = None) -> RowTiling:
+        """``vec``: elements per access (default: a 16-byte vector of ``dtype``; the final
+        stage narrows it where N, a stride or a pointer is not 16-byte aligned)."""
+        vec = vec or vector_elems(dtype)
         row_vecs = ceil_div(N, vec)
         cta_vecs = ceil_div(row_vecs, config.cluster_n)  # this CTA's share of a row
         needed = ceil_div(cta_vecs, config.threads_per_row)  # per thread, in one pass

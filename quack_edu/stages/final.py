@@ -1,0 +1,887 @@
+"""Stage 5, final: the cpasync kernel with the library's features and a plan per row length.
+
+Delta over cpasync, in bytes, registers and bytes in flight:
+
+* Where the weight lives is a choice (``FinalConfig.weight_in_smem``). cpasync holds a
+  thread's share of the weight in registers from its load to its use: 16 vectors x 8
+  elements = 64 registers of bf16, but 128 of fp32, so with an fp32 weight (the weight
+  ``nn.RMSNorm(dim)`` holds under bf16 activations) it loads the weight late, after the sum,
+  with a round trip to L2 per row block (measured: -27..31% at N = 64K..262K bf16). Here the
+  CTA's slice of the weight can be copied to shared memory once (cp.async, in the first commit
+  group) and read back a vector at a time in the scaling pass: registers no longer depend on
+  the weight's dtype (~40), shared memory does (tile_cols x 4 B instead of x 2 B per CTA).
+* A CTA walks ``blocks_per_cta`` row blocks, so that slice is read from L2 once per several
+  blocks instead of once per block: at N = 262144 with an fp32 weight and one row per CTA,
+  per-block loads move 1 MiB of weight from L2 for every 0.5 MiB of x.
+* Two row blocks of x in shared memory (``buffers`` = 2): the next block's cp.async copies go
+  out before this block is waited for, so a CTA has a block in flight while it reduces,
+  exchanges and stores the previous one: the pipelining the cluster stage got from registers
+  (``seq_rows``), without spending them.
+* The plan depends on the row length (``final_config``, from a sweep on the H200): short rows
+  (<= 16K bf16) want many small CTAs per SM and one block each, as cpasync; long rows with an
+  fp32 weight want the weight amortised over several blocks and two buffers.
+* What the library needs: bias, a residual added in fp32 (``residual_out`` written in the
+  first pass: the residual costs its read and that write, nothing else), ``out``/residual
+  dtypes of their own, rstd stored, ``weight_offset`` (Gemma's 1 + w, added in fp32), a
+  per-head weight (H, D) (grid z = head), rows of any stride, any N from 1 to 262144: a row
+  that is not a whole number of 16-byte vectors (or a stride or pointer that is not 16-byte
+  aligned) takes narrower accesses (``vec`` elements, a power of two), copied through
+  registers when a copy would be under cp.async's 4 bytes.
+
+The exchange is the cluster stage's, repeated: two reduction buffers and two mbarriers used
+alternately (block ``it`` uses ``it % 2``, waits on phase ``(it // 2) % 2``, and thread 0
+re-arms the barrier for block ``it + 2`` once it has passed the wait). A peer cannot reach
+block ``it + 2``'s exchange before every warp here sent block ``it + 1``'s partial, which each
+warp does only after reading block ``it``'s slots: so a slot is never overwritten before it
+is read, and the re-arm never races a phase it could complete. Without a cluster the block
+level uses the same two buffers for the same reason (a fast warp's next write would land in
+a slot a slow warp has not read yet).
+
+Constraints: sm_90 (clusters, cp.async); 1 <= N <= 262144; a CTA's tile (x and residual times
+``buffers``, plus the weight and bias slices when they live in shared memory) must fit its
+shared memory; ``stages`` must divide a thread's vectors.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, replace
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64
+from cutlass.memory import SmemAllocator
+
+from ..config import (
+    SMEM_PER_CTA,
+    SMEM_PER_SM,
+    SMEM_RESERVED_PER_CTA,
+    VECTOR_BYTES,
+    FinalConfig,
+    _next_pow2,
+)
+from ..primitives import copy as copy_utils
+from ..primitives import reduce as reduce_utils
+from ..primitives.tiling import RowTiling, ceil_div
+from ..runtime import LaunchShape, cute_dtype
+from .cluster import ClusterRMSNorm
+
+CONFIG = FinalConfig
+#: the longest row, in elements, for every dtype
+MAX_N = 262144
+
+
+@dataclass(frozen=True)
+class Features:
+    """What a compiled final kernel reads and writes besides x and out (the compile key).
+
+    dtypes are torch dtypes; ``None`` means "as x" (out, residual_out) or "absent".
+    """
+
+    weight: bool = True
+    bias_dtype: object = None
+    residual_dtype: object = None
+    residual_out_dtype: object = None
+    out_dtype: object = None
+    rstd: bool = False
+    per_head: bool = False
+    weight_offset: float = 0.0
+
+
+def _esize(dtype) -> int:
+    return cute_dtype(dtype).width // 8
+
+
+def widest_vec(N: int, dtype) -> int:
+    """The widest access (elements, a power of two, <= 16 bytes of x) that divides N."""
+    vec = VECTOR_BYTES // _esize(dtype)
+    return math.gcd(vec, int(N)) if N > 0 else vec
+
+
+def final_config(N: int, dtype, weight_dtype=None, features: Features | None = None, vec=None):
+    """The winners of a sweep on the H200 (bf16 x, 2026-11-30), by row length in 16-byte
+    vectors and by whether the weight is wider than x (an fp32 weight next to bf16 x):
+
+    * up to 2048 vectors (16K bf16): no cluster, >= 32 threads a row with <= 16 vectors each,
+      one row block per CTA (many CTAs per SM beat deeper pipelines here), the weight slice in
+      shared memory; a wide weight of > 32 KiB a CTA (fp32 at 16K) in registers instead;
+    * 4096 vectors: 256 threads, no cluster, the weight in registers;
+    * 8192: a narrow weight as above; a wide one in shared memory, clusters of 8, each CTA
+      walking 8 row blocks with 2 staged at once (the weight read once per 8 blocks);
+    * 16384: a narrow weight in shared memory, clusters of 4, 4 blocks, 2 buffers; a wide one
+      in registers, clusters of 8, 4 blocks, 2 buffers;
+    * 32768: clusters of 16, 2 buffers; a narrow weight in shared memory and 8 blocks, a wide
+      one in registers and 4 blocks.
+    A pick that does not fit (fp32 x doubles every tile) falls back to larger clusters, then
+    one buffer."""
+    if not 1 <= N <= MAX_N:
+        raise ValueError(f"'final' stage: N must be in [1, {MAX_N}], got N={N}")
+    features = features or Features()
+    vec = vec or widest_vec(N, dtype)
+    nvec = ceil_div(int(N), vec)
+    wide = (
+        features.weight
+        and weight_dtype is not None
+        and cute_dtype(weight_dtype).width > cute_dtype(dtype).width
+    )
+    if nvec <= 2048:
+        tpr = min(256, max(4, min(32, _next_pow2(nvec)), _next_pow2(ceil_div(nvec, 16))))
+        w_bytes = tpr * 16 * vec * (4 if wide else 2)
+        pick = FinalConfig(
+            tpr,
+            max(128, tpr),
+            buffers=1,
+            blocks_per_cta=1,
+            weight_in_smem=not (wide and w_bytes > 32 << 10),
+        )
+    else:
+        # vectors: (narrow weight plan, wide weight plan); a plan: (cluster, buffers, blocks,
+        # weight in smem)
+        table = {
+            4096: ((1, 1, 1, False), (1, 1, 1, False)),
+            8192: ((1, 1, 1, False), (8, 2, 8, True)),
+            16384: ((4, 2, 4, True), (8, 2, 4, False)),
+            32768: ((16, 2, 8, True), (16, 2, 4, False)),
+        }
+        key = next((k for k in sorted(table) if nvec <= k), 32768)
+        cn, buffers, seq, in_smem = table[key][wide]
+        pick = FinalConfig(
+            256, 256, cluster_n=cn, buffers=buffers, blocks_per_cta=seq, weight_in_smem=in_smem
+        )
+    fallbacks = [pick] + [
+        replace(pick, cluster_n=cn, buffers=b)
+        for b in (pick.buffers, 1)
+        for cn in (1, 2, 4, 8, 16)
+        if cn >= pick.cluster_n and cn <= pick.threads_per_row
+    ]
+    for cfg in fallbacks:
+        if _try_kernel(N, dtype, cfg, weight_dtype, features, vec) is not None:
+            return cfg
+    raise ValueError(f"no final config fits N={N} {dtype}")
+
+
+def _try_kernel(N, dtype, cfg, weight_dtype, features, vec):
+    try:
+        return FinalRMSNorm(dtype, N, cfg, weight_dtype, features=features, vec=vec)
+    except ValueError:
+        return None
+
+
+def default_config(N: int, dtype, weight_dtype=None, features=None, vec=None) -> FinalConfig:
+    return final_config(N, dtype, weight_dtype, features, vec)
+
+
+#: (buffers, blocks_per_cta, weight_in_smem) an autotuner tries
+PLANS = ((1, 1, False), (1, 1, True), (1, 4, True), (2, 4, True), (2, 8, True), (2, 4, False))
+
+
+def configs(N: int, dtype, weight_dtype=None, features=None, vec=None) -> list[FinalConfig]:
+    """The heuristic's pick first, then what an autotuner may try instead: half and twice the
+    threads per row, every cluster size, the ``PLANS``, and two commit groups per row."""
+    features = features or Features()
+    vec = vec or widest_vec(N, dtype)
+    base = final_config(N, dtype, weight_dtype, features, vec)
+    out = [base, replace(base, stages=2)]
+    t0 = base.threads_per_row
+    for tpr in (t0, max(4, t0 // 2), min(512, 2 * t0)):
+        for cn in (1, 2, 4, 8, 16):
+            for buffers, seq, in_smem in PLANS:
+                out.append(
+                    FinalConfig(
+                        tpr,
+                        max(128, tpr),
+                        cluster_n=cn,
+                        buffers=buffers,
+                        blocks_per_cta=seq,
+                        weight_in_smem=in_smem,
+                    )
+                )
+    good = []
+    for c in dict.fromkeys(out):
+        k = _try_kernel(N, dtype, c, weight_dtype, features, vec)
+        if k is not None and k.ctas_per_sm() >= 1:
+            good.append(c)
+    return good
+
+
+class FinalRMSNorm(ClusterRMSNorm):
+    name = "final"
+    heuristic = staticmethod(final_config)
+    plan = "hold"
+    seq_rows = 1
+
+    def __init__(
+        self,
+        dtype,
+        N: int,
+        config: FinalConfig | None = None,
+        weight_dtype=None,
+        features: Features | None = None,
+        vec: int | None = None,
+    ):
+        self.features = features or Features()
+        self.vec = vec or widest_vec(N, dtype)
+        if config is None:
+            config = final_config(N, dtype, weight_dtype, self.features, self.vec)
+        self.dtype = cute_dtype(dtype)
+        self.weight_dtype = cute_dtype(weight_dtype if weight_dtype is not None else dtype)
+        self.N = int(N)
+        self.config = config
+        self.check_config()
+        self.tiling = RowTiling.make(self.N, self.dtype, config, vec=self.vec)
+        self.check_tiling()
+        self.seq = 1
+        self.min_ctas_per_sm = 0
+        f = self.features
+        self.out_dtype = cute_dtype(f.out_dtype or dtype)
+        self.res_dtype = cute_dtype(f.residual_dtype) if f.residual_dtype else None
+        self.res_out_dtype = cute_dtype(f.residual_out_dtype) if f.residual_out_dtype else None
+        self.bias_dtype = cute_dtype(f.bias_dtype) if f.bias_dtype else None
+        # cp.async copies 4, 8 or 16 bytes: narrower vectors go through registers
+        staged = [
+            self.dtype,
+            self.res_dtype,
+            self.weight_dtype if f.weight else None,
+            self.bias_dtype,
+        ]
+        self.use_async = all(self.vec * d.width >= 32 for d in staged if d is not None)
+
+    @classmethod
+    def max_N_for(cls, dtype) -> int:
+        return MAX_N
+
+    def check_config(self):
+        cfg = self.config
+        if not isinstance(cfg, FinalConfig):
+            raise TypeError(f"the 'final' stage takes a FinalConfig, got {type(cfg).__name__}")
+        if not 1 <= self.N <= MAX_N:
+            self.fail(f"N must be in [1, {MAX_N}]")
+        if self.vec & (self.vec - 1) or self.N % self.vec:
+            self.fail(f"vec={self.vec} must be a power of two that divides N")
+        if self.vec * self.dtype.width > 8 * VECTOR_BYTES:
+            self.fail(f"vec={self.vec} is wider than a 16-byte access of x")
+
+    def check_tiling(self):
+        t, cfg = self.tiling, self.config
+        if t.chunks > 1:
+            self.fail(
+                f"a thread's share of the row is {t.vecs * t.chunks} vectors but max_vecs is "
+                f"{cfg.max_vecs}: raise threads_per_row or cluster_n"
+            )
+        if t.vecs % cfg.stages:
+            self.fail(f"stages={cfg.stages} must divide the {t.vecs} vectors a thread copies")
+        if cfg.cluster_n > 1 and 2 * t.tiles_per_row <= cfg.cluster_n:
+            self.fail(
+                f"with {t.tile_cols} columns per CTA only {t.tiles_per_row} of the "
+                f"{cfg.cluster_n} CTAs of the cluster would own columns"
+            )
+        if self.smem_bytes() > SMEM_PER_CTA:
+            self.fail(
+                f"the CTA needs {self.smem_bytes()} bytes of shared memory, more than the "
+                f"{SMEM_PER_CTA} a Hopper CTA can have: raise cluster_n or use buffers=1"
+            )
+
+    # -- sizes ---------------------------------------------------------------------------------
+    def smem_bytes(self) -> int:
+        """x (and residual) tiles x ``buffers``, the weight and bias slices, two reduction
+        buffers and, in a cluster, two mbarriers; every allocation 16-byte aligned."""
+        t, cfg, f = self.tiling, self.config, self.features
+
+        def up(n):
+            return -(-n // 16) * 16
+
+        x_tile = t.rows_per_cta * t.tile_cols
+        total = cfg.buffers * up(x_tile * t.elem_bytes)
+        if f.residual_dtype is not None:
+            total += cfg.buffers * up(x_tile * _esize(f.residual_dtype))
+        if f.weight and cfg.weight_in_smem:
+            total += up(t.tile_cols * self.weight_dtype.width // 8)
+        if f.bias_dtype is not None and cfg.weight_in_smem:
+            total += up(t.tile_cols * _esize(f.bias_dtype))
+        total += 2 * up(t.reduction_buffer_bytes())
+        if t.cluster_n > 1:
+            total += 16
+        return total
+
+    def ctas_per_sm(self) -> int:
+        """CTAs that can share an SM, by shared memory and threads (registers are ~40)."""
+        by_smem = SMEM_PER_SM // (self.smem_bytes() + SMEM_RESERVED_PER_CTA)
+        return max(0, min(by_smem, 2048 // self.config.num_threads, 32))
+
+    def grid_x(self, M: int) -> int:
+        """CTAs (clusters) per head along the rows: one per ``blocks_per_cta`` row blocks."""
+        return ceil_div(ceil_div(M, self.tiling.rows_per_cta), self.config.blocks_per_cta)
+
+    def launch_shape(self, M: int, heads: int = 1) -> LaunchShape:
+        t = self.tiling
+        return LaunchShape(
+            grid=(self.grid_x(M), t.cluster_n, heads),
+            block=(t.num_threads, 1, 1),
+            cluster=(1, t.cluster_n, 1),
+            smem_bytes=self.smem_bytes(),
+        )
+
+    # -- compiling -----------------------------------------------------------------------------
+    def compile_args(self):
+        """Fake tensors for every argument of ``__call__`` (None where a feature is off)."""
+        f, vec = self.features, self.vec
+        M = cute.sym_int()
+        H = cute.sym_int() if f.per_head else None
+        rows = (M, H) if f.per_head else (M,)
+
+        def stride(dt):  # in elements: a 16-byte access (or the whole narrow one) stays aligned
+            div = max(1, min(vec, VECTOR_BYTES * 8 // dt.width))
+            return cute.sym_int64(divisibility=div) if div > 1 else cute.sym_int64()
+
+        def rows_tensor(dtype):
+            if dtype is None:
+                return None
+            dt = cute_dtype(dtype)
+            strides = tuple(stride(dt) for _ in rows) + (1,)
+            align = min(VECTOR_BYTES, vec * dt.width // 8)
+            return cute.runtime.make_fake_tensor(dt, (*rows, self.N), strides, assumed_align=align)
+
+        def weight_tensor(dtype):
+            if dtype is None:
+                return None
+            dt = cute_dtype(dtype)
+            align = min(VECTOR_BYTES, vec * dt.width // 8)
+            if f.per_head:
+                return cute.runtime.make_fake_tensor(
+                    dt, (H, self.N), (stride(dt), 1), assumed_align=align
+                )
+            return cute.runtime.make_fake_compact_tensor(dt, (self.N,), assumed_align=align)
+
+        x = rows_tensor(self.dtype)
+        out = rows_tensor(self.out_dtype)
+        res = rows_tensor(self.res_dtype)
+        res_out = rows_tensor(self.res_out_dtype)
+        w = weight_tensor(self.weight_dtype if f.weight else None)
+        b = weight_tensor(self.bias_dtype)
+        rstd = (
+            cute.runtime.make_fake_compact_tensor(
+                Float32, rows, stride_order=tuple(reversed(range(len(rows)))), assumed_align=4
+            )
+            if f.rstd
+            else None
+        )
+        stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
+        return (x, w, b, res, out, res_out, rstd, Float32(1e-6), stream)
+
+    def wrap_compiled(self, compiled):
+        """The compiled kernel, callable like every stage's as ``fn(x, w, out, eps)`` too."""
+        return CompiledFinal(self, compiled)
+
+    # -- the pieces a lesson lets a learner rewrite ----------------------------------------------
+    def scale(self, x_hat, w, b):
+        """The epilogue of one vector, in fp32: ``x_hat * (w + weight_offset) + b`` (w or b may
+        be None). The offset is added in fp32: Gemma's 1 + w rounded to bf16 first would lose
+        the low bits of a small w."""
+        y = x_hat
+        if cutlass.const_expr(w is not None):
+            if cutlass.const_expr(self.features.weight_offset != 0.0):
+                w = w + Float32(self.features.weight_offset)
+            y = y * w
+        if cutlass.const_expr(b is not None):
+            y = y + b
+        return y
+
+    def stage_copy(self, dtype, to_smem: bool) -> cute.TiledCopy:
+        """The tiled copy that brings a tensor of ``dtype`` in: cp.async (16 bytes: .cg; 4 or
+        8: .ca) when ``use_async``, else plain loads through registers."""
+        t = self.tiling
+        if to_smem and self.use_async:
+            bits = min(copy_utils.COPY_BITS, t.vec * dtype.width)
+            atom = copy_utils.g2s_atom(dtype, bits=bits)
+            return copy_utils.tiled_copy_from_atom(atom, t.threads_per_row, t.num_threads, t.vec)
+        return copy_utils.row_tiled_copy(dtype, t.threads_per_row, t.num_threads, t.vec)
+
+    # -- device code -------------------------------------------------------------------------------
+    def col_pred(self, thr, cX):
+        """Per atom of this thread's partition of the tile ``cX`` (coordinates): column < N.
+        None when the tiles cover N exactly."""
+        if self.tiling.even_cols:
+            return None
+        return copy_utils.predicate_cols(thr.partition_S(cX), self.N)
+
+    def weight_regs(self) -> int:
+        """Registers a thread needs to hold its share of the weight and bias."""
+        t, f = self.tiling, self.features
+        bits = (self.weight_dtype.width if f.weight else 0) + (
+            self.bias_dtype.width if self.bias_dtype else 0
+        )
+        return t.vecs * t.vec * bits // 32
+
+    def load_weights(self, mW, mB, tXsX, cX, rank):
+        """This thread's share of the weight and bias, in registers, in x's vector shape."""
+        t = self.tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        out = []
+        for m in (mW, mB):
+            if m is None:
+                out.append(None)
+                continue
+            copy_W = self.stage_copy(m.element_type, False)
+            thr_W = copy_W.get_slice(tidx)
+            gW = cute.local_tile(copy_utils.broadcast_rows(m, t.rows_per_cta), t.tiler, (0, rank))
+            rW = cute.make_rmem_tensor_like(tXsX[None, None, None, 0], m.element_type)
+            pW = self.col_pred(thr_W, cX)
+            cute.copy(copy_W, thr_W.partition_S(gW), thr_W.retile(rW), pred=pW)
+            out.append(rW)
+        return out
+
+    def stage_in(self, tiled, src: cute.Tensor, dst: cute.Tensor, pred, lo: int, hi: int):
+        """Copy this thread's vectors ``lo..hi-1`` of ``src`` (global) into ``dst`` (shared);
+        ``pred`` (atoms, 1, vecs) switches off the vectors past N (a cp.async then copies
+        nothing and zero-fills). Through registers when cp.async cannot take them."""
+        for v in range(lo, hi):
+            p = None if pred is None else pred[None, None, v]
+            if self.use_async:
+                cute.copy(tiled, src[None, None, v], dst[None, None, v], pred=p)
+            else:
+                r = cute.make_rmem_tensor_like(src[None, None, v])
+                cute.copy(tiled, src[None, None, v], r, pred=p)
+                dst[None, None, v].store(r.load())
+
+    @cute.jit
+    def issue_block(
+        self,
+        mX: cute.Tensor,
+        mRes,
+        sX: cute.Tensor,
+        sR,
+        blk: Int32,
+        buf: Int32,
+        rank,
+        row_end: Int32,
+    ):
+        """Start the copies of row block ``blk`` into buffer ``buf``: ``stages`` commit groups
+        (empty ones too, for rows past ``row_end``, so that every thread counts groups the
+        same way)."""
+        t = self.tiling
+        stages = self.config.stages
+        per_stage = t.vecs // stages
+        tidx, _, _ = cute.arch.thread_idx()
+        copy_X = self.stage_copy(mX.element_type, True)
+        thr_X = copy_X.get_slice(tidx)
+        cX = cute.local_tile(cute.make_identity_tensor(mX.shape), t.tiler, (blk, rank))
+        tXcX = thr_X.partition_S(cX)
+        row = tXcX[0][0]
+        tXgX = thr_X.partition_S(cute.local_tile(mX, t.tiler, (blk, rank)))
+        tXsX = thr_X.partition_D(sX[None, None, buf])
+        if cutlass.const_expr(mRes is not None):
+            copy_R = self.stage_copy(mRes.element_type, True)
+            thr_R = copy_R.get_slice(tidx)
+            tRgR = thr_R.partition_S(cute.local_tile(mRes, t.tiler, (blk, rank)))
+            tRsR = thr_R.partition_D(sR[None, None, buf])
+        for s in cutlass.range_constexpr(stages):
+            if row < row_end:
+                # (the predicates are made here: a tensor made outside this runtime branch
+                # reaches it as a plain value)
+                lo, hi = s * per_stage, (s + 1) * per_stage
+                pX = self.col_pred(thr_X, cX)
+                self.stage_in(copy_X, tXgX, tXsX, pX, lo, hi)
+                if cutlass.const_expr(mRes is not None):
+                    self.stage_in(copy_R, tRgR, tRsR, self.col_pred(thr_R, cX), lo, hi)
+            if cutlass.const_expr(self.use_async):
+                cute.arch.cp_async_commit_group()
+
+    @cute.jit
+    def __call__(
+        self,
+        mX: cute.Tensor,
+        mW: cute.Tensor | None,
+        mB: cute.Tensor | None,
+        mRes: cute.Tensor | None,
+        mO: cute.Tensor,
+        mResO: cute.Tensor | None,
+        mRstd: cute.Tensor | None,
+        eps: Float32,
+        stream,
+    ):
+        t = self.tiling
+        heads = mX.shape[1] if cutlass.const_expr(self.features.per_head) else 1
+        grid_x = cute.ceil_div(
+            cute.ceil_div(mX.shape[0], t.rows_per_cta), self.config.blocks_per_cta
+        )
+        self.kernel(mX, mW, mB, mRes, mO, mResO, mRstd, eps).launch(
+            grid=[grid_x, t.cluster_n, heads],
+            block=[t.num_threads, 1, 1],
+            cluster=[1, t.cluster_n, 1] if cutlass.const_expr(t.cluster_n > 1) else None,
+            stream=stream,
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        mX: cute.Tensor,
+        mW: cute.Tensor | None,
+        mB: cute.Tensor | None,
+        mRes: cute.Tensor | None,
+        mO: cute.Tensor,
+        mResO: cute.Tensor | None,
+        mRstd: cute.Tensor | None,
+        eps: Float32,
+    ):
+        # mX, mRes, mO, mResO: (M, N) or (M, H, N); mW, mB: (N,) or (H, N); mRstd: (M,) or
+        # (M, H). CTA (bidx, rank, head) owns columns rank*tile_cols.. of the row blocks
+        # bidx * blocks_per_cta .. + blocks_per_cta - 1 of its head.
+        t, cfg = self.tiling, self.config
+        stages, nbuf = cfg.stages, cfg.buffers
+        per_stage = t.vecs // stages
+        clustered = cutlass.const_expr(t.cluster_n > 1)
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, head = cute.arch.block_idx()
+        rank = cute.arch.block_idx_in_cluster() if clustered else 0
+        if cutlass.const_expr(self.features.per_head):
+            mX, mRes, mO, mResO = [
+                m[None, head, None] if cutlass.const_expr(m is not None) else None
+                for m in (mX, mRes, mO, mResO)
+            ]
+            mW, mB = [
+                m[head, None] if cutlass.const_expr(m is not None) else None for m in (mW, mB)
+            ]
+            mRstd = mRstd[None, head] if cutlass.const_expr(mRstd is not None) else None
+        M = mX.shape[0]
+
+        # -- shared memory: x (+ residual) x buffers, the weight and bias slices, the exchange
+        smem = SmemAllocator()
+        x_layout = cute.make_ordered_layout((*t.tiler, nbuf), order=(1, 0, 2))
+        sX = smem.allocate_tensor(mX.element_type, x_layout, byte_alignment=16)
+        sR = None
+        if cutlass.const_expr(mRes is not None):
+            sR = smem.allocate_tensor(mRes.element_type, x_layout, byte_alignment=16)
+        # (rows_per_cta, tile_cols) with row stride 0: every row of the CTA reads one slice
+        w_layout = cute.make_layout(t.tiler, stride=(0, 1))
+        smem_w = cutlass.const_expr(cfg.weight_in_smem)
+        sW = sB = None
+        if cutlass.const_expr(mW is not None and smem_w):
+            sW = smem.allocate_tensor(mW.element_type, w_layout, byte_alignment=16)
+        if cutlass.const_expr(mB is not None and smem_w):
+            sB = smem.allocate_tensor(mB.element_type, w_layout, byte_alignment=16)
+        red_layout = cute.make_ordered_layout(
+            (t.rows_per_cta, (t.warps_per_row, t.cluster_n), 2), order=(1, 0, 2)
+        )
+        red = smem.allocate_tensor(Float32, red_layout, byte_alignment=16)
+        mbar_ptr = None
+        if cutlass.const_expr(clustered):
+            mbar_ptr = smem.allocate_array(Int64, 2)
+            self.arm_cluster_barrier(mbar_ptr, 2)
+
+        # -- this thread's place: its row in the CTA, its columns (the same for every block)
+        copy_X = self.stage_copy(mX.element_type, True)
+        thr_X = copy_X.get_slice(tidx)
+        cX = cute.local_tile(cute.make_identity_tensor(mX.shape), t.tiler, (0, rank))
+        tXcX = thr_X.partition_S(cX)  # ((vec, 1), 1, vecs) -> (row, col)
+        row_in_cta = tXcX[0][0]
+        first_col = tXcX[0][1]
+        even = cutlass.const_expr(t.even_cols)
+
+        # -- the weight and bias slices, once per CTA: the threads of the CTA's first row copy
+        # them (every row reads the same columns), in the first commit group
+        if cutlass.const_expr(smem_w and (mW is not None or mB is not None)):
+            if row_in_cta == 0:
+                for m, s_ in ((mW, sW), (mB, sB)):
+                    if cutlass.const_expr(m is not None):
+                        copy_W = self.stage_copy(m.element_type, True)
+                        thr_W = copy_W.get_slice(tidx)
+                        gW = cute.local_tile(
+                            copy_utils.broadcast_rows(m, t.rows_per_cta), t.tiler, (0, rank)
+                        )
+                        # the weight's own predicate: an fp32 vector is two 16-byte atoms
+                        pW = self.col_pred(thr_W, cX)
+                        self.stage_in(
+                            copy_W, thr_W.partition_S(gW), thr_W.partition_D(s_), pW, 0, t.vecs
+                        )
+            if cutlass.const_expr(self.use_async):
+                cute.arch.cp_async_commit_group()
+
+        seq = cfg.blocks_per_cta
+        blk0 = bidx * seq
+        n_iter = cutlass.min(seq, cute.ceil_div(M, t.rows_per_cta) - blk0)
+        # rows this CTA may load: its own blocks' (the next CTA's belong to the next CTA)
+        row_end = cutlass.min(M, (blk0 + n_iter) * t.rows_per_cta)
+        self.issue_block(mX, mRes, sX, sR, blk0, 0, rank, row_end)
+        if cutlass.const_expr(clustered):
+            cute.arch.cluster_wait()  # every peer's mbarriers are initialised and armed
+
+        # shared memory is read back through x's partition whatever the dtype, so that every
+        # vector has x's shape ((vec, 1), 1): (rows, cols, buffers) -> ((vec, 1), 1, vecs, buffers)
+        tXsX = thr_X.partition_D(sX)
+        tRsR = thr_X.partition_D(sR) if cutlass.const_expr(mRes is not None) else None
+        tWsW = thr_X.partition_D(sW) if cutlass.const_expr(sW is not None) else None
+        tBsB = thr_X.partition_D(sB) if cutlass.const_expr(sB is not None) else None
+        # registers instead: loaded for every row block, before the sum if they fit
+        early = cutlass.const_expr(self.weight_regs() <= 64)
+        copy_O = self.stage_copy(mO.element_type, False)
+        thr_O = copy_O.get_slice(tidx)
+        if cutlass.const_expr(mResO is not None):
+            copy_RO = self.stage_copy(mResO.element_type, False)
+            thr_RO = copy_RO.get_slice(tidx)
+
+        # groups still in flight beyond this block's: the next block's, with two buffers
+        ahead = stages if cutlass.const_expr(nbuf == 2) else 0
+        for it in cutlass.range(n_iter, unroll=1):
+            blk = blk0 + it
+            buf = it % nbuf
+            row = blk * t.rows_per_cta + row_in_cta
+            if cutlass.const_expr(nbuf == 2):  # the next block goes out before this one lands
+                self.issue_block(mX, mRes, sX, sR, blk + 1, 1 - buf, rank, row_end)
+            tOgO = thr_O.partition_D(cute.local_tile(mO, t.tiler, (blk, rank)))
+            if cutlass.const_expr(mResO is not None):
+                tRgRO = thr_RO.partition_D(cute.local_tile(mResO, t.tiler, (blk, rank)))
+
+            if cutlass.const_expr(not smem_w and early):
+                rW, rB = self.load_weights(mW, mB, tXsX, cX, rank)
+            # first pass: sum of squares of (x + residual), part s as soon as it has landed
+            sum_sq = Float32(0.0)
+            for s in cutlass.range_constexpr(stages):
+                if cutlass.const_expr(self.use_async):
+                    cute.arch.cp_async_wait_group(stages - 1 - s + ahead)
+                if cutlass.const_expr(s == 0 and t.rows_per_cta > 1 and sW is not None):
+                    if it == 0:
+                        cute.arch.barrier()  # the weight slice, copied by the first row, landed
+                if row < M:
+                    pred = self.col_pred(thr_X, cX)  # (1, 1, vecs); made here: see issue_block
+                    for v in cutlass.range_constexpr(s * per_stage, (s + 1) * per_stage):
+                        if cutlass.const_expr(even) or pred[0, 0, v]:
+                            xv = tXsX[None, None, v, buf].load().to(Float32)
+                            if cutlass.const_expr(mRes is not None):
+                                xv = xv + tRsR[None, None, v, buf].load().to(Float32)
+                            if cutlass.const_expr(mResO is not None):
+                                rRO = cute.make_rmem_tensor_like(
+                                    tXsX[None, None, v, 0], mResO.element_type
+                                )
+                                rRO.store(xv.to(mResO.element_type))
+                                dst = tRgRO[None, None, v]
+                                cute.copy(copy_RO, _like(rRO, dst), dst)
+                            sum_sq += (xv * xv).reduce(
+                                cute.ReductionOp.ADD, Float32(0.0), reduction_profile=0
+                            )
+
+            # the row's sum: warp, then the cluster (or the CTA), buffer and barrier it % 2
+            parity = it % 2
+            buffer = red[None, None, parity]
+            val = self.warp_reduce(sum_sq)
+            if cutlass.const_expr(clustered):
+                self.cluster_exchange(val, buffer, mbar_ptr + parity)
+                cute.arch.mbarrier_wait(mbar_ptr + parity, phase=(it // 2) % 2)
+                val = reduce_utils.combine_buffer(buffer, operator.add, t.threads_per_row)
+                if tidx == 0 and it + 2 < n_iter:  # armed again for block it + 2
+                    cute.arch.mbarrier_arrive_and_expect_tx(
+                        mbar_ptr + parity, self.expected_tx_bytes()
+                    )
+            elif cutlass.const_expr(t.warps_per_row > 1):
+                val = self.block_reduce(val, buffer)
+            rstd = self.rstd(val, eps)
+            if cutlass.const_expr(mRstd is not None):
+                if first_col == 0 and row < M:
+                    mRstd[row] = rstd
+
+            if cutlass.const_expr(not smem_w and not early):
+                rW, rB = self.load_weights(mW, mB, tXsX, cX, rank)
+            # second pass, from shared memory a vector at a time
+            if row < M:
+                pred = self.col_pred(thr_X, cX)
+                for v in cutlass.range_constexpr(t.vecs):
+                    if cutlass.const_expr(even) or pred[0, 0, v]:
+                        xv = tXsX[None, None, v, buf].load().to(Float32)
+                        if cutlass.const_expr(mRes is not None):
+                            xv = xv + tRsR[None, None, v, buf].load().to(Float32)
+                        w = b = None
+                        if cutlass.const_expr(mW is not None):
+                            wv = tWsW[None, None, v] if smem_w else rW[None, None, v]
+                            w = wv.load().to(Float32)
+                        if cutlass.const_expr(mB is not None):
+                            bv = tBsB[None, None, v] if smem_w else rB[None, None, v]
+                            b = bv.load().to(Float32)
+                        y = self.scale(xv * rstd, w, b)
+                        rO = cute.make_rmem_tensor_like(tXsX[None, None, v, 0], mO.element_type)
+                        rO.store(y.to(mO.element_type))
+                        dst = tOgO[None, None, v]
+                        cute.copy(copy_O, _like(rO, dst), dst)
+            if cutlass.const_expr(nbuf == 1):  # the next block, into the buffer just read
+                if it + 1 < n_iter:
+                    self.issue_block(mX, mRes, sX, sR, blk + 1, 0, rank, row_end)
+        if cutlass.const_expr(clustered):
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()  # no CTA leaves while a peer may still address its smem
+
+
+KERNEL = FinalRMSNorm
+
+
+def _like(r: cute.Tensor, dst: cute.Tensor) -> cute.Tensor:
+    """Register vector ``r`` (x's shape, ((vec, 1), 1)) viewed in the shape of ``dst``'s
+    partition, e.g. ((4, 2), 1) for an fp32 vector: two 16-byte atoms, elements in order."""
+    return cute.make_tensor(r.iterator, cute.make_layout(dst.shape))
+
+
+class CompiledFinal:
+    """A compiled final kernel and what it was compiled for. ``full(...)`` takes every tensor
+    (None where the feature is off); calling it as ``fn(x, w, out, eps)`` runs the plain
+    forward, as every other stage's compiled kernel is called."""
+
+    def __init__(self, kernel: FinalRMSNorm, compiled):
+        self.kernel = kernel
+        self.compiled = compiled
+
+    def __getattr__(self, name):  # __ptx__, __cubin__, __mlir__ of the compiled kernel
+        return getattr(self.compiled, name)
+
+    def full(self, x, w, b, res, out, res_out, rstd, eps):
+        self.compiled(x, w, b, res, out, res_out, rstd, eps)
+
+    def __call__(self, x, w, out, eps):
+        self.full(x, w, None, None, out, None, None, eps)
+
+
+# -- host side: the compile key from the tensors, a cache of compiled kernels ----------------------
+
+_COMPILED: dict = {}
+
+
+def _vec_limit(t) -> int:
+    """The widest access (elements) that tensor ``t``'s pointer and strides allow: accesses
+    are min(16, vec * itemsize) bytes, so a tensor 16-byte aligned allows any vec."""
+    if t is None:
+        return 1 << 30
+    esize = t.element_size()
+    g = t.data_ptr()
+    for dim in range(t.dim() - 1):
+        g |= t.stride(dim) * esize
+    g = g & -g if g else 1 << 30
+    return 1 << 30 if g >= VECTOR_BYTES else max(1, g // esize)
+
+
+def compiled_for(
+    dtype, N, weight_dtype, features: Features, vec: int, config=None, kernel_cls=None
+) -> CompiledFinal:
+    kernel_cls = kernel_cls or FinalRMSNorm
+    key = (kernel_cls, dtype, N, weight_dtype, features, vec, config)
+    fn = _COMPILED.get(key)
+    if fn is None:
+        from ..runtime import compile_kernel
+
+        kernel = kernel_cls(dtype, N, config, weight_dtype, features=features, vec=vec)
+        fn = _COMPILED[key] = compile_kernel(kernel)
+    return fn
+
+
+#: (dtypes, N, rank, flags, alignment, config, class) -> compiled kernel: the per-call path
+_BY_CALL: dict = {}
+
+
+def _dt(t):
+    return None if t is None else t.dtype
+
+
+def _misaligned(*tensors) -> int:
+    """The low 4 bits of every tensor's address and row strides, in bytes, OR-ed: 0 when every
+    access can be a full 16-byte vector (the common case, checked on every call)."""
+    bits = 0
+    for t in tensors:
+        if t is not None:
+            e = t.element_size()
+            bits |= t.data_ptr()
+            for d in range(t.dim() - 1):
+                bits |= t.stride(d) * e
+    return bits & (VECTOR_BYTES - 1)
+
+
+def launch_fwd(
+    x,
+    weight,
+    bias,
+    residual,
+    out,
+    residual_out,
+    rstd,
+    eps,
+    weight_offset=0.0,
+    config=None,
+    kernel_cls=None,
+):
+    """Run the final kernel. x, residual, out, residual_out: (M, N), or (M, H, N) with a
+    per-head weight/bias (H, N); rstd: fp32, x.shape[:-1]. Last dims contiguous; any other
+    strides. Nothing is checked here beyond what picks the compiled kernel (the library's
+    ``quack_edu.rmsnorm`` checks the user's arguments). Host cost matters for short rows: the
+    compiled kernel is found with one dictionary lookup on a tuple of cheap facts."""
+    if x.numel() == 0:
+        return
+    tensors = (x, weight, bias, residual, out, residual_out)
+    key = (
+        x.dtype,
+        x.shape[-1],
+        x.dim(),
+        _dt(weight),
+        _dt(bias),
+        _dt(residual),
+        _dt(out),
+        _dt(residual_out),
+        rstd is not None,
+        weight_offset,
+        _misaligned(*tensors),
+        config,
+        kernel_cls,
+    )
+    fn = _BY_CALL.get(key)
+    if fn is None:
+        N = x.shape[-1]
+        features = Features(
+            weight=weight is not None,
+            bias_dtype=_dt(bias),
+            residual_dtype=_dt(residual),
+            residual_out_dtype=_dt(residual_out),
+            out_dtype=out.dtype if out.dtype != x.dtype else None,
+            rstd=rstd is not None,
+            per_head=x.dim() == 3,
+            weight_offset=float(weight_offset),
+        )
+        vec = widest_vec(N, x.dtype)
+        for t in tensors:
+            vec = min(vec, _vec_limit(t))
+        fn = compiled_for(x.dtype, N, _dt(weight), features, vec, config, kernel_cls)
+        # the key's alignment bits stand for vec only while they are a 16-byte fact; a
+        # narrower access is decided per tensor, so only the common case is cached by bits
+        if key[10] == 0:
+            _BY_CALL[key] = fn
+    fn.compiled(x, weight, bias, residual, out, residual_out, rstd, eps)
+
+
+def rmsnorm_fwd(x, weight, eps: float = 1e-6, config: FinalConfig | None = None, out=None):
+    """y = x / sqrt(mean(x**2) + eps) * weight with the final kernel: the stage's entry point,
+    like every stage's (the library's ``quack_edu.rmsnorm.rmsnorm_fwd`` has every feature)."""
+    return _run(FinalRMSNorm, x, weight, eps, config, out)
+
+
+def _run(kernel_cls, x, weight, eps, config, out=None):
+    """``runtime.run_forward`` for this stage (the benchmark's and the grader's way in)."""
+    import torch
+
+    from ..runtime import check_inputs
+
+    check_inputs(x, weight, stage="final", row_align=1, max_N=MAX_N)
+    if out is None:
+        out = torch.empty_like(x)
+    launch_fwd(x, weight, None, None, out, None, None, eps, config=config, kernel_cls=kernel_cls)
+    return out
+
+
+FinalRMSNorm.run = classmethod(_run)
+
+
+__all__ = [
+    "FinalRMSNorm",
+    "FinalConfig",
+    "Features",
+    "KERNEL",
+    "CONFIG",
+    "MAX_N",
+    "default_config",
+    "configs",
+    "launch_fwd",
+    "rmsnorm_fwd",
+    "widest_vec",
+]

@@ -1,0 +1,171 @@
+"""Compile-only checks of the final stage (quack_edu/stages/final.py) for sm_90a.
+
+Every row length the library takes, every dtype, the weight in x's dtype and in fp32: the
+kernel compiles with no stack and no spills, moves x in 128-bit cp.async copies and y in
+128-bit stores wherever N allows them (narrower, correct accesses where it does not), and
+its launch shape is the one its config says. Features (bias, residual, rstd, per-head,
+weight_offset, out dtype) each reach the PTX. Values are checked on the GPU
+(tests/test_rmsnorm_gpu.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from quack_edu.config import FinalConfig
+from quack_edu.inspect import compile_report, kernel_report
+from quack_edu.primitives.tiling import ceil_div
+from quack_edu.stages import final
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+NS = [1, 7, 256, 1000, 4096, 65536, 262144]
+
+
+def _cases():
+    for N in NS:
+        for dtype in DTYPES:
+            for wdt in (dtype, torch.float32) if dtype != torch.float32 else (dtype,):
+                yield pytest.param(N, dtype, wdt, id=f"{N}-{str(dtype)[6:]}-w{str(wdt)[6:]}")
+
+
+def _vec_bytes(N: int, dtype) -> int:
+    return final.widest_vec(N, dtype) * torch.empty((), dtype=dtype).element_size()
+
+
+def _check(r, N: int, dtype, cfg: FinalConfig):
+    assert r.target == "sm_90a"
+    assert r.stack_bytes == 0 and r.spill_bytes == 0, r.summary()
+    reqntid = re.search(r"\.reqntid\s+(\d+)", r.ptx)
+    assert reqntid and int(reqntid.group(1)) == r.block[0] == cfg.num_threads
+    rows = cfg.num_threads // cfg.threads_per_row
+    assert r.grid == (ceil_div(ceil_div(r.M, rows), cfg.blocks_per_cta), cfg.cluster_n, 1)
+    vb = _vec_bytes(N, dtype)
+    if vb == 16:
+        # x comes in by 16-byte cp.async only, y goes out in 16-byte stores only
+        assert r.count(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16", regex=True) > 0
+        assert r.count("st.global") == r.count("st.global.v4") > 0, r.lines("st.global")
+        # what global loads remain are the weight's (registers plan), 128-bit too
+        assert r.count("ld.global") == r.count(r"ld\.global(\.nc)?\.v4", regex=True)
+    elif vb >= 4:
+        assert r.count("cp.async.ca.shared.global") > 0 and r.count("cp.async.cg") == 0
+    else:  # narrower than cp.async's 4 bytes: through registers
+        assert r.count("cp.async") == 0 and r.count("ld.global") > 0
+    if cfg.cluster_n > 1:
+        # two mbarriers used alternately, each armed for one block's bytes
+        assert r.count("mbarrier.init") == 2 and r.count("st.async") >= 1
+        assert r.count("barrier.cluster.arrive.relaxed") == 1
+        assert r.count("barrier.cluster.wait") == 2
+    else:
+        assert r.count("st.async") == 0 and r.count("barrier.cluster") == 0
+
+
+@pytest.mark.parametrize("N,dtype,wdt", list(_cases()))
+def test_default_config_compiles_without_spills(N, dtype, wdt):
+    cfg = final.default_config(N, dtype, wdt)
+    r = compile_report("final", N, dtype, weight_dtype=wdt, sass=False)
+    assert r.config == cfg
+    _check(r, N, dtype, cfg)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(cluster_n=8, buffers=2, blocks_per_cta=8, weight_in_smem=True),
+        dict(cluster_n=4, buffers=1, blocks_per_cta=1, weight_in_smem=False),
+        dict(cluster_n=16, buffers=2, blocks_per_cta=4, weight_in_smem=False, stages=2),
+    ],
+)
+def test_the_plans_an_autotuner_tries_compile(fields):
+    N, bf16, fp32 = 65536, torch.bfloat16, torch.float32
+    cfg = FinalConfig(256, 256, **fields)
+    r = compile_report("final", N, bf16, weight_dtype=fp32, config=cfg, sass=False)
+    _check(r, N, bf16, cfg)
+    waits = [int(w) for w in re.findall(r"cp\.async\.wait_group\s+(\d+)", r.ptx)]
+    ahead = cfg.stages if cfg.buffers == 2 else 0  # the next block's groups stay in flight
+    assert sorted(set(waits)) == sorted({cfg.stages - 1 - s + ahead for s in range(cfg.stages)})
+    # registers do not depend on the weight's dtype when it lives in shared memory
+    if cfg.weight_in_smem:
+        assert r.registers <= 64, r.summary()
+
+
+def test_the_weight_in_shared_memory_costs_no_registers():
+    N, bf16, fp32 = 65536, torch.bfloat16, torch.float32
+    cfg = FinalConfig(256, 256, cluster_n=8, buffers=2, blocks_per_cta=8)
+    rb = compile_report("final", N, bf16, weight_dtype=bf16, config=cfg, sass=False)
+    rf = compile_report("final", N, bf16, weight_dtype=fp32, config=cfg, sass=False)
+    # cpasync holds the weight: +64 registers a thread for fp32 (16 vectors x 8 x 32 bits more)
+    cp_b = compile_report("cpasync", N, bf16, weight_dtype=bf16, sass=False)
+    cp_f = compile_report("cpasync", N, bf16, weight_dtype=fp32, sass=False)
+    assert cp_f.registers - cp_b.registers > 32 or cp_f.registers > 128, cp_f.summary()
+    # here only the widening of one vector at a time differs
+    assert rf.registers - rb.registers < 16 and rf.registers <= 64, (rb.summary(), rf.summary())
+    assert rf.smem_bytes - rb.smem_bytes == 8192 * 2  # the slice: 8192 columns, 2 more bytes
+
+
+def _feature_report(features: final.Features, N=1000, dtype=torch.bfloat16, wdt=torch.float32):
+    kernel = final.FinalRMSNorm(dtype, N, None, wdt, features=features)
+    return kernel_report(kernel, stage="final")
+
+
+def test_features_reach_the_kernel():
+    base = _feature_report(final.Features())
+    res = _feature_report(
+        final.Features(residual_dtype=torch.bfloat16, residual_out_dtype=torch.float32, rstd=True)
+    )
+    # the residual comes in by cp.async next to x; residual_out and rstd are stores
+    assert res.count("cp.async") > base.count("cp.async")
+    assert res.count("st.global") > base.count("st.global")
+    assert res.count("st.global.b32") >= 1  # rstd, one fp32 per row
+    off = _feature_report(final.Features(weight_offset=1.0, bias_dtype=torch.float16))
+    assert "0f3F800000" in off.ptx  # 1.0, added to the weight in fp32
+    assert off.count("cvt.f32.f16") > 0  # the fp16 bias, widened
+    head = _feature_report(final.Features(per_head=True))
+    assert head.count("%ctaid.z") >= 1  # the head is the grid's z
+
+
+@pytest.mark.parametrize(
+    "cfg, match",
+    [
+        (FinalConfig(32, 128, cluster_n=1, max_vecs=4), "max_vecs"),
+        (FinalConfig(256, 256, cluster_n=1, buffers=2, max_vecs=64), "shared memory"),
+        (FinalConfig(256, 256, cluster_n=16, stages=4), "stages=4 must divide"),
+    ],
+)
+def test_configs_that_cannot_work_say_why(cfg, match):
+    with pytest.raises(ValueError, match=match):
+        final.FinalRMSNorm(torch.float32, 65536 if "shared" in match else 4096, cfg)
+
+
+def test_config_fields_are_checked():
+    with pytest.raises(ValueError, match="buffers"):
+        FinalConfig(32, buffers=3)
+    with pytest.raises(ValueError, match="blocks_per_cta"):
+        FinalConfig(32, blocks_per_cta=0)
+    with pytest.raises(ValueError, match=r"N must be in \[1, 262144\]"):
+        final.FinalRMSNorm(torch.bfloat16, 262152)
+
+
+def test_every_listed_config_is_accepted():
+    for N in (1000, 4096, 131072):
+        for wdt in (torch.bfloat16, torch.float32):
+            cfgs = final.configs(N, torch.bfloat16, wdt)
+            assert cfgs[0] == final.default_config(N, torch.bfloat16, wdt)
+            assert len(set(cfgs)) == len(cfgs) > 10
+            for c in cfgs:
+                k = final.FinalRMSNorm(torch.bfloat16, N, c, wdt)
+                assert k.ctas_per_sm() >= 1
+
+
+def test_the_narrow_path_is_chosen_by_alignment():
+    # vec: the widest power of two dividing N, at most 16 bytes of x
+    assert final.widest_vec(4096, torch.bfloat16) == 8
+    assert final.widest_vec(1000, torch.bfloat16) == 8
+    assert final.widest_vec(1004, torch.bfloat16) == 4
+    assert final.widest_vec(7, torch.float32) == 1
+    x = torch.zeros(4, 576, dtype=torch.bfloat16)
+    assert final._vec_limit(x) >= 8  # 1152-byte rows: 16-byte aligned
+    assert final._vec_limit(x[:, 3:]) == 1  # 6 bytes past an aligned start
+    assert final._misaligned(x, x[:, :512]) == 0 and final._misaligned(x[:, 1:]) == 2
