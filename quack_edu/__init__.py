@@ -2,11 +2,38 @@
 
 Importing this package decides the mode once (see ``quack_edu._env``): on a Hopper GPU kernels
 compile and run; elsewhere they compile for sm_90a and can be read, not run.
+
+The library, with QuACK 0.6.5's names (``quack.rmsnorm``) and ``torch.nn.RMSNorm``'s module::
+
+    from quack_edu import rmsnorm, rmsnorm_fwd, QuackRMSNorm
+
+``quack_edu.rmsnorm`` is the function, as ``quack.rmsnorm`` is QuACK's; the module of the same
+name is reached with ``from quack_edu.rmsnorm import ...``. ``rmsnorm_ref`` here is QuACK's
+reference (its output rounded to x's dtype); the project's fp32 reference, used by the tests,
+lessons and grader, is ``quack_edu.reference.rmsnorm_ref``.
 """
 
 from ._env import MODE  # noqa: F401  (must come before anything that imports cutlass)
-from .reference import assert_close, rmsnorm_bwd_ref, rmsnorm_ref, rstd_ref  # noqa: F401
+from .reference import assert_close, rmsnorm_bwd_ref, rstd_ref  # noqa: F401
+from .rmsnorm import (  # noqa: E402  (the library: QuACK's API over the final kernel)
+    QuackRMSNorm,
+    rmsnorm,
+    rmsnorm_fwd,
+    rmsnorm_fwd_tuned,
+    rmsnorm_ref,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["MODE", "rmsnorm_ref", "rmsnorm_bwd_ref", "rstd_ref", "assert_close", "__version__"]
+__all__ = [
+    "MODE",
+    "rmsnorm",
+    "rmsnorm_fwd",
+    "rmsnorm_fwd_tuned",
+    "rmsnorm_ref",
+    "QuackRMSNorm",
+    "rmsnorm_bwd_ref",
+    "rstd_ref",
+    "assert_close",
+    "__version__",
+]
