@@ -1,16 +1,29 @@
 """Benchmarks: GB/s from an explicit byte count, side by side with peers and the copy ceiling.
 
 Method (the same for every kernel in a run):
-* bytes = read x + write y + read weight = (2*M*N) * sizeof(x) + N * sizeof(w).
+* bytes = read x + write y + read weight = (2*M*N) * sizeof(x) + N * sizeof(w); with a residual
+  (``--residual``, the pre-norm add) also read residual + write residual_out: (4*M*N) * sizeof(x).
 * Inputs rotate over enough independent buffers that one round moves > 3x the L2 cache (60 MB on
   an H200), so a timed call never finds its input in L2.
+* The first call of a kernel on a shape (its compile, or an autotuner's search) is made and
+  checked against the fp32 reference before anything is timed; its wall time is recorded.
 * Plain timing: CUDA events around each call, after warm-up; the median is reported. This
   includes the host's launch overhead when the kernel is shorter than it (small shapes).
 * Graph timing (``graph=True``): the calls over all buffers are captured in one CUDA graph; a
   replay is timed with events and divided by the number of calls. This removes launch overhead.
 * The ceiling is a device-to-device copy measured in the same run (bytes read + written).
+* ``--overhead``: host cost of tiny calls (wall clock over many calls, one synchronize) and the
+  first-call (compile) time of the library on row lengths the sweep does not use.
 
-Usage: ``python -m quack_edu.bench --stages naive,block --shapes 32768x4096 --peers --json F``.
+Kernels: the stages (``cpasync``, ``cluster@hold``, ``block#1``: see ``split_name``), the library
+(``lib`` = ``quack_edu.rmsnorm.rmsnorm_fwd``, ``lib-tuned`` = ``rmsnorm_fwd_tuned``) and the peers
+(``quack`` = QuACK's ``rmsnorm_fwd``, ``quack-autograd``, ``torch-compile``, ``liger``,
+``torch-eager`` = ``F.rms_norm``, ``torch-ops``). A run ends with a verdict: our kernel
+(``--ours``) against QuACK, the best peer and the copy (``verdict``).
+
+Usage: ``python -m quack_edu.bench --stages lib,lib-tuned --peers quack,liger --weight-dtype
+bf16,fp32 --graph --graph-max-n 2048 --json F``; ``--summarize F [G ...]`` prints the tables and
+the verdict of recorded runs (no GPU needed).
 """
 
 from __future__ import annotations
@@ -22,6 +35,7 @@ import json
 import math
 import statistics
 import sys
+import time
 from collections.abc import Callable
 
 import torch
@@ -39,13 +53,30 @@ DEFAULT_SHAPES = [
     (16384, 131072),
     (8192, 262144),
 ]
+#: the pre-norm residual benchmark's shapes (``--residual`` without ``--shapes``)
+RESIDUAL_SHAPES = [(32768, 4096), (32768, 16384), (32768, 65536)]
+EPS = 1e-6
+
+#: the library's entries, by kernel name (``quack_edu.rmsnorm``, QuACK's signature)
+LIBRARY = {"lib": "rmsnorm_fwd", "lib-tuned": "rmsnorm_fwd_tuned"}
+#: the kernels whose host cost ``--overhead`` measures (and ``--ours``). Not ``lib-tuned``
+#: unless it is ours: its tuning key has no M, and a tiny M must not choose its config.
+HOST_TIMED = ("lib", "quack", "torch-eager")
+#: every peer this harness knows, in the order "all" lists them
+PEERS = ("quack", "quack-autograd", "torch-compile", "liger", "torch-eager", "torch-ops")
+PEER_PACKAGES = {
+    "quack": "quack-kernels",
+    "quack-autograd": "quack-kernels",
+    "liger": "liger-kernel",
+}
 
 
-def rmsnorm_bytes(M: int, N: int, dtype, weight_dtype=None) -> int:
-    """The fewest bytes an RMSNorm forward must move: read x once, write y once, read w."""
+def rmsnorm_bytes(M: int, N: int, dtype, weight_dtype=None, residual: bool = False) -> int:
+    """The fewest bytes an RMSNorm forward must move: read x once, write y once, read w; with a
+    residual also read it and write residual_out (both in x's dtype)."""
     esize = torch.empty((), dtype=dtype).element_size()
     wsize = torch.empty((), dtype=weight_dtype or dtype).element_size()
-    return 2 * M * N * esize + N * wsize
+    return (4 if residual else 2) * M * N * esize + N * wsize
 
 
 def _l2_bytes() -> int:
@@ -123,6 +154,20 @@ def copy_bandwidth(nbytes: int = 1 << 30, reps: int = 30) -> float:
     return 2 * nbytes / (us * 1e-6) / 1e9
 
 
+def per_call_us(fn: Callable, args: tuple, calls: int = 2000, sync=None, warmup: int = 20):
+    """Wall-clock microseconds per call over ``calls`` back-to-back calls on one input set,
+    synchronizing once at the end: the host's cost per call when the kernel is tiny."""
+    sync = sync or torch.cuda.synchronize
+    for _ in range(warmup):
+        fn(*args)
+    sync()
+    t = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    sync()
+    return (time.perf_counter() - t) / calls * 1e6
+
+
 # --- the kernels a run can time -------------------------------------------------------------
 
 
@@ -131,6 +176,15 @@ def split_name(name: str) -> tuple[str, str, str]:
     head, _, index = name.partition("#")
     stage, _, variant = head.partition("@")
     return stage, variant, index
+
+
+def kernel_kind(name: str) -> str:
+    """'library' (``lib``, ``lib-tuned``), 'peer' (``PEERS``) or 'stage' (anything else)."""
+    if name in LIBRARY:
+        return "library"
+    if name in PEERS:
+        return "peer"
+    return "stage"
 
 
 def resolve_config(name: str, N: int, dtype):
@@ -172,73 +226,280 @@ def stage_fn(name: str, config=None):
     return fwd
 
 
-def peer_fns() -> dict[str, Callable]:
-    """The peers that are importable here: QuACK, torch.compile, Liger, eager PyTorch."""
-    import torch.nn.functional as F
+def library_fn(name: str, residual: bool = False) -> Callable:
+    """The library's forward (``lib``: heuristic config; ``lib-tuned``: autotuned on the first
+    call of a key) as ``fn(x, w) -> out``, or with ``residual`` ``fn(x, w, r) -> (out,
+    residual_out)``. Raises ImportError/AttributeError while the library lacks it."""
+    import importlib
 
-    def composed(x, w):  # RMSNorm as a model writes it in PyTorch ops: one kernel per op
-        xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)
+    f = getattr(importlib.import_module(f"{__package__}.rmsnorm"), LIBRARY[name])
+    if residual:
+        return lambda x, w, r: tuple(f(x, w, residual=r, eps=EPS)[:2])
+    return lambda x, w: f(x, w, eps=EPS)[0]
 
-    peers: dict[str, Callable] = {
-        # torch >= 2.4 has a fused CUDA kernel behind F.rms_norm ...
-        "torch-eager": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
-        # ... while the same maths in separate ops launches one kernel per op
-        "torch-ops": composed,
-    }
-    try:
-        from quack.rmsnorm import rmsnorm as quack_rmsnorm
 
-        peers["quack"] = lambda x, w: quack_rmsnorm(x, w, eps=1e-6)
-    except Exception:
-        pass
-    try:
-        from liger_kernel.ops.rms_norm import rms_norm_forward
+def _composed(x, w):  # RMSNorm as a model writes it in PyTorch ops: one kernel per op
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()).to(x.dtype)
 
-        peers["liger"] = lambda x, w: rms_norm_forward(x, w, 1e-6, 0.0, "llama", None)[0]
-    except Exception:
-        pass
 
+def _composed_residual(x, w, r):  # the pre-norm block: h = x + r; (norm(h) * w, h)
+    h = x.float() + r.float()
+    out = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + EPS) * w.float()
+    return out.to(x.dtype), h.to(x.dtype)
+
+
+def _torch_compile(fn):
     # One specialisation per shape, as a model with fixed shapes gets; raise dynamo's limit on
-    # recompiles so that a sweep of shapes never falls back to eager.
+    # recompiles so that a sweep of shapes (and weight dtypes) never falls back to eager.
     import torch._dynamo
 
     for knob in ("cache_size_limit", "recompile_limit"):
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, 256)
-    peers["torch-compile"] = torch.compile(composed, dynamic=False)
-    return peers
+    return torch.compile(fn, dynamic=False)
 
 
-def bench_one(fn, M, N, dtype, graph=False, weight_dtype=None, check=True) -> dict:
+def peer_fns(residual: bool = False, names=PEERS) -> tuple[dict[str, Callable], dict[str, str]]:
+    """The peers among ``names`` that are importable here, as ``fn(x, w) -> out`` (with
+    ``residual``: ``fn(x, w, r) -> (out, residual_out)``), and why each other one is not."""
+    import torch.nn.functional as F
+
+    fns: dict[str, Callable] = {}
+    missing: dict[str, str] = {}
+
+    def add(name, make):
+        if name not in names:
+            return
+        try:
+            fns[name] = make()
+        except Exception as e:  # not installed here, or this mode has no such kernel
+            missing[name] = _why(e, 200)
+
+    def quack():
+        from quack.rmsnorm import rmsnorm_fwd  # the forward entry the issue compares with
+
+        if residual:
+            return lambda x, w, r: tuple(rmsnorm_fwd(x, w, residual=r, eps=EPS)[:2])
+        return lambda x, w: rmsnorm_fwd(x, w, eps=EPS)[0]
+
+    def quack_autograd():
+        if residual:
+            raise NotImplementedError("timed without a residual only")
+        from quack.rmsnorm import rmsnorm
+
+        return lambda x, w: rmsnorm(x, w, eps=EPS)
+
+    def liger():
+        if residual:
+            from liger_kernel.ops.fused_add_rms_norm import fused_add_rms_norm_forward
+
+            return lambda x, w, r: tuple(fused_add_rms_norm_forward(x, r, w, EPS, 0.0, "llama")[:2])
+        from liger_kernel.ops.rms_norm import rms_norm_forward
+
+        return lambda x, w: rms_norm_forward(x, w, EPS, 0.0, "llama", None)[0]
+
+    def eager():  # torch >= 2.4 has a fused CUDA kernel behind F.rms_norm
+        if residual:
+
+            def fn(x, w, r):
+                h = x + r
+                return F.rms_norm(h, (h.shape[-1],), w, EPS), h
+
+            return fn
+        return lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS)
+
+    add("quack", quack)
+    add("quack-autograd", quack_autograd)
+    add("torch-compile", lambda: _torch_compile(_composed_residual if residual else _composed))
+    add("liger", liger)
+    add("torch-eager", eager)
+    # the same maths in separate ops launches one kernel per op
+    add("torch-ops", lambda: _composed_residual if residual else _composed)
+    for name in names:
+        if name not in PEERS:
+            missing[name] = f"unknown peer; known: {', '.join(PEERS)}"
+    return fns, missing
+
+
+def resolve_kernels(names, residual: bool = False) -> tuple[dict[str, Callable], dict[str, str]]:
+    """{name: fn} for every kernel name that can run here (stages, library, peers), and
+    {name: why not} for the others, so that a run records what it skipped and why."""
+    fns: dict[str, Callable] = {}
+    skipped: dict[str, str] = {}
+    peers = [n for n in names if kernel_kind(n) == "peer"]
+    got, missing = peer_fns(residual, peers) if peers else ({}, {})
+    for name in names:
+        kind = kernel_kind(name)
+        try:
+            if kind == "peer":
+                if name in missing:
+                    skipped[name] = missing[name]
+                else:
+                    fns[name] = got[name]
+            elif kind == "library":
+                fns[name] = library_fn(name, residual)
+            elif residual:
+                raise NotImplementedError("stage kernels take no residual")
+            else:
+                fns[name] = stage_fn(name)
+        except Exception as e:
+            skipped[name] = _why(e, 200)
+    return fns, skipped
+
+
+# --- one measurement ------------------------------------------------------------------------
+
+
+def _why(e: Exception, n: int = 300) -> str:
+    """An exception as one line for the record."""
+    return " ".join(f"{type(e).__name__}: {e}".split())[:n]
+
+
+def _sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _check_outputs(got, args, dtype, residual: bool) -> None:
+    """The outputs of a call on ``args`` against the fp32 reference (whose temporaries, 8 GB at
+    the largest shapes, are gone when this returns)."""
     from .reference import assert_close, rmsnorm_ref
 
-    nbytes = rmsnorm_bytes(M, N, dtype, weight_dtype)
-    k = rotation_count(nbytes)
+    x, w, *r = args
+    if residual:
+        ref_out, ref_res = rmsnorm_ref(x, w, residual=r[0], eps=EPS)
+        assert_close(got[1], ref_res, dtype, what="residual_out")
+        assert_close(got[0], ref_out, dtype)
+    else:
+        assert_close(got, rmsnorm_ref(x, w, eps=EPS), dtype)
+
+
+def bench_one(
+    fn,
+    M,
+    N,
+    dtype,
+    graph=False,
+    weight_dtype=None,
+    check=True,
+    residual=False,
+    budget_s=0.5,
+) -> dict:
+    """Time ``fn(x, w)`` (with ``residual``: ``fn(x, w, r) -> (out, residual_out)``) at M x N.
+    The first call (a compile, an autotune) runs, and is checked, before any timing."""
     wdt = weight_dtype or dtype
-    sets = [
-        (torch.randn(M, N, device="cuda", dtype=dtype), torch.randn(N, device="cuda", dtype=wdt))
-        for _ in range(k)
-    ]
-    if check:  # never time a kernel whose answer is wrong
-        x, w = sets[0]
-        assert_close(fn(x, w), rmsnorm_ref(x, w), dtype)
+    nbytes = rmsnorm_bytes(M, N, dtype, wdt, residual)
+    k = rotation_count(nbytes)
+
+    def inputs():
+        x = torch.randn(M, N, device="cuda", dtype=dtype)
+        w = torch.randn(N, device="cuda", dtype=wdt)
+        return (x, w, torch.randn(M, N, device="cuda", dtype=dtype)) if residual else (x, w)
+
+    sets = [inputs() for _ in range(k)]
     with torch.no_grad():
-        us = time_graph(fn, sets) if graph else time_calls(fn, sets)
+        _sync()
+        t = time.perf_counter()
+        got = fn(*sets[0])
+        _sync()
+        first_s = time.perf_counter() - t
+        out = got[0] if residual else got
+        out_dtype = out.dtype
+        if check:  # never time a kernel whose answer is wrong
+            _check_outputs(got, sets[0], dtype, residual)
+        del got, out
+        if graph:
+            us = time_graph(fn, sets)
+        else:
+            us = time_calls(fn, sets, budget_s=budget_s)
     del sets
-    return {
+    row = {
         "M": M,
         "N": N,
         "dtype": _short(dtype),
+        "weight_dtype": _short(wdt),
+        "residual": residual,
         "us": us,
         "gbps": nbytes / (us * 1e-6) / 1e9,
         "bytes": nbytes,
         "graph": graph,
+        "first_call_s": first_s,
     }
+    if out_dtype != dtype:  # a peer that promotes writes more bytes than counted
+        row["out_dtype"] = _short(out_dtype)
+    return row
 
 
 def _short(dtype) -> str:
-    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}.get(
+        dtype, str(dtype)
+    )
+
+
+def parse_weight_dtypes(text: str | None) -> list:
+    """``bf16,fp32`` -> [torch.bfloat16, torch.float32]; ``same`` -> None (x's dtype)."""
+    from .runtime import torch_dtype
+
+    out = []
+    for part in (text or "same").split(","):
+        part = part.strip()
+        if part:
+            out.append(None if part == "same" else torch_dtype(part))
+    return list(dict.fromkeys(out)) or [None]
+
+
+def measure_overhead(fns: dict, weight_dtypes, dtype, Ms=(1, 8), N=1024, calls=2000, log=print):
+    """µs per call of back-to-back tiny calls (wall clock, one synchronize at the end)."""
+    rows = []
+    for wdt in weight_dtypes:
+        wdt = wdt or dtype
+        for M in Ms:
+            x = torch.randn(M, N, device="cuda", dtype=dtype)
+            w = torch.randn(N, device="cuda", dtype=wdt)
+            for name, fn in fns.items():
+                row = {"kernel": name, "M": M, "N": N, "dtype": _short(dtype)}
+                row.update(weight_dtype=_short(wdt), calls=calls)
+                try:
+                    with torch.no_grad():
+                        row["us_per_call"] = per_call_us(fn, (x, w), calls)
+                except Exception as e:
+                    row["error"] = _why(e, 300)
+                rows.append(row)
+                what = f"{row['us_per_call']:7.1f} us/call" if "error" not in row else row["error"]
+                log(f"overhead {name:<14} {M:>3}x{N} w {row['weight_dtype']}  {what}")
+    return rows
+
+
+def measure_compile(fns: dict, Ns, dtype, weight_dtype=None, M=1024, log=print):
+    """Wall time of the first call on a key no other call has used (compile + launch), and of
+    the second call for contrast. The first N pays the process's one-time costs too."""
+    rows = []
+    wdt = weight_dtype or dtype
+    for N in Ns:
+        x = torch.randn(M, N, device="cuda", dtype=dtype)
+        w = torch.randn(N, device="cuda", dtype=wdt)
+        for name, fn in fns.items():
+            row = {"kernel": name, "M": M, "N": N, "dtype": _short(dtype)}
+            row["weight_dtype"] = _short(wdt)
+            try:
+                with torch.no_grad():
+                    for key in ("compile_s", "second_call_s"):
+                        _sync()
+                        t = time.perf_counter()
+                        fn(x, w)
+                        _sync()
+                        row[key] = time.perf_counter() - t
+            except Exception as e:
+                row["error"] = _why(e, 300)
+            rows.append(row)
+            what = (
+                f"first call {row['compile_s']:6.2f} s, second {1e3 * row['second_call_s']:.2f} ms"
+                if "error" not in row
+                else row["error"]
+            )
+            log(f"compile  {name:<14} {M}x{N}  {what}")
+    return rows
 
 
 def run(
@@ -251,11 +512,25 @@ def run(
     max_n=None,
     log=print,
     on_row=None,
+    weight_dtypes=None,
+    residual=False,
+    overhead=False,
+    ours="lib",
+    budget_s=0.5,
+    compile_ns=(3000, 5000),
+    meta=None,
 ) -> dict:
-    """Time every kernel at every shape. ``graph``: also through CUDA graphs (for N up to
-    ``graph_max_n``: the launch-bound shapes). ``max_n``: {kernel: largest N worth timing}.
-    ``on_row(result)`` is called after every row (to save partial results)."""
+    """Time every kernel at every shape and weight dtype. ``stages``: kernel names (stages,
+    ``lib``, ``lib-tuned``, also peers); ``peers``: True/"all" or a comma list. ``graph``: also
+    through CUDA graphs (for N up to ``graph_max_n``: the launch-bound shapes). ``max_n``:
+    {kernel: largest N worth timing}. ``weight_dtypes``: a list (None = x's dtype).
+    ``residual``: the pre-norm benchmark (x + residual, both outputs). ``overhead``: also the
+    host cost per tiny call and the first-call time of ``ours`` (before the sweep).
+    ``on_row(result)`` is called after every row (to save partial results); ``meta``: fields
+    for the record (the command line)."""
+    t_run = time.perf_counter()
     max_n = max_n or {}
+    weight_dtypes = list(weight_dtypes or [None])
     copy = copy_bandwidth()
     log(f"D2D copy: {copy:.0f} GB/s")
     rows = []
@@ -265,40 +540,68 @@ def run(
         "torch": torch.__version__,
         "dsl": _version("nvidia-cutlass-dsl"),
         "copy_gbps": copy,
+        "dtype": _short(dtype),
+        "weight_dtypes": [_short(w or dtype) for w in weight_dtypes],
+        "residual": residual,
+        **(meta or {}),
         "rows": rows,
     }
-    fns = {s: stage_fn(s) for s in stages}
+    names = list(stages)
     if peers:
-        available = peer_fns()
-        wanted = list(available) if peers in (True, "all") else peers.split(",")
-        fns.update({k: available[k] for k in wanted if k in available})
-        packages = {"quack": "quack-kernels", "liger": "liger-kernel"}
-        result["peers"] = {k: _version(packages[k]) for k in fns if k in packages}
+        wanted = list(PEERS) if peers in (True, "all") else peers.split(",")
+        names += [p for p in wanted if p not in names]
+    fns, skipped = resolve_kernels(names, residual)
+    if peers in (True, "all"):  # "all" = the peers that are installed: no noise about the rest
+        skipped = {k: v for k, v in skipped.items() if kernel_kind(k) != "peer"}
+    for name, why in skipped.items():
+        log(f"skipped {name}: {why}")
+    result["skipped"] = skipped
+    result["peers"] = {k: _version(PEER_PACKAGES[k]) for k in fns if k in PEER_PACKAGES}
+
+    if overhead:
+        # before the sweep: the first call at compile_ns is then the library's first call
+        host, _ = resolve_kernels(list(dict.fromkeys([ours, *HOST_TIMED])))
+        t = time.perf_counter()
+        first = {k: v for k, v in host.items() if k in (ours, "lib", "quack")}
+        result["compile"] = measure_compile(first, compile_ns, dtype, weight_dtypes[0], log=log)
+        result["overhead"] = measure_overhead(host, weight_dtypes, dtype, log=log)
+        log(f"host costs measured in {time.perf_counter() - t:.0f} s")
+        if on_row:
+            on_row(result)
+
     for M, N in shapes:
-        for name, fn in fns.items():
-            if N > max_n.get(name, N):
-                continue
-            small = graph_max_n is None or N <= graph_max_n
-            for g in [False, True] if graph and small else [False]:
-                try:
-                    row = bench_one(fn, M, N, dtype, graph=g)
-                except Exception as e:  # a stage that doesn't support a shape: record why
-                    row = {
-                        "M": M,
-                        "N": N,
-                        "dtype": _short(dtype),
-                        "error": f"{type(e).__name__}: {e}"[:300],
-                        "graph": g,
-                    }
-                row["kernel"] = name
-                row["config"] = _config_of(name, N, dtype)
-                if "gbps" in row:
-                    row["pct_copy"] = 100 * row["gbps"] / copy
-                rows.append(row)
-                log(_fmt_row(row))
-                if on_row:
-                    on_row(result)
-            torch.cuda.empty_cache()
+        for wdt in weight_dtypes:
+            for name, fn in fns.items():
+                if N > max_n.get(name, N):
+                    continue
+                small = graph_max_n is None or N <= graph_max_n
+                for g in [False, True] if graph and small else [False]:
+                    try:
+                        row = bench_one(
+                            fn, M, N, dtype, g, wdt, residual=residual, budget_s=budget_s
+                        )
+                    except Exception as e:  # a kernel that doesn't support a case: record why
+                        row = {
+                            "M": M,
+                            "N": N,
+                            "dtype": _short(dtype),
+                            "weight_dtype": _short(wdt or dtype),
+                            "residual": residual,
+                            "error": _why(e, 300),
+                            "graph": g,
+                        }
+                    row["kernel"] = name
+                    row["config"] = _config_of(name, N, dtype)
+                    if "gbps" in row:
+                        row["pct_copy"] = 100 * row["gbps"] / copy
+                    rows.append(row)
+                    log(_fmt_row(row))
+                    if on_row:
+                        on_row(result)
+                torch.cuda.empty_cache()
+    result["elapsed_s"] = time.perf_counter() - t_run
+    result["verdict"] = verdict(rows, ours=ours)
+    log(f"run took {result['elapsed_s']:.0f} s")
     return result
 
 
@@ -310,10 +613,10 @@ def _version(package: str) -> str:
 
 
 def _config_of(name: str, N: int, dtype) -> str | None:
-    """The config a stage kernel runs at N, for the record (None for peers)."""
+    """The config a stage kernel runs at N, for the record (None for peers and the library)."""
     from .stages import STAGE_ORDER
 
-    if split_name(name)[0] not in STAGE_ORDER:
+    if kernel_kind(name) != "stage" or split_name(name)[0] not in STAGE_ORDER:
         return None
     try:
         return repr(resolve_config(name, N, dtype))
@@ -321,68 +624,346 @@ def _config_of(name: str, N: int, dtype) -> str | None:
         return None
 
 
+def _wdt(r) -> str:
+    return r.get("weight_dtype") or r["dtype"]
+
+
 def _fmt_row(r) -> str:
     mode = "graph" if r["graph"] else "plain"
-    head = f"{r['kernel']:<16} {r['M']:>6}x{r['N']:<7} {r['dtype']} {mode}"
+    res = " +res" if r.get("residual") else ""
+    head = f"{r['kernel']:<16} {r['M']:>6}x{r['N']:<7} {r['dtype']} w {_wdt(r)}{res} {mode}"
     if "error" in r:
         return f"{head}  error: {r['error'][:80]}"
-    return f"{head} {r['us']:9.1f} us {r['gbps']:7.0f} GB/s {r.get('pct_copy', 0):5.1f}% of copy"
+    first = f"  (first call {r['first_call_s']:.2f} s)" if r.get("first_call_s", 0) > 1 else ""
+    return (
+        f"{head} {r['us']:9.1f} us {r['gbps']:7.0f} GB/s {r.get('pct_copy', 0):5.1f}% of copy"
+        + first
+    )
 
 
 def table(result: dict) -> str:
-    """A compact table: one line per shape, one column per kernel (GB/s)."""
+    """A compact table: one line per shape (and weight dtype), one column per kernel (GB/s)."""
     rows = [r for r in result["rows"] if "gbps" in r]
     kernels = list(dict.fromkeys(r["kernel"] for r in result["rows"]))
-    shapes = list(dict.fromkeys((r["M"], r["N"], r["graph"]) for r in result["rows"]))
-    head = f"{'M x N':>14} {'mode':5} " + " ".join(f"{k:>13}" for k in kernels)
+
+    def key(r):
+        return (r["M"], r["N"], _wdt(r), bool(r.get("residual")), r["graph"])
+
+    cases = list(dict.fromkeys(key(r) for r in result["rows"]))
+    width = max([13, *(len(k) + 1 for k in kernels)])
+    head = f"{'M x N':>14} {'w':4} {'mode':9} " + " ".join(f"{k:>{width}}" for k in kernels)
     out = [
-        f"{result['gpu']}  {result['date']}  copy {result['copy_gbps']:.0f} GB/s  (GB/s below)",
+        f"{result['gpu']}  {result['date']}  copy {result['copy_gbps']:.0f} GB/s  (GB/s below;"
+        " w: weight dtype; +res: with a residual)",
         head,
     ]
-    for M, N, g in shapes:
+    for case in cases:
+        M, N, w, res, g = case
         cells = []
         for k in kernels:
-            hit = [r for r in rows if (r["M"], r["N"], r["graph"], r["kernel"]) == (M, N, g, k)]
-            cells.append(f"{hit[0]['gbps']:13.0f}" if hit else f"{'-':>13}")
-        out.append(f"{M:>6}x{N:<7} {'graph' if g else 'plain':5} " + " ".join(cells))
+            hit = [r for r in rows if key(r) == case and r["kernel"] == k]
+            cells.append(f"{hit[0]['gbps']:{width}.0f}" if hit else f"{'-':>{width}}")
+        mode = ("graph" if g else "plain") + ("+res" if res else "")
+        out.append(f"{M:>6}x{N:<7} {w:4} {mode:9} " + " ".join(cells))
     return "\n".join(out)
 
 
+def host_table(result: dict) -> str:
+    """The host costs of a run (``--overhead``): µs per tiny call, first-call seconds."""
+    out = []
+    for r in result.get("compile", []):
+        what = (
+            f"first call {r['compile_s']:.2f} s, second {1e3 * r['second_call_s']:.2f} ms"
+            if "error" not in r
+            else r["error"][:80]
+        )
+        out.append(f"compile  {r['kernel']:<14} {r['M']}x{r['N']} w {r['weight_dtype']}: {what}")
+    for r in result.get("overhead", []):
+        what = f"{r['us_per_call']:.1f} us/call" if "error" not in r else r["error"][:80]
+        out.append(
+            f"overhead {r['kernel']:<14} {r['M']}x{r['N']} w {r['weight_dtype']}: {what}"
+            f" ({r['calls']} calls, one sync)"
+        )
+    return "\n".join(out)
+
+
+# --- the verdict: the issue's acceptance criteria -------------------------------------------
+
+#: (smallest N, largest N, % of the copy) that our kernel must reach, plain timing
+COPY_BANDS = ((4096, 65536, 95.0), (131072, 262144, 93.0))
+
+
+def _geomean(xs) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def _criterion(name: str, bad: list, n: int, extra: str = "") -> dict:
+    """A criterion's line: N/A when nothing could be judged, FAIL with what failed."""
+    if n == 0:
+        return {"name": name, "status": "N/A", "detail": extra or "no rows to judge"}
+    detail = f"{n - len(bad)}/{n} ok" + (f"; {extra}" if extra else "")
+    if bad:
+        detail += "; failing: " + ", ".join(bad)
+    return {"name": name, "status": "FAIL" if bad else "PASS", "detail": detail}
+
+
+def _shape(e) -> str:
+    return f"{e['M']}x{e['N']}{' graph' if e['graph'] else ''}"
+
+
+def verdict(
+    rows,
+    ours: str = "lib",
+    quack: str = "quack",
+    peers=PEERS,
+    peer_margin: float = 0.015,
+    geomean_min: float = 1.05,
+    fp32_margin: float = 0.02,
+    copy_bands=COPY_BANDS,
+    residual_ns=(4096, 16384, 65536),
+    residual_min: float = 1.0,
+) -> dict:
+    """Judge ``ours`` on the rows of one or several runs (GB/s ratios per case):
+
+    * per weight dtype and shape (plain and graph rows separately): ours / QuACK, ours / the best
+      peer (``peers`` present in the rows), % of copy;
+    * geomean of ours / QuACK over the plain shapes (and over plain + graph rows, reported);
+    * ours with fp32 weights / ours with bf16 weights, per shape where both ran.
+
+    Criteria (the thresholds are the parameters): every shape >= best peer * (1 - peer_margin);
+    geomean vs QuACK >= geomean_min per weight dtype; fp32 / bf16 weights >= 1 - fp32_margin
+    (one-sided: faster is fine); % of copy >= the band's minimum, plain rows, per weight dtype;
+    with a residual at ``residual_ns``, ours / QuACK >= residual_min. An error row of ours fails
+    the shape; a criterion with no rows to judge is N/A."""
+    last = {}  # the latest row per case and kernel (runs merged in order)
+    for r in rows:
+        last[(bool(r.get("residual")), _wdt(r), r["M"], r["N"], bool(r["graph"]), r["kernel"])] = r
+
+    def gbps(r):
+        return r.get("gbps") if r is not None else None
+
+    def entries(residual: bool, wdt: str) -> list[dict]:
+        out = []
+        for (res, w, M, N, g, k), r in last.items():
+            if (res, w, k) != (residual, wdt, ours):
+                continue
+            e = {"M": M, "N": N, "graph": g, "gbps": gbps(r), "pct_copy": r.get("pct_copy")}
+            if "error" in r:
+                e["error"] = r["error"][:120]
+            q = gbps(last.get((res, w, M, N, g, quack)))
+            e["quack_gbps"] = q
+            e["vs_quack"] = e["gbps"] / q if q and e["gbps"] else None
+            best = max(
+                (
+                    (gbps(last.get((res, w, M, N, g, p))) or 0, p)
+                    for p in peers
+                    if p != ours and gbps(last.get((res, w, M, N, g, p)))
+                ),
+                default=(None, None),
+            )
+            e["best_peer"], e["best_peer_gbps"] = best[1], best[0]
+            e["vs_best_peer"] = e["gbps"] / best[0] if best[0] and e["gbps"] else None
+            out.append(e)
+        return sorted(out, key=lambda e: (e["graph"], e["N"], e["M"]))
+
+    wdts = list(dict.fromkeys(w for (res, w, *_, k) in last if not res and k == ours))
+    by_wdt, checks = {}, []
+    for w in wdts:
+        es = entries(False, w)
+        plain = [e for e in es if not e["graph"]]
+        g_plain = _geomean(e["vs_quack"] for e in plain)
+        g_all = _geomean(e["vs_quack"] for e in es)
+        by_wdt[w] = {"shapes": es, "geomean_vs_quack": g_plain, "geomean_vs_quack_all": g_all}
+
+        judged = [e for e in es if e["best_peer"]]
+        bad = [
+            f"{_shape(e)} {e['vs_best_peer']:.3f}x {e['best_peer']}"
+            if e["vs_best_peer"]
+            else f"{_shape(e)} error"
+            for e in judged
+            if not e["vs_best_peer"] or e["vs_best_peer"] < 1 - peer_margin
+        ]
+        checks.append(
+            _criterion(
+                f"[w {w}] every shape >= best peer - {100 * peer_margin:g}%", bad, len(judged)
+            )
+        )
+
+        judged = [e for e in plain if e["quack_gbps"]]
+        errors = [f"{_shape(e)} error" for e in judged if not e["vs_quack"]]
+        ok = g_plain is not None and g_plain >= geomean_min and not errors
+        name = f"[w {w}] geomean vs QuACK >= {geomean_min:g}x (plain)"
+        if not judged:
+            checks.append(_criterion(name, [], 0))
+        else:
+            extra = f"{g_plain:.3f}x over {len(judged) - len(errors)} shapes" if g_plain else ""
+            if g_all:
+                extra += f" ({g_all:.3f}x with graph rows)"
+            checks.append(
+                {
+                    "name": name,
+                    "status": "PASS" if ok else "FAIL",
+                    "detail": extra + ("; " + ", ".join(errors) if errors else ""),
+                }
+            )
+
+        bad, n = [], 0
+        for e in plain:
+            band = [p for lo, hi, p in copy_bands if lo <= e["N"] <= hi]
+            if not band:
+                continue
+            n += 1
+            if not e["pct_copy"] or e["pct_copy"] < band[0]:
+                got = f"{e['pct_copy']:.1f}%" if e["pct_copy"] else "error"
+                bad.append(f"{_shape(e)} {got} < {band[0]:g}%")
+        bands = ", ".join(f"{p:g}% at N {lo}-{hi}" for lo, hi, p in copy_bands)
+        checks.append(_criterion(f"[w {w}] % of copy ({bands})", bad, n))
+
+    ratios = []
+    if "bf16" in by_wdt and "fp32" in by_wdt:
+        b16 = {(e["M"], e["N"], e["graph"]): e for e in by_wdt["bf16"]["shapes"]}
+        for e in by_wdt["fp32"]["shapes"]:
+            other = b16.get((e["M"], e["N"], e["graph"]))
+            if other is None:
+                continue
+            ratio = e["gbps"] / other["gbps"] if e["gbps"] and other["gbps"] else None
+            ratios.append({"M": e["M"], "N": e["N"], "graph": e["graph"], "ratio": ratio})
+            e["fp32_vs_bf16"] = ratio
+    bad = [
+        f"{_shape(e)} {e['ratio']:.3f}" if e["ratio"] else f"{_shape(e)} error"
+        for e in ratios
+        if not e["ratio"] or e["ratio"] < 1 - fp32_margin
+    ]
+    checks.append(
+        _criterion(f"fp32 weights within {100 * fp32_margin:g}% of bf16 weights", bad, len(ratios))
+    )
+
+    res_entries = {}
+    for w in dict.fromkeys(w for (res, w, *_, k) in last if res and k == ours):
+        res_entries[w] = entries(True, w)
+    judged = [
+        e
+        for es in res_entries.values()
+        for e in es
+        if not e["graph"] and e["N"] in residual_ns and e["quack_gbps"]
+    ]
+    bad = [
+        f"{_shape(e)} {e['vs_quack']:.3f}x" if e["vs_quack"] else f"{_shape(e)} error"
+        for e in judged
+        if not e["vs_quack"] or e["vs_quack"] < residual_min
+    ]
+    ns = ",".join(f"{n // 1024}K" for n in residual_ns)
+    checks.append(_criterion(f"residual >= {residual_min:g}x QuACK at N={ns}", bad, len(judged)))
+
+    statuses = {c["status"] for c in checks}
+    overall = "FAIL" if "FAIL" in statuses else "INCOMPLETE" if "N/A" in statuses else "PASS"
+    return {
+        "ours": ours,
+        "quack": quack,
+        "thresholds": {
+            "peer_margin": peer_margin,
+            "geomean_min": geomean_min,
+            "fp32_margin": fp32_margin,
+            "copy_bands": [list(b) for b in copy_bands],
+            "residual_ns": list(residual_ns),
+            "residual_min": residual_min,
+        },
+        "by_weight_dtype": by_wdt,
+        "fp32_vs_bf16": ratios,
+        "residual": res_entries,
+        "checks": checks,
+        "overall": overall,
+    }
+
+
+def format_verdict(v: dict) -> str:
+    """The verdict as text: a line per shape, then PASS/FAIL/N/A per criterion."""
+    ours = v["ours"]
+
+    def ratio(x):
+        return f"{x:6.3f}" if x else f"{'-':>6}"
+
+    def lines(es):
+        out = [
+            f"  {'M x N':^14} {'mode':5} {ours + ' GB/s':>10} {'%copy':>6} {'/quack':>6}"
+            f" {'/best peer':>10} {'(who)':<14} {'fp32/bf16 w':>11}"
+        ]
+        for e in es:
+            got = f"{e['gbps']:10.0f}" if e["gbps"] else f"{'error':>10}"
+            pct = f"{e['pct_copy']:6.1f}" if e.get("pct_copy") else f"{'-':>6}"
+            out.append(
+                f"  {e['M']:>6}x{e['N']:<7} {'graph' if e['graph'] else 'plain':5} {got} {pct}"
+                f" {ratio(e['vs_quack'])} {ratio(e['vs_best_peer']):>10}"
+                f" {e['best_peer'] or '-':<14} {ratio(e.get('fp32_vs_bf16')):>11}"
+            )
+        return out
+
+    out = [f"Verdict for {ours} (GB/s ratios; the latest row of each case)"]
+    for w, d in v["by_weight_dtype"].items():
+        out.append(f"weights {w}:")
+        out += lines(d["shapes"])
+        gp, ga = d["geomean_vs_quack"], d["geomean_vs_quack_all"]
+        out.append(
+            f"  geomean vs QuACK: {ratio(gp).strip()} plain, {ratio(ga).strip()} with graph rows"
+        )
+    for w, es in v["residual"].items():
+        out.append(f"with a residual, weights {w}:")
+        out += lines(es)
+    for c in v["checks"]:
+        out.append(f"{c['status']:<4}  {c['name']}: {c['detail']}")
+    out.append(f"overall: {v['overall']}")
+    return "\n".join(out)
+
+
+# --- plots and the command line -------------------------------------------------------------
+
+
 def plot(result: dict, path: str) -> None:
+    """GB/s against N, one panel per weight dtype (and residual mode), copy ceiling dotted,
+    graph rows dashed; a kernel keeps its colour in every panel."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 5))
-    kernels = list(dict.fromkeys(r["kernel"] for r in result["rows"]))
-    colors = {k: f"C{i % 10}" for i, k in enumerate(kernels)}  # a kernel keeps its colour
-    for g in sorted({r["graph"] for r in result["rows"]}):
-        for k in kernels:
-            pts = sorted(
-                (r["N"], r["gbps"])
-                for r in result["rows"]
-                if r["kernel"] == k and r["graph"] == g and "gbps" in r
-            )
-            if pts:
-                ax.plot(
-                    *zip(*pts, strict=True),
-                    marker="o" if not g else "s",
-                    color=colors[k],
-                    ls="-" if not g else "--",
-                    label=f"{k}{' (graph)' if g else ''}",
+    rows = result["rows"]
+    panels = list(dict.fromkeys((_wdt(r), bool(r.get("residual"))) for r in rows))
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(9 * len(panels), 5), squeeze=False, sharey=True
+    )
+    kernels = list(dict.fromkeys(r["kernel"] for r in rows))
+    colors = {k: f"C{i % 10}" for i, k in enumerate(kernels)}
+    for ax, (w, res) in zip(axes[0], panels, strict=True):
+        mine = [r for r in rows if (_wdt(r), bool(r.get("residual"))) == (w, res)]
+        for g in sorted({r["graph"] for r in mine}):
+            for k in kernels:
+                pts = sorted(
+                    (r["N"], r["gbps"])
+                    for r in mine
+                    if r["kernel"] == k and r["graph"] == g and "gbps" in r
                 )
-    ax.axhline(
-        result["copy_gbps"], color="k", ls=":", label=f"D2D copy {result['copy_gbps']:.0f} GB/s"
-    )
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("N (row length)")
-    ax.set_ylabel("GB/s")
-    ax.set_title(
-        f"RMSNorm forward, {result['rows'][0]['dtype']} - {result['gpu']}, {result['date']}"
-    )
-    ax.legend(fontsize=8, ncol=2)
-    ax.grid(alpha=0.3)
+                if pts:
+                    ax.plot(
+                        *zip(*pts, strict=True),
+                        marker="o" if not g else "s",
+                        color=colors[k],
+                        ls="-" if not g else "--",
+                        label=f"{k}{' (graph)' if g else ''}",
+                    )
+        ax.axhline(
+            result["copy_gbps"],
+            color="k",
+            ls=":",
+            label=f"D2D copy {result['copy_gbps']:.0f} GB/s",
+        )
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("N (row length)")
+        ax.set_ylabel("GB/s")
+        what = f"x {mine[0]['dtype']}, weights {w}" + (", with residual" if res else "")
+        ax.set_title(f"RMSNorm forward, {what} - {result['gpu']}, {result['date']}", fontsize=10)
+        ax.legend(fontsize=8, ncol=2)
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -392,31 +973,79 @@ def parse_shapes(text: str):
     return [tuple(int(v) for v in s.lower().split("x")) for s in text.split(",") if s]
 
 
+def summarize(paths, ours: str = "lib", png: str | None = None, **thresholds) -> str:
+    """The tables of recorded runs and one verdict over all their rows (later files win)."""
+    results = [json.loads(open(p).read()) for p in paths]
+    parts = []
+    for p, res in zip(paths, results, strict=True):
+        parts += [f"== {p}", table(res)]
+        if res.get("compile") or res.get("overhead"):
+            parts.append(host_table(res))
+    rows = [r for res in results for r in res["rows"]]
+    parts.append(format_verdict(verdict(rows, ours=ours, **thresholds)))
+    if png:
+        plot({**results[0], "rows": rows}, png)
+    return "\n".join(parts)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="quack-edu bench", description=__doc__.split("\n")[0])
     p.add_argument(
         "--stages",
         default="all",
-        help="comma-separated stages, or 'all'; stage@variant (a stage's VARIANTS, e.g. "
-        "cluster@hold) and stage#k (the k-th of its configs(N)) are kernels too",
+        help="comma-separated kernels, or 'all' (the stages); stage@variant (a stage's VARIANTS, "
+        "e.g. cluster@hold) and stage#k (the k-th of its configs(N)) are kernels too, and so are "
+        "lib (quack_edu.rmsnorm.rmsnorm_fwd) and lib-tuned (rmsnorm_fwd_tuned)",
     )
     p.add_argument("--shapes", default=None, help="e.g. 32768x4096,8192x262144 (default: sweep)")
     p.add_argument("--dtype", default="bf16")
+    p.add_argument(
+        "--weight-dtype",
+        default="same",
+        help="the weight's dtype, or a list of them timed in one run: bf16,fp32 (same: x's)",
+    )
     p.add_argument(
         "--peers",
         nargs="?",
         const="all",
         default=None,
-        help="also time peers: all (QuACK, Liger, torch.compile, torch eager and ops) or a list",
+        help="also time peers: all (those installed) or a list of " + ",".join(PEERS),
+    )
+    p.add_argument(
+        "--residual",
+        action="store_true",
+        help="the pre-norm benchmark: (x + residual) normalised, residual_out written too "
+        "(default shapes 32768x{4096,16384,65536})",
     )
     p.add_argument("--graph", action="store_true", help="also time through CUDA graphs")
     p.add_argument("--graph-max-n", type=int, default=None, help="graph timing only up to this N")
     p.add_argument(
         "--max-n", default="naive=16384", help="kernel=N,...: skip a kernel above that N"
     )
+    p.add_argument(
+        "--overhead",
+        action="store_true",
+        help="also the host cost per tiny call (M=1,8 N=1024, 2000 calls) and the first-call "
+        "(compile) time of the library at --compile-n",
+    )
+    p.add_argument("--compile-n", default="3000,5000", help="row lengths of the first-call timing")
+    p.add_argument("--ours", default="lib", help="the kernel the verdict judges")
+    p.add_argument(
+        "--rep-budget", type=float, default=0.5, help="seconds of timed calls per row (at most)"
+    )
     p.add_argument("--json", default=None)
     p.add_argument("--png", default=None)
+    p.add_argument(
+        "--summarize",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="print the tables and one verdict of recorded runs (no GPU); --png plots them",
+    )
     a = p.parse_args(argv)
+    if a.summarize:
+        print(summarize(a.summarize, ours=a.ours, png=a.png))
+        return 0
     if not torch.cuda.is_available():
         print(
             "bench needs a CUDA GPU; recorded H200 results are in benchmarks/results/",
@@ -426,8 +1055,9 @@ def main(argv=None) -> int:
     from .runtime import torch_dtype
     from .stages import STAGE_ORDER
 
-    stages = list(STAGE_ORDER) if a.stages == "all" else a.stages.split(",")
-    shapes = parse_shapes(a.shapes) if a.shapes else DEFAULT_SHAPES
+    stages = list(STAGE_ORDER) if a.stages == "all" else [s for s in a.stages.split(",") if s]
+    default = RESIDUAL_SHAPES if a.residual else DEFAULT_SHAPES
+    shapes = parse_shapes(a.shapes) if a.shapes else default
     max_n = {k: int(v) for k, v in (kv.split("=") for kv in a.max_n.split(",") if kv)}
 
     def save(result):  # after every row, so that a run cut short still leaves its numbers
@@ -444,11 +1074,21 @@ def main(argv=None) -> int:
         graph_max_n=a.graph_max_n,
         max_n=max_n,
         on_row=save,
+        weight_dtypes=parse_weight_dtypes(a.weight_dtype),
+        residual=a.residual,
+        overhead=a.overhead,
+        ours=a.ours,
+        budget_s=a.rep_budget,
+        compile_ns=[int(n) for n in a.compile_n.split(",") if n],
+        meta={"command": " ".join(["python -m quack_edu.bench", *(argv or sys.argv[1:])])},
     )
     save(result)
     if a.png:
         plot(result, a.png)
     print(table(result))
+    if a.overhead:
+        print(host_table(result))
+    print(format_verdict(result["verdict"]))
     return 0
 
 

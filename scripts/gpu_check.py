@@ -2,13 +2,15 @@
 """Every GPU check in one call, for the H200 reached through the device tool (or any Hopper box).
 
     source .gpu/env.sh; python3 scripts/gpu_check.py [--peers] [--graph] [--shapes ...]
+        [--weight-dtype bf16,fp32] [--residual] [--overhead] [--ours lib]
 
 1. `quack-edu doctor` (must say GPU mode),
 2. the `gpu`-marked tests (values of every stage against the fp32 reference, grading GPU tier),
 3. the benchmark of every stage (and peers) with the D2D copy ceiling measured in the same run,
 4. (if present) execution of the solution notebooks.
 Writes doctor.txt, tests.log, bench.log, bench.json, bench.png (and notebooks.log) under $OUT
-(default ./out) and prints a short table last.
+(default ./out) and prints a short table and the bench's verdict (``--ours`` against QuACK, the
+best peer and the copy) last.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SHAPES = "32768x256,32768x1024,32768x4096,32768x8192,32768x16384"
 
 
 def sh(cmd, log: Path | None = None, timeout=None) -> tuple[int, str, float]:
@@ -43,13 +46,37 @@ def sh(cmd, log: Path | None = None, timeout=None) -> tuple[int, str, float]:
     return rc, text, time.time() - t
 
 
+def bench_summary(path: Path, ours: str) -> str:
+    """The bench's table, host costs and verdict, from its JSON: computed from the rows, so that
+    a bench cut off by its timeout still gets a verdict over what it measured."""
+    if not path.exists():
+        return f"(no {path.name})"
+    sys.path.insert(0, str(ROOT))
+    from quack_edu.bench import format_verdict, host_table, table, verdict
+
+    result = json.loads(path.read_text())
+    parts = [table(result), host_table(result)]
+    parts.append(format_verdict(verdict(result["rows"], ours=ours)))
+    return "\n".join(p for p in parts if p)
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--peers", nargs="?", const="all", default=None, help="peers to benchmark")
     p.add_argument("--graph", action="store_true", help="also time through CUDA graphs")
     p.add_argument("--graph-max-n", default="4096", help="graph timing up to this N")
     p.add_argument("--stages", default="all")
-    p.add_argument("--shapes", default="32768x256,32768x1024,32768x4096,32768x8192,32768x16384")
+    p.add_argument(
+        "--shapes",
+        default=None,
+        help=f"bench shapes (default {SHAPES}; with --residual the bench's residual shapes)",
+    )
+    p.add_argument("--weight-dtype", default=None, help="bench: bf16, fp32, bf16,fp32 or same")
+    p.add_argument("--residual", action="store_true", help="bench: the pre-norm residual table")
+    p.add_argument(
+        "--overhead", action="store_true", help="bench: host cost per call, first-call time"
+    )
+    p.add_argument("--ours", default="lib", help="the kernel the bench's verdict judges")
     p.add_argument(
         "--tests", default="tests", help="pytest paths for the other gpu tests (none: skip)"
     )
@@ -133,25 +160,25 @@ def main() -> int:
             "quack_edu.bench",
             "--stages",
             a.stages,
-            "--shapes",
-            a.shapes,
+            "--ours",
+            a.ours,
             "--json",
             str(out / "bench.json"),
             "--png",
             str(out / "bench.png"),
         ]
+        shapes = a.shapes or (None if a.residual else SHAPES)
+        cmd += ["--shapes", shapes] if shapes else []
         cmd += ["--peers", a.peers] if a.peers else []
         cmd += ["--graph", "--graph-max-n", a.graph_max_n] if a.graph else []
+        cmd += ["--weight-dtype", a.weight_dtype] if a.weight_dtype else []
+        cmd += ["--residual"] if a.residual else []
+        cmd += ["--overhead"] if a.overhead else []
+        (out / "bench.json").unlink(missing_ok=True)  # never report an earlier run's numbers
         rc, text, dt = sh(cmd, out / "bench.log", timeout=a.bench_timeout)
         print(text[-6000:], flush=True)
         summary.append(("bench", f"rc={rc}", dt))
-        if (out / "bench.json").exists():
-            sys.path.insert(0, str(ROOT))
-            from quack_edu.bench import table
-
-            bench_table = table(json.loads((out / "bench.json").read_text()))
-        else:
-            bench_table = "(no bench.json)"
+        bench_table = bench_summary(out / "bench.json", a.ours)
     else:
         bench_table = ""
 

@@ -1,0 +1,321 @@
+"""The benchmark harness on a CPU: byte counts, kernel names, the verdict, tables and plots.
+
+The timing itself needs a GPU (scripts/gpu_check.py); everything that turns rows into numbers,
+criteria and figures is checked here on synthetic rows.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+from quack_edu import bench
+from quack_edu.bench import (
+    format_verdict,
+    kernel_kind,
+    parse_weight_dtypes,
+    resolve_kernels,
+    rmsnorm_bytes,
+    split_name,
+    table,
+    verdict,
+)
+
+COPY = 4000.0
+
+
+def test_bytes_count_weight_dtype_and_residual():
+    M, N, bf16, fp32 = 4, 8, torch.bfloat16, torch.float32
+    assert rmsnorm_bytes(M, N, bf16) == 2 * M * N * 2 + N * 2  # read x, write y, read w
+    assert rmsnorm_bytes(M, N, bf16, fp32) == 2 * M * N * 2 + N * 4
+    assert rmsnorm_bytes(M, N, fp32, bf16) == 2 * M * N * 4 + N * 2
+    # + read residual, + write residual_out, both in x's dtype
+    assert rmsnorm_bytes(M, N, bf16, residual=True) == 4 * M * N * 2 + N * 2
+    assert rmsnorm_bytes(M, N, bf16, fp32, residual=True) == 4 * M * N * 2 + N * 4
+
+
+def test_kernel_names_and_weight_dtypes():
+    assert kernel_kind("lib") == kernel_kind("lib-tuned") == "library"
+    assert kernel_kind("quack") == kernel_kind("torch-eager") == "peer"
+    assert kernel_kind("final") == kernel_kind("cluster@hold#1") == "stage"
+    assert split_name("lib-tuned") == ("lib-tuned", "", "")
+    assert parse_weight_dtypes("bf16,fp32") == [torch.bfloat16, torch.float32]
+    assert parse_weight_dtypes("same") == parse_weight_dtypes(None) == [None]
+    assert parse_weight_dtypes("bf16, same,bf16") == [torch.bfloat16, None]
+    with pytest.raises(ValueError, match="unknown dtype"):
+        parse_weight_dtypes("int8")
+
+
+def test_library_kernels_resolve_lazily_and_skip_when_missing(monkeypatch):
+    calls = []
+
+    def rmsnorm_fwd(x, weight=None, bias=None, residual=None, eps=1e-6, **kw):
+        calls.append((residual is not None, eps))
+        out = x * 2
+        return out, (x + residual if residual is not None else x), None
+
+    fake = types.ModuleType("quack_edu.rmsnorm")
+    fake.rmsnorm_fwd = rmsnorm_fwd  # no rmsnorm_fwd_tuned yet: skipped with the reason
+    monkeypatch.setitem(sys.modules, "quack_edu.rmsnorm", fake)
+    fns, skipped = resolve_kernels(["lib", "lib-tuned", "no-such-stage", "no-such-peer"])
+    assert list(fns) == ["lib"]
+    assert "rmsnorm_fwd_tuned" in skipped["lib-tuned"]
+    assert "unknown stage" in skipped["no-such-stage"]
+    x, w = torch.ones(2, 8), torch.ones(8)
+    assert torch.equal(fns["lib"](x, w), x * 2)
+
+    fns, skipped = resolve_kernels(["lib", "cpasync"], residual=True)
+    out, res_out = fns["lib"](x, w, x)
+    assert torch.equal(res_out, 2 * x) and calls[-1] == (True, bench.EPS)
+    assert "no residual" in skipped["cpasync"]
+
+    monkeypatch.setitem(sys.modules, "quack_edu.rmsnorm", None)  # not written yet
+    fns, skipped = resolve_kernels(["lib"])
+    assert not fns and "quack_edu.rmsnorm" in skipped["lib"]
+
+
+def test_peer_names_unknown_and_modes():
+    fns, missing = bench.peer_fns(names=("torch-ops", "bogus"))
+    assert list(fns) == ["torch-ops"] and "unknown peer" in missing["bogus"]
+    x, w = torch.randn(3, 16), torch.randn(16)
+    from quack_edu.reference import rmsnorm_ref
+
+    torch.testing.assert_close(fns["torch-ops"](x, w), rmsnorm_ref(x, w))
+    fns, missing = bench.peer_fns(
+        residual=True, names=("torch-ops", "torch-eager", "quack-autograd")
+    )
+    out, res = fns["torch-ops"](x, w, x)
+    ref_out, ref_res = rmsnorm_ref(x, w, residual=x)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(res, ref_res)
+    out, res = fns["torch-eager"](x, w, x)
+    torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
+    assert "quack-autograd" in missing  # the autograd entry is timed without a residual only
+
+
+def test_per_call_us_counts_every_call():
+    n = []
+    us = bench.per_call_us(lambda: n.append(1), (), calls=50, sync=lambda: None, warmup=3)
+    assert len(n) == 53 and us > 0
+
+
+# --- the verdict on synthetic rows ----------------------------------------------------------
+
+
+def row(kernel, N, gbps, w="bf16", graph=False, residual=False, M=32768, **extra):
+    r = {"kernel": kernel, "M": M, "N": N, "dtype": "bf16", "weight_dtype": w, "graph": graph}
+    r.update(residual=residual, us=1.0, gbps=gbps, pct_copy=100 * gbps / COPY, **extra)
+    return r
+
+
+# ours GB/s per (N, graph): 1024 has no copy band; 4096 is in the 95% band, 131072 in the 93% one
+OURS = {(1024, False): 3000.0, (1024, True): 3600.0, (4096, False): 3900.0, (131072, False): 3800}
+
+
+def passing_rows(quack=1 / 1.1, liger=1 / 1.2, fp32_scale=1.0, residual=True):
+    rows = []
+    for w in ("bf16", "fp32"):
+        for (N, g), got in OURS.items():
+            got *= fp32_scale if w == "fp32" else 1.0
+            rows += [
+                row("lib", N, got, w, g),
+                row("quack", N, got * quack, w, g),
+                row("liger", N, got * liger, w, g),
+                row("cpasync", N, got * 1.5, w, g),  # a stage of ours is not a peer
+            ]
+    if residual:
+        for N in (4096, 16384, 65536):
+            rows += [row("lib", N, 3900, residual=True), row("quack", N, 3800, residual=True)]
+    return rows
+
+
+def status(v, fragment):
+    hits = [c for c in v["checks"] if fragment in c["name"]]
+    assert len(hits) == 1, [c["name"] for c in v["checks"]]
+    return hits[0]["status"], hits[0]["detail"]
+
+
+def test_verdict_passes_every_criterion():
+    v = verdict(passing_rows())
+    assert v["overall"] == "PASS", format_verdict(v)
+    assert {c["status"] for c in v["checks"]} == {"PASS"}
+    bf16 = v["by_weight_dtype"]["bf16"]
+    assert bf16["geomean_vs_quack"] == pytest.approx(1.1)
+    assert bf16["geomean_vs_quack_all"] == pytest.approx(1.1)
+    e = next(e for e in bf16["shapes"] if e["N"] == 4096)
+    assert e["best_peer"] == "quack" and e["vs_best_peer"] == pytest.approx(1.1)
+    assert e["pct_copy"] == pytest.approx(97.5)
+    e = next(e for e in v["by_weight_dtype"]["fp32"]["shapes"] if e["N"] == 4096)
+    assert e["fp32_vs_bf16"] == pytest.approx(1.0)
+    assert len(v["fp32_vs_bf16"]) == 4  # every shape and mode that both weight dtypes ran
+    text = format_verdict(v)
+    assert "weights fp32:" in text and "overall: PASS" in text and "with a residual" in text
+    assert json.dumps(v)
+
+
+def test_verdict_fails_below_the_best_peer():
+    rows = passing_rows()
+    rows.append(row("liger", 4096, 3900 * 1.02, graph=False))  # a later row replaces the first
+    ok, detail = status(verdict(rows), "[w bf16] every shape >= best peer - 1.5%")
+    assert ok == "FAIL" and "32768x4096 0.980x liger" in detail
+    assert status(verdict(rows), "[w fp32] every shape")[0] == "PASS"
+    # within the margin: 1% behind the best peer still passes
+    rows[-1] = row("liger", 4096, 3900 * 1.01)
+    assert status(verdict(rows), "[w bf16] every shape")[0] == "PASS"
+
+
+def test_verdict_fails_a_small_geomean():
+    rows = [
+        r for r in passing_rows() if not (r["kernel"] == "quack" and r["weight_dtype"] == "fp32")
+    ]
+    rows += [row("quack", N, got / 1.02, "fp32", g) for (N, g), got in OURS.items()]
+    v = verdict(rows)
+    ok, detail = status(v, "[w fp32] geomean vs QuACK >= 1.05x")
+    assert ok == "FAIL" and "1.020x over 3 shapes" in detail
+    assert status(v, "[w bf16] geomean")[0] == "PASS"
+    assert verdict(rows, geomean_min=1.01)["overall"] == "PASS"  # thresholds are parameters
+
+
+def test_verdict_fails_slow_fp32_weights():
+    rows = passing_rows()
+    rows.append(row("lib", 1024, 3000 * 0.97, "fp32"))
+    ok, detail = status(verdict(rows), "fp32 weights within 2% of bf16 weights")
+    assert ok == "FAIL" and "32768x1024 0.970" in detail
+    rows[-1] = row("lib", 1024, 3000 * 0.985, "fp32")
+    assert status(verdict(rows), "fp32 weights")[0] == "PASS"
+    rows[-1] = row("lib", 1024, 3000 * 1.05, "fp32")  # faster with fp32 weights is no failure
+    assert status(verdict(rows), "fp32 weights")[0] == "PASS"
+    only_bf16 = [r for r in rows if r["weight_dtype"] == "bf16"]
+    assert status(verdict(only_bf16), "fp32 weights")[0] == "N/A"
+
+
+def test_verdict_fails_below_the_copy_band():
+    rows = passing_rows()
+    rows += [row("lib", 131072, 3700), row("quack", 131072, 3000)]  # 92.5% < 93%
+    ok, detail = status(verdict(rows), "[w bf16] % of copy")
+    assert ok == "FAIL" and "32768x131072 92.5% < 93%" in detail
+    rows += [row("lib", 131072, 3740)]  # 93.5%
+    assert status(verdict(rows), "[w bf16] % of copy")[0] == "PASS"
+    rows += [row("lib", 4096, 3790), row("quack", 4096, 3000)]  # 94.75% < 95%
+    assert status(verdict(rows), "[w bf16] % of copy")[0] == "FAIL"
+
+
+def test_verdict_fails_a_residual_behind_quack_and_is_incomplete_without_one():
+    rows = passing_rows()
+    rows.append(row("quack", 16384, 3950, residual=True))
+    ok, detail = status(verdict(rows), "residual >= 1x QuACK at N=4K,16K,64K")
+    assert ok == "FAIL" and "32768x16384" in detail
+    v = verdict(passing_rows(residual=False))
+    assert status(v, "residual")[0] == "N/A" and v["overall"] == "INCOMPLETE"
+
+
+def test_verdict_an_error_row_of_ours_fails_its_shape():
+    rows = passing_rows()
+    rows.append({**row("lib", 4096, 0), "error": "RuntimeError: boom"})
+    for r in rows[-1:]:
+        del r["gbps"], r["pct_copy"]
+    v = verdict(rows)
+    assert "32768x4096 error" in status(v, "[w bf16] every shape")[1]
+    assert status(v, "[w bf16] geomean")[0] == "FAIL"
+    assert status(v, "[w bf16] % of copy")[0] == "FAIL"
+    assert "error" in format_verdict(v)
+
+
+def test_verdict_judges_the_kernel_named_ours():
+    rows = passing_rows() + [row("lib-tuned", 4096, 100.0)]
+    assert verdict(rows, ours="lib")["overall"] == "PASS"
+    v = verdict(rows, ours="lib-tuned")
+    assert status(v, "[w bf16] every shape")[0] == "FAIL"
+    assert list(v["by_weight_dtype"]) == ["bf16"]
+
+
+# --- table, plot, command line --------------------------------------------------------------
+
+
+def result_of(rows):
+    return {"gpu": "NVIDIA H200", "date": "2026-12-01", "copy_gbps": COPY, "rows": rows}
+
+
+def test_table_has_a_line_per_weight_dtype_and_mode():
+    text = table(result_of(passing_rows()))
+    lines = [ln.split() for ln in text.splitlines()]
+    assert ["32768x4096", "bf16", "plain", "3900", "3545", "3250", "5850"] in lines, text
+    assert ["32768x4096", "fp32", "plain", "3900", "3545", "3250", "5850"] in lines, text
+    assert ["32768x4096", "bf16", "plain+res", "3900", "3800", "-", "-"] in lines, text
+    assert "4000" in text.splitlines()[0]
+    # rows recorded before weight dtypes were an option: x's dtype is the weight's
+    old = [
+        {k: v for k, v in r.items() if k not in ("weight_dtype", "residual")}
+        for r in passing_rows()
+    ]
+    lines = [ln.split() for ln in table(result_of(old)).splitlines()]
+    assert ["32768x4096", "bf16", "plain", "3900", "3545", "3250", "5850"] in lines
+
+
+def test_plot_writes_a_png_with_a_panel_per_weight_dtype(tmp_path):
+    path = tmp_path / "bench.png"
+    bench.plot(result_of(passing_rows(residual=False)), str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    height, width = matplotlib.image.imread(path).shape[:2]
+    assert width > 1.5 * height  # two panels side by side
+
+
+def test_summarize_recorded_runs_without_a_gpu(tmp_path, capsys):
+    a, b = tmp_path / "sweep.json", tmp_path / "residual.json"
+    rows = passing_rows(residual=False)
+    res_rows = [r for r in passing_rows() if r["residual"]]
+    overhead = [{"kernel": "lib", "M": 1, "N": 1024, "weight_dtype": "bf16", "calls": 2000}]
+    overhead[0]["us_per_call"] = 6.5
+    compile_rows = [{"kernel": "lib", "M": 1024, "N": 3000, "weight_dtype": "bf16"}]
+    compile_rows[0].update(compile_s=1.25, second_call_s=1e-4)
+    a.write_text(json.dumps({**result_of(rows), "overhead": overhead, "compile": compile_rows}))
+    b.write_text(json.dumps(result_of(res_rows)))
+    png = tmp_path / "all.png"
+    assert bench.main(["--summarize", str(a), str(b), "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "overall: PASS" in out and "6.5 us/call" in out and "first call 1.25 s" in out
+    assert png.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_bench_module_without_a_gpu_exits_2(subprocess_env):
+    done = subprocess.run(
+        [sys.executable, "-m", "quack_edu.bench", "--stages", "lib", "--weight-dtype", "bf16,fp32"],
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "needs a CUDA GPU" in done.stderr and "benchmarks/results" in done.stderr
+
+
+def test_gpu_check_summary_prints_the_verdict(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", script)
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    path = tmp_path / "bench.json"
+    assert gpu_check.bench_summary(path, "lib") == "(no bench.json)"
+    path.write_text(json.dumps(result_of(passing_rows())))  # a run cut off has no "verdict" key
+    text = gpu_check.bench_summary(path, "lib")
+    assert "32768x4096" in text and "overall: PASS" in text
+    text = gpu_check.bench_summary(path, "cpasync")  # --ours: another kernel judged
+    assert "Verdict for cpasync" in text and "overall: INCOMPLETE" in text  # no residual rows
+
+
+@pytest.mark.gpu
+def test_bench_one_times_the_library_with_fp32_weights_and_a_residual():
+    fn = bench.library_fn("lib", residual=True)
+    r = bench.bench_one(fn, 1024, 1024, torch.bfloat16, True, torch.float32, residual=True)
+    assert r["weight_dtype"] == "fp32" and r["residual"] and r["graph"] and r["gbps"] > 0
+    assert r["bytes"] == rmsnorm_bytes(1024, 1024, torch.bfloat16, torch.float32, True)
