@@ -1,0 +1,691 @@
+"""Lesson 06, the final kernel and the library: one hole in the kernel, one in the torch op.
+
+06.epilogue   the per-vector epilogue of the final kernel, in fp32: x_hat * (w + offset) + b
+06.fake_impl  the fake (meta) implementation of the op ``quack_edu::rmsnorm_fwd``: empty
+              outputs of the right shapes, dtypes and devices, so torch.compile can trace it
+
+The epilogue's compile tier reads the PTX of the final kernel built around the answer with
+every operand of the epilogue in its own dtype (x fp32, weight bf16, bias fp16), so that each
+one is recognisable by its conversion: the weight is what ``cvt.f32.bf16`` makes, the bias what
+``cvt.f32.f16`` makes, and the offset the fp32 constant. Following the registers from the
+output stores back says which of them reach the output and whether the offset was added before
+or after the multiply by rstd. The gpu tier runs the learner's kernel class through
+``final.launch_fwd(..., kernel_cls=...)`` with a bias, an offset and both weight dtypes.
+
+The fake's compile tier runs the answer under ``FakeTensorMode`` (no GPU, no data) on a table
+of cases and compares what it returns with the library's own fake (the op called under the
+same mode). Its gpu tier registers the answer as the fake of a scratch custom op around the
+real kernel and runs ``torch.library.opcheck`` and ``torch.compile(fullgraph=True)`` through it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+from ..checks import CheckFailed, KernelHole, Ptx, f32_hex, is_not_implemented
+from ..registry import COMPILE, GPU, Check, Exercise, Mutant, register
+
+LESSON = "06_final_kernel"
+
+# ---- 06.epilogue -----------------------------------------------------------------------------
+EPILOGUE_HOLE = KernelHole(
+    stage="final",
+    piece="scale",
+    adapt=lambda answer: lambda self, x_hat, w, b: answer(x_hat, w, b, self.features.weight_offset),
+)
+
+#: Gemma's offset: the weight is stored as w, the layer multiplies by (1 + w)
+OFFSET = 1.0
+#: the compile tier's dtypes: each operand of the epilogue recognisable by its conversion
+X_DTYPE, W_DTYPE, B_DTYPE = "fp32", "bf16", "fp16"
+
+OFFSET_AFTER = (
+    "weight_offset is added after the multiply (x_hat * w + offset): the offset belongs to the "
+    "weight, the layer's factor is (w + weight_offset), e.g. Gemma's (1 + w); add it to w first, "
+    "then multiply x_hat by the sum"
+)
+NO_OFFSET = (
+    "weight_offset never reaches the output: the weight the layer multiplies by is "
+    "(w + weight_offset), in fp32 (the kernel passes the offset as a Python float)"
+)
+NO_BIAS = (
+    "the bias never reaches the output: when b is not None it is added last, "
+    "y = x_hat * (w + weight_offset) + b"
+)
+NO_WEIGHT_WITH_BIAS = (
+    "the weight never reaches the output when there is a bias: the bias comes on top of the "
+    "weight, not instead of it; handle w and b independently (either may be None)"
+)
+BIAS_SCALED = (
+    "the bias is multiplied (by x_hat or the weight): it is added after the multiply, "
+    "y = x_hat * (w + weight_offset) + b"
+)
+
+
+def _features(bias: bool = True, offset: float = OFFSET):
+    import torch
+
+    from ...stages.final import Features
+
+    return Features(bias_dtype=torch.float16 if bias else None, weight_offset=offset)
+
+
+def _epilogue_report(ctx, N: int):
+    """The final kernel with the learner's ``scale``, compiled for x fp32, weight bf16, bias fp16
+    and weight_offset=1.0 at ``N`` (cached for the answer, like ``ctx.report``)."""
+    from ...inspect import kernel_report
+    from ...runtime import torch_dtype
+    from ..checks import _shared_get, _shared_put, shortcut_failure, shortcut_guard
+
+    key = ("epilogue report", N)
+    if key not in ctx.cache:
+        rep = _shared_get(ctx.answer, key)
+        if rep is None:
+            cls = EPILOGUE_HOLE.build(ctx.answer)
+            kernel = cls(torch_dtype(X_DTYPE), N, None, torch_dtype(W_DTYPE), features=_features())
+            with shortcut_guard() as seen:
+                rep = kernel_report(kernel, stage=f"final+{ctx.exercise.id}")
+            if seen:
+                raise shortcut_failure(seen[0])
+            _shared_put(ctx.answer, key, rep)
+        ctx.cache[key] = rep
+    return ctx.cache[key]
+
+
+def _epilogue_compiles(hidden: bool) -> Check:
+    def fn(ctx):
+        N = ctx.hidden_N(EPILOGUE_HOLE, X_DTYPE) if hidden else 1000
+        try:
+            rep = _epilogue_report(ctx, N)
+        except (CheckFailed, NotImplementedError):
+            raise
+        except Exception as e:
+            if is_not_implemented(e):
+                raise
+            from .. import hints
+
+            raise CheckFailed(
+                f"the final kernel with your scale does not compile (x {X_DTYPE}, weight "
+                f"{W_DTYPE}, bias {B_DTYPE}, N={N}): {hints.short_error(e, 400)}",
+                hint=hints.diagnose_compile_error(e),
+            ) from None
+        return f"N={N}: {rep.registers} regs"
+
+    name = "compiles with a bias and weight_offset=1.0" + (" at a random N" if hidden else "")
+    return Check(name, COMPILE, fn, hidden)
+
+
+def epilogue_flow(ptx_text: str) -> dict:
+    """What reaches the output stores of a final kernel compiled with x fp32, weight bf16, bias
+    fp16: {"weight", "bias", "offset": bool, "offset_after": bool, "bias_scaled": bool}."""
+    ptx = Ptx(ptx_text)
+    stores = [i for i in ptx.instrs if i.opcode.startswith("st.global")]
+    anc: dict[int, object] = {}
+    for st in stores:
+        for a in ptx.ancestors(st):
+            anc[a.index] = a
+    k = f32_hex(OFFSET)
+    weight = [a for a in anc.values() if a.opcode.startswith("cvt.f32.bf16")]
+    bias = [a for a in anc.values() if a.opcode.startswith("cvt.f32.f16")]
+    offsets = [a for a in anc.values() if any(k in o for o in a.operands)]
+
+    def after_rstd(ins):
+        return any(a.opcode.startswith("rsqrt") for a in ptx.ancestors(ins))
+
+    bias_regs = {d for b in bias for d in b.dests}
+    scaled = False
+    for a in anc.values():  # a bias value as a multiplicand
+        if a.opcode.startswith("mul.") and bias_regs & set(a.srcs):
+            scaled = True
+        if a.opcode.startswith("fma.") and bias_regs & {
+            r for o in a.operands[1:3] for r in _regs(o)
+        }:
+            scaled = True
+    return {
+        "weight": bool(weight),
+        "bias": bool(bias),
+        "offset": bool(offsets),
+        "offset_after": any(after_rstd(o) for o in offsets),
+        "bias_scaled": scaled,
+    }
+
+
+def _regs(operand: str) -> list[str]:
+    import re
+
+    return re.findall(r"%[A-Za-z_]+\d*", operand)
+
+
+def _probe_epilogue(rep) -> str:
+    flow = epilogue_flow(rep.ptx)
+    seen = ", ".join(k for k in ("weight", "bias", "offset") if flow[k]) or "x_hat alone"
+    expected = "x_hat * (w + 1.0) + b: the weight, the offset (added to w) and the bias"
+    if not flow["weight"]:
+        raise CheckFailed(
+            "the weight does not reach the output",
+            expected=expected,
+            seen=f"the output depends on {seen}",
+            hint=NO_WEIGHT_WITH_BIAS if flow["bias"] else None,
+        )
+    if not flow["bias"]:
+        raise CheckFailed(
+            "the bias does not reach the output", expected=expected, seen=seen, hint=NO_BIAS
+        )
+    if not flow["offset"]:
+        raise CheckFailed(
+            "weight_offset=1.0 does not reach the output",
+            expected=f"an add of {f32_hex(OFFSET)} (1.0) to the weight",
+            seen=f"no {f32_hex(OFFSET)} among the output's inputs",
+            hint=NO_OFFSET,
+        )
+    if flow["offset_after"]:
+        raise CheckFailed(
+            "the offset is added to a value that already depends on rstd",
+            expected=f"add.f32 w, {f32_hex(OFFSET)} before the multiply by x_hat",
+            seen=f"{f32_hex(OFFSET)} added after the multiply",
+            hint=OFFSET_AFTER,
+        )
+    if flow["bias_scaled"]:
+        raise CheckFailed(
+            "the bias is a factor of a multiply",
+            expected="the bias as the addend (fma's third operand, or an add.f32)",
+            seen="the bias in a mul/fma multiplicand",
+            hint=BIAS_SCALED,
+        )
+    return "w + 1.0 (before the multiply), then + b: all three reach the output"
+
+
+def _epilogue_probe(hidden: bool) -> Check:
+    def fn(ctx):
+        N = ctx.hidden_N(EPILOGUE_HOLE, X_DTYPE) if hidden else 1000
+        return _probe_epilogue(_epilogue_report(ctx, N))
+
+    name = "the PTX: x_hat * (w + 1.0) + b, with the weight, the offset and the bias" + (
+        " at a random N" if hidden else ""
+    )
+    needs = ("compiles with a bias and weight_offset=1.0" + (" at a random N" if hidden else ""),)
+    return Check(name, COMPILE, fn, hidden, needs)
+
+
+# the gpu tier: values, and the known wrong epilogues as functions of (x_hat, w, b, offset)
+def _ep_right(xh, w, b, off):
+    y = xh if w is None else xh * (w + off)
+    return y if b is None else y + b
+
+
+_EP_VARIANTS = (
+    (
+        "offset after the multiply",
+        lambda xh, w, b, off: (xh if w is None else xh * w + off) + (0 if b is None else b),
+        OFFSET_AFTER,
+    ),
+    (
+        "no offset",
+        lambda xh, w, b, off: (xh if w is None else xh * w) + (0 if b is None else b),
+        NO_OFFSET,
+    ),
+    ("no bias", lambda xh, w, b, off: xh if w is None else xh * (w + off), NO_BIAS),
+    (
+        "no weight with a bias",
+        lambda xh, w, b, off: _ep_right(xh, None if b is not None else w, b, off),
+        NO_WEIGHT_WITH_BIAS,
+    ),
+)
+
+#: (x dtypes, weight dtype or None, bias?, offset) of the gpu value cases
+_EP_CASES = (
+    ("fp32", True, OFFSET),
+    ("bf16", True, OFFSET),
+    ("fp32", False, OFFSET),
+    ("bf16", True, 0.0),
+    (None, True, 0.0),
+)
+
+
+def _epilogue_values(hidden: bool) -> Check:
+    def fn(ctx):
+        import torch
+
+        from ...reference import TOLERANCES, rmsnorm_ref
+        from ...runtime import torch_dtype
+        from ...stages import final
+        from ..checks import EPS, HIDDEN_M, VISIBLE_M, rmsnorm_inputs
+
+        cls = EPILOGUE_HOLE.build(ctx.answer)
+        gen = ctx.torch_generator(salt="epilogue" + ("h" if hidden else ""))
+        Ms = HIDDEN_M if hidden else VISIBLE_M
+        n = 0
+        for dt in ("bf16", "fp16", "fp32"):
+            dtype = torch_dtype(dt)
+            tol = TOLERANCES[dtype]
+            N = ctx.hidden_N(EPILOGUE_HOLE, dt) if hidden else 1000
+            for wdt, has_bias, off in _EP_CASES:
+                for M in Ms:
+                    x, _ = rmsnorm_inputs(M, N, dtype, gen)
+                    w = b = None
+                    if wdt is not None:
+                        # small weights: (1 + w) rounded to bf16 would lose them
+                        w = (1e-2 * torch.randn(N, generator=gen)).to("cuda", torch_dtype(wdt))
+                    if has_bias:
+                        b = torch.randn(N, generator=gen).to("cuda", torch_dtype(wdt or "bf16"))
+                    out = torch.full_like(x, float("nan"))
+                    final.launch_fwd(x, w, b, None, out, None, None, EPS, off, kernel_cls=cls)
+                    torch.cuda.synchronize()
+                    ref = rmsnorm_ref(x, w, b, eps=EPS, weight_offset=off)
+                    o, r = out.float().cpu(), ref.float().cpu()
+                    if bool(torch.isclose(o, r, **tol).all()):
+                        n += 1
+                        continue
+                    hint = _diagnose_epilogue(o, x, w, b, off, tol)
+                    bad = ~torch.isclose(o, r, **tol)
+                    idx = int(bad.flatten().nonzero()[0])
+                    row, col = divmod(idx, N)
+                    raise CheckFailed(
+                        f"{dt} M={M} N={N}, weight {wdt or 'None'}, bias "
+                        f"{'yes' if has_bias else 'no'}, weight_offset={off} (seed {ctx.seed}): "
+                        f"{int(bad.sum())} of {M * N} outputs differ from rmsnorm_ref",
+                        expected=f"{r[row, col].item():.6g} at row {row}, column {col}",
+                        seen=f"{o[row, col].item():.6g}",
+                        hint=hint,
+                    )
+        return f"{n} cases match rmsnorm_ref (bias, offset, weight bf16/fp32/None)"
+
+    name = "values vs rmsnorm_ref with bias and weight_offset " + (
+        "at more shapes, grading seed" if hidden else "(M in 1/37/199, N=1000, 3 dtypes)"
+    )
+    return Check(name, GPU, fn, hidden, ("compiles with a bias and weight_offset=1.0",))
+
+
+def _diagnose_epilogue(o, x, w, b, off, tol):
+    import torch
+
+    from ...reference import rstd_ref
+
+    xf = x.float().cpu()
+    xh = xf * rstd_ref(xf, 1e-6).unsqueeze(-1)
+    wf = None if w is None else w.float().cpu()
+    bf = None if b is None else b.float().cpu()
+    for _, fn, hint in _EP_VARIANTS:
+        cand = fn(xh, wf, bf, off)
+        if not torch.is_tensor(cand):
+            continue
+        cand = cand.to(x.dtype).float()
+        if torch.isclose(o, cand, **tol).float().mean().item() >= 0.999:
+            right = _ep_right(xh, wf, bf, off).to(x.dtype).float()
+            if not torch.isclose(cand, right, **tol).all():
+                return hint
+    if torch.isnan(o).any():
+        from .. import hints
+
+        return hints.NOT_WRITTEN.replace("poison value", "NaN")
+    return None
+
+
+epilogue = register(
+    Exercise(
+        id="06.epilogue",
+        lesson=LESSON,
+        answer="scale",
+        title="the epilogue of the final kernel: x_hat * (w + weight_offset) + b, in fp32",
+        points={COMPILE: 1, GPU: 1},
+        mutants=[
+            Mutant(
+                "offset added after the multiply",
+                [("y * (w + weight_offset)", "y * w + weight_offset")],
+                hint="added after the multiply",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "offset forgotten",
+                [("y * (w + weight_offset)", "y * w")],
+                hint="weight_offset never reaches the output",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "bias forgotten",
+                [("y = y + b", "y = y")],
+                hint="the bias never reaches the output",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "weight ignored when there is a bias",
+                [("if w is not None:", "if w is not None and b is None:")],
+                hint="the weight never reaches the output when there is a bias",
+                tiers=(COMPILE, GPU),
+            ),
+        ],
+    )
+)
+epilogue.add(
+    _epilogue_compiles(hidden=False),
+    _epilogue_probe(hidden=False),
+    _epilogue_compiles(hidden=True),
+    _epilogue_probe(hidden=True),
+    _epilogue_values(hidden=False),
+    _epilogue_values(hidden=True),
+)
+
+
+# ---- 06.fake_impl ----------------------------------------------------------------------------
+FAKE_ALIAS = (
+    "an output is one of the inputs (or a view of it): a custom op declared with "
+    "mutates_args=() returns fresh tensors, never an input or an alias of one (the library makes "
+    "the 'residual_out is x' case outside the op); allocate it with x.new_empty"
+)
+FAKE_RSTD_DTYPE = "rstd is float32 whatever the input dtypes: x.new_empty(..., dtype=torch.float32)"
+FAKE_RSTD_SHAPE = "rstd has one value per row: x.shape[:-1] (every dim but the last), not x's shape"
+FAKE_OUT_DTYPE = (
+    "out is in out_dtype (the op always receives it, e.g. fp32 out of bf16 x), not x.dtype"
+)
+FAKE_COUNT = (
+    "the op returns a list: [out], then residual_out only if residual_out_dtype is not None, "
+    "then rstd only if store_rstd"
+)
+FAKE_DEVICE = (
+    "the fake outputs must be on x's device (x.new_empty keeps it; torch.empty without "
+    "device= makes CPU tensors)"
+)
+FAKE_STRIDES = (
+    "the real op returns dense (contiguous) outputs whatever x's strides; torch.empty_like(x) "
+    "copies x's strides: use x.new_empty(shape, dtype=...)"
+)
+FAKE_RES_DTYPE = "residual_out is in residual_out_dtype"
+
+
+def _fake_cases(ctx, hidden: bool):
+    """(description, x shape, x stride slice?, weight shape or None, dtypes..., kwargs)."""
+    import torch
+
+    bf, h, f = torch.bfloat16, torch.float16, torch.float32
+    # (what, x shape, x dtype, weight, bias, residual dtype, out, res out, rstd, non-dense x)
+    cases = [
+        ("plain bf16", (4, 64), bf, bf, False, None, bf, None, False, False),
+        ("fp32 out and rstd, 3-D x", (2, 3, 64), h, f, False, None, f, None, True, False),
+        ("residual, fp32 residual_out", (5, 64), bf, f, True, bf, bf, f, True, False),
+        ("residual_out_dtype without residual", (6, 64), bf, bf, False, None, bf, f, False, False),
+        ("per-head weight (H, D), 4-D x", (2, 7, 4, 32), bf, bf, True, None, bf, None, True, False),
+        ("a 1-D x (one row)", (64,), f, f, False, f, h, f, True, False),
+        ("x with its leading dims' strides swapped", (3, 2, 64), bf, f, False, None, f, bf, True,
+         True),
+    ]  # fmt: skip
+    if hidden:
+        rng = ctx.rng("fake cases")
+        dts = (bf, h, f)
+        for i in range(6):
+            lead = tuple(rng.randint(1, 9) for _ in range(rng.randint(1, 3)))
+            res = rng.choice((None, *dts))
+            cases.append(
+                (
+                    f"random case {i}",
+                    (*lead, rng.choice((8, 96, 1000))),
+                    rng.choice(dts),
+                    rng.choice((None, *dts)),
+                    rng.random() < 0.5,
+                    res,
+                    rng.choice(dts),
+                    rng.choice(dts) if res is not None or rng.random() < 0.3 else None,
+                    rng.random() < 0.5,
+                    rng.random() < 0.3,
+                )
+            )
+    return cases
+
+
+def _fake_inputs(case, device):
+    import torch
+
+    what, shape, xdt, wdt, bias, resdt, outdt, resodt, rstd, strided = case
+    if strided and len(shape) >= 3:  # dense, the first two dims' strides swapped
+        swapped = (shape[1], shape[0], *shape[2:])
+        st = torch.empty(swapped, device="meta").stride()
+        x = torch.empty_strided(shape, (st[1], st[0], *st[2:]), device=device, dtype=xdt)
+    elif strided and len(shape) == 2:  # rows of a wider tensor
+        x = torch.empty_strided(shape, (2 * shape[1], 1), device=device, dtype=xdt)
+    else:
+        x = torch.empty(shape, device=device, dtype=xdt)
+    per_head = "per-head" in what
+    pshape = tuple(shape[-2:]) if per_head else (shape[-1],)
+    w = None if wdt is None else torch.empty(pshape, device=device, dtype=wdt)
+    b = torch.empty(pshape, device=device, dtype=wdt or torch.bfloat16) if bias else None
+    res = None if resdt is None else torch.empty(shape, device=device, dtype=resdt)
+    return (x, w, b, res, outdt, resodt, 1e-6, rstd, 0.0)
+
+
+def _describe(outs) -> str:
+    if not isinstance(outs, list | tuple):
+        return type(outs).__name__
+    return "[" + ", ".join(
+        f"{str(o.dtype).removeprefix('torch.')}{list(o.shape)}" if hasattr(o, "dtype") else
+        type(o).__name__
+        for o in outs
+    ) + "]"  # fmt: skip
+
+
+def _compare_fake(args, got, want) -> tuple[str, str | None] | None:
+    """None if ``got`` (the answer's outputs) matches ``want`` (the library fake's), else
+    (what differs, hint)."""
+    import torch
+
+    x = args[0]
+    if not isinstance(got, list | tuple):
+        return f"returned a {type(got).__name__}, not a list of tensors", FAKE_COUNT
+    inputs = [t for t in args[:4] if torch.is_tensor(t)]
+    for i, o in enumerate(got):
+        if not torch.is_tensor(o):
+            return f"output {i} is a {type(o).__name__}", FAKE_COUNT
+        if any(o is t or o._base is t or (t._base is not None and o._base is t._base) for t in
+               inputs):  # fmt: skip
+            return f"output {i} is an input (or a view of one)", FAKE_ALIAS
+    if len(got) != len(want):
+        return f"{len(got)} outputs for {len(want)}", FAKE_COUNT
+    names = (
+        ["out"] + (["residual_out"] if args[5] is not None else []) + (["rstd"] if args[7] else [])
+    )
+    for name, o, w in zip(names, got, want, strict=True):
+        if o.dtype != w.dtype:
+            if name == "rstd":
+                hint = FAKE_RSTD_DTYPE
+            elif name == "out":
+                hint = FAKE_OUT_DTYPE if o.dtype == x.dtype else None
+            else:
+                hint = FAKE_RES_DTYPE
+            return f"{name} is {o.dtype}, the op's is {w.dtype}", hint
+        if tuple(o.shape) != tuple(w.shape):
+            hint = FAKE_RSTD_SHAPE if name == "rstd" and tuple(o.shape) == tuple(x.shape) else None
+            return f"{name} has shape {tuple(o.shape)}, the op's {tuple(w.shape)}", hint
+        if o.device != w.device:
+            return f"{name} is on {o.device}, the op's on {w.device}", FAKE_DEVICE
+        if o.numel() > 1 and tuple(o.stride()) != tuple(w.stride()):
+            return f"{name} has strides {tuple(o.stride())}, the op's {tuple(w.stride())}", (
+                FAKE_STRIDES
+            )
+    return None
+
+
+def _run_fake_cases(ctx, hidden: bool, device="cuda"):
+    """Each case under FakeTensorMode: the answer's outputs against the library's fake.
+    Returns [(case, args, got, want, problem)] with problem None where they agree."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from ... import rmsnorm  # noqa: F401  (registers the op and its fake)
+
+    op = torch.ops.quack_edu.rmsnorm_fwd.default
+    out = []
+    for case in _fake_cases(ctx, hidden):
+        with FakeTensorMode():
+            args = _fake_inputs(case, device)
+            want = list(op(*args))
+            got = ctx.call(*args)
+            out.append((case, args, got, want, _compare_fake(args, got, want)))
+    return out
+
+
+def _fake_value_check(hidden: bool) -> Check:
+    def fn(ctx):
+        for case, args, got, want, problem in _run_fake_cases(ctx, hidden):
+            if problem is not None:
+                what, hint = problem
+                x = args[0]
+                raise CheckFailed(
+                    f"{case[0]}: {what} (x {str(x.dtype).removeprefix('torch.')}"
+                    f"{list(x.shape)}, out_dtype={args[4]}, residual_out_dtype={args[5]}, "
+                    f"store_rstd={args[7]})",
+                    expected=_describe(want),
+                    seen=_describe(got),
+                    hint=hint,
+                )
+        n = len(_fake_cases(ctx, hidden))
+        return f"{n} cases match the library's fake under FakeTensorMode"
+
+    name = (
+        "random cases under FakeTensorMode (grading seed)"
+        if hidden
+        else "shapes, dtypes, devices and strides under FakeTensorMode vs the library's fake"
+    )
+    return Check(name, COMPILE, fn, hidden)
+
+
+_op_counter = itertools.count()
+
+
+def scratch_op(fake):
+    """A fresh custom op ``quack_edu_grading::fwd_<pid>_<k>`` with the schema of
+    ``quack_edu::rmsnorm_fwd``, the real kernel as its body and ``fake`` as its fake."""
+    import torch
+
+    from ... import rmsnorm
+
+    schema = str(torch.ops.quack_edu.rmsnorm_fwd.default._schema)
+    schema = schema[schema.index("(") :]
+    name = f"quack_edu_grading::fwd_{os.getpid()}_{next(_op_counter)}"
+    op = torch.library.custom_op(name, rmsnorm._fwd_body, mutates_args=(), schema=schema)
+
+    def fake_fn(x, weight, bias, residual, out_dtype, res_dtype, eps, store_rstd, offset):
+        return fake(x, weight, bias, residual, out_dtype, res_dtype, eps, store_rstd, offset)
+
+    op.register_fake(fake_fn)
+    return op
+
+
+def _fake_gpu_check(hidden: bool) -> Check:
+    def fn(ctx):
+        import torch
+
+        from ...reference import TOLERANCES, rmsnorm_ref
+
+        def hint_from_cpu():
+            for *_, problem in _run_fake_cases(ctx, hidden):
+                if problem is not None:
+                    return problem[1]
+            return None
+
+        op = scratch_op(ctx.answer)
+        gen = ctx.torch_generator(device="cuda", salt="fake" + ("h" if hidden else ""))
+        Ms = (3, 131) if hidden else (37,)
+        bf = torch.bfloat16
+        n = 0
+        for M in Ms:
+            x = torch.randn(M, 1000, device="cuda", dtype=bf, generator=gen)
+            res = torch.randn(M, 1000, device="cuda", dtype=torch.float32, generator=gen)
+            w = torch.randn(1000, device="cuda", generator=gen)
+            samples = [
+                (x, w, None, res, torch.float32, torch.float32, 1e-6, True, 0.5),
+                (x, None, None, None, bf, None, 1e-6, False, 0.0),
+                (x, w.to(bf), None, None, bf, None, 1e-6, True, 0.0),
+            ]
+            for args in samples:
+                try:
+                    torch.library.opcheck(op, args)
+                except Exception as e:
+                    raise CheckFailed(
+                        f"torch.library.opcheck of an op with your fake failed (M={M}): "
+                        f"{type(e).__name__}: {str(e)[:400]}",
+                        hint=hint_from_cpu(),
+                    ) from None
+                n += 1
+
+            def f(x, w):
+                out, rstd = op(x, w, None, None, torch.float32, None, 1e-6, True, 0.0)
+                return out * 2.0, rstd
+
+            torch._dynamo.reset()
+            try:
+                out, rstd = torch.compile(f, fullgraph=True)(x, w)
+                torch.cuda.synchronize()
+            except Exception as e:
+                raise CheckFailed(
+                    f"torch.compile(fullgraph=True) through an op with your fake failed "
+                    f"(M={M}): {type(e).__name__}: {str(e)[:400]}",
+                    hint=hint_from_cpu(),
+                ) from None
+            ref = 2.0 * rmsnorm_ref(x, w, eps=1e-6).float()
+            if (
+                out.dtype != torch.float32
+                or rstd.dtype != torch.float32
+                or not bool(torch.isclose(out.cpu(), ref.cpu(), **TOLERANCES[bf]).all())
+            ):
+                raise CheckFailed(
+                    f"torch.compile through an op with your fake gave wrong outputs (M={M})",
+                    expected="out (fp32) = 2 * rmsnorm_ref(x, w), rstd fp32",
+                    seen=f"out {out.dtype}, rstd {rstd.dtype}",
+                    hint=hint_from_cpu(),
+                )
+            n += 1
+        return f"{n} opchecks and compiled graphs passed"
+
+    name = (
+        "opcheck and torch.compile through a scratch op, grading seed"
+        if hidden
+        else "torch.library.opcheck and torch.compile(fullgraph=True) with your fake (GPU)"
+    )
+    return Check(name, GPU, fn, hidden)
+
+
+fake_impl = register(
+    Exercise(
+        id="06.fake_impl",
+        lesson=LESSON,
+        answer="rmsnorm_fwd_fake",
+        title="the fake implementation of quack_edu::rmsnorm_fwd: outputs without data",
+        points={COMPILE: 1, GPU: 1},
+        mutants=[
+            Mutant(
+                "rstd in bf16",
+                [("x.shape[:-1], dtype=torch.float32", "x.shape[:-1], dtype=torch.bfloat16")],
+                hint="rstd is float32",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "rstd of x's shape",
+                [("x.new_empty(x.shape[:-1]", "x.new_empty(x.shape")],
+                hint="one value per row",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "residual_out is x itself",
+                [("outs.append(x.new_empty(x.shape, dtype=residual_out_dtype))", "outs.append(x)")],
+                hint="never an input or an alias",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "out in x's dtype",
+                [
+                    (
+                        "[x.new_empty(x.shape, dtype=out_dtype)]",
+                        "[x.new_empty(x.shape, dtype=x.dtype)]",
+                    )
+                ],
+                hint="out is in out_dtype",
+                tiers=(COMPILE, GPU),
+            ),
+        ],
+    )
+)
+fake_impl.add(
+    _fake_value_check(hidden=False),
+    _fake_value_check(hidden=True),
+    _fake_gpu_check(hidden=False),
+    _fake_gpu_check(hidden=True),
+)
