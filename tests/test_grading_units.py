@@ -390,3 +390,37 @@ def test_shortcut_guard_flags_quack_rmsnorm_but_not_its_dsl_patches():
     with shortcut_guard() as seen:
         torch.nn.functional.rms_norm(torch.ones(2, 4), (4,))
     assert seen[0] == "torch.nn.functional.rms_norm"  # (and the torch.rms_norm it calls)
+
+
+# ---- error messages without terminal colours --------------------------------------------------
+def test_colour_codes_are_stripped_even_without_their_escape_character():
+    assert hints._ansi_free("\x1b[91m\x1b[1merror\x1b[0m: x") == "error: x"
+    assert hints._ansi_free("[91m[1merror[INTERNAL]:[0m The compiler") == (
+        "error[INTERNAL]: The compiler"
+    )
+    assert hints._ansi_free("in `[92mkernel[0m(...)`") == "in `kernel(...)`"
+    assert hints._ansi_free("x[i] = a[0m] [3]") == "x[i] = a[0m] [3]"  # code is left alone
+
+
+def test_a_notebook_cell_error_names_the_rule_without_colours():
+    # a 64-bit cp.async with .cg: the DSL's error is coloured and says "could not build valid
+    # IR"; a report names the rule (16 bytes for .cg) instead
+    import cutlass.cute as cute
+    from cutlass.cute.nvgpu import cpasync
+
+    from quack_edu.grading.notebook import CellEvent
+    from quack_edu.inspect import compile_report
+    from quack_edu.stages.cpasync import CpAsyncRMSNorm
+
+    class Cg64(CpAsyncRMSNorm):
+        def make_g2s_atom(self):
+            op = cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL)
+            return cute.make_copy_atom(op, self.dtype, num_bits_per_copy=64)
+
+    with pytest.raises(Exception) as caught:
+        compile_report(Cg64, 1024, torch.bfloat16, sass=False)
+    raw = str(caught.value)
+    assert "\x1b[" in raw  # the DSL's own message is coloured
+    text = CellEvent(19, "05_g2s_atom", "error", type(caught.value).__name__, raw).describe(60)
+    assert "\x1b" not in text and "[91m" not in text and "[0m" not in text, text
+    assert "16 bytes" in text and "LoadCacheMode.ALWAYS" in text, text

@@ -95,8 +95,15 @@ FULL_MASK = (
 )
 
 
+#: terminal colour codes (SGR), also as they read once their escape character is lost: "[91m"
+_SGR = r"(?:\[(?:\d{1,3};)*\d{1,3}m)+"
+_ANSI = re.compile(rf"\x1b\[[0-9;]*m|(?<![\w\]]){_SGR}|{_SGR}(?![\w\]])")
+
+
 def _ansi_free(s: str) -> str:
-    return re.sub(r"\x1b\[[0-9;]*m", "", s)
+    """Without terminal colour codes (the DSL colours its errors; a report is not a terminal).
+    A bare code is one not glued to code on both sides (``a[0m]`` is left alone)."""
+    return _ANSI.sub("", s)
 
 
 # ---- compile errors ---------------------------------------------------------------------------
@@ -123,21 +130,28 @@ _COMPILE_ERRORS: list[tuple[str, str]] = [
 
 
 def diagnose_compile_error(exc: BaseException) -> str | None:
-    text = _ansi_free(f"{type(exc).__name__}: {exc}")
+    text = f"{type(exc).__name__}: {exc}"
     cause = exc.__cause__ or exc.__context__
     if cause is not None:
-        text += "\n" + _ansi_free(f"{type(cause).__name__}: {cause}")
+        text += f"\n{type(cause).__name__}: {cause}"
+    return diagnose_compile_text(text)
+
+
+def diagnose_compile_text(text: str) -> str | None:
+    """The rule an error message shows was broken (its text, e.g. a notebook cell's error), or
+    None when it matches no known mistake."""
+    text = _ansi_free(text)
     for pattern, hint in _COMPILE_ERRORS:
         if re.search(pattern, text):
             return hint
     return None
 
 
-def short_error(exc: BaseException, limit: int = 300) -> str:
-    """A one-paragraph description of an exception (the DSL's messages are long and coloured;
-    keep its ``error:`` lines, drop source excerpts, notes and suggestions)."""
-    text = _ansi_free(str(exc)).strip()
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+def short_text(text: str) -> str:
+    """The gist of an error message: the DSL's messages are long and coloured; keep their
+    ``error:`` lines (without the ``error[...]:`` tag), drop source excerpts, notes and
+    suggestions. Empty when nothing is left."""
+    lines = [ln.strip() for ln in _ansi_free(text).strip().splitlines() if ln.strip()]
     keep = [
         ln
         for ln in lines
@@ -146,8 +160,12 @@ def short_error(exc: BaseException, limit: int = 300) -> str:
     ]
     errors = [ln for ln in keep if ln.startswith("error")]
     chosen = errors[-1:] if errors else keep[:3]
-    body = " ".join(chosen) or type(exc).__name__
-    body = re.sub(r"^error(\[\w+\])?:\s*", "", body)
+    return re.sub(r"^error(\[\w+\])?:\s*", "", " ".join(chosen))
+
+
+def short_error(exc: BaseException, limit: int = 300) -> str:
+    """A one-paragraph description of an exception (see ``short_text``)."""
+    body = short_text(str(exc)) or type(exc).__name__
     body = f"{type(exc).__name__}: {body}" if not body.startswith(type(exc).__name__) else body
     return body if len(body) <= limit else body[: limit - 1] + "…"
 

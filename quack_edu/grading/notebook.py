@@ -360,7 +360,11 @@ class CellEvent:
             return f"{where} crashed the notebook's kernel ({self.evalue or 'it died'})"
         if self.ename == "NotImplementedError" and not self.evalue:
             return f"{where} raised NotImplementedError (it uses an exercise not done yet)"
-        return f"{where} raised {self.ename}: {self.evalue}"[:400]
+        from .hints import _ansi_free, diagnose_compile_text, short_text
+
+        said = f"{where} raised {self.ename}: {short_text(self.evalue)}"[:400]
+        rule = diagnose_compile_text(f"{self.ename}: {self.evalue}")
+        return f"{said} ({rule})" if rule else _ansi_free(said)
 
 
 def _kernel_env(log: Path, seed: int, hidden: bool) -> dict:
