@@ -431,9 +431,13 @@ def _tune_key(x, weight, bias, residual, out_dtype, res_out_dtype, store_rstd, w
     if gpu is None:
         gpu = _gpu_names[index] = torch.cuda.get_device_name(index)
     per_head = any(p is not None and p.dim() == 2 for p in (weight, bias))
+    rows = x.numel() // max(1, x.shape[-1])
     return (
         ("op", "rmsnorm_fwd"),
         ("gpu", gpu),
+        # the rows, to the next power of two: a config timed on 8 rows (launch-bound, one wave)
+        # says little about 32768 (many waves), and one key per M would tune every batch size
+        ("M", 1 << max(0, rows - 1).bit_length()),
         ("N", x.shape[-1]),
         ("x", _name(x.dtype)),
         ("out", _name(out_dtype)),

@@ -396,3 +396,18 @@ def test_plumbing_compile_fullgraph_no_graph_break(fake_kernel):
         got[0].sum().backward()
     with torch.no_grad():
         torch.testing.assert_close(compiled(x, res)[0], expected[0])
+
+
+def test_the_tuning_key_buckets_the_rows(monkeypatch):
+    # one key per power of two of M: 8 and 5 rows share one, 8 and 32768 do not
+    monkeypatch.setitem(R._gpu_names, -1, "Fake H200")
+
+    def key(*shape):
+        x = torch.zeros(*shape, dtype=torch.bfloat16)
+        w = torch.ones(shape[-1], dtype=torch.bfloat16)
+        return dict(R._tune_key(x, w, None, None, torch.bfloat16, None, False, 0.0))
+
+    assert key(8, 1024)["M"] == key(5, 1024)["M"] == 8
+    assert key(2, 4, 1024)["M"] == 8  # rows of a 3-D x
+    assert key(32768, 1024)["M"] == 32768 != key(8, 1024)["M"]
+    assert key(8, 1024)["N"] == 1024 and key(8, 1024)["gpu"] == "Fake H200"
