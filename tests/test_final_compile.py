@@ -169,3 +169,15 @@ def test_the_narrow_path_is_chosen_by_alignment():
     assert final._vec_limit(x) >= 8  # 1152-byte rows: 16-byte aligned
     assert final._vec_limit(x[:, 3:]) == 1  # 6 bytes past an aligned start
     assert final._misaligned(x, x[:, :512]) == 0 and final._misaligned(x[:, 1:]) == 2
+
+
+def test_every_row_length_has_a_config():
+    # odd N means one element per access: the long ones need 512 threads a row (262143 fp32)
+    for N in (1, 2, 3, 7, 4097, 99999, 100001, 131074, 262143, 262144):
+        for dtype in DTYPES:
+            for wdt in (dtype, torch.float32):
+                cfg = final.default_config(N, dtype, wdt)
+                final.FinalRMSNorm(dtype, N, cfg, wdt)  # accepted: fits, <= max_vecs
+    cfg = final.default_config(262143, torch.float32, torch.float32)
+    r = compile_report("final", 262143, torch.float32, sass=False)
+    assert r.config == cfg and r.spill_bytes == 0 and r.stack_bytes == 0, r.summary()

@@ -149,11 +149,17 @@ def final_config(N: int, dtype, weight_dtype=None, features: Features | None = N
         pick = FinalConfig(
             256, 256, cluster_n=cn, buffers=buffers, blocks_per_cta=seq, weight_in_smem=in_smem
         )
+    # a narrow row (odd N: one element per access) needs more threads or more vectors a thread
     fallbacks = [pick] + [
-        replace(pick, cluster_n=cn, buffers=b)
+        replace(
+            pick, threads_per_row=t, num_threads=max(128, t), max_vecs=mv, cluster_n=cn, buffers=b
+        )
+        for mv in (pick.max_vecs, 64)
+        for t in (pick.threads_per_row, 512, 1024)
+        if t >= pick.threads_per_row
         for b in (pick.buffers, 1)
         for cn in (1, 2, 4, 8, 16)
-        if cn >= pick.cluster_n and cn <= pick.threads_per_row
+        if cn >= pick.cluster_n and cn <= t
     ]
     for cfg in fallbacks:
         if _try_kernel(N, dtype, cfg, weight_dtype, features, vec) is not None:
