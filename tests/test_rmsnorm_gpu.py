@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gpu
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 MS = [1, 37, 199]
-NS = [1, 7, 100, 1000, 4096, 4104, 65536 + 8, 262144]
+NS = [1, 7, 100, 1000, 4096, 4104, 65536 + 8, 100001, 262144]  # 100001: odd and long
 
 
 def _poison_allocator(nbytes=64 << 20):
