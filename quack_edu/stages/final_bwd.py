@@ -1,0 +1,662 @@
+"""Stage 5b, final_bwd: the backward of the final kernel (first increment, compile-only).
+
+What it adds: the gradients. Per row, in fp32, with x the normalised input (x + residual when
+the forward had one) and rstd the forward's:
+
+    x_hat = x * rstd,  g = dout * (w + weight_offset)        (g = dout without a weight)
+    c     = sum_j(x_hat_j * g_j) / N                         (one row reduction)
+    dx    = rstd * (g - x_hat * c)  (+ dresidual_out)
+    dw    = sum over rows of dout * x_hat,  db = sum over rows of dout
+
+Bytes a backward must move: read x and dout, write dx, 3 x M x N x size (4 with
+dresidual_out), plus the weight once per CTA and the partial sums of dw (and db),
+P x N x 4 bytes written and read back by the host's sum, P (the grid) ~ a few hundred: at
+M = 32768 that is ~1% of the traffic. The row reduction is the forward's, on a different
+product; what is new is the column reduction over rows (dw, db):
+
+* Persistent CTAs. The grid is a runtime argument (``grid_x``, from the SM count: see
+  ``grid_x``): CTA (or cluster) ``b`` walks the row blocks b, b + grid_x, b + 2 grid_x, ...
+  and keeps its columns' dw (and db) in fp32 *registers* across all of them. At the end the
+  rows of the CTA meet in shared memory (in a fixed order) and one row of threads stores
+  them to ``dw_partial[b, cols]`` with plain 128-bit stores: no atomics, the same order on
+  every run, so the result is bitwise deterministic. The host sums dw_partial over its P
+  rows (torch; the library's part, later).
+* x and dout of a row block come in by cp.async into shared memory (the forward's
+  ``issue_block``, dout in the residual's place). Long rows get two buffers: the next
+  block's copies are in flight while this one is reduced, exchanged and stored; short rows
+  one, as in the forward (many CTAs an SM instead). The weight slice is copied once
+  per CTA into shared memory (it is reused by every block the CTA walks), so registers hold
+  only the accumulators: vecs x vec fp32 per thread each for dw and db, which is what the
+  heuristic sizes (<= 32 a thread for dw alone, <= 16 each with db, below 262144).
+* The reduction of c is the forward's: shuffles, then the CTA (two alternating buffers) or
+  the cluster (two alternating buffers and mbarriers, ``st.async`` to every peer), and dx is
+  written with 128-bit stores from the same shared-memory tiles.
+
+NOT CHECKED ON A GPU: this module compiles for sm_90a (tests/test_final_bwd_compile.py) but
+its values have not been compared with ``rmsnorm_bwd_ref`` on a GPU yet.
+
+Constraints of this increment: sm_90; N a multiple of x's 16-byte vector (no narrow path yet),
+1 <= N <= 262144; no per-head weight; dout and dresidual_out may have their own dtypes but must
+allow x's vector width in cp.async (>= 4 bytes); a CTA's tiles (x and dout x ``buffers``, the
+weight slice) must fit its shared memory.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, replace
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64
+from cutlass.memory import SmemAllocator
+
+from ..config import (
+    SMEM_PER_CTA,
+    SMEM_PER_SM,
+    SMEM_RESERVED_PER_CTA,
+    VECTOR_BYTES,
+    RowConfig,
+    _next_pow2,
+)
+from ..primitives import copy as copy_utils
+from ..primitives import reduce as reduce_utils
+from ..primitives.tiling import RowTiling, ceil_div
+from ..runtime import LaunchShape, cute_dtype
+from .final import MAX_N, FinalRMSNorm, _like
+
+#: SMs of an H200 (the default the host's grid is computed for)
+SM_COUNT = 132
+
+
+@dataclass(frozen=True)
+class BwdConfig(RowConfig):
+    """``RowConfig`` plus ``buffers``: row blocks of x and dout staged in shared memory at once
+    (2: the next block's copies are in flight while this one is computed). ``stages`` must be
+    1 here. ``max_vecs`` bounds a thread's share of a row in shared memory."""
+
+    max_vecs: int = 32
+    buffers: int = 2
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.buffers not in (1, 2):
+            raise ValueError(f"buffers must be 1 or 2, got {self.buffers}")
+
+
+CONFIG = BwdConfig
+
+
+@dataclass(frozen=True)
+class BwdFeatures:
+    """What a compiled backward reads and writes besides x, dout, rstd and dx (the compile key).
+    dtypes are torch dtypes; ``None`` means "as x" (dout) or "absent" (dresidual_out)."""
+
+    weight: bool = True
+    dout_dtype: object = None
+    dres_out_dtype: object = None
+    dw: bool = True
+    db: bool = False
+    weight_offset: float = 0.0
+
+
+def _vec(dtype) -> int:
+    return VECTOR_BYTES * 8 // cute_dtype(dtype).width
+
+
+def bwd_config(N: int, dtype, weight_dtype=None, features: BwdFeatures | None = None):
+    """A first heuristic (not tuned on a GPU): keep a thread's accumulators at <= 32 fp32
+    registers (4 vectors of bf16, 8 of fp32; half that with db) where a 16-CTA cluster
+    allows it (ptxas keeps both passes' loads of a thread in flight: 163 registers at 64
+    accumulators, N = 4096 bf16, against 80 at 32, both without .minnctapersm).
+    Short rows: >= 32 threads a row, 128-thread CTAs, one buffer. Long rows: 256 threads a
+    CTA and the smallest cluster that holds the row (16 CTAs at 262144, bf16 and fp32).
+    Then the first of those buffers / one buffer, by growing cluster, that fits shared
+    memory with two CTAs an SM (else one)."""
+    if not 1 <= N <= MAX_N:
+        raise ValueError(f"'final_bwd' stage: N must be in [1, {MAX_N}], got N={N}")
+    features = features or BwdFeatures()
+    vec = _vec(dtype)
+    if N % vec:
+        raise ValueError(
+            f"'final_bwd' stage: N must be a multiple of the 16-byte vector ({vec} elements), "
+            f"got N={N}: the narrow path is not written yet"
+        )
+    nvec = ceil_div(int(N), vec)
+    accs = 1 + features.db if features.dw else 1
+    vmax = max(1, 32 // accs // vec)
+    if nvec <= 256 * vmax:
+        tpr = min(256, max(4, min(32, _next_pow2(nvec)), _next_pow2(ceil_div(nvec, vmax))))
+        # one buffer, as the forward's short rows (measured there: many CTAs an SM beat a
+        # deeper pipeline); two also made ptxas spill two pointers (16 B) at ragged N here
+        pick = BwdConfig(tpr, max(128, tpr), buffers=1)
+    else:
+        cn = min(16, _next_pow2(ceil_div(nvec, 256 * vmax)))
+        pick = BwdConfig(256, 256, cluster_n=cn)
+    fallbacks = [pick] + [
+        replace(pick, cluster_n=cn, buffers=b)
+        for b in (pick.buffers, 1)
+        for cn in (1, 2, 4, 8, 16)
+        if cn >= pick.cluster_n and cn <= pick.threads_per_row
+    ]
+    fits = [c for c in fallbacks if _try_kernel(N, dtype, c, weight_dtype, features) is not None]
+    for cfg in fits:  # two CTAs an SM if a larger cluster or one buffer allows it
+        if FinalBwdRMSNorm(dtype, N, cfg, weight_dtype, features=features).ctas_per_sm() >= 2:
+            return cfg
+    if fits:
+        return fits[0]
+    raise ValueError(f"no final_bwd config fits N={N} {dtype}")
+
+
+def _try_kernel(N, dtype, cfg, weight_dtype, features):
+    try:
+        return FinalBwdRMSNorm(dtype, N, cfg, weight_dtype, features=features)
+    except ValueError:
+        return None
+
+
+def default_config(N: int, dtype, weight_dtype=None, features=None) -> BwdConfig:
+    return bwd_config(N, dtype, weight_dtype, features)
+
+
+def configs(N: int, dtype, weight_dtype=None, features=None) -> list[BwdConfig]:
+    """The heuristic's pick first, then half and twice its threads per row, every cluster
+    size and one or two buffers: those that fit."""
+    features = features or BwdFeatures()
+    base = bwd_config(N, dtype, weight_dtype, features)
+    out = [base]
+    t0 = base.threads_per_row
+    for tpr in (t0, max(4, t0 // 2), min(512, 2 * t0)):
+        for cn in (1, 2, 4, 8, 16):
+            for buffers in (2, 1):
+                if cn <= tpr:
+                    out.append(BwdConfig(tpr, max(128, tpr), cluster_n=cn, buffers=buffers))
+    good = []
+    for c in dict.fromkeys(out):
+        k = _try_kernel(N, dtype, c, weight_dtype, features)
+        if k is not None and k.ctas_per_sm() >= 1:
+            good.append(c)
+    return good
+
+
+class FinalBwdRMSNorm(FinalRMSNorm):
+    """dx, and per-CTA partial sums of dw and db, for the final forward. Reuses the forward's
+    copies (``stage_copy``, ``issue_block``; ``stage_in`` and ``col_pred`` are redone here
+    without Boolean tensors), its reductions (``warp_reduce``, ``block_reduce``,
+    ``cluster_exchange``) and its cluster protocol (``arm_cluster_barrier``,
+    ``expected_tx_bytes``)."""
+
+    name = "final_bwd"
+    heuristic = staticmethod(bwd_config)
+
+    def __init__(
+        self,
+        dtype,
+        N: int,
+        config: BwdConfig | None = None,
+        weight_dtype=None,
+        features: BwdFeatures | None = None,
+    ):
+        f = self.features = features or BwdFeatures()
+        self.dtype = cute_dtype(dtype)
+        self.weight_dtype = cute_dtype(weight_dtype if weight_dtype is not None else dtype)
+        self.N = int(N)
+        self.vec = _vec(dtype)
+        if config is None:
+            config = bwd_config(N, dtype, weight_dtype, f)
+        self.config = config
+        self.check_config()
+        self.tiling = RowTiling.make(self.N, self.dtype, config, vec=self.vec)
+        self.check_tiling()
+        self.seq = 1
+        # .minnctapersm 1. Without the directive ptxas spilled 16 B of loop invariants at 72
+        # registers (N = 4096 fp16, 128 threads: it aims at occupancy); with it, no config of
+        # tests/test_final_bwd_compile.py spills (86..232 registers). A budget of ~96
+        # (.minnctapersm 5 at 128 threads) spilled 40..200 B at N = 1000. Not measured yet.
+        self.min_ctas_per_sm = 1
+        self.dout_dtype = cute_dtype(f.dout_dtype or dtype)
+        self.dres_dtype = cute_dtype(f.dres_out_dtype) if f.dres_out_dtype else None
+        staged = [self.dtype, self.dout_dtype, self.weight_dtype if f.weight else None]
+        self.use_async = True
+        if not all(self.vec * d.width >= 32 for d in staged if d is not None):
+            self.fail("every staged tensor needs >= 4 bytes a vector (cp.async)")
+
+    @classmethod
+    def max_N_for(cls, dtype) -> int:
+        return MAX_N
+
+    @classmethod
+    def run(cls, *args, **kwargs):
+        """The forward's way in (``runtime.run_forward``) does not apply to a backward."""
+        raise NotImplementedError("final_bwd is a backward: no rmsnorm_fwd entry (launch: later)")
+
+    def check_config(self):
+        cfg = self.config
+        if not isinstance(cfg, BwdConfig):
+            raise TypeError(f"the 'final_bwd' stage takes a BwdConfig, got {type(cfg).__name__}")
+        if not 1 <= self.N <= MAX_N:
+            self.fail(f"N must be in [1, {MAX_N}]")
+        if self.N % self.vec:
+            self.fail(
+                f"N must be a multiple of the 16-byte vector ({self.vec} elements): the "
+                "narrow path is not written yet"
+            )
+        if cfg.stages != 1:
+            self.fail("stages must be 1 (one commit group per row block)")
+
+    def check_tiling(self):
+        t, cfg = self.tiling, self.config
+        if t.chunks > 1:
+            self.fail(
+                f"a thread's share of the row is {t.vecs * t.chunks} vectors but max_vecs is "
+                f"{cfg.max_vecs}: raise threads_per_row or cluster_n"
+            )
+        if cfg.cluster_n > 1 and 2 * t.tiles_per_row <= cfg.cluster_n:
+            self.fail(
+                f"with {t.tile_cols} columns per CTA only {t.tiles_per_row} of the "
+                f"{cfg.cluster_n} CTAs of the cluster would own columns"
+            )
+        if self.smem_bytes() > SMEM_PER_CTA:
+            self.fail(
+                f"the CTA needs {self.smem_bytes()} bytes of shared memory, more than the "
+                f"{SMEM_PER_CTA} a Hopper CTA can have: raise cluster_n or use buffers=1"
+            )
+
+    # -- sizes ---------------------------------------------------------------------------------
+    def smem_bytes(self) -> int:
+        """x and dout tiles x ``buffers``, the weight slice, two reduction buffers and, in a
+        cluster, two mbarriers. The rows' accumulators (a CTA of several rows) reuse the x and
+        dout tiles at the end."""
+        t, cfg, f = self.tiling, self.config, self.features
+
+        def up(n):
+            return -(-n // 16) * 16
+
+        tile = t.rows_per_cta * t.tile_cols
+        total = cfg.buffers * up(tile * t.elem_bytes)
+        total += cfg.buffers * up(tile * cute_dtype(f.dout_dtype or self.dtype).width // 8)
+        if f.weight:
+            total += up(t.tile_cols * self.weight_dtype.width // 8)
+        total += 2 * up(t.reduction_buffer_bytes())
+        if t.cluster_n > 1:
+            total += 16
+        return total
+
+    def acc_regs(self) -> int:
+        """fp32 registers a thread holds its dw (and db) partial sums in."""
+        t, f = self.tiling, self.features
+        return t.vecs * t.vec * (int(f.dw) + int(f.db))
+
+    def ctas_per_sm(self) -> int:
+        """CTAs that can share an SM by shared memory, threads and registers (estimated:
+        ptxas keeps a vector's loads of both passes in flight, ~2 per accumulator + 40)."""
+        by_smem = SMEM_PER_SM // (self.smem_bytes() + SMEM_RESERVED_PER_CTA)
+        regs = -(-(2 * self.acc_regs() + 40) // 8) * 8  # measured: 165 at 64 accumulators
+        by_regs = 65536 // (regs * self.config.num_threads)
+        return max(0, min(by_smem, by_regs, 2048 // self.config.num_threads, 32))
+
+    def grid_x(self, M: int, sm_count: int = SM_COUNT) -> int:
+        """CTAs (clusters) along the rows: one wave of resident CTAs, no more than row blocks.
+        This is also P, the rows of dw_partial."""
+        waves = max(1, sm_count // self.tiling.cluster_n * self.ctas_per_sm())
+        return max(1, min(ceil_div(M, self.tiling.rows_per_cta), waves))
+
+    def launch_shape(self, M: int, sm_count: int = SM_COUNT) -> LaunchShape:
+        t = self.tiling
+        return LaunchShape(
+            grid=(self.grid_x(M, sm_count), t.cluster_n, 1),
+            block=(t.num_threads, 1, 1),
+            cluster=(1, t.cluster_n, 1),
+            smem_bytes=self.smem_bytes(),
+        )
+
+    # -- compiling -----------------------------------------------------------------------------
+    def compile_args(self):
+        """Fakes of (x, w, dout, dres_out, rstd, dx, dw_partial, db_partial), grid_x, stream;
+        M and P symbolic, row strides keeping 16-byte accesses."""
+        f, vec, N = self.features, self.vec, self.N
+        M, P = cute.sym_int(), cute.sym_int()
+
+        def rows_tensor(dt, rows):
+            if dt is None:
+                return None
+            div = max(1, min(vec, VECTOR_BYTES * 8 // dt.width))
+            align = min(VECTOR_BYTES, vec * dt.width // 8)
+            return cute.runtime.make_fake_tensor(
+                dt, (rows, N), (cute.sym_int64(divisibility=div), 1), assumed_align=align
+            )
+
+        x = rows_tensor(self.dtype, M)
+        dout = rows_tensor(self.dout_dtype, M)
+        dres = rows_tensor(self.dres_dtype, M)
+        dx = rows_tensor(self.dtype, M)
+        w = None
+        if f.weight:
+            align = min(VECTOR_BYTES, vec * self.weight_dtype.width // 8)
+            w = cute.runtime.make_fake_compact_tensor(self.weight_dtype, (N,), assumed_align=align)
+        dw = rows_tensor(Float32, P) if f.dw else None
+        db = rows_tensor(Float32, P) if f.db else None
+        rstd = cute.runtime.make_fake_compact_tensor(Float32, (M,), assumed_align=4)
+        stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
+        return (x, w, dout, dres, rstd, dx, dw, db, Int32(SM_COUNT), stream)
+
+    def wrap_compiled(self, compiled):
+        """The compiled kernel, called as ``fn(x, w, dout, dres_out, rstd, dx, dw_partial,
+        db_partial, grid_x)`` (None where a tensor is absent; dw_partial: (grid_x, N) fp32)."""
+        return compiled
+
+    # -- the piece a lesson lets a learner rewrite -------------------------------------------------
+    def grad_in(self, dy, w):
+        """g = dout * (w + weight_offset) in fp32 (dout alone without a weight)."""
+        if cutlass.const_expr(w is None):
+            return dy
+        if cutlass.const_expr(self.features.weight_offset != 0.0):
+            w = w + Float32(self.features.weight_offset)
+        return dy * w
+
+    # -- device code -------------------------------------------------------------------------------
+    def in_cols(self, tXcX: cute.Tensor, v: int):
+        """Whether vector ``v`` of this thread (all in or all out: N is a whole number of
+        vectors) lies before column N. A comparison per use rather than a Boolean tensor:
+        made per block and passed to cute.copy, the forward's predicate tensors made ptxas
+        spill 16 bytes at 80 registers (N=1000 bf16, two buffers)."""
+        return cute.elem_less(tXcX[(0, 0), 0, v][1], self.N)
+
+    def col_pred(self, thr, cX):
+        """Not a Boolean tensor here but the thread's partition of the coordinates ``cX`` (None
+        when the tiles cover N exactly): ``stage_in`` and the passes compare a vector's first
+        column with N where they use it (see ``in_cols``)."""
+        if self.tiling.even_cols:
+            return None
+        return thr.partition_S(cX)
+
+    @cute.jit
+    def stage_in(
+        self,
+        tiled: cute.TiledCopy,
+        src: cute.Tensor,
+        dst: cute.Tensor,
+        coords,
+        lo: cutlass.Constexpr[int],
+        hi: cutlass.Constexpr[int],
+    ):
+        """cp.async this thread's vectors ``lo..hi-1`` of ``src`` (global) into ``dst``
+        (shared), skipping those past N (never read back: the passes skip them too)."""
+        for v in cutlass.range_constexpr(lo, hi):
+            if cutlass.const_expr(coords is None):
+                cute.copy(tiled, src[None, None, v], dst[None, None, v])
+            elif self.in_cols(coords, v):
+                cute.copy(tiled, src[None, None, v], dst[None, None, v])
+
+    @cute.jit
+    def store_partial(
+        self,
+        acc: cute.Tensor,
+        mP: cute.Tensor,
+        sAcc,
+        bidx: Int32,
+        rank,
+    ):
+        """Row ``bidx`` of ``mP`` (P, N) fp32, this CTA's columns := the sum of ``acc`` over
+        the rows of the CTA, in row order (through ``sAcc`` when the CTA holds several rows),
+        stored by the threads of its first row."""
+        t = self.tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        copy_X = self.stage_copy(self.dtype, True)
+        thr_X = copy_X.get_slice(tidx)
+        cX = cute.local_tile(cute.make_identity_tensor(mP.shape), t.tiler, (0, rank))
+        tXcX = thr_X.partition_S(cX)
+        row_in_cta = tXcX[0][0]
+        copy_P = self.stage_copy(Float32, False)
+        thr_P = copy_P.get_slice(tidx)
+        gP = cute.local_tile(
+            copy_utils.broadcast_rows(mP[bidx, None], t.rows_per_cta), t.tiler, (0, rank)
+        )
+        tPgP = thr_P.partition_D(gP)  # ((atom_vals, atoms), 1, vecs)
+        if cutlass.const_expr(t.rows_per_cta > 1):
+            row_layout = cute.make_layout(t.tiler, stride=(0, 1))
+            cute.arch.cp_async_wait_group(0)  # (none in flight: the last block's are empty)
+            cute.arch.barrier()  # every row is done with the tiles, or with the last sum
+            tXsA = thr_X.partition_D(sAcc)
+            for v in cutlass.range_constexpr(t.vecs):
+                tXsA[None, None, v].store(acc[None, None, v].load())
+            cute.arch.barrier()
+            if row_in_cta == 0:
+                for v in cutlass.range_constexpr(t.vecs):
+                    if cutlass.const_expr(t.even_cols) or self.in_cols(tXcX, v):
+                        tot = acc[None, None, v].load()
+                        for r in cutlass.range_constexpr(1, t.rows_per_cta):
+                            sRow = cute.make_tensor(sAcc.iterator + r * t.tile_cols, row_layout)
+                            tot = tot + thr_X.partition_D(sRow)[None, None, v].load()
+                        rT = cute.make_rmem_tensor_like(acc[None, None, v], Float32)
+                        rT.store(tot)
+                        dst = tPgP[None, None, v]
+                        cute.copy(copy_P, _like(rT, dst), dst)
+        else:
+            for v in cutlass.range_constexpr(t.vecs):
+                if cutlass.const_expr(t.even_cols) or self.in_cols(tXcX, v):
+                    rT = cute.make_rmem_tensor_like(acc[None, None, v], Float32)
+                    rT.store(acc[None, None, v].load())
+                    dst = tPgP[None, None, v]
+                    cute.copy(copy_P, _like(rT, dst), dst)
+
+    @cute.jit
+    def __call__(
+        self,
+        mX: cute.Tensor,
+        mW: cute.Tensor | None,
+        mdO: cute.Tensor,
+        mdResO: cute.Tensor | None,
+        mRstd: cute.Tensor,
+        mdX: cute.Tensor,
+        mdW: cute.Tensor | None,
+        mdB: cute.Tensor | None,
+        grid_x: Int32,
+        stream,
+    ):
+        t = self.tiling
+        self.kernel(mX, mW, mdO, mdResO, mRstd, mdX, mdW, mdB, grid_x).launch(
+            grid=[grid_x, t.cluster_n, 1],
+            block=[t.num_threads, 1, 1],
+            cluster=[1, t.cluster_n, 1] if cutlass.const_expr(t.cluster_n > 1) else None,
+            stream=stream,
+            min_blocks_per_mp=self.min_ctas_per_sm,
+            # with min_blocks_per_mp > 1 the DSL needs a carveout, else it asks the driver at
+            # trace time (no GPU here)
+            preferred_smem_carveout=None if cutlass.const_expr(self.min_ctas_per_sm < 2) else 100,
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        mX: cute.Tensor,
+        mW: cute.Tensor | None,
+        mdO: cute.Tensor,
+        mdResO: cute.Tensor | None,
+        mRstd: cute.Tensor,
+        mdX: cute.Tensor,
+        mdW: cute.Tensor | None,
+        mdB: cute.Tensor | None,
+        grid_x: Int32,
+    ):
+        # mX, mdO, mdResO, mdX: (M, N); mW: (N,); mRstd: (M,); mdW, mdB: (grid_x, N) fp32.
+        # CTA (bidx, rank) owns columns rank*tile_cols.. of the row blocks bidx, bidx + grid_x,
+        # ... (rows_per_cta rows each), and row bidx of the partials.
+        t, cfg = self.tiling, self.config
+        nbuf = cfg.buffers
+        clustered = cutlass.const_expr(t.cluster_n > 1)
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        rank = cute.arch.block_idx_in_cluster() if clustered else 0
+        M = mX.shape[0]
+
+        # -- shared memory: x and dout x buffers, the weight slice, the rows' accumulators,
+        # the exchange
+        smem = SmemAllocator()
+        x_layout = cute.make_ordered_layout((*t.tiler, nbuf), order=(1, 0, 2))
+        sX = smem.allocate_tensor(mX.element_type, x_layout, byte_alignment=16)
+        sdO = smem.allocate_tensor(mdO.element_type, x_layout, byte_alignment=16)
+        sW = None
+        if cutlass.const_expr(mW is not None):
+            w_layout = cute.make_layout(t.tiler, stride=(0, 1))
+            sW = smem.allocate_tensor(mW.element_type, w_layout, byte_alignment=16)
+        sAcc = None
+        if cutlass.const_expr(t.rows_per_cta > 1 and (mdW is not None or mdB is not None)):
+            # the rows' accumulators meet at the end in the x and dout tiles, done with by then:
+            # (2+ bytes of x + 2+ of dout) x buffers per element >= the 4 of fp32, contiguous
+            acc_layout = cute.make_ordered_layout(t.tiler, order=(1, 0))
+            sAcc = cute.make_tensor(cute.recast_ptr(sX.iterator, dtype=Float32), acc_layout)
+        red_layout = cute.make_ordered_layout(
+            (t.rows_per_cta, (t.warps_per_row, t.cluster_n), 2), order=(1, 0, 2)
+        )
+        red = smem.allocate_tensor(Float32, red_layout, byte_alignment=16)
+        mbar_ptr = None
+        if cutlass.const_expr(clustered):
+            mbar_ptr = smem.allocate_array(Int64, 2)
+            self.arm_cluster_barrier(mbar_ptr, 2)
+
+        copy_X = self.stage_copy(mX.element_type, True)
+        thr_X = copy_X.get_slice(tidx)
+        cX = cute.local_tile(cute.make_identity_tensor(mX.shape), t.tiler, (0, rank))
+        tXcX = thr_X.partition_S(cX)  # ((vec, 1), 1, vecs) -> (row, col)
+        row_in_cta = tXcX[0][0]
+        even = cutlass.const_expr(t.even_cols)
+
+        # -- the weight slice, once per CTA, by the threads of its first row (first group)
+        if cutlass.const_expr(mW is not None):
+            if row_in_cta == 0:
+                copy_W = self.stage_copy(mW.element_type, True)
+                thr_W = copy_W.get_slice(tidx)
+                gW = cute.local_tile(
+                    copy_utils.broadcast_rows(mW, t.rows_per_cta), t.tiler, (0, rank)
+                )
+                cW = self.col_pred(thr_W, cX)
+                self.stage_in(copy_W, thr_W.partition_S(gW), thr_W.partition_D(sW), cW, 0, t.vecs)
+            cute.arch.cp_async_commit_group()
+
+        n_blocks = (M + t.rows_per_cta - 1) // t.rows_per_cta
+        n_iter = (cutlass.max(n_blocks - bidx, 0) + grid_x - 1) // grid_x
+        self.issue_block(mX, mdO, sX, sdO, bidx, 0, rank, M)
+        if cutlass.const_expr(clustered):
+            cute.arch.cluster_wait()  # every peer's mbarriers are initialised and armed
+
+        # (rows, cols, buffers) -> ((vec, 1), 1, vecs, buffers), read back through x's partition
+        tXsX = thr_X.partition_D(sX)
+        tDsD = thr_X.partition_D(sdO)
+        tWsW = thr_X.partition_D(sW) if cutlass.const_expr(sW is not None) else None
+        copy_dX = self.stage_copy(mdX.element_type, False)
+        thr_dX = copy_dX.get_slice(tidx)
+        if cutlass.const_expr(mdResO is not None):
+            copy_dR = self.stage_copy(mdResO.element_type, False)
+            thr_dR = copy_dR.get_slice(tidx)
+
+        # this thread's columns' dw and db over the rows it walks, fp32
+        rdW = rdB = None
+        if cutlass.const_expr(mdW is not None):
+            rdW = cute.make_rmem_tensor_like(tXsX[None, None, None, 0], Float32)
+            rdW.fill(0.0)
+        if cutlass.const_expr(mdB is not None):
+            rdB = cute.make_rmem_tensor_like(tXsX[None, None, None, 0], Float32)
+            rdB.fill(0.0)
+
+        ahead = 1 if cutlass.const_expr(nbuf == 2) else 0  # the next block's group in flight
+        inv_n = Float32(1.0 / self.N)
+        for it in cutlass.range(n_iter, unroll=1):
+            blk = bidx + it * grid_x
+            buf = it % nbuf
+            row = blk * t.rows_per_cta + row_in_cta
+            if cutlass.const_expr(nbuf == 2):  # the next block goes out before this one lands
+                self.issue_block(mX, mdO, sX, sdO, blk + grid_x, 1 - buf, rank, M)
+            cute.arch.cp_async_wait_group(ahead)
+            if cutlass.const_expr(t.rows_per_cta > 1 and sW is not None):
+                if it == 0:
+                    cute.arch.barrier()  # the weight slice, copied by the first row, landed
+            rstd = mRstd[cutlass.min(row, M - 1)]
+
+            # first pass: sum(x_hat * g) for c, and dw, db
+            dot = Float32(0.0)
+            if row < M:
+                for v in cutlass.range_constexpr(t.vecs):
+                    if cutlass.const_expr(even) or self.in_cols(tXcX, v):
+                        x_hat = tXsX[None, None, v, buf].load().to(Float32) * rstd
+                        dy = tDsD[None, None, v, buf].load().to(Float32)
+                        w = None
+                        if cutlass.const_expr(sW is not None):
+                            w = tWsW[None, None, v].load().to(Float32)
+                        g = self.grad_in(dy, w)
+                        dot += (x_hat * g).reduce(
+                            cute.ReductionOp.ADD, Float32(0.0), reduction_profile=0
+                        )
+                        if cutlass.const_expr(rdW is not None):
+                            rdW[None, None, v].store(rdW[None, None, v].load() + dy * x_hat)
+                        if cutlass.const_expr(rdB is not None):
+                            rdB[None, None, v].store(rdB[None, None, v].load() + dy)
+
+            # the row's sum: warp, then the cluster (or the CTA), buffer and barrier it % 2
+            parity = it % 2
+            buffer = red[None, None, parity]
+            val = self.warp_reduce(dot)
+            if cutlass.const_expr(clustered):
+                self.cluster_exchange(val, buffer, mbar_ptr + parity)
+                cute.arch.mbarrier_wait(mbar_ptr + parity, phase=(it // 2) % 2)
+                val = reduce_utils.combine_buffer(buffer, operator.add, t.threads_per_row)
+                if tidx == 0 and it + 2 < n_iter:  # armed again for block it + 2
+                    cute.arch.mbarrier_arrive_and_expect_tx(
+                        mbar_ptr + parity, self.expected_tx_bytes()
+                    )
+            elif cutlass.const_expr(t.warps_per_row > 1):
+                val = self.block_reduce(val, buffer)
+            c = val * inv_n
+
+            # second pass: dx, from shared memory a vector at a time
+            if row < M:
+                tXgdX = thr_dX.partition_D(cute.local_tile(mdX, t.tiler, (blk, rank)))
+                if cutlass.const_expr(mdResO is not None):
+                    tRgdR = thr_dR.partition_S(cute.local_tile(mdResO, t.tiler, (blk, rank)))
+                for v in cutlass.range_constexpr(t.vecs):
+                    if cutlass.const_expr(even) or self.in_cols(tXcX, v):
+                        x_hat = tXsX[None, None, v, buf].load().to(Float32) * rstd
+                        dy = tDsD[None, None, v, buf].load().to(Float32)
+                        w = None
+                        if cutlass.const_expr(sW is not None):
+                            w = tWsW[None, None, v].load().to(Float32)
+                        dx = (self.grad_in(dy, w) - x_hat * c) * rstd
+                        if cutlass.const_expr(mdResO is not None):
+                            rR = cute.make_rmem_tensor_like(
+                                tXsX[None, None, v, 0], mdResO.element_type
+                            )
+                            src = tRgdR[None, None, v]
+                            cute.copy(copy_dR, src, _like(rR, src))
+                            dx = dx + rR.load().to(Float32)
+                        rdX = cute.make_rmem_tensor_like(tXsX[None, None, v, 0], mdX.element_type)
+                        rdX.store(dx.to(mdX.element_type))
+                        dst = tXgdX[None, None, v]
+                        cute.copy(copy_dX, _like(rdX, dst), dst)
+            if cutlass.const_expr(nbuf == 1):  # the next block, into the buffer just read
+                if it + 1 < n_iter:
+                    self.issue_block(mX, mdO, sX, sdO, blk + grid_x, 0, rank, M)
+
+        # -- the partial sums of this CTA's columns, row bidx of dw_partial / db_partial
+        if cutlass.const_expr(mdW is not None):
+            self.store_partial(rdW, mdW, sAcc, bidx, rank)
+        if cutlass.const_expr(mdB is not None):
+            self.store_partial(rdB, mdB, sAcc, bidx, rank)
+        if cutlass.const_expr(clustered):
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()  # no CTA leaves while a peer may still address its smem
+
+
+KERNEL = FinalBwdRMSNorm
+
+__all__ = [
+    "FinalBwdRMSNorm",
+    "BwdConfig",
+    "BwdFeatures",
+    "KERNEL",
+    "CONFIG",
+    "MAX_N",
+    "SM_COUNT",
+    "bwd_config",
+    "default_config",
+    "configs",
+]

@@ -1,0 +1,151 @@
+"""Compile-only checks of the backward (quack_edu/stages/final_bwd.py) for sm_90a.
+
+Row lengths from one vector-rich short row to 262144, every dtype, the weight in x's dtype and
+in fp32: the kernel compiles with no stack and no spills, brings x and dout in by 16-byte
+cp.async, writes dx and the fp32 partial sums of dw with 16-byte stores and no atomics (so
+the column sums are deterministic), and a cluster config exchanges through st.async and
+mbarriers. Its values have NOT been checked on a GPU yet.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from quack_edu import stages
+from quack_edu.inspect import compile_report, kernel_report
+from quack_edu.primitives.tiling import ceil_div
+from quack_edu.stages import final_bwd
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+NS = [256, 1000, 4096, 65536, 262144]
+CP_ASYNC_16 = r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16"
+
+
+def _cases():
+    for N in NS:
+        for dtype in DTYPES:
+            for wdt in (dtype, torch.float32) if dtype != torch.float32 else (dtype,):
+                yield pytest.param(N, dtype, wdt, id=f"{N}-{str(dtype)[6:]}-w{str(wdt)[6:]}")
+
+
+def _stores_per_thread(k: final_bwd.FinalBwdRMSNorm, partials: int = 1) -> int:
+    """16-byte stores a thread issues: per vector, dx's (1, or 2 for fp32 next to a 16-bit
+    vector) and each fp32 partial's (vec x 4 bytes / 16)."""
+    t = k.tiling
+    return t.vecs * (t.vec * t.elem_bytes // 16 + partials * t.vec * 4 // 16)
+
+
+def _check(r, k: final_bwd.FinalBwdRMSNorm, partials: int = 1):
+    cfg = k.config
+    assert r.target == "sm_90a"
+    assert r.stack_bytes == 0 and r.spill_bytes == 0, r.summary()
+    reqntid = re.search(r"\.reqntid\s+(\d+)", r.ptx)
+    assert reqntid and int(reqntid.group(1)) == r.block[0] == cfg.num_threads
+    rows = cfg.num_threads // cfg.threads_per_row
+    assert 1 <= r.grid[0] <= ceil_div(r.M, rows) and r.grid[1:] == (cfg.cluster_n, 1)
+    # x and dout (and the weight) by 16-byte cp.async only
+    assert r.count(CP_ASYNC_16, regex=True) > 0 and r.count("cp.async.ca") == 0
+    # dx and the partial sums: 16-byte stores only, all of them there (none folded away)
+    assert r.count("st.global") == r.count("st.global.v4") == _stores_per_thread(k, partials), (
+        r.lines("st.global")
+    )
+    # the partial sums are plain stores: no atomics, no reductions into global memory
+    assert r.count(r"^(atom|red)\.", regex=True) == 0, r.lines(r"^(atom|red)\.", regex=True)
+    if cfg.cluster_n > 1:
+        # two mbarriers used alternately, each armed for one block's bytes
+        assert r.count("mbarrier.init") == 2 and r.count("st.async") >= 1
+        assert r.count("mbarrier.try_wait") >= 1
+        assert r.count("barrier.cluster.arrive.relaxed") == 1
+        assert r.count("barrier.cluster.wait") == 2
+    else:
+        assert r.count("st.async") == 0 and r.count("barrier.cluster") == 0
+
+
+@pytest.mark.parametrize("N,dtype,wdt", list(_cases()))
+def test_default_config_compiles_without_spills(N, dtype, wdt):
+    cfg = final_bwd.default_config(N, dtype, wdt)
+    r = compile_report("final_bwd", N, dtype, weight_dtype=wdt, sass=False)
+    assert r.config == cfg
+    k = final_bwd.FinalBwdRMSNorm(dtype, N, cfg, wdt)
+    _check(r, k)
+    assert r.smem_bytes == k.smem_bytes() <= 232448
+    assert r.count("ld.global") == 1  # rstd; x, dout and the weight come by cp.async
+
+
+def test_forced_cluster_and_one_buffer_compile():
+    N, bf16, fp32 = 65536, torch.bfloat16, torch.float32
+    for cfg in (
+        final_bwd.BwdConfig(256, 256, cluster_n=4, buffers=1),
+        final_bwd.BwdConfig(128, 128, cluster_n=16, buffers=2),
+    ):
+        r = compile_report("final_bwd", N, bf16, weight_dtype=fp32, config=cfg, sass=False)
+        _check(r, final_bwd.FinalBwdRMSNorm(bf16, N, cfg, fp32))
+        ahead = {1} if cfg.buffers == 2 else {0}  # the next block's group stays in flight
+        waits = {int(w) for w in re.findall(r"cp\.async\.wait_group\s+(\d+)", r.ptx)}
+        assert ahead <= waits <= ahead | {0}
+
+
+def test_features_reach_the_kernel():
+    N, bf16, fp32 = 1000, torch.bfloat16, torch.float32
+    feats = final_bwd.BwdFeatures(
+        dout_dtype=fp32, dres_out_dtype=torch.float16, db=True, weight_offset=1.0
+    )
+    k = final_bwd.FinalBwdRMSNorm(bf16, N, None, fp32, features=feats)
+    base = final_bwd.FinalBwdRMSNorm(bf16, N, k.config, fp32)  # the same tiles, no features
+    r0 = kernel_report(base, stage="final_bwd")
+    r = kernel_report(k, stage="final_bwd")
+    assert r.stack_bytes == 0 and r.spill_bytes == 0, r.summary()
+    # db: a second partial; dresidual_out: 16-byte loads through registers
+    assert r.count("st.global.v4") == _stores_per_thread(k, partials=2)
+    assert r.count("ld.global.v4") > 0 and r0.count("ld.global.v4") == 0
+    assert "0f3F800000" in r.ptx  # 1.0 added to the weight in fp32
+    assert r.count(CP_ASYNC_16, regex=True) > r0.count(CP_ASYNC_16, regex=True)  # fp32 dout
+    nw = final_bwd.FinalBwdRMSNorm(bf16, 4096, None, features=final_bwd.BwdFeatures(weight=False))
+    rn = kernel_report(nw, stage="final_bwd")
+    assert rn.stack_bytes == 0 and rn.spill_bytes == 0 and rn.count("st.global.v4") > 0
+
+
+def test_the_stage_is_reachable_but_not_in_the_forward_ladder():
+    assert stages.kernel_class("final_bwd") is final_bwd.FinalBwdRMSNorm
+    assert stages.get_stage("final_bwd") is final_bwd
+    assert "final_bwd" not in stages.STAGE_ORDER
+    assert final_bwd.FinalBwdRMSNorm.max_N_for(torch.float32) == 262144
+
+
+def test_configs_are_accepted_and_fit():
+    for N in (1000, 4096, 131072, 262144):
+        for dtype in (torch.bfloat16, torch.float32):
+            cfgs = final_bwd.configs(N, dtype, torch.float32)
+            assert cfgs[0] == final_bwd.default_config(N, dtype, torch.float32)
+            assert len(set(cfgs)) == len(cfgs) >= 2
+            for c in cfgs:
+                k = final_bwd.FinalBwdRMSNorm(dtype, N, c, torch.float32)
+                assert k.ctas_per_sm() >= 1 and k.smem_bytes() <= 232448
+
+
+@pytest.mark.parametrize(
+    "N, cfg, match",
+    [
+        (1004, None, "multiple of the 16-byte vector"),
+        (262152, None, r"N must be in \[1, 262144\]"),
+        (4096, final_bwd.BwdConfig(32, 128, max_vecs=4), "max_vecs"),
+        (262144, final_bwd.BwdConfig(256, 256, cluster_n=2, max_vecs=64), "shared memory"),
+        (4096, final_bwd.BwdConfig(64, 128, stages=2), "stages must be 1"),
+    ],
+)
+def test_what_cannot_work_says_why(N, cfg, match):
+    with pytest.raises(ValueError, match=match):
+        final_bwd.FinalBwdRMSNorm(torch.bfloat16, N, cfg)
+
+
+def test_grid_is_one_wave_and_no_more_than_the_row_blocks():
+    k = final_bwd.FinalBwdRMSNorm(torch.bfloat16, 4096)
+    rows = k.tiling.rows_per_cta
+    assert k.grid_x(1) == 1
+    assert k.grid_x(1 << 20) == 132 * k.ctas_per_sm() // k.tiling.cluster_n
+    assert k.grid_x(3 * rows) == 3
+    with pytest.raises(ValueError, match="buffers"):
+        final_bwd.BwdConfig(32, buffers=3)
