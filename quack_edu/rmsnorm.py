@@ -618,8 +618,12 @@ class QuackRMSNorm(torch.nn.RMSNorm):
     def forward(self, x: Tensor) -> Tensor:
         shape = self.normalized_shape
         k = len(shape)
-        if not isinstance(x, Tensor) or x.shape[-k:] != shape:
-            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        if not isinstance(x, Tensor):
+            raise TypeError(
+                f"x must be a torch.Tensor of shape (..., *{shape}), got {type(x).__name__}"
+            )
+        if x.shape[-k:] != shape:
+            got = tuple(x.shape)
             raise ValueError(f"QuackRMSNorm{shape} expects x of shape (..., *{shape}), got {got}")
         eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
         if k == 1:

@@ -133,14 +133,19 @@ def _compiled(kernel_cls, dtype, weight_dtype, N, config):
     return compile_kernel(kernel_cls(dtype, N, config, weight_dtype))
 
 
-def check_inputs(x, weight, *, stage: str, row_align: int = 1, max_N: int | None = None):
-    """Validate (x, weight) for a stage's ``rmsnorm_fwd``; raise an error naming the problem."""
+def check_inputs(x, weight, *, stage: str, row_align: int = 1, max_N: int | None = None, out=None):
+    """Validate (x, weight, and ``out`` if given) for a stage's ``rmsnorm_fwd``; raise an error
+    that names the argument and the fix. Types, shapes, dtypes, N and the memory layout first,
+    the device last, so every other message can be seen on a machine without a GPU."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if not isinstance(weight, torch.Tensor):
         raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
     if x.dim() != 2:
-        raise ValueError(f"x must be 2-D (M, N), got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"x must be 2-D (M, N), got shape {tuple(x.shape)}; flatten the leading dims with "
+            "x.reshape(-1, x.shape[-1])"
+        )
     if x.dtype not in SUPPORTED:
         raise TypeError(f"x has dtype {x.dtype}; supported: bfloat16, float16, float32")
     if weight.dtype not in SUPPORTED:
@@ -161,30 +166,74 @@ def check_inputs(x, weight, *, stage: str, row_align: int = 1, max_N: int | None
             f"the '{stage}' stage loads rows in 16-byte vectors of {row_align} {x.dtype} elements, "
             f"so N must be a multiple of {row_align}; got N={N}"
         )
-    if x.device.type != "cuda" or weight.device.type != "cuda":
+    if x.stride(1) != 1:
         raise ValueError(
-            f"x is on {x.device} and weight on {weight.device}: the kernels run on a CUDA GPU. "
-            "Without a Hopper GPU, use quack_edu.inspect.compile_report() to compile and read them."
+            f"x's rows must be contiguous (last-dim stride 1), got strides {tuple(x.stride())}; "
+            "pass x.contiguous()"
         )
-    if x.device != weight.device:
-        raise ValueError(f"x is on {x.device} but weight is on {weight.device}")
+    if weight.stride(0) != 1:
+        raise ValueError(
+            f"weight must be contiguous, got stride {weight.stride(0)}; pass weight.contiguous()"
+        )
+    if row_align > 1:
+        if M > 1 and x.stride(0) % row_align:
+            raise ValueError(
+                f"x's row stride must be a multiple of {row_align} elements (16 bytes) for the "
+                f"'{stage}' stage's vector loads, got {x.stride(0)}; pass x.contiguous()"
+            )
+        if x.data_ptr() % 16:
+            raise ValueError(
+                f"x must start on a 16-byte boundary (data_ptr % 16 = {x.data_ptr() % 16}) for "
+                f"the '{stage}' stage's vector loads; pass x.clone()"
+            )
+        if weight.data_ptr() % 16:
+            raise ValueError("weight must start on a 16-byte boundary; pass weight.clone()")
+    if out is not None:
+        _check_out(out, x, row_align)
+    _check_device(x, weight, out)
+
+
+def _check_out(out, x, row_align: int) -> None:
+    """``out`` receives the result: like x (shape, dtype), rows contiguous, not overlapping."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
+    if out.shape != x.shape:
+        raise ValueError(f"out must have x's shape {tuple(x.shape)}, got {tuple(out.shape)}")
+    if out.dtype != x.dtype:
+        raise TypeError(f"out must have x's dtype {x.dtype}, got {out.dtype}")
+    M, N = x.shape
+    if out.stride(1) != 1 or (M > 1 and out.stride(0) < N):
+        raise ValueError(
+            f"out's rows must be contiguous and not overlap (strides (>= {N}, 1)), got strides "
+            f"{tuple(out.stride())}; pass out=None or torch.empty_like(x)"
+        )
+    if row_align > 1 and (out.data_ptr() % 16 or (M > 1 and out.stride(0) % row_align)):
+        raise ValueError(
+            f"out must start on a 16-byte boundary with a row stride that is a multiple of "
+            f"{row_align} elements (data_ptr % 16 = {out.data_ptr() % 16}, row stride "
+            f"{out.stride(0)}); pass out=None or torch.empty_like(x)"
+        )
+
+
+def _check_device(x, weight, out) -> None:
+    """One CUDA device for every tensor, and that device a Hopper GPU."""
+    if x.device.type != "cuda":
+        raise ValueError(
+            f"x is on {x.device}: the kernels run on a CUDA GPU; move x and weight with .cuda(). "
+            "Without a Hopper GPU, use quack_edu.inspect.compile_report() to compile and read them"
+        )
+    for name, t in (("weight", weight), ("out", out)):
+        if t is not None and t.device != x.device:
+            raise ValueError(
+                f"{name} is on {t.device} but x is on {x.device}; put them on the same GPU "
+                f"({name}.to(x.device))"
+            )
     cap = torch.cuda.get_device_capability(x.device)
     if cap != (9, 0):
         raise RuntimeError(
             f"{torch.cuda.get_device_name(x.device)} is sm_{cap[0]}{cap[1]}; "
             "these kernels are built for Hopper (sm_90)"
         )
-    if x.stride(1) != 1 or weight.stride(0) != 1:
-        raise ValueError("x's rows and weight must be contiguous in memory (last-dim stride 1)")
-    if row_align > 1:
-        if x.data_ptr() % 16 or (M > 1 and x.stride(0) % row_align):
-            raise ValueError(
-                "x must start on a 16-byte boundary with a row stride that is a multiple of "
-                f"{row_align} elements (data_ptr % 16 = {x.data_ptr() % 16}, row stride "
-                f"{x.stride(0)}); pass x.contiguous() or a fresh tensor"
-            )
-        if weight.data_ptr() % 16:
-            raise ValueError("weight must start on a 16-byte boundary; pass weight.clone()")
 
 
 def run_forward(kernel_cls, x, weight, eps, config, out=None):
@@ -202,27 +251,11 @@ def run_forward(kernel_cls, x, weight, eps, config, out=None):
         stage=kernel_cls.name,
         row_align=kernel_cls.row_align_for(dtype) if dtype else 1,
         max_N=kernel_cls.max_N_for(dtype) if dtype else None,
+        out=out,
     )
     M, N = x.shape
     if out is None:
         out = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    elif (
-        not isinstance(out, torch.Tensor)
-        or out.shape != x.shape
-        or out.dtype != x.dtype
-        or out.device != x.device
-        or out.stride(1) != 1
-        or (
-            kernel_cls.vector_bytes
-            and (
-                out.data_ptr() % 16 or (M > 1 and out.stride(0) % kernel_cls.row_align_for(x.dtype))
-            )
-        )
-    ):
-        raise ValueError(
-            f"out must be a tensor like x ({tuple(x.shape)}, {x.dtype}, {x.device}) with "
-            "contiguous, aligned rows"
-        )
     if M == 0:
         return out
     fn = _compiled(kernel_cls, x.dtype, weight.dtype, N, config)

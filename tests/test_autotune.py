@@ -170,6 +170,14 @@ def test_a_candidate_that_leaves_nan_is_rejected_by_the_default_check():
     assert not autotune.outputs_match([], expected)
 
 
+def test_nan_where_the_heuristic_has_nan_matches():
+    # a NaN or Inf in x gives NaN rows in every config's output: tuning on such an input must
+    # not reject every candidate but the heuristic
+    nan_row = [torch.tensor([1.0, float("nan"), 1.0], dtype=torch.bfloat16)]
+    assert autotune.outputs_match([nan_row[0].clone()], nan_row)
+    assert not autotune.outputs_match([torch.ones(3, dtype=torch.bfloat16)], nan_row)
+
+
 def test_the_heuristic_config_must_work():
     h = Harness(broken={CANDIDATES[0]})
     with pytest.raises(RuntimeError, match="cluster too large"):

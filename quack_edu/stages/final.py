@@ -872,7 +872,7 @@ def _run(kernel_cls, x, weight, eps, config, out=None):
 
     from ..runtime import check_inputs
 
-    check_inputs(x, weight, stage="final", row_align=1, max_N=MAX_N)
+    check_inputs(x, weight, stage="final", row_align=1, max_N=MAX_N, out=out)
     if out is None:
         out = torch.empty_like(x)
     launch_fwd(x, weight, None, None, out, None, None, eps, config=config, kernel_cls=kernel_cls)
