@@ -404,6 +404,21 @@ class FinalRMSNorm(ClusterRMSNorm):
         return copy_utils.row_tiled_copy(dtype, t.threads_per_row, t.num_threads, t.vec)
 
     # -- device code -------------------------------------------------------------------------------
+    def alternating_exchange_smem(self, smem: SmemAllocator):
+        """The row reduction's shared memory, for blocks reduced one after the other: two
+        buffers (rows_per_cta, (warps_per_row, cluster_n), 2) used alternately and, in a
+        cluster, two mbarriers, armed. Returns (buffers, mbar_ptr or None)."""
+        t = self.tiling
+        layout = cute.make_ordered_layout(
+            (t.rows_per_cta, (t.warps_per_row, t.cluster_n), 2), order=(1, 0, 2)
+        )
+        red = smem.allocate_tensor(Float32, layout, byte_alignment=16)
+        mbar_ptr = None
+        if t.cluster_n > 1:  # a trace-time (Python) decision
+            mbar_ptr = smem.allocate_array(Int64, 2)
+            self.arm_cluster_barrier(mbar_ptr, 2)
+        return red, mbar_ptr
+
     def col_pred(self, thr, cX):
         """Per atom of this thread's partition of the tile ``cX`` (coordinates): column < N.
         None when the tiles cover N exactly."""
@@ -566,14 +581,7 @@ class FinalRMSNorm(ClusterRMSNorm):
             sW = smem.allocate_tensor(mW.element_type, w_layout, byte_alignment=16)
         if cutlass.const_expr(mB is not None and smem_w):
             sB = smem.allocate_tensor(mB.element_type, w_layout, byte_alignment=16)
-        red_layout = cute.make_ordered_layout(
-            (t.rows_per_cta, (t.warps_per_row, t.cluster_n), 2), order=(1, 0, 2)
-        )
-        red = smem.allocate_tensor(Float32, red_layout, byte_alignment=16)
-        mbar_ptr = None
-        if cutlass.const_expr(clustered):
-            mbar_ptr = smem.allocate_array(Int64, 2)
-            self.arm_cluster_barrier(mbar_ptr, 2)
+        red, mbar_ptr = self.alternating_exchange_smem(smem)
 
         # -- this thread's place: its row in the CTA, its columns (the same for every block)
         copy_X = self.stage_copy(mX.element_type, True)

@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32, Int64
+from cutlass import Float32, Int32
 from cutlass.memory import SmemAllocator
 
 from ..config import (
@@ -506,14 +506,7 @@ class FinalBwdRMSNorm(FinalRMSNorm):
             # (2+ bytes of x + 2+ of dout) x buffers per element >= the 4 of fp32, contiguous
             acc_layout = cute.make_ordered_layout(t.tiler, order=(1, 0))
             sAcc = cute.make_tensor(cute.recast_ptr(sX.iterator, dtype=Float32), acc_layout)
-        red_layout = cute.make_ordered_layout(
-            (t.rows_per_cta, (t.warps_per_row, t.cluster_n), 2), order=(1, 0, 2)
-        )
-        red = smem.allocate_tensor(Float32, red_layout, byte_alignment=16)
-        mbar_ptr = None
-        if cutlass.const_expr(clustered):
-            mbar_ptr = smem.allocate_array(Int64, 2)
-            self.arm_cluster_barrier(mbar_ptr, 2)
+        red, mbar_ptr = self.alternating_exchange_smem(smem)
 
         copy_X = self.stage_copy(mX.element_type, True)
         thr_X = copy_X.get_slice(tidx)
