@@ -139,32 +139,11 @@ def _check_param_shape(p: Tensor, x: Tensor, name: str) -> None:
         )
 
 
-_hopper: dict[int, bool] = {}  # device index -> is sm_90 (asked once per device)
-
-
 def _check_device(x: Tensor, *others) -> None:
-    """All tensors on one CUDA device, and that device a Hopper GPU. ``others``: (name, tensor)
-    pairs, tensors possibly None."""
-    if not x.is_cuda:
-        raise ValueError(
-            f"x is on {x.device}: the kernel runs on a CUDA GPU (Hopper, sm_90); move the "
-            "tensors with .cuda(). Without a GPU, quack_edu.rmsnorm_ref computes the same thing"
-        )
-    index = x.get_device()
-    for name, t in others:
-        if t is not None and t.get_device() != index:
-            raise ValueError(
-                f"{name} is on {t.device} but x is on {x.device}; put them on the same GPU"
-            )
-    ok = _hopper.get(index)
-    if ok is None:
-        ok = _hopper[index] = torch.cuda.get_device_capability(index) == (9, 0)
-    if not ok:
-        cap = torch.cuda.get_device_capability(index)
-        raise RuntimeError(
-            f"{torch.cuda.get_device_name(index)} is sm_{cap[0]}{cap[1]}; the quack_edu kernels "
-            "are built for Hopper (sm_90: H100, H200, GH200)"
-        )
+    """``runtime.check_device``: one CUDA device, a Hopper GPU. ``others``: (name, tensor)."""
+    from .runtime import check_device
+
+    check_device(x, *others, without_gpu="quack_edu.rmsnorm_ref computes the same thing")
 
 
 # --------------------------------------------------------------------------------------------
@@ -376,10 +355,9 @@ def _plain(x, weight, eps):
         out, _, _ = _fwd(
             _fwd_op, _fwd_body, x, weight, None, None, None, None, eps, False, 0.0
         )  # every check, and the kernel compiled
-        final = _final()
-        N = x.shape[-1]
-        vec = final.widest_vec(N, x.dtype)
-        _PLAIN[key] = final.compiled_for(x.dtype, N, weight.dtype, final.Features(), vec).compiled
+        rows = x.view(-1, x.shape[-1])  # the kernel the call above ran
+        fn = _final().kernel_for(rows, weight, None, None, out.view(rows.shape), None, None)
+        _PLAIN[key] = fn.compiled
         return out
     out = torch.empty_like(x)
     if x.numel():

@@ -190,7 +190,12 @@ def check_inputs(x, weight, *, stage: str, row_align: int = 1, max_N: int | None
             raise ValueError("weight must start on a 16-byte boundary; pass weight.clone()")
     if out is not None:
         _check_out(out, x, row_align)
-    _check_device(x, weight, out)
+    check_device(
+        x,
+        ("weight", weight),
+        ("out", out),
+        without_gpu="use quack_edu.inspect.compile_report() to compile and read them",
+    )
 
 
 def _check_out(out, x, row_align: int) -> None:
@@ -215,24 +220,33 @@ def _check_out(out, x, row_align: int) -> None:
         )
 
 
-def _check_device(x, weight, out) -> None:
-    """One CUDA device for every tensor, and that device a Hopper GPU."""
+_HOPPER: dict[int, bool] = {}  # device index -> is sm_90 (asked once per device)
+
+
+def check_device(x, *others, without_gpu: str) -> None:
+    """Every tensor on x's CUDA device, and that device a Hopper GPU; ``others``: (name,
+    tensor) pairs, tensors possibly None. ``without_gpu``: what a machine without one can do
+    instead (said when x is not on a GPU). Checked last, after everything a CPU can check."""
     if x.device.type != "cuda":
         raise ValueError(
-            f"x is on {x.device}: the kernels run on a CUDA GPU; move x and weight with .cuda(). "
-            "Without a Hopper GPU, use quack_edu.inspect.compile_report() to compile and read them"
+            f"x is on {x.device}: the kernel runs on a CUDA GPU (Hopper, sm_90); move the "
+            f"tensors with .cuda(). Without a Hopper GPU, {without_gpu}"
         )
-    for name, t in (("weight", weight), ("out", out)):
-        if t is not None and t.device != x.device:
+    index = x.get_device()
+    for name, t in others:
+        if t is not None and t.get_device() != index:
             raise ValueError(
                 f"{name} is on {t.device} but x is on {x.device}; put them on the same GPU "
                 f"({name}.to(x.device))"
             )
-    cap = torch.cuda.get_device_capability(x.device)
-    if cap != (9, 0):
+    ok = _HOPPER.get(index)
+    if ok is None:
+        ok = _HOPPER[index] = torch.cuda.get_device_capability(index) == (9, 0)
+    if not ok:
+        cap = torch.cuda.get_device_capability(index)
         raise RuntimeError(
-            f"{torch.cuda.get_device_name(x.device)} is sm_{cap[0]}{cap[1]}; "
-            "these kernels are built for Hopper (sm_90)"
+            f"{torch.cuda.get_device_name(index)} is sm_{cap[0]}{cap[1]}; the quack_edu "
+            "kernels are built for Hopper (sm_90: H100, H200, GH200)"
         )
 
 

@@ -808,26 +808,13 @@ def _misaligned(*tensors) -> int:
     return bits & (VECTOR_BYTES - 1)
 
 
-def launch_fwd(
-    x,
-    weight,
-    bias,
-    residual,
-    out,
-    residual_out,
-    rstd,
-    eps,
-    weight_offset=0.0,
-    config=None,
+def kernel_for(
+    x, weight, bias, residual, out, residual_out, rstd, weight_offset=0.0, config=None,
     kernel_cls=None,
-):
-    """Run the final kernel. x, residual, out, residual_out: (M, N), or (M, H, N) with a
-    per-head weight/bias (H, N); rstd: fp32, x.shape[:-1]. Last dims contiguous; any other
-    strides. Nothing is checked here beyond what picks the compiled kernel (the library's
-    ``quack_edu.rmsnorm`` checks the user's arguments). Host cost matters for short rows: the
-    compiled kernel is found with one dictionary lookup on a tuple of cheap facts."""
-    if x.numel() == 0:
-        return
+):  # fmt: skip
+    """The compiled kernel ``launch_fwd`` runs for these tensors (compiled on first use). Host
+    cost matters for short rows: it is found with one dictionary lookup on a tuple of cheap
+    facts (dtypes, N, rank, features, 16-byte alignment)."""
     tensors = (x, weight, bias, residual, out, residual_out)
     key = (
         x.dtype,
@@ -865,6 +852,31 @@ def launch_fwd(
         # narrower access is decided per tensor, so only the common case is cached by bits
         if key[10] == 0:
             _BY_CALL[key] = fn
+    return fn
+
+
+def launch_fwd(
+    x,
+    weight,
+    bias,
+    residual,
+    out,
+    residual_out,
+    rstd,
+    eps,
+    weight_offset=0.0,
+    config=None,
+    kernel_cls=None,
+):
+    """Run the final kernel. x, residual, out, residual_out: (M, N), or (M, H, N) with a
+    per-head weight/bias (H, N); rstd: fp32, x.shape[:-1]. Last dims contiguous; any other
+    strides. Nothing is checked here beyond what picks the compiled kernel (the library's
+    ``quack_edu.rmsnorm`` checks the user's arguments)."""
+    if x.numel() == 0:
+        return
+    fn = kernel_for(
+        x, weight, bias, residual, out, residual_out, rstd, weight_offset, config, kernel_cls
+    )
     fn.compiled(x, weight, bias, residual, out, residual_out, rstd, eps)
 
 
@@ -900,6 +912,7 @@ __all__ = [
     "default_config",
     "configs",
     "launch_fwd",
+    "kernel_for",
     "rmsnorm_fwd",
     "widest_vec",
 ]
