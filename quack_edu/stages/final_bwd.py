@@ -1,4 +1,4 @@
-"""Stage 5b, final_bwd: the backward of the final kernel (first increment, compile-only).
+"""Stage 5b, final_bwd: the backward of the final kernel, behind ``quack_edu.rmsnorm_bwd``.
 
 What it adds: the gradients. Per row, in fp32, with x the normalised input (x + residual when
 the forward had one) and rstd the forward's:
@@ -20,25 +20,24 @@ product; what is new is the column reduction over rows (dw, db):
   rows of the CTA meet in shared memory (in a fixed order) and one row of threads stores
   them to ``dw_partial[b, cols]`` with plain 128-bit stores: no atomics, the same order on
   every run, so the result is bitwise deterministic. The host sums dw_partial over its P
-  rows (torch; the library's part, later).
+  rows (torch, in ``quack_edu.rmsnorm``: a fixed order, so the same bits on every run).
 * x and dout of a row block come in by cp.async into shared memory (the forward's
-  ``issue_block``, dout in the residual's place). Long rows get two buffers: the next
-  block's copies are in flight while this one is reduced, exchanged and stored; short rows
-  one, as in the forward (many CTAs an SM instead). The weight slice is copied once
-  per CTA into shared memory (it is reused by every block the CTA walks), so registers hold
-  only the accumulators: vecs x vec fp32 per thread each for dw and db, which is what the
-  heuristic sizes (<= 32 a thread for dw alone, <= 16 each with db, below 262144).
+  ``issue_block``, dout in the residual's place), with one or two buffers (``BWD_TABLE``:
+  two for short rows, one from 32K, where larger CTAs, more rows in flight per SM and
+  fewer cluster peers measured faster than a deeper pipeline). The weight slice is copied
+  once per CTA into shared memory, or, for an fp32 weight next to rows from 64K, read from
+  L2 a vector at a time so that shared memory holds x and dout only. Registers hold the
+  accumulators: vecs x vec fp32 a thread each for dw and db (<= 64 at 512 threads).
 * The reduction of c is the forward's: shuffles, then the CTA (two alternating buffers) or
   the cluster (two alternating buffers and mbarriers, ``st.async`` to every peer), and dx is
   written with 128-bit stores from the same shared-memory tiles.
 
-NOT CHECKED ON A GPU: this module compiles for sm_90a (tests/test_final_bwd_compile.py) but
-its values have not been compared with ``rmsnorm_bwd_ref`` on a GPU yet.
+Rows that are not a whole number of 16-byte vectors take narrower vectors (the forward's
+``widest_vec``), by cp.async down to 4 bytes and through registers below that.
 
-Constraints of this increment: sm_90; N a multiple of x's 16-byte vector (no narrow path yet),
-1 <= N <= 262144; no per-head weight; dout and dresidual_out may have their own dtypes but must
-allow x's vector width in cp.async (>= 4 bytes); a CTA's tiles (x and dout x ``buffers``, the
-weight slice) must fit its shared memory.
+Constraints: sm_90; 1 <= N <= 262144; a per-head weight is the host's loop over heads
+(``quack_edu.rmsnorm``); a CTA's tiles (x and dout x ``buffers``, the weight slice) must fit
+its shared memory.
 """
 
 from __future__ import annotations
@@ -63,7 +62,7 @@ from ..primitives import copy as copy_utils
 from ..primitives import reduce as reduce_utils
 from ..primitives.tiling import RowTiling, ceil_div
 from ..runtime import LaunchShape, cute_dtype
-from .final import MAX_N, FinalRMSNorm, _like
+from .final import MAX_N, FinalRMSNorm, _like, widest_vec
 
 #: SMs of an H200 (the default the host's grid is computed for)
 SM_COUNT = 132
@@ -77,6 +76,10 @@ class BwdConfig(RowConfig):
 
     max_vecs: int = 32
     buffers: int = 2
+    #: the CTA's weight slice copied once into shared memory (True), or read from global
+    #: memory (L2: the weight is at most 1 MiB) a vector at a time in each pass: what lets a
+    #: wide (fp32) weight next to long rows leave shared memory to x and dout
+    weight_in_smem: bool = True
 
     def __post_init__(self):
         super().__post_init__()
@@ -98,82 +101,123 @@ class BwdFeatures:
     dw: bool = True
     db: bool = False
     weight_offset: float = 0.0
+    #: dresidual written as a tensor of its own in this dtype (QuACK's when ``dresidual_out``
+    #: has another dtype than x), from the same fp32 value as dx
+    dres_dtype: object = None
 
 
-def _vec(dtype) -> int:
-    return VECTOR_BYTES * 8 // cute_dtype(dtype).width
+#: The winners of sweeps on the H200 (bf16 x, bf16 and fp32 weights, M = 32768 up to
+#: N = 65536, then 16384 x 131072 and 8192 x 262144; 2026-11-30), by row length in 16-byte
+#: vectors: (threads_per_row, num_threads, cluster_n, buffers). Short rows: a few vectors a
+#: thread, two buffers, several rows a CTA. From 16K: 512 threads a row and 64 elements a
+#: thread, the smallest cluster that holds the row, one buffer (the exchange with fewer peers
+#: and fewer, larger CTAs beat clusters of 16 small ones by up to 1.8x).
+BWD_TABLE = {
+    32: (16, 128, 1, 2),
+    64: (16, 128, 1, 2),
+    128: (32, 128, 1, 2),
+    256: (64, 256, 1, 2),
+    512: (128, 128, 1, 1),
+    1024: (128, 128, 1, 2),
+    2048: (512, 512, 1, 2),
+    4096: (512, 512, 1, 1),
+    8192: (512, 512, 2, 1),
+    16384: (512, 512, 4, 1),
+    32768: (512, 512, 8, 1),
+}
+#: a weight wider than x (fp32 next to bf16): at 32K its slice does not fit beside one
+#: buffer, so a cluster of 2 with two buffers; from 64K it is read from L2 in each pass
+#: instead of being staged (``weight_in_smem=False``), which leaves shared memory to x and dout
+WIDE_32K = (512, 512, 2, 2)
 
 
-def bwd_config(N: int, dtype, weight_dtype=None, features: BwdFeatures | None = None):
-    """A first heuristic (not tuned on a GPU): keep a thread's accumulators at <= 32 fp32
-    registers (4 vectors of bf16, 8 of fp32; half that with db) where a 16-CTA cluster
-    allows it (ptxas keeps both passes' loads of a thread in flight: 163 registers at 64
-    accumulators, N = 4096 bf16, against 80 at 32, both without .minnctapersm).
-    Short rows: >= 32 threads a row, 128-thread CTAs, one buffer. Long rows: 256 threads a
-    CTA and the smallest cluster that holds the row (16 CTAs at 262144, bf16 and fp32).
-    Then the first of those buffers / one buffer, by growing cluster, that fits shared
-    memory with two CTAs an SM (else one)."""
+def bwd_config(N: int, dtype, weight_dtype=None, features: BwdFeatures | None = None, vec=None):
+    """The table's entry for the row's length in vectors (``BWD_TABLE``, the next power of two
+    at or above it), made to fit: db doubles a thread's accumulators, so threads (then the
+    cluster) double while a thread would hold more than its registers allow; rows of narrow
+    vectors copied through registers take one buffer. Rows shorter than 32 vectors: >= 4
+    threads a row with <= 4 vectors each. Then the first of that pick and its fallbacks (larger
+    clusters, one buffer, 512 or 1024 threads with up to 64 vectors a thread) that fits."""
     if not 1 <= N <= MAX_N:
         raise ValueError(f"'final_bwd' stage: N must be in [1, {MAX_N}], got N={N}")
     features = features or BwdFeatures()
-    vec = _vec(dtype)
-    if N % vec:
-        raise ValueError(
-            f"'final_bwd' stage: N must be a multiple of the 16-byte vector ({vec} elements), "
-            f"got N={N}: the narrow path is not written yet"
-        )
+    vec = vec or widest_vec(N, dtype)
     nvec = ceil_div(int(N), vec)
-    accs = 1 + features.db if features.dw else 1
-    vmax = max(1, 32 // accs // vec)
-    if nvec <= 256 * vmax:
-        tpr = min(256, max(4, min(32, _next_pow2(nvec)), _next_pow2(ceil_div(nvec, vmax))))
-        # one buffer, as the forward's short rows (measured there: many CTAs an SM beat a
-        # deeper pipeline); two also made ptxas spill two pointers (16 B) at ragged N here
-        pick = BwdConfig(tpr, max(128, tpr), buffers=1)
+    key = _next_pow2(nvec)
+    if key < 32:
+        tpr = max(4, _next_pow2(ceil_div(nvec, 4)))
+        pick = BwdConfig(tpr, 128, buffers=2)
     else:
-        cn = min(16, _next_pow2(ceil_div(nvec, 256 * vmax)))
-        pick = BwdConfig(256, 256, cluster_n=cn)
+        wide = weight_dtype is not None and cute_dtype(weight_dtype).width > cute_dtype(dtype).width
+        entry = WIDE_32K if wide and key == 4096 else BWD_TABLE[min(key, 32768)]
+        tpr, threads, cn, buffers = entry
+        pick = BwdConfig(
+            tpr, threads, cluster_n=cn, buffers=buffers, weight_in_smem=not (wide and key >= 8192)
+        )
+    accs = int(features.dw) + int(features.db)
+    # accumulators a thread may hold: 128 below 512 threads (255 registers), 64 at 512 (128
+    # registers; fp16 x, whose conversions need more of them, spilled 8 bytes there: 32)
+    fp16 = cute_dtype(dtype) is cutlass.Float16
+    while accs * ceil_div(nvec, pick.threads_per_row * pick.cluster_n) * vec > (
+        (32 if fp16 else 64) if pick.num_threads >= 512 else 128
+    ):
+        if pick.threads_per_row < 512:
+            t = 2 * pick.threads_per_row
+            pick = replace(pick, threads_per_row=t, num_threads=max(pick.num_threads, t))
+        elif pick.cluster_n < 16:
+            pick = replace(pick, cluster_n=2 * pick.cluster_n)
+        else:
+            break
+    staged = [dtype, features.dout_dtype or dtype, weight_dtype or dtype]
+    if min(vec * cute_dtype(d).width for d in staged) < 32:
+        pick = replace(pick, buffers=1)  # copies through registers: nothing is in flight
     fallbacks = [pick] + [
         replace(pick, cluster_n=cn, buffers=b)
         for b in (pick.buffers, 1)
         for cn in (1, 2, 4, 8, 16)
         if cn >= pick.cluster_n and cn <= pick.threads_per_row
     ]
-    fits = [c for c in fallbacks if _try_kernel(N, dtype, c, weight_dtype, features) is not None]
-    for cfg in fits:  # two CTAs an SM if a larger cluster or one buffer allows it
-        if FinalBwdRMSNorm(dtype, N, cfg, weight_dtype, features=features).ctas_per_sm() >= 2:
+    fallbacks += [
+        BwdConfig(t, t, cluster_n=16, buffers=1, max_vecs=mv)
+        for mv in (32, 64)
+        for t in (512, 1024)
+    ]
+    for cfg in fallbacks:
+        k = _try_kernel(N, dtype, cfg, weight_dtype, features, vec)
+        if k is not None and k.ctas_per_sm() >= 1:
             return cfg
-    if fits:
-        return fits[0]
-    raise ValueError(f"no final_bwd config fits N={N} {dtype}")
+    raise ValueError(f"no final_bwd config fits N={N} {dtype} (vectors of {vec})")
 
 
-def _try_kernel(N, dtype, cfg, weight_dtype, features):
+def _try_kernel(N, dtype, cfg, weight_dtype, features, vec=None):
     try:
-        return FinalBwdRMSNorm(dtype, N, cfg, weight_dtype, features=features)
+        return FinalBwdRMSNorm(dtype, N, cfg, weight_dtype, features=features, vec=vec)
     except ValueError:
         return None
 
 
-def default_config(N: int, dtype, weight_dtype=None, features=None) -> BwdConfig:
-    return bwd_config(N, dtype, weight_dtype, features)
+def default_config(N: int, dtype, weight_dtype=None, features=None, vec=None) -> BwdConfig:
+    return bwd_config(N, dtype, weight_dtype, features, vec)
 
 
-def configs(N: int, dtype, weight_dtype=None, features=None) -> list[BwdConfig]:
-    """The heuristic's pick first, then half and twice its threads per row, every cluster
-    size and one or two buffers: those that fit."""
+def configs(N: int, dtype, weight_dtype=None, features=None, vec=None) -> list[BwdConfig]:
+    """The heuristic's pick first, then half, twice and four times its threads per row, every
+    cluster size and one or two buffers: those that fit."""
     features = features or BwdFeatures()
-    base = bwd_config(N, dtype, weight_dtype, features)
+    base = bwd_config(N, dtype, weight_dtype, features, vec)
     out = [base]
     t0 = base.threads_per_row
-    for tpr in (t0, max(4, t0 // 2), min(512, 2 * t0)):
+    for tpr in dict.fromkeys((t0, max(4, t0 // 2), min(1024, 2 * t0), min(1024, 4 * t0))):
         for cn in (1, 2, 4, 8, 16):
             for buffers in (2, 1):
                 if cn <= tpr:
-                    out.append(BwdConfig(tpr, max(128, tpr), cluster_n=cn, buffers=buffers))
+                    cfg = BwdConfig(tpr, max(128, tpr), cluster_n=cn, buffers=buffers)
+                    out.append(replace(cfg, max_vecs=base.max_vecs))
+                    if tpr <= 64 and cn == 1:  # short rows: 8 or more rows a CTA
+                        out.append(replace(cfg, num_threads=256, max_vecs=base.max_vecs))
     good = []
     for c in dict.fromkeys(out):
-        k = _try_kernel(N, dtype, c, weight_dtype, features)
+        k = _try_kernel(N, dtype, c, weight_dtype, features, vec)
         if k is not None and k.ctas_per_sm() >= 1:
             good.append(c)
     return good
@@ -196,30 +240,30 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         config: BwdConfig | None = None,
         weight_dtype=None,
         features: BwdFeatures | None = None,
+        vec: int | None = None,
     ):
         f = self.features = features or BwdFeatures()
         self.dtype = cute_dtype(dtype)
         self.weight_dtype = cute_dtype(weight_dtype if weight_dtype is not None else dtype)
         self.N = int(N)
-        self.vec = _vec(dtype)
+        self.vec = vec or widest_vec(N, dtype)
         if config is None:
-            config = bwd_config(N, dtype, weight_dtype, f)
+            config = bwd_config(N, dtype, weight_dtype, f, self.vec)
         self.config = config
         self.check_config()
         self.tiling = RowTiling.make(self.N, self.dtype, config, vec=self.vec)
         self.check_tiling()
         self.seq = 1
-        # .minnctapersm 1. Without the directive ptxas spilled 16 B of loop invariants at 72
-        # registers (N = 4096 fp16, 128 threads: it aims at occupancy); with it, no config of
-        # tests/test_final_bwd_compile.py spills (86..232 registers). A budget of ~96
-        # (.minnctapersm 5 at 128 threads) spilled 40..200 B at N = 1000. Not measured yet.
-        self.min_ctas_per_sm = 1
+        # the launch bound that makes ``ctas_per_sm`` true (see there)
+        self.min_ctas_per_sm = max(1, self.ctas_per_sm())
+        #: shared memory carveout asked at launch (percent; None: the driver's choice)
+        self.carveout = None
         self.dout_dtype = cute_dtype(f.dout_dtype or dtype)
-        self.dres_dtype = cute_dtype(f.dres_out_dtype) if f.dres_out_dtype else None
+        self.dres_out_dtype = cute_dtype(f.dres_out_dtype) if f.dres_out_dtype else None
+        self.dres_dtype = cute_dtype(f.dres_dtype) if f.dres_dtype else None
+        # cp.async copies 4, 8 or 16 bytes: narrower vectors go through registers
         staged = [self.dtype, self.dout_dtype, self.weight_dtype if f.weight else None]
-        self.use_async = True
-        if not all(self.vec * d.width >= 32 for d in staged if d is not None):
-            self.fail("every staged tensor needs >= 4 bytes a vector (cp.async)")
+        self.use_async = all(self.vec * d.width >= 32 for d in staged if d is not None)
 
     @classmethod
     def max_N_for(cls, dtype) -> int:
@@ -228,7 +272,10 @@ class FinalBwdRMSNorm(FinalRMSNorm):
     @classmethod
     def run(cls, *args, **kwargs):
         """The forward's way in (``runtime.run_forward``) does not apply to a backward."""
-        raise NotImplementedError("final_bwd is a backward: no rmsnorm_fwd entry (launch: later)")
+        raise NotImplementedError(
+            "final_bwd is a backward: it has no rmsnorm_fwd entry; run it with launch_bwd or "
+            "quack_edu.rmsnorm_bwd"
+        )
 
     def check_config(self):
         cfg = self.config
@@ -237,10 +284,7 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         if not 1 <= self.N <= MAX_N:
             self.fail(f"N must be in [1, {MAX_N}]")
         if self.N % self.vec:
-            self.fail(
-                f"N must be a multiple of the 16-byte vector ({self.vec} elements): the "
-                "narrow path is not written yet"
-            )
+            self.fail(f"N must be a multiple of the vector ({self.vec} elements)")
         if cfg.stages != 1:
             self.fail("stages must be 1 (one commit group per row block)")
 
@@ -275,7 +319,7 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         tile = t.rows_per_cta * t.tile_cols
         total = cfg.buffers * up(tile * t.elem_bytes)
         total += cfg.buffers * up(tile * cute_dtype(f.dout_dtype or self.dtype).width // 8)
-        if f.weight:
+        if f.weight and cfg.weight_in_smem:
             total += up(t.tile_cols * self.weight_dtype.width // 8)
         total += 2 * up(t.reduction_buffer_bytes())
         if t.cluster_n > 1:
@@ -288,18 +332,29 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         return t.vecs * t.vec * (int(f.dw) + int(f.db))
 
     def ctas_per_sm(self) -> int:
-        """CTAs that can share an SM by shared memory, threads and registers (estimated:
-        ptxas keeps a vector's loads of both passes in flight, ~2 per accumulator + 40)."""
+        """CTAs that share an SM, by shared memory, threads and registers. Registers are
+        estimated (ptxas keeps a vector's loads of both passes in flight: ~2 per accumulator
+        + 56, at most 255; measured 95..255 for 16..128 accumulators) and then *enforced*: the
+        kernel is compiled with this many CTAs an SM as its launch bound (.minnctapersm), so
+        the persistent grid (``grid_x``) is exactly one wave. An estimate that is too high
+        would leave a second, partial wave; one too low, idle SMs (both measured: up to 2x)."""
         by_smem = SMEM_PER_SM // (self.smem_bytes() + SMEM_RESERVED_PER_CTA)
-        regs = -(-(2 * self.acc_regs() + 40) // 8) * 8  # measured: 165 at 64 accumulators
-        by_regs = 65536 // (regs * self.config.num_threads)
+        regs = min(256, -(-(2 * self.acc_regs() + 56) // 8) * 8)
+        by_regs = max(1, 65536 // (regs * self.config.num_threads))  # 1: ptxas makes it fit
         return max(0, min(by_smem, by_regs, 2048 // self.config.num_threads, 32))
 
     def grid_x(self, M: int, sm_count: int = SM_COUNT) -> int:
-        """CTAs (clusters) along the rows: one wave of resident CTAs, no more than row blocks.
-        This is also P, the rows of dw_partial."""
-        waves = max(1, sm_count // self.tiling.cluster_n * self.ctas_per_sm())
-        return max(1, min(ceil_div(M, self.tiling.rows_per_cta), waves))
+        """CTAs (clusters) along the rows, no more than row blocks; also P, the rows of
+        dw_partial. Without a cluster: one wave of resident CTAs. With one: three times the
+        clusters the SMs could hold, because fewer are resident than SMs / cluster_n (a
+        cluster's CTAs must share a GPC): one wave of ~30 clusters of 4 and a second of 3
+        for the last rows took 1.4x as long as waves of 30, 30, 30 and 9 (measured on the
+        H200 at 131072 and 262144; the extra partial rows cost < 0.5% of the traffic)."""
+        t = self.tiling
+        waves = max(1, sm_count // t.cluster_n * self.ctas_per_sm())
+        if t.cluster_n > 1:
+            waves *= 3
+        return max(1, min(ceil_div(M, t.rows_per_cta), waves))
 
     def launch_shape(self, M: int, sm_count: int = SM_COUNT) -> LaunchShape:
         t = self.tiling
@@ -312,8 +367,8 @@ class FinalBwdRMSNorm(FinalRMSNorm):
 
     # -- compiling -----------------------------------------------------------------------------
     def compile_args(self):
-        """Fakes of (x, w, dout, dres_out, rstd, dx, dw_partial, db_partial), grid_x, stream;
-        M and P symbolic, row strides keeping 16-byte accesses."""
+        """Fakes of (x, w, dout, dres_out, rstd, dx, dres, dw_partial, db_partial), grid_x,
+        stream; M and P symbolic, row strides keeping the vector's accesses aligned."""
         f, vec, N = self.features, self.vec, self.N
         M, P = cute.sym_int(), cute.sym_int()
 
@@ -322,14 +377,14 @@ class FinalBwdRMSNorm(FinalRMSNorm):
                 return None
             div = max(1, min(vec, VECTOR_BYTES * 8 // dt.width))
             align = min(VECTOR_BYTES, vec * dt.width // 8)
-            return cute.runtime.make_fake_tensor(
-                dt, (rows, N), (cute.sym_int64(divisibility=div), 1), assumed_align=align
-            )
+            stride = cute.sym_int64(divisibility=div) if div > 1 else cute.sym_int64()
+            return cute.runtime.make_fake_tensor(dt, (rows, N), (stride, 1), assumed_align=align)
 
         x = rows_tensor(self.dtype, M)
         dout = rows_tensor(self.dout_dtype, M)
-        dres = rows_tensor(self.dres_dtype, M)
+        dres_out = rows_tensor(self.dres_out_dtype, M)
         dx = rows_tensor(self.dtype, M)
+        dres = rows_tensor(self.dres_dtype, M)
         w = None
         if f.weight:
             align = min(VECTOR_BYTES, vec * self.weight_dtype.width // 8)
@@ -338,11 +393,12 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         db = rows_tensor(Float32, P) if f.db else None
         rstd = cute.runtime.make_fake_compact_tensor(Float32, (M,), assumed_align=4)
         stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
-        return (x, w, dout, dres, rstd, dx, dw, db, Int32(SM_COUNT), stream)
+        return (x, w, dout, dres_out, rstd, dx, dres, dw, db, Int32(SM_COUNT), stream)
 
     def wrap_compiled(self, compiled):
-        """The compiled kernel, called as ``fn(x, w, dout, dres_out, rstd, dx, dw_partial,
-        db_partial, grid_x)`` (None where a tensor is absent; dw_partial: (grid_x, N) fp32)."""
+        """The compiled kernel, called as ``fn(x, w, dout, dres_out, rstd, dx, dres,
+        dw_partial, db_partial, grid_x)`` (None where a tensor is absent; dw_partial:
+        (grid_x, N) fp32)."""
         return compiled
 
     # -- the piece a lesson lets a learner rewrite -------------------------------------------------
@@ -381,12 +437,34 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         hi: cutlass.Constexpr[int],
     ):
         """cp.async this thread's vectors ``lo..hi-1`` of ``src`` (global) into ``dst``
-        (shared), skipping those past N (never read back: the passes skip them too)."""
+        (shared), skipping those past N (never read back: the passes skip them too). Vectors
+        narrower than cp.async's 4 bytes go through registers (read back by the same thread,
+        so no barrier is needed)."""
         for v in cutlass.range_constexpr(lo, hi):
             if cutlass.const_expr(coords is None):
-                cute.copy(tiled, src[None, None, v], dst[None, None, v])
+                self.copy_in(tiled, src[None, None, v], dst[None, None, v])
             elif self.in_cols(coords, v):
-                cute.copy(tiled, src[None, None, v], dst[None, None, v])
+                self.copy_in(tiled, src[None, None, v], dst[None, None, v])
+
+    def copy_in(self, tiled, src: cute.Tensor, dst: cute.Tensor):
+        if cutlass.const_expr(self.use_async):
+            cute.copy(tiled, src, dst)
+        else:
+            r = cute.make_rmem_tensor_like(src)
+            cute.copy(tiled, src, r)
+            dst.store(r.load())
+
+    def weight_vector(self, tWsW, tWgW, copy_Wg, v: int, like):
+        """Vector ``v`` of this thread's weight in fp32: from shared memory, from global
+        memory (L2) through registers, or None without a weight."""
+        if cutlass.const_expr(tWsW is not None):
+            return tWsW[None, None, v].load().to(Float32)
+        if cutlass.const_expr(tWgW is not None):
+            src = tWgW[None, None, v]
+            r = cute.make_rmem_tensor_like(like, src.element_type)  # x's vector shape
+            cute.copy(copy_Wg, src, _like(r, src))
+            return r.load().to(Float32)
+        return None
 
     @cute.jit
     def store_partial(
@@ -415,7 +493,8 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         tPgP = thr_P.partition_D(gP)  # ((atom_vals, atoms), 1, vecs)
         if cutlass.const_expr(t.rows_per_cta > 1):
             row_layout = cute.make_layout(t.tiler, stride=(0, 1))
-            cute.arch.cp_async_wait_group(0)  # (none in flight: the last block's are empty)
+            if cutlass.const_expr(self.use_async):
+                cute.arch.cp_async_wait_group(0)  # (none in flight: the last block's are empty)
             cute.arch.barrier()  # every row is done with the tiles, or with the last sum
             tXsA = thr_X.partition_D(sAcc)
             for v in cutlass.range_constexpr(t.vecs):
@@ -449,13 +528,14 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         mdResO: cute.Tensor | None,
         mRstd: cute.Tensor,
         mdX: cute.Tensor,
+        mdRes: cute.Tensor | None,
         mdW: cute.Tensor | None,
         mdB: cute.Tensor | None,
         grid_x: Int32,
         stream,
     ):
         t = self.tiling
-        self.kernel(mX, mW, mdO, mdResO, mRstd, mdX, mdW, mdB, grid_x).launch(
+        self.kernel(mX, mW, mdO, mdResO, mRstd, mdX, mdRes, mdW, mdB, grid_x).launch(
             grid=[grid_x, t.cluster_n, 1],
             block=[t.num_threads, 1, 1],
             cluster=[1, t.cluster_n, 1] if cutlass.const_expr(t.cluster_n > 1) else None,
@@ -463,7 +543,9 @@ class FinalBwdRMSNorm(FinalRMSNorm):
             min_blocks_per_mp=self.min_ctas_per_sm,
             # with min_blocks_per_mp > 1 the DSL needs a carveout, else it asks the driver at
             # trace time (no GPU here)
-            preferred_smem_carveout=None if cutlass.const_expr(self.min_ctas_per_sm < 2) else 100,
+            preferred_smem_carveout=self.carveout
+            if cutlass.const_expr(self.min_ctas_per_sm < 2)
+            else 100,
         )
 
     @cute.kernel
@@ -475,11 +557,12 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         mdResO: cute.Tensor | None,
         mRstd: cute.Tensor,
         mdX: cute.Tensor,
+        mdRes: cute.Tensor | None,
         mdW: cute.Tensor | None,
         mdB: cute.Tensor | None,
         grid_x: Int32,
     ):
-        # mX, mdO, mdResO, mdX: (M, N); mW: (N,); mRstd: (M,); mdW, mdB: (grid_x, N) fp32.
+        # mX, mdO, mdResO, mdX, mdRes: (M, N); mW: (N,); mRstd: (M,); mdW, mdB: (grid_x, N) fp32.
         # CTA (bidx, rank) owns columns rank*tile_cols.. of the row blocks bidx, bidx + grid_x,
         # ... (rows_per_cta rows each), and row bidx of the partials.
         t, cfg = self.tiling, self.config
@@ -497,7 +580,7 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         sX = smem.allocate_tensor(mX.element_type, x_layout, byte_alignment=16)
         sdO = smem.allocate_tensor(mdO.element_type, x_layout, byte_alignment=16)
         sW = None
-        if cutlass.const_expr(mW is not None):
+        if cutlass.const_expr(mW is not None and cfg.weight_in_smem):
             w_layout = cute.make_layout(t.tiler, stride=(0, 1))
             sW = smem.allocate_tensor(mW.element_type, w_layout, byte_alignment=16)
         sAcc = None
@@ -516,7 +599,7 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         even = cutlass.const_expr(t.even_cols)
 
         # -- the weight slice, once per CTA, by the threads of its first row (first group)
-        if cutlass.const_expr(mW is not None):
+        if cutlass.const_expr(sW is not None):
             if row_in_cta == 0:
                 copy_W = self.stage_copy(mW.element_type, True)
                 thr_W = copy_W.get_slice(tidx)
@@ -525,7 +608,8 @@ class FinalBwdRMSNorm(FinalRMSNorm):
                 )
                 cW = self.col_pred(thr_W, cX)
                 self.stage_in(copy_W, thr_W.partition_S(gW), thr_W.partition_D(sW), cW, 0, t.vecs)
-            cute.arch.cp_async_commit_group()
+            if cutlass.const_expr(self.use_async):
+                cute.arch.cp_async_commit_group()
 
         n_blocks = (M + t.rows_per_cta - 1) // t.rows_per_cta
         n_iter = (cutlass.max(n_blocks - bidx, 0) + grid_x - 1) // grid_x
@@ -537,11 +621,20 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         tXsX = thr_X.partition_D(sX)
         tDsD = thr_X.partition_D(sdO)
         tWsW = thr_X.partition_D(sW) if cutlass.const_expr(sW is not None) else None
+        tWgW = copy_Wg = None
+        if cutlass.const_expr(mW is not None and not cfg.weight_in_smem):
+            copy_Wg = self.stage_copy(mW.element_type, False)
+            thr_Wg = copy_Wg.get_slice(tidx)
+            gWg = cute.local_tile(copy_utils.broadcast_rows(mW, t.rows_per_cta), t.tiler, (0, rank))
+            tWgW = thr_Wg.partition_S(gWg)
         copy_dX = self.stage_copy(mdX.element_type, False)
         thr_dX = copy_dX.get_slice(tidx)
         if cutlass.const_expr(mdResO is not None):
             copy_dR = self.stage_copy(mdResO.element_type, False)
             thr_dR = copy_dR.get_slice(tidx)
+        if cutlass.const_expr(mdRes is not None):
+            copy_dS = self.stage_copy(mdRes.element_type, False)
+            thr_dS = copy_dS.get_slice(tidx)
 
         # this thread's columns' dw and db over the rows it walks, fp32
         rdW = rdB = None
@@ -560,7 +653,8 @@ class FinalBwdRMSNorm(FinalRMSNorm):
             row = blk * t.rows_per_cta + row_in_cta
             if cutlass.const_expr(nbuf == 2):  # the next block goes out before this one lands
                 self.issue_block(mX, mdO, sX, sdO, blk + grid_x, 1 - buf, rank, M)
-            cute.arch.cp_async_wait_group(ahead)
+            if cutlass.const_expr(self.use_async):
+                cute.arch.cp_async_wait_group(ahead)
             if cutlass.const_expr(t.rows_per_cta > 1 and sW is not None):
                 if it == 0:
                     cute.arch.barrier()  # the weight slice, copied by the first row, landed
@@ -573,9 +667,7 @@ class FinalBwdRMSNorm(FinalRMSNorm):
                     if cutlass.const_expr(even) or self.in_cols(tXcX, v):
                         x_hat = tXsX[None, None, v, buf].load().to(Float32) * rstd
                         dy = tDsD[None, None, v, buf].load().to(Float32)
-                        w = None
-                        if cutlass.const_expr(sW is not None):
-                            w = tWsW[None, None, v].load().to(Float32)
+                        w = self.weight_vector(tWsW, tWgW, copy_Wg, v, tXsX[None, None, v, 0])
                         g = self.grad_in(dy, w)
                         dot += (x_hat * g).reduce(
                             cute.ReductionOp.ADD, Float32(0.0), reduction_profile=0
@@ -606,13 +698,13 @@ class FinalBwdRMSNorm(FinalRMSNorm):
                 tXgdX = thr_dX.partition_D(cute.local_tile(mdX, t.tiler, (blk, rank)))
                 if cutlass.const_expr(mdResO is not None):
                     tRgdR = thr_dR.partition_S(cute.local_tile(mdResO, t.tiler, (blk, rank)))
+                if cutlass.const_expr(mdRes is not None):
+                    tSgdS = thr_dS.partition_D(cute.local_tile(mdRes, t.tiler, (blk, rank)))
                 for v in cutlass.range_constexpr(t.vecs):
                     if cutlass.const_expr(even) or self.in_cols(tXcX, v):
                         x_hat = tXsX[None, None, v, buf].load().to(Float32) * rstd
                         dy = tDsD[None, None, v, buf].load().to(Float32)
-                        w = None
-                        if cutlass.const_expr(sW is not None):
-                            w = tWsW[None, None, v].load().to(Float32)
+                        w = self.weight_vector(tWsW, tWgW, copy_Wg, v, tXsX[None, None, v, 0])
                         dx = (self.grad_in(dy, w) - x_hat * c) * rstd
                         if cutlass.const_expr(mdResO is not None):
                             rR = cute.make_rmem_tensor_like(
@@ -625,6 +717,13 @@ class FinalBwdRMSNorm(FinalRMSNorm):
                         rdX.store(dx.to(mdX.element_type))
                         dst = tXgdX[None, None, v]
                         cute.copy(copy_dX, _like(rdX, dst), dst)
+                        if cutlass.const_expr(mdRes is not None):
+                            rdS = cute.make_rmem_tensor_like(
+                                tXsX[None, None, v, 0], mdRes.element_type
+                            )
+                            rdS.store(dx.to(mdRes.element_type))
+                            dst = tSgdS[None, None, v]
+                            cute.copy(copy_dS, _like(rdS, dst), dst)
             if cutlass.const_expr(nbuf == 1):  # the next block, into the buffer just read
                 if it + 1 < n_iter:
                     self.issue_block(mX, mdO, sX, sdO, blk + grid_x, 0, rank, M)
@@ -641,6 +740,74 @@ class FinalBwdRMSNorm(FinalRMSNorm):
 
 KERNEL = FinalBwdRMSNorm
 
+
+# -- host side: the compiled kernel for a call's tensors, and its launch -------------------------
+
+_COMPILED: dict = {}
+_SMS: dict = {}
+
+
+def sm_count(device_index: int) -> int:
+    """SMs of a CUDA device (asked once per device)."""
+    n = _SMS.get(device_index)
+    if n is None:
+        import torch
+
+        props = torch.cuda.get_device_properties(device_index)
+        n = _SMS[device_index] = props.multi_processor_count
+    return n
+
+
+def compiled_for(dtype, N, weight_dtype, features: BwdFeatures, vec: int, config=None):
+    """(kernel object, compiled kernel) for a compile key, compiled on first use."""
+    key = (dtype, N, weight_dtype, features, vec, config)
+    hit = _COMPILED.get(key)
+    if hit is None:
+        from ..runtime import compile_kernel
+
+        kernel = FinalBwdRMSNorm(dtype, N, config, weight_dtype, features=features, vec=vec)
+        hit = _COMPILED[key] = (kernel, compile_kernel(kernel))
+    return hit
+
+
+def launch_bwd(x, weight, dout, dres_out, rstd, dx, dres, db: bool, weight_offset=0.0, config=None):
+    """Run the backward on rows: x, dout, dres_out, dx, dres (M, N), last dim contiguous, any
+    row strides; weight (N,) or None; rstd (M,) fp32 contiguous. dx (and dres, when given) are
+    written; returns the fp32 partial sums ``(dw_partial, db_partial)``, (P, N) each (None when
+    absent), whose sum over rows is dw (db). Nothing else is checked here: the library's
+    ``quack_edu.rmsnorm.rmsnorm_bwd`` checks the user's arguments."""
+    import torch
+
+    from .final import _vec_limit
+
+    M, N = x.shape
+    features = BwdFeatures(
+        weight=weight is not None,
+        dout_dtype=dout.dtype if dout.dtype != x.dtype else None,
+        dres_out_dtype=None if dres_out is None else dres_out.dtype,
+        dw=weight is not None,
+        db=bool(db),
+        weight_offset=float(weight_offset),
+        dres_dtype=None if dres is None else dres.dtype,
+    )
+    vec = widest_vec(N, x.dtype)
+    for t in (x, weight, dout, dres_out, dx, dres):
+        vec = min(vec, _vec_limit(t))
+    kernel, fn = compiled_for(
+        x.dtype, N, None if weight is None else weight.dtype, features, vec, config
+    )
+    P = kernel.grid_x(M, sm_count(x.get_device()))
+    dw_p = x.new_empty((P, N), dtype=torch.float32) if features.dw else None
+    db_p = x.new_empty((P, N), dtype=torch.float32) if features.db else None
+    if M:
+        fn(x, weight, dout, dres_out, rstd, dx, dres, dw_p, db_p, P)
+    else:  # no row: nothing to sum
+        for t in (dw_p, db_p):
+            if t is not None:
+                t.zero_()
+    return dw_p, db_p
+
+
 __all__ = [
     "FinalBwdRMSNorm",
     "BwdConfig",
@@ -652,4 +819,7 @@ __all__ = [
     "bwd_config",
     "default_config",
     "configs",
+    "compiled_for",
+    "launch_bwd",
+    "sm_count",
 ]
