@@ -8,16 +8,19 @@ The library, with QuACK 0.6.5's names (``quack.rmsnorm``) and ``torch.nn.RMSNorm
     from quack_edu import rmsnorm, rmsnorm_fwd, QuackRMSNorm
 
 ``quack_edu.rmsnorm`` is the function, as ``quack.rmsnorm`` is QuACK's; the module of the same
-name is reached with ``from quack_edu.rmsnorm import ...``. ``rmsnorm_ref`` here is QuACK's
-reference (its output rounded to x's dtype); the project's fp32 reference, used by the tests,
-lessons and grader, is ``quack_edu.reference.rmsnorm_ref``.
+name is reached with ``from quack_edu.rmsnorm import ...``. ``rmsnorm_ref`` and
+``rmsnorm_bwd_ref`` here are QuACK's references (outputs rounded to the inputs' dtypes); the
+project's fp32 references, used by the tests, lessons and grader, are in ``quack_edu.reference``.
 """
 
 from ._env import MODE  # noqa: F401  (must come before anything that imports cutlass)
-from .reference import assert_close, rmsnorm_bwd_ref, rstd_ref  # noqa: F401
-from .rmsnorm import (  # noqa: E402  (the library: QuACK's API over the final kernel)
+from .reference import assert_close, rstd_ref  # noqa: F401
+from .rmsnorm import (  # noqa: E402  (the library: QuACK's API over the final kernels)
     QuackRMSNorm,
     rmsnorm,
+    rmsnorm_bwd,
+    rmsnorm_bwd_ref,
+    rmsnorm_bwd_tuned,
     rmsnorm_fwd,
     rmsnorm_fwd_tuned,
     rmsnorm_ref,
@@ -31,8 +34,10 @@ __all__ = [
     "rmsnorm_fwd",
     "rmsnorm_fwd_tuned",
     "rmsnorm_ref",
-    "QuackRMSNorm",
+    "rmsnorm_bwd",
+    "rmsnorm_bwd_tuned",
     "rmsnorm_bwd_ref",
+    "QuackRMSNorm",
     "rstd_ref",
     "assert_close",
     "__version__",

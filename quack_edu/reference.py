@@ -53,12 +53,13 @@ def rmsnorm_bwd_ref(
     dresidual_out: torch.Tensor | None = None,
     has_bias: bool = False,
     compute_dtype=torch.float32,
+    weight_offset: float = 0.0,
 ):
     """RMSNorm backward from the saved ``rstd``.
 
     ``x`` is the normalised input (``x + residual`` when the forward had a residual), ``dout``
     the gradient of ``out`` and ``dresidual_out`` the gradient of ``residual_out``, if any.
-    With x_hat = x * rstd and g = dout * weight:
+    With x_hat = x * rstd and g = dout * (weight + weight_offset):
 
         dx      = rstd * (g - x_hat * mean(g * x_hat))  (+ dresidual_out)
         dweight = sum over rows of dout * x_hat
@@ -71,11 +72,12 @@ def rmsnorm_bwd_ref(
     xf, doutf = x.to(compute_dtype), dout.to(compute_dtype)
     rstdf = rstd.to(compute_dtype).unsqueeze(-1)
     x_hat = xf * rstdf
-    g = doutf * weight.to(compute_dtype) if weight is not None else doutf
+    g = doutf * (weight.to(compute_dtype) + weight_offset) if weight is not None else doutf
     dx = rstdf * (g - x_hat * (g * x_hat).sum(dim=-1, keepdim=True) / N)
     if dresidual_out is not None:
         dx = dx + dresidual_out.to(compute_dtype)
-    rows = tuple(range(x.dim() - 1))
+    # a per-head weight (H, D) keeps its heads: sum over the dims before them
+    rows = tuple(range(x.dim() - (weight.dim() if weight is not None else 1)))
     dweight = (doutf * x_hat).sum(dim=rows) if weight is not None else None
     dbias = doutf.sum(dim=rows) if has_bias else None
     return dx, dweight, dbias

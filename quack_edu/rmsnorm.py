@@ -6,6 +6,9 @@
     rmsnorm_ref(x, w, bias, residual, eps, weight_offset)                (fp32 reference)
     QuackRMSNorm(dim, eps, elementwise_affine, device, dtype)            (a torch.nn.RMSNorm)
     rmsnorm_fwd_tuned(...)                                               (autotuned config)
+    rmsnorm_bwd(x, weight, dout, rstd, dresidual_out, has_bias, has_residual,
+                weight_offset) -> (dx, dw, db, dresidual)
+    rmsnorm_bwd_tuned(...), rmsnorm_bwd_ref(x, w, dout, rstd, eps, weight_offset)
 
 What this layer adds over the kernel (``quack_edu.stages.final.launch_fwd``):
 
@@ -28,9 +31,11 @@ What this layer adds over the kernel (``quack_edu.stages.final.launch_fwd``):
   with torch on the current device and the kernel runs on torch's current stream, with no host
   synchronisation: the eager path can be captured in a CUDA graph.
 
-The backward pass is not written yet: ``rmsnorm`` raises ``NotImplementedError`` when autograd
-asks it for a gradient. Forward-only use (inference, ``torch.no_grad``, a model in eval mode)
-works and keeps nothing alive for a backward.
+The backward is the ``final_bwd`` kernel behind the op ``quack_edu::rmsnorm_bwd`` (functional,
+with a fake, like the forward's): ``rmsnorm`` and ``QuackRMSNorm`` are differentiable through
+``RMSNormFunction``, which saves ``rstd`` only when a gradient may be asked for. Forward-only
+use (inference, ``torch.no_grad``, inputs that need no gradient) skips the autograd.Function and
+keeps nothing alive.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .reference import rmsnorm_bwd_ref as _rmsnorm_bwd_ref32
 from .reference import rmsnorm_ref as _rmsnorm_ref32
 
 __all__ = [
@@ -45,6 +51,9 @@ __all__ = [
     "rmsnorm",
     "rmsnorm_ref",
     "rmsnorm_fwd_tuned",
+    "rmsnorm_bwd",
+    "rmsnorm_bwd_tuned",
+    "rmsnorm_bwd_ref",
     "RMSNormFunction",
     "QuackRMSNorm",
     "MAX_N",
@@ -58,10 +67,6 @@ _SUPPORTED_NAMES = "torch.float16, torch.bfloat16 or torch.float32"
 #: the longest row the kernel handles (``final.max_N``; a test checks that they agree)
 MAX_N = 262144
 
-_NO_BACKWARD = (
-    "the RMSNorm backward pass is not implemented in quack_edu yet (forward only): "
-    "call it under torch.no_grad() / torch.inference_mode(), or detach the inputs"
-)
 
 # --------------------------------------------------------------------------------------------
 # Argument checks
@@ -472,14 +477,260 @@ def _tuned_config(x, weight, bias, residual, out_dtype, res_out_dtype, eps, stor
 # --------------------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("quack_edu::rmsnorm_bwd_missing", mutates_args=())
-def _bwd_missing(dout: Tensor, shape: list[int], dtype: torch.dtype) -> Tensor:
-    raise NotImplementedError(_NO_BACKWARD)
+# --------------------------------------------------------------------------------------------
+# The backward: checks, the custom op, the public functions
+# --------------------------------------------------------------------------------------------
 
 
-@_bwd_missing.register_fake
-def _(dout, shape, dtype):
-    return dout.new_empty(shape, dtype=dtype)
+def _check_bwd_args(x, weight, dout, rstd, dresidual_out, weight_offset) -> None:
+    """Shapes and dtypes of ``rmsnorm_bwd``'s arguments (no device query)."""
+    _check_args(x, weight, None, None, None, None, weight_offset)
+    for t, name in ((dout, "dout"), (dresidual_out, "dresidual_out")):
+        if t is None:
+            if name == "dout":
+                raise TypeError("dout must be a torch.Tensor (the gradient of out), got None")
+            continue
+        _check_tensor(t, name)
+        if t.shape != x.shape:
+            raise ValueError(f"{name} must have x's shape {tuple(x.shape)}, got {tuple(t.shape)}")
+    if not isinstance(rstd, Tensor):
+        raise TypeError(
+            "rstd must be a torch.Tensor (rmsnorm_fwd(..., store_rstd=True)'s third output), "
+            f"got {type(rstd).__name__}"
+        )
+    if rstd.dtype != torch.float32 or rstd.shape != x.shape[:-1]:
+        raise ValueError(
+            f"rstd must be float32 of shape x.shape[:-1] = {tuple(x.shape[:-1])} (as "
+            f"rmsnorm_fwd(..., store_rstd=True) returns it), got {rstd.dtype} of shape "
+            f"{tuple(rstd.shape)}"
+        )
+
+
+def _final_bwd():
+    from .stages import final_bwd
+
+    return final_bwd
+
+
+def _backward(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, weight_offset, config):
+    """The op's body: dx (and dres) in x's shape, dense; dw, db summed from the kernel's fp32
+    partials. Returns [dx, dw if weight, db if has_bias, dresidual if dres_dtype]."""
+    fb = _final_bwd()
+    dx = torch.empty_like(x, memory_format=_DENSE)
+    dres = None
+    if dres_dtype is not None:
+        dres = torch.empty_like(x, dtype=dres_dtype, memory_format=_DENSE)
+    per_head = weight is not None and weight.dim() == 2
+    nd = 3 if per_head else 2
+    rows = (-1, *x.shape[1 - nd :])
+
+    def flat(t, view=False):
+        if t is None or t.dim() == nd:
+            return t
+        return t.view(rows) if view else t.reshape(rows)
+
+    xr, dr, dxr = flat(x), flat(dout), flat(dx, True)
+    dor, dsr = flat(dres_out), flat(dres, True)
+    rr = rstd.reshape(rows[:-1])
+    sums = []
+    if per_head:  # one launch a head: x[:, h] is (M, D) with rows H x D apart
+        heads = []
+        for h in range(xr.shape[1]):
+            parts = fb.launch_bwd(
+                xr[:, h], weight[h], dr[:, h], None if dor is None else dor[:, h],
+                rr[:, h].contiguous(), dxr[:, h], None if dsr is None else dsr[:, h],
+                has_bias, weight_offset, config,
+            )  # fmt: skip
+            heads.append([None if p is None else p.sum(dim=0) for p in parts])
+        sums = [
+            None if heads[0][i] is None else torch.stack([hd[i] for hd in heads]) for i in (0, 1)
+        ]
+    else:
+        parts = fb.launch_bwd(
+            xr, weight, dr, dor, rr.contiguous(), dxr, dsr, has_bias, weight_offset, config
+        )
+        sums = [None if p is None else p.sum(dim=0) for p in parts]
+    outs = [dx]
+    pdtype = weight.dtype if weight is not None else torch.float32
+    if weight is not None:
+        outs.append(sums[0].to(weight.dtype))
+    if has_bias:
+        outs.append(sums[1].to(pdtype))
+    if dres is not None:
+        outs.append(dres)
+    return outs
+
+
+def _bwd_body(x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset):
+    _check_device(
+        x, ("weight", weight), ("dout", dout), ("rstd", rstd), ("dresidual_out", dresidual_out)
+    )
+    return _backward(
+        x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset, None
+    )
+
+
+def _bwd_tuned_body(x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset):
+    _check_device(
+        x, ("weight", weight), ("dout", dout), ("rstd", rstd), ("dresidual_out", dresidual_out)
+    )
+    config = _tuned_bwd_config(
+        x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset
+    )
+    return _backward(
+        x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset, config
+    )
+
+
+def _bwd_fake(x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset):
+    outs = [x.new_empty(x.shape)]
+    pdtype = weight.dtype if weight is not None else torch.float32
+    if weight is not None:
+        outs.append(weight.new_empty(weight.shape))
+    if has_bias:
+        shape = weight.shape if weight is not None else x.shape[-1:]
+        outs.append(x.new_empty(shape, dtype=pdtype))
+    if dres_dtype is not None:
+        outs.append(x.new_empty(x.shape, dtype=dres_dtype))
+    return outs
+
+
+def _define_bwd(name: str, body):
+    op = torch.library.custom_op(
+        f"quack_edu::{name}",
+        body,
+        mutates_args=(),
+        schema=(
+            "(Tensor x, Tensor? weight, Tensor dout, Tensor rstd, Tensor? dresidual_out, "
+            "bool has_bias, ScalarType? dres_dtype, float weight_offset) -> Tensor[]"
+        ),
+    )
+    op.register_fake(_bwd_fake)
+    return op
+
+
+_bwd_op = _define_bwd("rmsnorm_bwd", _bwd_body)
+_bwd_tuned_op = _define_bwd("rmsnorm_bwd_tuned", _bwd_tuned_body)
+
+
+def _bwd(op, body, x, weight, dout, rstd, dresidual_out, has_bias, has_residual, weight_offset):
+    _check_bwd_args(x, weight, dout, rstd, dresidual_out, weight_offset)
+    # dresidual is a tensor of its own only when dresidual_out has another dtype than dx
+    dres_dtype = None
+    if dresidual_out is not None and dresidual_out.dtype != x.dtype:
+        dres_dtype = dresidual_out.dtype
+    call = op if _through_op(x) else body
+    has_bias, wo = bool(has_bias), float(weight_offset)
+    outs = call(x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, wo)
+    dx, k = outs[0], 1
+    dw = db = None
+    if weight is not None:
+        dw, k = outs[k], k + 1
+    if has_bias:
+        db, k = outs[k], k + 1
+    dresidual = outs[k] if dres_dtype is not None else (dx if has_residual else None)
+    return dx, dw, db, dresidual
+
+
+def rmsnorm_bwd(
+    x: Tensor,
+    weight: Tensor | None,
+    dout: Tensor,
+    rstd: Tensor,
+    dresidual_out: Tensor | None = None,
+    has_bias: bool = False,
+    has_residual: bool = False,
+    weight_offset: float = 0.0,
+) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor | None]:
+    """RMSNorm backward on the GPU: ``(dx, dw, db, dresidual)``.
+
+    ``x`` is the forward's normalised input (``residual_out`` when it had a residual), ``rstd``
+    its saved ``rstd``, ``dout`` the gradient of ``out`` (any supported dtype) and
+    ``dresidual_out`` that of ``residual_out``, added to ``dx``. ``dx`` is in ``x``'s dtype;
+    ``dw`` in the weight's (None without one); ``db`` (with ``has_bias``) in the weight's,
+    fp32 without a weight. ``dresidual``: a tensor of ``dresidual_out``'s dtype when that is
+    not x's, else ``dx`` itself when ``has_residual``, else None (QuACK's return values).
+
+    dw and db are summed over rows in fp32 without atomics: each CTA stores its partial sums,
+    which are added in a fixed order, so two runs on the same inputs give the same bits.
+    """
+    return _bwd(
+        _bwd_op, _bwd_body, x, weight, dout, rstd, dresidual_out, has_bias, has_residual,
+        weight_offset,
+    )  # fmt: skip
+
+
+def rmsnorm_bwd_tuned(
+    x: Tensor,
+    weight: Tensor | None,
+    dout: Tensor,
+    rstd: Tensor,
+    dresidual_out: Tensor | None = None,
+    has_bias: bool = False,
+    has_residual: bool = False,
+    weight_offset: float = 0.0,
+) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor | None]:
+    """``rmsnorm_bwd`` with the kernel config chosen by timing every candidate of
+    ``final_bwd.configs`` on first use of a key (as ``rmsnorm_fwd_tuned``)."""
+    return _bwd(
+        _bwd_tuned_op, _bwd_tuned_body, x, weight, dout, rstd, dresidual_out, has_bias,
+        has_residual, weight_offset,
+    )  # fmt: skip
+
+
+def _tuned_bwd_config(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
+    global _tuner
+    if _tuner is None:
+        from .autotune import Autotuner
+
+        _tuner = Autotuner()
+    index = x.get_device()
+    gpu = _gpu_names.get(index)
+    if gpu is None:
+        gpu = _gpu_names[index] = torch.cuda.get_device_name(index)
+    rows = x.numel() // max(1, x.shape[-1])
+    key = (
+        ("op", "rmsnorm_bwd"),
+        ("gpu", gpu),
+        ("M", 1 << max(0, rows - 1).bit_length()),
+        ("N", x.shape[-1]),
+        ("x", _name(x.dtype)),
+        ("dout", _name(dout.dtype)),
+        ("weight", _name(None if weight is None else weight.dtype)),
+        ("dresidual_out", _name(None if dres_out is None else dres_out.dtype)),
+        ("per_head", weight is not None and weight.dim() == 2),
+        ("bias", bool(has_bias)),
+        ("weight_offset", wo != 0.0),
+    )
+    config = _tuner.cached(key, _tuner)
+    if config is not _tuner:
+        return config
+    if not x.numel():
+        return None
+    fb = _final_bwd()
+    wdtype = weight.dtype if weight is not None else None
+    features = fb.BwdFeatures(
+        weight=weight is not None,
+        dout_dtype=dout.dtype if dout.dtype != x.dtype else None,
+        dres_out_dtype=None if dres_out is None else dres_out.dtype,
+        dw=weight is not None,
+        db=bool(has_bias),
+        weight_offset=wo,
+        dres_dtype=dres_dtype,
+    )
+
+    def candidates():
+        return [None, *fb.configs(x.shape[-1], x.dtype, wdtype, features)]
+
+    def bench(config):
+        return _backward(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo, config)
+
+    return _tuner.tune(key, candidates, bench, bench=bench)
+
+
+# --------------------------------------------------------------------------------------------
+# Autograd and the module
+# --------------------------------------------------------------------------------------------
 
 
 def _contiguous_last(t):
@@ -493,7 +744,8 @@ def _contiguous_last(t):
 
 
 class RMSNormFunction(torch.autograd.Function):
-    """``rmsnorm`` under autograd. Forward only for now: the backward raises."""
+    """``rmsnorm`` under autograd: the forward keeps ``rstd`` and the normalised input
+    (``x``, or ``residual_out`` with a residual) when a gradient may be asked for."""
 
     @staticmethod
     def forward(
@@ -508,27 +760,44 @@ class RMSNormFunction(torch.autograd.Function):
         prenorm=False,
         weight_offset=0.0,
     ):
-        out, residual_out, _ = rmsnorm_fwd(
-            x, weight, bias, residual, out_dtype, residual_dtype, eps, False, weight_offset
+        need = any(ctx.needs_input_grad[:4])
+        out, residual_out, rstd = rmsnorm_fwd(
+            x, weight, bias, residual, out_dtype, residual_dtype, eps, need, weight_offset
         )
-        # Nothing is saved: there is no backward to use it. Only what a traced (compiled)
-        # backward needs to name the shapes of the gradients it cannot compute.
-        ctx.like = [
-            None if t is None else (list(t.shape), t.dtype) for t in (x, weight, bias, residual)
-        ]
+        ctx.save_for_backward(x if residual is None else residual_out, weight, rstd)
+        ctx.has_bias = bias is not None
+        # a per-head bias (H, D) without a weight: rmsnorm_bwd's db would sum over the heads
+        # (it only knows has_bias, as QuACK's), so that db is summed here, per head
+        ctx.head_bias = None
+        if bias is not None and weight is None and bias.dim() == 2:
+            ctx.head_bias = (tuple(bias.shape), bias.dtype)
+        ctx.has_residual = residual is not None
+        ctx.prenorm = prenorm
+        ctx.weight_offset = weight_offset
         return (out, residual_out) if prenorm else out
 
     @staticmethod
     def backward(ctx, dout, *rest):
-        if not torch.compiler.is_compiling():
-            raise NotImplementedError(_NO_BACKWARD)
-        # torch.compile traces the backward of a graph whose inputs require grad even if it is
-        # never run (a model in eval mode, outside no_grad): give it an op that raises when run.
-        grads = [
-            _bwd_missing(dout, *like) if like is not None and need else None
-            for like, need in zip(ctx.like, ctx.needs_input_grad[:4], strict=True)
-        ]
-        return (*grads, None, None, None, None, None)
+        x, weight, rstd = ctx.saved_tensors
+        # prenorm: residual_out's gradient flows into x's (and the residual's): residual_out is
+        # x + residual, or x itself without a residual
+        dres_out = rest[0] if ctx.prenorm and rest else None
+        dout, dres_out = _contiguous_last(dout), _contiguous_last(dres_out)
+        has_bias = ctx.has_bias and ctx.head_bias is None
+        dx, dw, db, dres = rmsnorm_bwd(
+            x, weight, dout, rstd, dres_out, has_bias, ctx.has_residual, ctx.weight_offset
+        )
+        if ctx.head_bias is not None and ctx.needs_input_grad[2]:
+            shape, dtype = ctx.head_bias
+            db = dout.float().reshape(-1, *shape).sum(dim=0).to(dtype)
+        need = ctx.needs_input_grad
+        return (
+            dx if need[0] else None,
+            dw if need[1] else None,
+            db if need[2] else None,
+            dres if need[3] else None,
+            *([None] * 5),
+        )
 
 
 def rmsnorm(
@@ -546,9 +815,8 @@ def rmsnorm(
     ``prenorm``. Arguments as in :func:`rmsnorm_fwd`; ``x`` and ``residual`` may have any
     strides (a copy is made when the last dim is not contiguous).
 
-    The backward pass is not implemented yet: a gradient request raises NotImplementedError.
-    Without one to record (grad mode off, or no input requiring grad) the autograd.Function is
-    skipped altogether.
+    Differentiable in x, weight, bias and residual (``rmsnorm_bwd``). Without a gradient to
+    record (grad mode off, or no input requiring grad) the autograd.Function is skipped.
     """
     x, residual = _contiguous_last(x), _contiguous_last(residual)
     if not torch.is_grad_enabled() or not any(
@@ -572,6 +840,14 @@ def rmsnorm_ref(x, w=None, bias=None, residual=None, eps=1e-6, weight_offset=0.0
         return res.to(x.dtype)
     out, residual_out = res
     return out.to(x.dtype), residual_out.to(residual.dtype)
+
+
+def rmsnorm_bwd_ref(x, w, dout, rstd, eps=1e-6, weight_offset=0.0):
+    """QuACK's backward reference: ``(dx, dw)``, fp32 math, dx in ``x.dtype`` and dw in
+    ``w.dtype`` (None without a weight). ``eps`` is unused (rstd is given), as in QuACK.
+    Built on ``quack_edu.reference.rmsnorm_bwd_ref``."""
+    dx, dw, _ = _rmsnorm_bwd_ref32(x, w, dout, rstd, weight_offset=weight_offset)
+    return dx.to(x.dtype), None if w is None else dw.to(w.dtype)
 
 
 class QuackRMSNorm(torch.nn.RMSNorm):

@@ -15,8 +15,8 @@ not the device's). Cases that need a GPU (a result to compare, mixed devices) ca
 marker and are skipped here. A case that does not apply to an entry point (``out`` for the
 library, ``bias`` for a stage, N beyond a limit a stage does not have) is not generated.
 
-No entry point here takes ``dout``: the backward is not public yet (``rmsnorm`` raises
-NotImplementedError when autograd asks for a gradient).
+The backward's entry points (``rmsnorm_bwd``: dout, rstd, dresidual_out) have their argument
+checks in tests/test_rmsnorm_bwd_api.py.
 """
 
 from __future__ import annotations

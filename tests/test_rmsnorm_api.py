@@ -14,6 +14,7 @@ import types
 import pytest
 import torch
 
+from quack_edu.reference import rmsnorm_bwd_ref as bwd_ref32
 from quack_edu.reference import rmsnorm_ref as ref32
 from quack_edu.reference import rstd_ref
 
@@ -170,8 +171,9 @@ def _reference_launch(calls):
     def launch_fwd(x, weight, bias, residual, out, residual_out, rstd, eps, weight_offset=0.0,
                    config=None):  # fmt: skip
         calls.append(dict(x=x, weight=weight, out=out, rstd=rstd, eps=eps, config=config))
+        p = weight if weight is not None else bias  # a per-head weight or bias: (M, H, D)
         for t in (x, out, residual, residual_out):
-            assert t is None or (t.dim() == (3 if weight is not None and weight.dim() == 2 else 2))
+            assert t is None or (t.dim() == (3 if p is not None and p.dim() == 2 else 2))
         assert rstd is None or rstd.shape == x.shape[:-1]
         w = None if weight is None else weight.float() + weight_offset
         got = ref32(x, w, bias, residual, eps)
@@ -187,12 +189,32 @@ def _reference_launch(calls):
     return launch_fwd
 
 
+def _reference_launch_bwd(calls):
+    def launch_bwd(x, weight, dout, dres_out, rstd, dx, dres, db, weight_offset=0.0, config=None):
+        calls.append(dict(x=x, weight=weight, dout=dout, rstd=rstd, dx=dx, config=config))
+        for t in (x, dout, dres_out, dx, dres):
+            assert t is None or (t.dim() == 2 and t.stride(-1) == 1)
+        assert rstd.shape == x.shape[:1] and rstd.is_contiguous()
+        gx, gw, gb = bwd_ref32(x, weight, dout, rstd, dres_out, db, weight_offset=weight_offset)
+        dx.copy_(gx)
+        if dres is not None:
+            dres.copy_(gx)
+        # partial sums as the kernel leaves them: (P, N) fp32, here P = 2
+        return tuple(
+            None if g is None else torch.stack([g, torch.zeros_like(g)]).float() for g in (gw, gb)
+        )
+
+    return launch_bwd
+
+
 @pytest.fixture
 def fake_kernel(monkeypatch):
-    """PLUMBING ONLY: the kernel replaced by the reference, and the device check off."""
+    """PLUMBING ONLY: the kernels replaced by the references, and the device check off."""
     calls = []
     stub = types.SimpleNamespace(launch_fwd=_reference_launch(calls), max_N=R.MAX_N, calls=calls)
     monkeypatch.setattr(R, "_final_mod", stub)
+    bwd = types.SimpleNamespace(launch_bwd=_reference_launch_bwd(calls))
+    monkeypatch.setattr(R, "_final_bwd", lambda: bwd)
     monkeypatch.setattr(R, "_check_device", lambda *args: None)
     return stub
 
@@ -251,7 +273,7 @@ def test_plumbing_strided_rows_and_empty_batches(fake_kernel):
     assert out.shape == (64,)
 
 
-def test_plumbing_rmsnorm_prenorm_and_no_backward(fake_kernel):
+def test_plumbing_rmsnorm_prenorm_and_grad_mode(fake_kernel):
     x, res = torch.randn(4, 64), torch.randn(4, 64)
     out, res_out = R.rmsnorm(x, W, residual=res, prenorm=True)
     assert torch.equal(res_out, x + res)
@@ -261,8 +283,6 @@ def test_plumbing_rmsnorm_prenorm_and_no_backward(fake_kernel):
     w = W.clone().requires_grad_()
     y = R.rmsnorm(x, w)
     assert y.requires_grad
-    with pytest.raises(NotImplementedError, match="backward pass is not implemented"):
-        y.sum().backward()
     with torch.no_grad():
         assert not R.rmsnorm(x, w).requires_grad
     with torch.inference_mode():
@@ -392,8 +412,6 @@ def test_plumbing_compile_fullgraph_no_graph_break(fake_kernel):
     got = compiled(x, res)  # the weights require grad: the backward is traced too
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e)
-    with pytest.raises(NotImplementedError, match="backward pass is not implemented"):
-        got[0].sum().backward()
     with torch.no_grad():
         torch.testing.assert_close(compiled(x, res)[0], expected[0])
 

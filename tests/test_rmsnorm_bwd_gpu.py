@@ -1,0 +1,288 @@
+"""The library's backward on a Hopper GPU (marked `gpu`): ``rmsnorm_bwd`` against float64, every
+feature, determinism, autograd (``rmsnorm``, ``QuackRMSNorm``), gradcheck, torch.compile,
+opcheck, CUDA graphs, and a few training steps against ``nn.RMSNorm``.
+
+Tolerances. dx is one row's arithmetic rounded to its dtype: the forward's table
+(``TOLERANCES``). dw (and db) are sums over the M rows of products of size ~1 with random
+signs, so they grow like sqrt(M) and so does the fp32 error of summing them in another order
+than float64 does: the weight dtype's table with ``atol`` scaled by sqrt(M).
+"""
+
+import importlib
+import math
+
+import pytest
+import torch
+
+from quack_edu.reference import TOLERANCES, rstd_ref
+from quack_edu.reference import rmsnorm_bwd_ref as bwd_ref
+
+R = importlib.import_module("quack_edu.rmsnorm")  # quack_edu.rmsnorm is the function
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+MS = [1, 37, 199]
+NS = [1, 7, 100, 1000, 4096, 4104, 65536 + 8, 100001, 262144]
+WDTYPES = [None, torch.float16, torch.bfloat16, torch.float32]
+SWEEP = [
+    (N, dtype, WDTYPES[(i + j + 1) % 4]) for i, N in enumerate(NS) for j, dtype in enumerate(DTYPES)
+]
+
+
+def _poison_allocator(nbytes=64 << 20):
+    torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(0xFF)  # 0xFFFF.. is NaN
+
+
+def _close(got, expected, what, rows=1):
+    assert got is not None, f"{what}: missing"
+    assert torch.isfinite(got).all(), f"{what}: not every element was written"
+    tol = dict(TOLERANCES[got.dtype])
+    tol["atol"] *= math.sqrt(rows)  # a sum over rows: see the module docstring
+    torch.testing.assert_close(got.double(), expected.double(), **tol, msg=lambda m: f"{what}: {m}")
+
+
+def _inputs(M, N, dtype, wdtype, dout_dtype=None):
+    x = torch.randn(M, N, device="cuda", dtype=dtype)
+    w = None if wdtype is None else torch.randn(N, device="cuda", dtype=wdtype)
+    dout = torch.randn(M, N, device="cuda", dtype=dout_dtype or dtype)
+    rstd = rstd_ref(x.double()).float()  # what the forward stores
+    return x, w, dout, rstd
+
+
+def _check(x, w, dout, rstd, dres_out=None, has_bias=False, has_residual=False, offset=0.0):
+    _poison_allocator()
+    dx, dw, db, dres = R.rmsnorm_bwd(x, w, dout, rstd, dres_out, has_bias, has_residual, offset)
+    ex, ew, eb = bwd_ref(
+        x, w, dout, rstd, dres_out, has_bias, compute_dtype=torch.float64, weight_offset=offset
+    )
+    what = f"{tuple(x.shape)} {x.dtype} w={None if w is None else w.dtype}"
+    assert dx.dtype == x.dtype and dx.shape == x.shape
+    _close(dx, ex, f"dx {what}")
+    rows = x.numel() // x.shape[-1]
+    if w is None:
+        assert dw is None
+    else:
+        assert dw.dtype == w.dtype and dw.shape == w.shape
+        _close(dw, ew, f"dw {what}", rows)
+    if has_bias:
+        _close(db, eb, f"db {what}", rows)
+    else:
+        assert db is None
+    if dres_out is not None and dres_out.dtype != x.dtype:
+        assert dres.dtype == dres_out.dtype
+        _close(dres, ex, f"dresidual {what}")
+    elif has_residual:
+        assert dres is dx
+    else:
+        assert dres is None
+    return dx, dw, db, dres
+
+
+@pytest.mark.parametrize(("N", "dtype", "wdtype"), SWEEP)
+def test_values_at_ragged_shapes(N, dtype, wdtype):
+    for M in MS:  # one compile for all three: M is symbolic
+        _check(*_inputs(M, N, dtype, wdtype))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "N"), [(torch.bfloat16, 100), (torch.float16, 4104), (torch.float32, 65536 + 8)]
+)
+def test_every_feature(dtype, N):
+    x, w, dout, rstd = _inputs(37, N, dtype, torch.float32)
+    same = torch.randn_like(x)
+    other = torch.randn(
+        37, N, device="cuda", dtype=torch.float32 if dtype != torch.float32 else torch.bfloat16
+    )
+    _check(x, w, dout, rstd, has_bias=True, offset=1.0)
+    _check(x, w, dout, rstd, same, has_residual=True)
+    _check(x, w, dout, rstd, other, has_bias=True, has_residual=True)
+    _check(x, None, dout, rstd, has_bias=True)
+    dout2 = torch.randn(
+        37, N, device="cuda", dtype=torch.bfloat16 if dtype != torch.bfloat16 else torch.float32
+    )
+    _check(x, w, dout2, rstd)  # dout in another dtype than x (autocast)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_per_head_weight(dtype):
+    x = torch.randn(5, 3, 8, 72, device="cuda", dtype=dtype)
+    w = torch.randn(8, 72, device="cuda", dtype=torch.float32)
+    dout = torch.randn_like(x)
+    rstd = rstd_ref(x.double()).float()
+    _check(x, w, dout, rstd, has_bias=True)
+
+
+def test_strided_rows_leading_shapes_and_no_rows():
+    base = torch.randn(37, 576, device="cuda", dtype=torch.bfloat16)
+    x = base[:, :512]  # rows 576 apart
+    dout = torch.randn(37, 640, device="cuda", dtype=torch.bfloat16)[:, 64:576]
+    w = torch.randn(512, device="cuda", dtype=torch.float32)
+    _check(x, w, dout, rstd_ref(x.double()).float())
+    x3 = torch.randn(2, 3, 40, device="cuda")
+    _check(x3, w[:40].contiguous(), torch.randn_like(x3), rstd_ref(x3.double()).float())
+    x0 = torch.empty(0, 4096, device="cuda", dtype=torch.bfloat16)
+    dx, dw, db, _ = R.rmsnorm_bwd(
+        x0, w.new_ones(4096), torch.empty_like(x0), x0.new_empty(0, dtype=torch.float32),
+        has_bias=True,
+    )  # fmt: skip
+    assert dx.shape == x0.shape and torch.equal(dw, torch.zeros_like(dw))
+    assert torch.equal(db, torch.zeros_like(db))
+
+
+@pytest.mark.parametrize("N", [4096, 262144])
+def test_dw_is_bitwise_deterministic(N):
+    x, w, dout, rstd = _inputs(4096 if N == 4096 else 256, N, torch.bfloat16, torch.float32)
+    first = R.rmsnorm_bwd(x, w, dout, rstd, has_bias=True)
+    for _ in range(3):
+        again = R.rmsnorm_bwd(x, w, dout, rstd, has_bias=True)
+        for a, b in zip(first[:3], again[:3], strict=True):
+            assert torch.equal(a, b)
+
+
+def _ref_forward(x, w, b, res, eps, offset):
+    """float64 autograd reference: (out, residual_out)."""
+    h = x.double() + (res.double() if res is not None else 0)
+    y = h * torch.rsqrt(h.square().mean(-1, keepdim=True) + eps)
+    if w is not None:
+        y = y * (w.double() + offset)
+    if b is not None:
+        y = y + b.double()
+    return y, h
+
+
+@pytest.mark.parametrize("prenorm", [False, True])
+@pytest.mark.parametrize("residual", [False, True])
+def test_autograd_matches_float64(prenorm, residual):
+    M, N, dtype = 37, 1000, torch.bfloat16
+
+    def leaf(shape, dt):
+        return torch.randn(shape, device="cuda", dtype=dt).requires_grad_()
+
+    x, w, b = leaf((M, N), dtype), leaf(N, torch.float32), leaf(N, torch.float32)
+    res = leaf((M, N), torch.float32) if residual else None
+    g, g2 = torch.randn(M, N, device="cuda"), torch.randn(M, N, device="cuda")
+    got = R.rmsnorm(x, w, b, res, eps=1e-5, prenorm=prenorm, weight_offset=0.5)
+    out, res_out = got if prenorm else (got, None)
+    loss = (out.float() * g).sum() + ((res_out.float() * g2).sum() if prenorm else 0)
+    leaves = [t for t in (x, w, b, res) if t is not None]
+    grads = torch.autograd.grad(loss, leaves)
+    ref_leaves = [t.detach().clone().requires_grad_() for t in leaves]
+    rx, rw, rb = ref_leaves[:3]
+    rres = ref_leaves[3] if residual else None
+    ey, eh = _ref_forward(rx, rw, rb, rres, 1e-5, 0.5)
+    # the kernel's dout is out's gradient in out's dtype: round g as autograd does
+    eloss = (ey * g.to(dtype).double()).sum() + ((eh * g2.double()).sum() if prenorm else 0)
+    egrads = torch.autograd.grad(eloss, ref_leaves)
+    for name, a, e in zip("x w b residual".split(), grads, egrads, strict=False):
+        _close(a, e, f"grad {name}", rows=M if name in ("w", "b") else 1)
+
+
+def test_gradcheck_small():
+    x = torch.randn(3, 16, device="cuda", requires_grad=True)
+    w = torch.randn(16, device="cuda", requires_grad=True)
+    b = torch.randn(16, device="cuda", requires_grad=True)
+    # fp32 kernels: finite differences with a large step and tolerances to match (the
+    # numerical Jacobian's error is ~ eps**2 * f''' + 1e-7 / eps)
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: R.rmsnorm(x, w, b), (x, w, b), eps=1e-2, atol=5e-3, rtol=5e-3,
+        nondet_tol=1e-6,
+    )  # fmt: skip
+
+
+def test_module_training_follows_nn_rmsnorm():
+    torch.manual_seed(0)
+
+    def model(norm_cls):
+        torch.manual_seed(1)
+        return torch.nn.Sequential(
+            torch.nn.Linear(64, 256), norm_cls(256), torch.nn.GELU(), torch.nn.Linear(256, 1)
+        ).cuda()
+
+    data = torch.randn(512, 64, device="cuda")
+    target = torch.randn(512, 1, device="cuda")
+    losses = {}
+    for cls in (R.QuackRMSNorm, lambda d: torch.nn.RMSNorm(d, eps=1e-6)):
+        m = model(cls)
+        opt = torch.optim.SGD(m.parameters(), lr=0.05)
+        curve = []
+        for _ in range(20):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = torch.nn.functional.mse_loss(m(data).float(), target)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            curve.append(loss.item())
+        losses[cls] = curve
+    a, b = losses.values()
+    assert a[-1] < a[0] * 0.9  # it trains
+    for la, lb in zip(a, b, strict=True):
+        assert abs(la - lb) <= 2e-2 * abs(lb), (a, b)
+
+
+def test_opcheck_backward_op():
+    x, w, dout, rstd = _inputs(37, 1000, torch.bfloat16, torch.float32)
+    dres = torch.randn(37, 1000, device="cuda", dtype=torch.float32)
+    op = torch.ops.quack_edu.rmsnorm_bwd.default
+    for args in [
+        (x, w, dout, rstd, None, False, None, 0.0),
+        (x, w, dout, rstd, dres, True, torch.float32, 1.0),
+        (x, None, dout, rstd, None, True, None, 0.0),
+    ]:
+        torch.library.opcheck(op, args)
+
+
+def test_torch_compile_fullgraph_forward_and_backward():
+    torch._dynamo.reset()
+    norm = R.QuackRMSNorm(1024, device="cuda")
+    proj = torch.nn.Linear(1024, 1024, device="cuda")
+
+    def f(x, res):
+        out, res = R.rmsnorm(x, norm.weight, residual=res, prenorm=True)
+        return norm(proj(out)).sum() + res.sum()
+
+    x = torch.randn(8, 1024, device="cuda", requires_grad=True)
+    res = torch.randn(8, 1024, device="cuda", requires_grad=True)
+    f(x, res).backward()
+    eager = [t.grad.clone() for t in (x, res, norm.weight)]
+    for t in (x, res, norm.weight):
+        t.grad = None
+    torch.compile(f, fullgraph=True)(x, res).backward()
+    for a, e in zip([x.grad, res.grad, norm.weight.grad], eager, strict=True):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+
+
+def test_cuda_graph_capture_of_forward_and_backward():
+    x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(4096, device="cuda", requires_grad=True)
+    g = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        x.grad = w.grad = None
+        R.rmsnorm(x, w).backward(g)
+        return x.grad, w.grad
+
+    expected = [t.clone() for t in step()]  # compiles and warms up outside the capture
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    x.grad = w.grad = None
+    with torch.cuda.graph(graph):
+        out = R.rmsnorm(x, w)
+        gx, gw = torch.autograd.grad(out, (x, w), g)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(gx, expected[0]) and torch.equal(gw, expected[1])
+
+
+def test_rmsnorm_bwd_tuned(tmp_path, monkeypatch):
+    monkeypatch.setenv("QUACK_EDU_AUTOTUNE_CACHE", str(tmp_path / "tune.json"))
+    monkeypatch.setattr(R, "_tuner", None)
+    x, w, dout, rstd = _inputs(512, 4096, torch.bfloat16, torch.float32)
+    tuned = R.rmsnorm_bwd_tuned(x, w, dout, rstd, has_bias=True)
+    plain = R.rmsnorm_bwd(x, w, dout, rstd, has_bias=True)
+    for t, p in zip(tuned[:3], plain[:3], strict=True):
+        torch.testing.assert_close(t.float(), p.float(), rtol=2e-2, atol=2e-2)
