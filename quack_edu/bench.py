@@ -59,6 +59,17 @@ EPS = 1e-6
 
 #: the library's entries, by kernel name (``quack_edu.rmsnorm``, QuACK's signature)
 LIBRARY = {"lib": "rmsnorm_fwd", "lib-tuned": "rmsnorm_fwd_tuned"}
+LIBRARY_BWD = {"lib": "rmsnorm_bwd", "lib-tuned": "rmsnorm_bwd_tuned"}
+#: the backward issue's acceptance criteria (``verdict``'s thresholds for ``--pass bwd``): no
+#: shape below 0.98x the best peer, geomean >= 1.10x QuACK, >= 85% of copy at 4K-32K and
+#: >= 75% at 64K-262K; no fp32-vs-bf16-weight criterion
+BWD_THRESHOLDS = {
+    "peer_margin": 0.02,
+    "geomean_min": 1.10,
+    "fp32_margin": None,
+    "copy_bands": ((4096, 32768, 85.0), (65536, 262144, 75.0)),
+    "residual_ns": (),
+}
 #: the kernels whose host cost ``--overhead`` measures (and ``--ours``). Not ``lib-tuned``
 #: unless it is ours: its tuning key has no M, and a tiny M must not choose its config.
 HOST_TIMED = ("lib", "quack", "torch-eager")
@@ -77,6 +88,14 @@ def rmsnorm_bytes(M: int, N: int, dtype, weight_dtype=None, residual: bool = Fal
     esize = torch.empty((), dtype=dtype).element_size()
     wsize = torch.empty((), dtype=weight_dtype or dtype).element_size()
     return (4 if residual else 2) * M * N * esize + N * wsize
+
+
+def rmsnorm_bwd_bytes(M: int, N: int, dtype, weight_dtype=None) -> int:
+    """QuACK's count for a backward: read x and dout, write dx (x's dtype), read the weight and
+    rstd (fp32). The fp32 partial sums of dw (P x N, P ~ the SMs) are not counted."""
+    esize = torch.empty((), dtype=dtype).element_size()
+    wsize = torch.empty((), dtype=weight_dtype or dtype).element_size()
+    return 3 * M * N * esize + N * wsize + 4 * M
 
 
 def _l2_bytes() -> int:
@@ -226,13 +245,20 @@ def stage_fn(name: str, config=None):
     return fwd
 
 
-def library_fn(name: str, residual: bool = False) -> Callable:
+def library_fn(name: str, residual: bool = False, pass_: str = "fwd") -> Callable:
     """The library's forward (``lib``: heuristic config; ``lib-tuned``: autotuned on the first
     call of a key) as ``fn(x, w) -> out``, or with ``residual`` ``fn(x, w, r) -> (out,
-    residual_out)``. Raises ImportError/AttributeError while the library lacks it."""
+    residual_out)``; its backward (``pass_="bwd"``) as ``fn(x, w, dout, rstd) -> (dx, dw)``.
+    Raises ImportError/AttributeError while the library lacks it."""
     import importlib
 
-    f = getattr(importlib.import_module(f"{__package__}.rmsnorm"), LIBRARY[name])
+    mod = importlib.import_module(f"{__package__}.rmsnorm")
+    if pass_ == "bwd":
+        if residual:
+            raise NotImplementedError("the backward is timed without a residual")
+        b = getattr(mod, LIBRARY_BWD[name])
+        return lambda x, w, dout, rstd: b(x, w, dout, rstd)[:2]
+    f = getattr(mod, LIBRARY[name])
     if residual:
         return lambda x, w, r: tuple(f(x, w, residual=r, eps=EPS)[:2])
     return lambda x, w: f(x, w, eps=EPS)[0]
@@ -260,9 +286,34 @@ def _torch_compile(fn):
     return torch.compile(fn, dynamic=False)
 
 
-def peer_fns(residual: bool = False, names=PEERS) -> tuple[dict[str, Callable], dict[str, str]]:
+def _autograd_bwd(forward: Callable) -> Callable:
+    """A peer's backward as autograd runs it: ``fn(x, w, dout, rstd) -> (dx, dw)``. The forward
+    runs once per input set, on its first call (outside the timing: ``bench_one`` makes that
+    first call before it times); every call then replays the recorded backward
+    (``retain_graph``). ``fn.clear()`` drops the recorded graphs. Not for CUDA graphs."""
+    recorded: dict = {}
+
+    def fn(x, w, dout, rstd):
+        key = (x.data_ptr(), w.data_ptr())
+        hit = recorded.get(key)
+        if hit is None:
+            xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+            with torch.enable_grad():
+                hit = recorded[key] = (forward(xg, wg), xg, wg)
+        out, xg, wg = hit
+        return torch.autograd.grad(out, (xg, wg), dout, retain_graph=True)
+
+    fn.clear = recorded.clear
+    fn.graph_ok = False
+    return fn
+
+
+def peer_fns(
+    residual: bool = False, names=PEERS, pass_: str = "fwd"
+) -> tuple[dict[str, Callable], dict[str, str]]:
     """The peers among ``names`` that are importable here, as ``fn(x, w) -> out`` (with
-    ``residual``: ``fn(x, w, r) -> (out, residual_out)``), and why each other one is not."""
+    ``residual``: ``fn(x, w, r) -> (out, residual_out)``; backward: ``fn(x, w, dout, rstd) ->
+    (dx, dw)``), and why each other one is not."""
     import torch.nn.functional as F
 
     fns: dict[str, Callable] = {}
@@ -275,6 +326,36 @@ def peer_fns(residual: bool = False, names=PEERS) -> tuple[dict[str, Callable], 
             fns[name] = make()
         except Exception as e:  # not installed here, or this mode has no such kernel
             missing[name] = _why(e, 200)
+
+    if pass_ == "bwd":
+        if residual:
+            raise NotImplementedError("the backward is timed without a residual")
+
+        def quack_bwd():
+            from quack.rmsnorm import rmsnorm_bwd
+
+            return lambda x, w, dout, rstd: rmsnorm_bwd(x, w, dout, rstd)[:2]
+
+        def compiled_bwd():
+            import torch._functorch.config as functorch_config
+
+            # a compiled backward replayed with retain_graph must not donate its buffers
+            functorch_config.donated_buffer = False
+            return _autograd_bwd(_torch_compile(_composed))
+
+        def not_timed():
+            raise NotImplementedError("its backward is not timed by this harness")
+
+        add("quack", quack_bwd)
+        add("quack-autograd", not_timed)
+        add("torch-compile", compiled_bwd)
+        add("liger", not_timed)
+        add("torch-eager", lambda: _autograd_bwd(lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)))
+        add("torch-ops", lambda: _autograd_bwd(_composed))
+        for name in names:
+            if name not in PEERS:
+                missing[name] = f"unknown peer; known: {', '.join(PEERS)}"
+        return fns, missing
 
     def quack():
         from quack.rmsnorm import rmsnorm_fwd  # the forward entry the issue compares with
@@ -322,13 +403,15 @@ def peer_fns(residual: bool = False, names=PEERS) -> tuple[dict[str, Callable], 
     return fns, missing
 
 
-def resolve_kernels(names, residual: bool = False) -> tuple[dict[str, Callable], dict[str, str]]:
+def resolve_kernels(
+    names, residual: bool = False, pass_: str = "fwd"
+) -> tuple[dict[str, Callable], dict[str, str]]:
     """{name: fn} for every kernel name that can run here (stages, library, peers), and
     {name: why not} for the others, so that a run records what it skipped and why."""
     fns: dict[str, Callable] = {}
     skipped: dict[str, str] = {}
     peers = [n for n in names if kernel_kind(n) == "peer"]
-    got, missing = peer_fns(residual, peers) if peers else ({}, {})
+    got, missing = peer_fns(residual, peers, pass_) if peers else ({}, {})
     for name in names:
         kind = kernel_kind(name)
         try:
@@ -338,9 +421,11 @@ def resolve_kernels(names, residual: bool = False) -> tuple[dict[str, Callable],
                 else:
                     fns[name] = got[name]
             elif kind == "library":
-                fns[name] = library_fn(name, residual)
+                fns[name] = library_fn(name, residual, pass_)
             elif residual:
                 raise NotImplementedError("stage kernels take no residual")
+            elif pass_ == "bwd":
+                raise NotImplementedError("the backward is timed through the library (lib)")
             else:
                 fns[name] = stage_fn(name)
         except Exception as e:
@@ -375,6 +460,21 @@ def _check_outputs(got, args, dtype, residual: bool) -> None:
         assert_close(got, rmsnorm_ref(x, w, eps=EPS), dtype)
 
 
+def _check_grads(got, args, dtype) -> None:
+    """(dx, dw) of a backward on (x, w, dout, rstd) against the fp32 reference. dw is a sum over
+    the M rows of terms ~1 with random signs: its tolerance grows like sqrt(M)."""
+    from .reference import TOLERANCES, assert_close, rmsnorm_bwd_ref
+
+    x, w, dout, rstd = args
+    dx, dw, _ = rmsnorm_bwd_ref(x, w, dout, rstd)
+    assert_close(got[0], dx, dtype, what="dx")
+    tol = TOLERANCES[got[1].dtype]
+    scale = math.sqrt(x.shape[0])
+    torch.testing.assert_close(
+        got[1].float(), dw, atol=tol["atol"] * scale, rtol=tol["rtol"], msg="dw"
+    )
+
+
 def bench_one(
     fn,
     M,
@@ -385,16 +485,24 @@ def bench_one(
     check=True,
     residual=False,
     budget_s=0.5,
+    pass_="fwd",
 ) -> dict:
-    """Time ``fn(x, w)`` (with ``residual``: ``fn(x, w, r) -> (out, residual_out)``) at M x N.
-    The first call (a compile, an autotune) runs, and is checked, before any timing."""
+    """Time ``fn(x, w)`` (with ``residual``: ``fn(x, w, r) -> (out, residual_out)``; backward:
+    ``fn(x, w, dout, rstd) -> (dx, dw)``) at M x N. The first call (a compile, an autotune,
+    a peer's recorded forward) runs, and is checked, before any timing."""
     wdt = weight_dtype or dtype
-    nbytes = rmsnorm_bytes(M, N, dtype, wdt, residual)
+    bwd = pass_ == "bwd"
+    nbytes = (
+        rmsnorm_bwd_bytes(M, N, dtype, wdt) if bwd else rmsnorm_bytes(M, N, dtype, wdt, residual)
+    )
     k = rotation_count(nbytes)
 
     def inputs():
         x = torch.randn(M, N, device="cuda", dtype=dtype)
         w = torch.randn(N, device="cuda", dtype=wdt)
+        if bwd:
+            rstd = torch.rsqrt(x.float().square().mean(-1) + EPS)
+            return (x, w, torch.randn(M, N, device="cuda", dtype=dtype), rstd)
         return (x, w, torch.randn(M, N, device="cuda", dtype=dtype)) if residual else (x, w)
 
     sets = [inputs() for _ in range(k)]
@@ -404,15 +512,22 @@ def bench_one(
         got = fn(*sets[0])
         _sync()
         first_s = time.perf_counter() - t
-        out = got[0] if residual else got
+        out = got[0] if residual or bwd else got
         out_dtype = out.dtype
-        if check:  # never time a kernel whose answer is wrong
+        if check and bwd:
+            _check_grads(got, sets[0], dtype)
+        elif check:  # never time a kernel whose answer is wrong
             _check_outputs(got, sets[0], dtype, residual)
         del got, out
+        if bwd:
+            for args in sets[1:]:  # a peer's forward, recorded outside the timing
+                fn(*args)
         if graph:
             us = time_graph(fn, sets)
         else:
             us = time_calls(fn, sets, budget_s=budget_s)
+    if hasattr(fn, "clear"):
+        fn.clear()
     del sets
     row = {
         "M": M,
@@ -420,6 +535,7 @@ def bench_one(
         "dtype": _short(dtype),
         "weight_dtype": _short(wdt),
         "residual": residual,
+        "pass": pass_,
         "us": us,
         "gbps": nbytes / (us * 1e-6) / 1e9,
         "bytes": nbytes,
@@ -519,6 +635,7 @@ def run(
     budget_s=0.5,
     compile_ns=(3000, 5000),
     meta=None,
+    pass_="fwd",
 ) -> dict:
     """Time every kernel at every shape and weight dtype. ``stages``: kernel names (stages,
     ``lib``, ``lib-tuned``, also peers); ``peers``: True/"all" or a comma list. ``graph``: also
@@ -527,7 +644,12 @@ def run(
     ``residual``: the pre-norm benchmark (x + residual, both outputs). ``overhead``: also the
     host cost per tiny call and the first-call time of ``ours`` (before the sweep).
     ``on_row(result)`` is called after every row (to save partial results); ``meta``: fields
-    for the record (the command line)."""
+    for the record (the command line). ``pass_``: "fwd", or "bwd" (the backward: the library's
+    ``rmsnorm_bwd``, QuACK's, autograd of torch.compile / F.rms_norm / PyTorch ops)."""
+    if pass_ not in ("fwd", "bwd"):
+        raise ValueError(f"pass_ must be 'fwd' or 'bwd', got {pass_!r}")
+    if pass_ == "bwd" and (residual or overhead):
+        raise ValueError("the backward is timed without --residual and --overhead")
     t_run = time.perf_counter()
     max_n = max_n or {}
     weight_dtypes = list(weight_dtypes or [None])
@@ -543,6 +665,7 @@ def run(
         "dtype": _short(dtype),
         "weight_dtypes": [_short(w or dtype) for w in weight_dtypes],
         "residual": residual,
+        "pass": pass_,
         **(meta or {}),
         "rows": rows,
     }
@@ -550,7 +673,7 @@ def run(
     if peers:
         wanted = list(PEERS) if peers in (True, "all") else peers.split(",")
         names += [p for p in wanted if p not in names]
-    fns, skipped = resolve_kernels(names, residual)
+    fns, skipped = resolve_kernels(names, residual, pass_)
     if peers in (True, "all"):  # "all" = the peers that are installed: no noise about the rest
         skipped = {k: v for k, v in skipped.items() if kernel_kind(k) != "peer"}
     for name, why in skipped.items():
@@ -575,11 +698,13 @@ def run(
                 if N > max_n.get(name, N):
                     continue
                 small = graph_max_n is None or N <= graph_max_n
+                small = small and getattr(fn, "graph_ok", True)  # autograd peers: plain only
                 for g in [False, True] if graph and small else [False]:
                     try:
                         row = bench_one(
-                            fn, M, N, dtype, g, wdt, residual=residual, budget_s=budget_s
-                        )
+                            fn, M, N, dtype, g, wdt, residual=residual, budget_s=budget_s,
+                            pass_=pass_,
+                        )  # fmt: skip
                     except Exception as e:  # a kernel that doesn't support a case: record why
                         row = {
                             "M": M,
@@ -600,9 +725,15 @@ def run(
                         on_row(result)
                 torch.cuda.empty_cache()
     result["elapsed_s"] = time.perf_counter() - t_run
-    result["verdict"] = verdict(rows, ours=ours)
+    result["verdict"] = verdict(rows, ours=ours, **thresholds_for(pass_))
     log(f"run took {result['elapsed_s']:.0f} s")
     return result
+
+
+def thresholds_for(pass_: str) -> dict:
+    """``verdict``'s thresholds for a pass: the forward issue's (its defaults) or the
+    backward's (``BWD_THRESHOLDS``)."""
+    return dict(BWD_THRESHOLDS) if pass_ == "bwd" else {}
 
 
 def _version(package: str) -> str:
@@ -734,8 +865,9 @@ def verdict(
     Criteria (the thresholds are the parameters): every shape >= best peer * (1 - peer_margin);
     geomean vs QuACK >= geomean_min per weight dtype; fp32 / bf16 weights >= 1 - fp32_margin
     (one-sided: faster is fine); % of copy >= the band's minimum, plain rows, per weight dtype;
-    with a residual at ``residual_ns``, ours / QuACK >= residual_min. An error row of ours fails
-    the shape; a criterion with no rows to judge is N/A."""
+    with a residual at ``residual_ns``, ours / QuACK >= residual_min (``fp32_margin`` None or
+    ``residual_ns`` empty: that criterion is not judged). An error row of ours fails the shape;
+    a criterion with no rows to judge is N/A."""
     last = {}  # the latest row per case and kernel (runs merged in order)
     for r in rows:
         last[(bool(r.get("residual")), _wdt(r), r["M"], r["N"], bool(r["graph"]), r["kernel"])] = r
@@ -830,14 +962,14 @@ def verdict(
             ratio = e["gbps"] / other["gbps"] if e["gbps"] and other["gbps"] else None
             ratios.append({"M": e["M"], "N": e["N"], "graph": e["graph"], "ratio": ratio})
             e["fp32_vs_bf16"] = ratio
-    bad = [
-        f"{_shape(e)} {e['ratio']:.3f}" if e["ratio"] else f"{_shape(e)} error"
-        for e in ratios
-        if not e["ratio"] or e["ratio"] < 1 - fp32_margin
-    ]
-    checks.append(
-        _criterion(f"fp32 weights within {100 * fp32_margin:g}% of bf16 weights", bad, len(ratios))
-    )
+    if fp32_margin is not None:  # None: reported, not judged
+        bad = [
+            f"{_shape(e)} {e['ratio']:.3f}" if e["ratio"] else f"{_shape(e)} error"
+            for e in ratios
+            if not e["ratio"] or e["ratio"] < 1 - fp32_margin
+        ]
+        name = f"fp32 weights within {100 * fp32_margin:g}% of bf16 weights"
+        checks.append(_criterion(name, bad, len(ratios)))
 
     res_entries = {}
     for w in dict.fromkeys(w for (res, w, *_, k) in last if res and k == ours):
@@ -854,7 +986,9 @@ def verdict(
         if not e["vs_quack"] or e["vs_quack"] < residual_min
     ]
     ns = ",".join(f"{n // 1024}K" for n in residual_ns)
-    checks.append(_criterion(f"residual >= {residual_min:g}x QuACK at N={ns}", bad, len(judged)))
+    if residual_ns:  # (): no residual criterion
+        name = f"residual >= {residual_min:g}x QuACK at N={ns}"
+        checks.append(_criterion(name, bad, len(judged)))
 
     statuses = {c["status"] for c in checks}
     overall = "FAIL" if "FAIL" in statuses else "INCOMPLETE" if "N/A" in statuses else "PASS"
@@ -961,7 +1095,8 @@ def plot(result: dict, path: str) -> None:
         ax.set_xlabel("N (row length)")
         ax.set_ylabel("GB/s")
         what = f"x {mine[0]['dtype']}, weights {w}" + (", with residual" if res else "")
-        ax.set_title(f"RMSNorm forward, {what} - {result['gpu']}, {result['date']}", fontsize=10)
+        name = "backward" if result.get("pass") == "bwd" else "forward"
+        ax.set_title(f"RMSNorm {name}, {what} - {result['gpu']}, {result['date']}", fontsize=10)
         ax.legend(fontsize=8, ncol=2)
         ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -982,6 +1117,10 @@ def summarize(paths, ours: str = "lib", png: str | None = None, **thresholds) ->
         if res.get("compile") or res.get("overhead"):
             parts.append(host_table(res))
     rows = [r for res in results for r in res["rows"]]
+    passes = {res.get("pass", "fwd") for res in results}
+    if len(passes) > 1:
+        raise ValueError(f"summarize runs of one pass at a time, got {sorted(passes)}")
+    thresholds = {**thresholds_for(passes.pop()), **thresholds}
     parts.append(format_verdict(verdict(rows, ours=ours, **thresholds)))
     if png:
         plot({**results[0], "rows": rows}, png)
@@ -998,6 +1137,14 @@ def main(argv=None) -> int:
         "lib (quack_edu.rmsnorm.rmsnorm_fwd) and lib-tuned (rmsnorm_fwd_tuned)",
     )
     p.add_argument("--shapes", default=None, help="e.g. 32768x4096,8192x262144 (default: sweep)")
+    p.add_argument(
+        "--pass",
+        dest="pass_",
+        choices=("fwd", "bwd"),
+        default="fwd",
+        help="the forward, or the backward (dx and dw from x, dout, rstd: the library's "
+        "rmsnorm_bwd against QuACK's and autograd's; kernels: lib, lib-tuned and peers)",
+    )
     p.add_argument("--dtype", default="bf16")
     p.add_argument(
         "--weight-dtype",
@@ -1081,6 +1228,7 @@ def main(argv=None) -> int:
         budget_s=a.rep_budget,
         compile_ns=[int(n) for n in a.compile_n.split(",") if n],
         meta={"command": " ".join(["python -m quack_edu.bench", *(argv or sys.argv[1:])])},
+        pass_=a.pass_,
     )
     save(result)
     if a.png:

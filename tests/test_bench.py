@@ -319,3 +319,79 @@ def test_bench_one_times_the_library_with_fp32_weights_and_a_residual():
     r = bench.bench_one(fn, 1024, 1024, torch.bfloat16, True, torch.float32, residual=True)
     assert r["weight_dtype"] == "fp32" and r["residual"] and r["graph"] and r["gbps"] > 0
     assert r["bytes"] == rmsnorm_bytes(1024, 1024, torch.bfloat16, torch.float32, True)
+
+
+# --- the backward pass ----------------------------------------------------------------------
+
+
+def test_backward_bytes_are_quacks_count():
+    # x and dout read, dx written (bf16), the weight, and rstd in fp32
+    assert bench.rmsnorm_bwd_bytes(8, 1024, torch.bfloat16) == 3 * 8 * 1024 * 2 + 1024 * 2 + 32
+    assert bench.rmsnorm_bwd_bytes(8, 1024, torch.bfloat16, torch.float32) == (
+        3 * 8 * 1024 * 2 + 1024 * 4 + 32
+    )
+
+
+def test_autograd_peer_backward_is_autograds_and_replays():
+    calls = []
+
+    def forward(x, w):
+        calls.append(1)
+        return bench._composed(x, w)
+
+    fn = bench._autograd_bwd(forward)
+    x, w = torch.randn(5, 64), torch.randn(64)
+    dout = torch.randn(5, 64)
+    rstd = torch.rsqrt(x.square().mean(-1) + bench.EPS)
+    for _ in range(3):
+        dx, dw = fn(x, w, dout, rstd)
+    assert len(calls) == 1 and fn.graph_ok is False  # one forward, backward replayed
+    bench._check_grads((dx, dw), (x, w, dout, rstd), torch.float32)
+    with pytest.raises(AssertionError, match="dx"):
+        bench._check_grads((dx * 1.1, dw), (x, w, dout, rstd), torch.float32)
+    with pytest.raises(AssertionError, match="dw"):
+        bench._check_grads((dx, dw + 0.1), (x, w, dout, rstd), torch.float32)
+    fn.clear()
+    fn(x, w, dout, rstd)
+    assert len(calls) == 2
+
+
+def test_backward_peers_and_kernels_resolve():
+    fns, missing = bench.peer_fns(names=bench.PEERS, pass_="bwd")
+    assert {"torch-eager", "torch-ops"} <= set(fns)
+    assert "not timed" in missing["liger"] and "not timed" in missing["quack-autograd"]
+    fns, skipped = bench.resolve_kernels(["lib", "cpasync"], pass_="bwd")
+    assert "through the library" in skipped["cpasync"]
+    with pytest.raises(ValueError, match="without --residual"):
+        bench.run(["lib"], [(8, 256)], residual=True, pass_="bwd")
+
+
+def test_backward_verdict_thresholds():
+    # 85% of copy at 4K-32K, 75% at 64K-262K, geomean >= 1.10x QuACK, >= 0.98x the best peer
+    t = bench.thresholds_for("bwd")
+    rows = []
+    for w in ("bf16", "fp32"):
+        for N, pct in ((4096, 86.0), (65536, 76.0)):
+            got = COPY * pct / 100
+            rows += [row("lib", N, got, w), row("quack", N, got / 1.2, w)]
+            rows += [row("torch-compile", N, got / 1.01, w)]
+    v = verdict(rows, **t)
+    assert v["overall"] == "PASS", format_verdict(v)
+    slow = [dict(r, gbps=r["gbps"] * 0.95, pct_copy=r["pct_copy"] * 0.95) for r in rows]
+    slow = [r if r["kernel"] == "lib" else rows[i] for i, r in enumerate(slow)]
+    v = verdict(slow, **t)
+    for w in ("bf16", "fp32"):
+        assert status(v, f"[w {w}] % of copy")[0] == "FAIL"
+        assert status(v, f"[w {w}] every shape")[0] == "FAIL"  # 0.95 / 1.01 < 0.98
+        assert status(v, f"[w {w}] geomean")[0] == "PASS"  # 1.2 * 0.95 = 1.14
+    assert not [c for c in v["checks"] if "residual" in c["name"] or "fp32 w" in c["name"]]
+
+
+@pytest.mark.gpu
+def test_bench_one_times_the_library_backward_and_an_autograd_peer():
+    fns, _ = bench.resolve_kernels(["lib", "torch-eager"], pass_="bwd")
+    r = bench.bench_one(fns["lib"], 1024, 1024, torch.bfloat16, True, torch.float32, pass_="bwd")
+    assert r["pass"] == "bwd" and r["graph"] and r["gbps"] > 0
+    assert r["bytes"] == bench.rmsnorm_bwd_bytes(1024, 1024, torch.bfloat16, torch.float32)
+    r = bench.bench_one(fns["torch-eager"], 1024, 1024, torch.bfloat16, False, pass_="bwd")
+    assert r["gbps"] > 0
