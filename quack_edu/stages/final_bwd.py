@@ -770,12 +770,16 @@ def compiled_for(dtype, N, weight_dtype, features: BwdFeatures, vec: int, config
     return hit
 
 
-def launch_bwd(x, weight, dout, dres_out, rstd, dx, dres, db: bool, weight_offset=0.0, config=None):
+def launch_bwd(
+    x, weight, dout, dres_out, rstd, dx, dres, db: bool, weight_offset=0.0, config=None, grid=None
+):
     """Run the backward on rows: x, dout, dres_out, dx, dres (M, N), last dim contiguous, any
     row strides; weight (N,) or None; rstd (M,) fp32 contiguous. dx (and dres, when given) are
     written; returns the fp32 partial sums ``(dw_partial, db_partial)``, (P, N) each (None when
-    absent), whose sum over rows is dw (db). Nothing else is checked here: the library's
-    ``quack_edu.rmsnorm.rmsnorm_bwd`` checks the user's arguments."""
+    absent), whose sum over rows is dw (db). ``grid``: P, the CTAs (clusters) along the rows,
+    instead of ``FinalBwdRMSNorm.grid_x`` (e.g. one per row block: no CTA walks two blocks).
+    Nothing else is checked here: the library's ``quack_edu.rmsnorm.rmsnorm_bwd`` checks the
+    user's arguments."""
     import torch
 
     from .final import _vec_limit
@@ -796,7 +800,7 @@ def launch_bwd(x, weight, dout, dres_out, rstd, dx, dres, db: bool, weight_offse
     kernel, fn = compiled_for(
         x.dtype, N, None if weight is None else weight.dtype, features, vec, config
     )
-    P = kernel.grid_x(M, sm_count(x.get_device()))
+    P = int(grid) if grid else kernel.grid_x(M, sm_count(x.get_device()))
     dw_p = x.new_empty((P, N), dtype=torch.float32) if features.dw else None
     db_p = x.new_empty((P, N), dtype=torch.float32) if features.db else None
     if M:
