@@ -654,10 +654,84 @@ def rmsnorm_bwd(
     dw and db are summed over rows in fp32 without atomics: each CTA stores its partial sums,
     which are added in a fixed order, so two runs on the same inputs give the same bits.
     """
+    if dresidual_out is None and not has_bias and not weight_offset and weight is not None:
+        got = _plain_bwd(x, weight, dout, rstd)
+        if got is not None:
+            return got[0], got[1], None, got[0] if has_residual else None
     return _bwd(
         _bwd_op, _bwd_body, x, weight, dout, rstd, dresidual_out, has_bias, has_residual,
         weight_offset,
     )  # fmt: skip
+
+
+#: The plain backward call (x, weight, dout, rstd: what autograd makes in every layer), by what
+#: decides its kernel and its checks: dtypes, N, contiguity, devices, 16-byte alignment. As
+#: the forward's ``_PLAIN``: an entry is made only after such a call passed every check, and
+#: holds the compiled kernel with what its grid needs (rows a CTA, the most CTAs).
+_PLAIN_BWD: dict = {}
+
+
+def _plain_bwd_key(x, weight, dout, rstd):
+    if any(type(t) is not Tensor for t in (x, weight, dout, rstd)) or weight.dim() != 1:
+        return None
+    return (
+        x.dtype,
+        weight.dtype,
+        dout.dtype,
+        rstd.dtype,
+        x.shape[-1] if x.dim() else None,
+        weight.shape[0],
+        x.is_contiguous() and dout.is_contiguous() and rstd.is_contiguous(),
+        weight.stride(0),
+        x.get_device(),
+        weight.get_device(),
+        dout.get_device(),
+        rstd.get_device(),
+        (x.data_ptr() | weight.data_ptr() | dout.data_ptr()) & 15,
+    )
+
+
+def _plain_bwd(x, weight, dout, rstd):
+    """``(dx, dw)`` of the plain backward through the cache above, or None (the checked path)."""
+    if _through_op(x):
+        return None
+    key = _plain_bwd_key(x, weight, dout, rstd)
+    if key is None:
+        return None
+    hit = _PLAIN_BWD.get(key)
+    if hit is None:
+        if key[-1] or not key[6] or key[8] < 0 or not x.numel():  # misaligned, strided, CPU
+            return None
+        dx, dw, _, _ = _bwd(_bwd_op, _bwd_body, x, weight, dout, rstd, None, False, False, 0.0)
+        fb, N = _final_bwd(), x.shape[-1]
+        features = fb.BwdFeatures(dout_dtype=dout.dtype if dout.dtype != x.dtype else None)
+        vec = _final().widest_vec(N, x.dtype)
+        kernel, fn = fb.compiled_for(x.dtype, N, weight.dtype, features, vec)  # what ran
+        most = kernel.grid_x(1 << 40, fb.sm_count(x.get_device()))
+        _PLAIN_BWD[key] = (fn, kernel.tiling.rows_per_cta, most)
+        return dx, dw
+    if dout.shape != x.shape or rstd.shape != x.shape[:-1] or not x.numel():
+        return None  # the checked path says what is wrong (or returns zeros for no rows)
+    fn, rows, most = hit
+    N = x.shape[-1]
+    M = x.numel() // N
+    P = min(-(-M // rows), most)
+    dx = torch.empty_like(x)
+    dw_p = x.new_empty((P, N), dtype=torch.float32)
+    fn(
+        x.view(M, N),
+        weight,
+        dout.view(M, N),
+        None,
+        rstd.view(M),
+        dx.view(M, N),
+        None,
+        dw_p,
+        None,
+        P,
+    )
+    dw = dw_p.sum(dim=0)
+    return dx, dw if weight.dtype == torch.float32 else dw.to(weight.dtype)
 
 
 def rmsnorm_bwd_tuned(

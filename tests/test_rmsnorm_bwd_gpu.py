@@ -286,3 +286,21 @@ def test_rmsnorm_bwd_tuned(tmp_path, monkeypatch):
     plain = R.rmsnorm_bwd(x, w, dout, rstd, has_bias=True)
     for t, p in zip(tuned[:3], plain[:3], strict=True):
         torch.testing.assert_close(t.float(), p.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_plain_call_fast_path_matches_and_still_checks():
+    """The second plain call (x, weight, dout, rstd) goes through the cached fast path: the same
+    values, a fresh dx, and a wrong shape still gets the checked path's error."""
+    R._PLAIN_BWD.clear()
+    x, w, dout, rstd = _inputs(37, 1000, torch.bfloat16, torch.float32)
+    first = _check(x, w, dout, rstd)
+    assert len(R._PLAIN_BWD) == 1
+    x2, _, dout2, rstd2 = _inputs(199, 1000, torch.bfloat16, None)
+    got = _check(x2, w, dout2, rstd2)  # another M through the cache
+    assert got[0].data_ptr() != first[0].data_ptr()
+    again = R.rmsnorm_bwd(x, w, dout, rstd)
+    assert torch.equal(again[0], first[0]) and torch.equal(again[1], first[1])
+    with pytest.raises(ValueError, match="dout"):
+        R.rmsnorm_bwd(x, w, dout[:, :999], rstd)
+    with pytest.raises(ValueError, match="rstd"):
+        R.rmsnorm_bwd(x, w, dout, rstd[:5])
