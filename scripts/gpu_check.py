@@ -7,7 +7,9 @@
 1. `quack-edu doctor` (must say GPU mode),
 2. the `gpu`-marked tests (values of every stage against the fp32 reference, grading GPU tier),
 3. the benchmark of every stage (and peers) with the D2D copy ceiling measured in the same run,
-4. (if present) execution of the solution notebooks.
+4. (if present) execution of the solution notebooks;
+5. with ``--bench-pass bwd|both``, the backward's benchmark (the library against QuACK and
+   torch.compile), bench_bwd.json/png.
 Writes doctor.txt, tests.log, bench.log, bench.json, bench.png (and notebooks.log) under $OUT
 (default ./out) and prints a short table and the bench's verdict (``--ours`` against QuACK, the
 best peer and the copy) last.
@@ -52,11 +54,12 @@ def bench_summary(path: Path, ours: str) -> str:
     if not path.exists():
         return f"(no {path.name})"
     sys.path.insert(0, str(ROOT))
-    from quack_edu.bench import format_verdict, host_table, table, verdict
+    from quack_edu.bench import format_verdict, host_table, table, thresholds_for, verdict
 
     result = json.loads(path.read_text())
     parts = [table(result), host_table(result)]
-    parts.append(format_verdict(verdict(result["rows"], ours=ours)))
+    thresholds = thresholds_for(result.get("pass", "fwd"))  # the backward has its own bar
+    parts.append(format_verdict(verdict(result["rows"], ours=ours, **thresholds)))
     return "\n".join(p for p in parts if p)
 
 
@@ -77,6 +80,13 @@ def main() -> int:
         "--overhead", action="store_true", help="bench: host cost per call, first-call time"
     )
     p.add_argument("--ours", default="lib", help="the kernel the bench's verdict judges")
+    p.add_argument(
+        "--bench-pass",
+        choices=("fwd", "bwd", "both"),
+        default="fwd",
+        help="bench the forward (--stages, --peers), the backward (lib against QuACK and "
+        "torch.compile, bench_bwd.json/png), or both",
+    )
     p.add_argument(
         "--tests", default="tests", help="pytest paths for the other gpu tests (none: skip)"
     )
@@ -153,7 +163,8 @@ def main() -> int:
             (out / "tests.log").write_text("\n".join(logs))  # after every run: a cut-off call
             # still brings back what ran
 
-    if not a.skip_bench:
+    bench_table = ""
+    if not a.skip_bench and a.bench_pass in ("fwd", "both"):
         cmd = [
             py,
             "-m",
@@ -179,8 +190,17 @@ def main() -> int:
         print(text[-6000:], flush=True)
         summary.append(("bench", f"rc={rc}", dt))
         bench_table = bench_summary(out / "bench.json", a.ours)
-    else:
-        bench_table = ""
+    if not a.skip_bench and a.bench_pass in ("bwd", "both"):
+        cmd = [py, "-m", "quack_edu.bench", "--pass", "bwd", "--stages", "lib", "--peers"]
+        cmd += ["quack,torch-compile", "--weight-dtype", a.weight_dtype or "bf16,fp32"]
+        cmd += ["--json", str(out / "bench_bwd.json"), "--png", str(out / "bench_bwd.png")]
+        cmd += ["--shapes", a.shapes or SHAPES]
+        cmd += ["--graph", "--graph-max-n", a.graph_max_n] if a.graph else []
+        (out / "bench_bwd.json").unlink(missing_ok=True)
+        rc, text, dt = sh(cmd, out / "bench_bwd.log", timeout=a.bench_timeout)
+        print(text[-6000:], flush=True)
+        summary.append(("bench bwd", f"rc={rc}", dt))
+        bench_table += "\n" + bench_summary(out / "bench_bwd.json", "lib")
 
     print("\n==== summary ====")
     for name, what, dt in summary:

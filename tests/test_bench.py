@@ -311,6 +311,10 @@ def test_gpu_check_summary_prints_the_verdict(tmp_path):
     assert "32768x4096" in text and "overall: PASS" in text
     text = gpu_check.bench_summary(path, "cpasync")  # --ours: another kernel judged
     assert "Verdict for cpasync" in text and "overall: INCOMPLETE" in text  # no residual rows
+    # a backward run is judged by the backward's bar: no residual criterion, 85%/75% of copy
+    path.write_text(json.dumps({**result_of(passing_rows(residual=False)), "pass": "bwd"}))
+    text = gpu_check.bench_summary(path, "lib")
+    assert "85% at N 4096-32768" in text and "residual" not in text.split("Verdict")[1]
 
 
 @pytest.mark.gpu
