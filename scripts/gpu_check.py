@@ -91,6 +91,8 @@ def main() -> int:
         "--tests", default="tests", help="pytest paths for the other gpu tests (none: skip)"
     )
     p.add_argument("--skip-tests", action="store_true")
+    p.add_argument("--skip-fuzz", action="store_true", help="without tests/test_fuzz_gpu.py")
+    p.add_argument("--fuzz-timeout", type=int, default=400, help="seconds for the fuzz tests")
     p.add_argument(
         "--parallel-tests",
         default="tests/test_grading_exercises.py",
@@ -130,7 +132,9 @@ def main() -> int:
         )
         gpu = ["-m", "gpu"]
         runs = [(f"values:{s}", [*gpu, "tests/test_stages_gpu.py", "-k", s]) for s in stages]
+        # the fuzz tests (hypothesis, >= 500 cases each way) run on their own, longer timeout
         others = [*a.tests.split(), "--ignore=tests/test_stages_gpu.py"]
+        others.append("--ignore=tests/test_fuzz_gpu.py")
         if a.parallel_tests:  # correctness only (no timing): several processes share the GPU
             others += [f"--ignore={t}" for t in a.parallel_tests.split()]
         if a.tests != "none":
@@ -138,6 +142,8 @@ def main() -> int:
         if a.parallel_tests:
             xdist = ["-n", str(a.jobs)]
             runs.append(("gpu tests (parallel)", [*gpu, *xdist, *a.parallel_tests.split()]))
+        if not a.skip_fuzz:
+            runs.append(("fuzz", [*gpu, "-s", "-rA", "tests/test_fuzz_gpu.py"]))
         # The solution notebooks top to bottom in GPU mode, and the grader with both tiers
         # (solutions: full points, students: 0); without Jupyter there, both run in-process.
         for name, path, k in (
@@ -150,7 +156,7 @@ def main() -> int:
         logs = []
         for name, args in runs:
             cmd = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
-            rc, text, dt = sh(cmd, timeout=a.test_timeout)
+            rc, text, dt = sh(cmd, timeout=a.fuzz_timeout if name == "fuzz" else a.test_timeout)
             tail = [ln for ln in text.strip().splitlines() if ln.strip()]
             logs.append(f"==== {name} (rc={rc}, {dt:.0f} s)\n{text}")
             print(f"==== {name}: rc={rc} {dt:.0f} s", flush=True)
