@@ -174,3 +174,45 @@ def test_grid_is_one_wave_and_no_more_than_the_row_blocks():
     assert k.grid_x(3 * rows) == 3
     with pytest.raises(ValueError, match="buffers"):
         final_bwd.BwdConfig(32, buffers=3)
+
+
+# -- lesson 07: the atomics strategy (FinalBwdAtomic) --------------------------------------------
+@pytest.mark.parametrize(
+    "N, dtype, red",
+    [
+        # one row per CTA, 16-byte vectors: 16-byte reductions
+        (4096, torch.bfloat16, "red.relaxed.gpu.global.add.v4.f32"),
+        # 8 rows per CTA combined in shared memory first (96-register launch bound)
+        (256, torch.float32, "red.relaxed.gpu.global.add.v4.f32"),
+        # one-element vectors (odd N): scalar reductions
+        (1001, torch.bfloat16, "red.relaxed.gpu.global.add.f32"),
+    ],
+    ids=["4096-bf16", "256-fp32-rows", "1001-bf16-narrow"],
+)
+def test_atomic_variant_adds_into_one_row_without_spills(N, dtype, red):
+    """Strategy (1) of lesson 07: the library's kernel with its partial sums added into one
+    fp32 row by red.global.add (no plain stores of partials), no stack, no spills."""
+    k = final_bwd.FinalBwdAtomic(dtype, N)
+    base = final_bwd.FinalBwdRMSNorm(dtype, N)
+    assert k.config == base.config and k.partial_rows == 1
+    r = kernel_report(k, stage="final_bwd (atomic)")
+    assert r.target == "sm_90a"
+    assert r.stack_bytes == 0 and r.spill_bytes == 0, r.summary()
+    reds = r.lines(r"^red\.", regex=True)
+    assert reds and all(ln.split()[0] == red for ln in reds), reds
+    assert r.count(r"^atom\.", regex=True) == 0
+    # dx's stores remain; the partials' stores became reductions, one per 16 bytes (or element)
+    t = k.tiling
+    per_red = 4 if "v4" in red else 1
+    assert len(reds) == t.vecs * t.vec // per_red
+    dx_stores = t.vecs * max(1, t.vec * t.elem_bytes // 16)
+    assert r.count("st.global") == dx_stores, r.lines("st.global")
+    if (N, dtype) == (4096, torch.bfloat16):  # lesson 07 quotes these: 4 dx stores, 8 reductions
+        assert (dx_stores, len(reds)) == (4, 8)
+
+
+def test_the_variants_leave_the_library_kernel_alone():
+    assert final_bwd.VARIANTS == {"atomic": final_bwd.FinalBwdAtomic}
+    assert final_bwd.FinalBwdRMSNorm.partial_rows is None  # one row per CTA: stores, no adds
+    assert final_bwd.FinalBwdAtomic.grad_in is final_bwd.FinalBwdRMSNorm.grad_in
+    assert final_bwd.FinalBwdAtomic.kernel is final_bwd.FinalBwdRMSNorm.kernel

@@ -173,3 +173,49 @@ def test_epilogue_variants_give_their_hints(variant, dtype):
     assert lesson06._diagnose_epilogue(wrong, x, w, b, 1.0, tol) == hint, name
     right = rmsnorm_ref(x, w, b, eps=EPS, weight_offset=1.0).to(dtype).float()
     assert lesson06._diagnose_epilogue(right, x, w, b, 1.0, tol) is None
+
+
+# ---- lesson 07: the gpu-tier hints of 07.grad_in and 07.dx_row, simulated on a CPU --------------
+@pytest.mark.parametrize("variant", range(4))
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_grad_in_variants_give_their_hints(variant, dtype):
+    """A kernel with a wrong g writes dx = rstd * (g' - x_hat * mean(x_hat * g')) rounded to x's
+    dtype: the gpu check's diagnosis of it names the mistake, and of the right dx nothing."""
+    from quack_edu.grading.exercises import lesson07 as L
+    from quack_edu.reference import rmsnorm_bwd_ref
+
+    name, g_fn, hint = L.G_VARIANTS[variant]
+    g = torch.Generator().manual_seed(variant)
+    x, w, dout, rstd = L._row_inputs(37, 1000, dtype, "bf16", 1.0, g)
+    scale = L.dx_scale(x, w, dout, rstd, 1.0)
+    wrong = L._dx(x, rstd, g_fn(dout.float(), w.float(), 1.0)).to(x.dtype)
+    assert L._diagnose_grad(wrong, x, w, dout, rstd, 1.0, scale) == hint, name
+    right = rmsnorm_bwd_ref(x, w, dout, rstd, weight_offset=1.0)[0].to(x.dtype)
+    assert L._diagnose_grad(right, x, w, dout, rstd, 1.0, scale) is None
+
+
+def test_dx_row_tolerance_passes_fp32_orders_and_fails_every_variant():
+    """DX_RTOL (1e-4 of the row's scale): the formula in fp32 in two orders of evaluation passes
+    against float64 autograd; every known wrong formula fails, and is the one diagnosed."""
+    from quack_edu.bwd_strategies import autograd_bwd
+    from quack_edu.grading.exercises import lesson07 as L
+
+    g = torch.Generator().manual_seed(0)
+    results = []
+    for M, N, xdt, wdt, off in L.DX_CASES:
+        x, w, dout, rstd = L._row_inputs(M, N, xdt, wdt, off, g)
+        ref = autograd_bwd(x, w, dout, EPS, off)[0]
+        scale = L.dx_scale(x, w, dout, rstd, off)
+        right = L._dx(x, rstd, L._g(dout, w, off))
+        r = rstd.unsqueeze(-1)  # another order: rstd * g - rstd * x_hat * c, c as sum / N
+        gg = L._g(dout, w, off)
+        other = r * gg - (x.float() * r) * ((x.float() * r * gg).sum(-1, keepdim=True) / N) * r
+        assert L.dx_within(right, ref, scale).all() and L.dx_within(other, ref, scale).all()
+        results.append((x, w, dout, rstd, off, scale))
+    for name, fn, hint in L.DX_VARIANTS:
+        outs = [(fn(x, w, d, r, o), x, w, d, r, o, s) for x, w, d, r, o, s in results]
+        if name in ("no offset", "offset after", "no weight", "g in bf16"):
+            # the same as the right answer where there is no offset / no weight / fp32 inputs
+            assert not all(L.dx_within(o[0], L._dx(o[1], o[4], L._g(o[3], o[2], o[5])), o[6]).all()
+                           for o in outs), name  # fmt: skip
+        assert L._diagnose_dx(outs) == hint, name

@@ -2,7 +2,8 @@
 lessons 04 and 05 from benchmarks/results/fwd_bf16_sweep.json (the QuACK sweep with every kernel
 in one run); lesson 06 from fwd_final_configs.json (the final kernel's config sweeps),
 fwd_final.json (the library against its peers), fwd_final_residual.json and
-fwd_final_wait_in_loop.json; the README's library results from the same files. Re-recording the
+fwd_final_wait_in_loop.json; lesson 07 from bwd_final.json (the library's backward) and the
+package's byte counts; the README's library results from the same files. Re-recording the
 results makes this fail until the prose is brought up to date."""
 
 from __future__ import annotations
@@ -396,3 +397,96 @@ def _readme_quotes() -> dict[str, str]:
 def test_readme_library_quotes_are_the_recorded_ones(quoted):
     assert _readme_quotes()[quoted] == quoted
     assert quoted in " ".join(_readme().split())
+
+
+# --- lesson 07: the backward's recorded run (bwd_final.json) and its computed claims ---------
+L07 = "07_backward"
+BWD = "bwd_final"
+
+
+def _prose07() -> str:
+    return " ".join(_prose(L07).split())
+
+
+def _bwd(kernel, N, wdt="bf16"):
+    rows = results.rows(BWD, kernel=kernel, N=N, weight_dtype=wdt, graph=False)
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def _recomputed07() -> dict[str, str]:
+    """Every number lesson 07's prose quotes -> the same, recomputed from bwd_final.json (the
+    recorded run) or from the package (byte counts, partial rows), formatted as the prose does."""
+    import torch
+
+    from quack_edu import bwd_strategies as bs
+    from quack_edu.bench import rmsnorm_bwd_bytes
+
+    run = results.load(BWD)
+    v = run["verdict"]["by_weight_dtype"]["bf16"]
+    nbytes = rmsnorm_bwd_bytes(32768, 4096, torch.bfloat16)
+    mid = [_bwd("lib", N)["pct_copy"] for N in (8192, 16384, 32768, 65536)]
+    need = {N: rmsnorm_bwd_bytes(32768, N, torch.bfloat16) for N in bs.RECORD_NS}
+    extra = {
+        (s, N): 100 * bs.partial_bytes(s, 32768, N) / need[N]
+        for s in bs.STRATEGIES
+        for N in bs.RECORD_NS
+    }
+    persistent = [bs.partial_rows("persistent", 32768, N) for N in bs.RECORD_NS]
+    rb = [extra[("row_blocks", N)] for N in bs.RECORD_NS]
+    pe = [extra[("persistent", N)] for N in bs.RECORD_NS]
+    return {
+        "4250 GB/s": f"{run['copy_gbps']:.0f} GB/s",
+        "768.1 MiB": f"{nbytes / 2**20:.1f} MiB",
+        "190 us": f"{nbytes / run['copy_gbps'] / 1e3:.0f} us",
+        "3777 GB/s, 88.9% of the copy": (
+            f"{_bwd('lib', 4096)['gbps']:.0f} GB/s, "
+            f"{_bwd('lib', 4096)['pct_copy']:.1f}% of the copy"
+        ),
+        "(QuACK 3520)": f"(QuACK {_bwd('quack', 4096)['gbps']:.0f})",
+        "94-98% of the copy": f"{min(mid):.0f}-{max(mid):.0f}% of the copy",
+        "4168 GB/s at 16384 (98.1%, QuACK 2795)": (
+            f"{_bwd('lib', 16384)['gbps']:.0f} GB/s at 16384 "
+            f"({_bwd('lib', 16384)['pct_copy']:.1f}%, QuACK {_bwd('quack', 16384)['gbps']:.0f})"
+        ),
+        "1.178x": f"{v['geomean_vs_quack']:.3f}x",
+        "verdict is still FAIL": f"verdict is still {run['verdict']['overall']}",
+        "N = 512 at 0.780x": f"N = 512 at {_shape_bwd(512)['vs_quack']:.3f}x",
+        "N = 1024 at 0.726x": f"N = 1024 at {_shape_bwd(1024)['vs_quack']:.3f}x",
+        "72.1% and 67.8% of the copy": (
+            f"{_bwd('lib', 131072, 'fp32')['pct_copy']:.1f}% and "
+            f"{_bwd('lib', 262144, 'fp32')['pct_copy']:.1f}% of the copy"
+        ),
+        # section 4: the partial rows and bytes the strategies cost (M = 32768, bf16)
+        "P = 32768": f"P = {bs.partial_rows('row_blocks', 32768, 4096)}",
+        "133% on top of the backward's 768 MiB": (
+            f"{extra[('row_blocks', 4096)]:.0f}% on top of the backward's {nbytes / 2**20:.0f} MiB"
+        ),
+        "528 rows (4 CTAs on each of 132 SMs) cost 2.2%": (
+            f"{persistent[1]} rows ({persistent[1] // 132} CTAs on each of 132 SMs) cost "
+            f"{extra[('persistent', 4096)]:.1f}%"
+        ),
+        "132 to 528 rows": f"{min(persistent)} to {max(persistent)} rows",
+        "0.5-2.2%": f"{min(pe):.1f}-{max(pe):.1f}%",
+        "33-133%": f"{min(rb):.0f}-{max(rb):.0f}%",
+    }
+
+
+def _shape_bwd(N) -> dict:
+    es = results.load(BWD)["verdict"]["by_weight_dtype"]["bf16"]["shapes"]
+    return next(e for e in es if e["N"] == N and not e["graph"])
+
+
+@pytest.mark.parametrize("quoted", list(_recomputed07()) if results.load(BWD) else [])
+def test_lesson07_quotes_are_the_recorded_and_computed_ones(quoted):
+    assert _recomputed07()[quoted] == quoted
+    assert quoted in _prose07()
+
+
+def test_lesson07_quotes_nothing_from_the_strategies_record_it_does_not_have():
+    """bwd_dw_strategies.json is read by a cell (bwd_strategies.table), never quoted: until it
+    is recorded the lesson says so instead of showing numbers."""
+    prose = _prose07()
+    assert "bwd_dw_strategies.json" in prose
+    if results.load("bwd_dw_strategies") is None:
+        assert "has not been recorded yet" in prose

@@ -466,6 +466,19 @@ class FinalBwdRMSNorm(FinalRMSNorm):
             return r.load().to(Float32)
         return None
 
+    #: rows of the partial buffer a kernel writes whatever its grid (None: one per CTA or
+    #: cluster, ``grid_x`` of them; a variant that adds into one zeroed row says 1)
+    partial_rows = None
+
+    def partial_row(self, bidx, mP: cute.Tensor):
+        """The row of the partial buffer this CTA (cluster) ``bidx`` writes: its own."""
+        return bidx
+
+    def write_partial(self, copy_P: cute.TiledCopy, r: cute.Tensor, dst: cute.Tensor):
+        """Write one vector of partial sums ``r`` (fp32, x's vector shape) to ``dst``: a plain
+        store (the variants of lesson 07 add instead)."""
+        cute.copy(copy_P, _like(r, dst), dst)
+
     @cute.jit
     def store_partial(
         self,
@@ -488,7 +501,9 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         copy_P = self.stage_copy(Float32, False)
         thr_P = copy_P.get_slice(tidx)
         gP = cute.local_tile(
-            copy_utils.broadcast_rows(mP[bidx, None], t.rows_per_cta), t.tiler, (0, rank)
+            copy_utils.broadcast_rows(mP[self.partial_row(bidx, mP), None], t.rows_per_cta),
+            t.tiler,
+            (0, rank),
         )
         tPgP = thr_P.partition_D(gP)  # ((atom_vals, atoms), 1, vecs)
         if cutlass.const_expr(t.rows_per_cta > 1):
@@ -509,15 +524,13 @@ class FinalBwdRMSNorm(FinalRMSNorm):
                             tot = tot + thr_X.partition_D(sRow)[None, None, v].load()
                         rT = cute.make_rmem_tensor_like(acc[None, None, v], Float32)
                         rT.store(tot)
-                        dst = tPgP[None, None, v]
-                        cute.copy(copy_P, _like(rT, dst), dst)
+                        self.write_partial(copy_P, rT, tPgP[None, None, v])
         else:
             for v in cutlass.range_constexpr(t.vecs):
                 if cutlass.const_expr(t.even_cols) or self.in_cols(tXcX, v):
                     rT = cute.make_rmem_tensor_like(acc[None, None, v], Float32)
                     rT.store(acc[None, None, v].load())
-                    dst = tPgP[None, None, v]
-                    cute.copy(copy_P, _like(rT, dst), dst)
+                    self.write_partial(copy_P, rT, tPgP[None, None, v])
 
     @cute.jit
     def __call__(
@@ -758,28 +771,48 @@ def sm_count(device_index: int) -> int:
     return n
 
 
-def compiled_for(dtype, N, weight_dtype, features: BwdFeatures, vec: int, config=None):
-    """(kernel object, compiled kernel) for a compile key, compiled on first use."""
-    key = (dtype, N, weight_dtype, features, vec, config)
+def compiled_for(
+    dtype, N, weight_dtype, features: BwdFeatures, vec: int, config=None, kernel_cls=None
+):
+    """(kernel object, compiled kernel) for a compile key, compiled on first use. Another
+    ``kernel_cls`` (a lesson's variant, a learner's subclass) is compiled once per class; at
+    most 64 of those are kept (a learner's every attempt is a new class)."""
+    key = (dtype, N, weight_dtype, features, vec, config, kernel_cls)
     hit = _COMPILED.get(key)
     if hit is None:
         from ..runtime import compile_kernel
 
-        kernel = FinalBwdRMSNorm(dtype, N, config, weight_dtype, features=features, vec=vec)
+        cls = kernel_cls or FinalBwdRMSNorm
+        kernel = cls(dtype, N, config, weight_dtype, features=features, vec=vec)
+        others = [k for k in _COMPILED if k[-1] is not None]
+        if kernel_cls is not None and len(others) >= 64:
+            _COMPILED.pop(others[0])
         hit = _COMPILED[key] = (kernel, compile_kernel(kernel))
     return hit
 
 
 def launch_bwd(
-    x, weight, dout, dres_out, rstd, dx, dres, db: bool, weight_offset=0.0, config=None, grid=None
+    x,
+    weight,
+    dout,
+    dres_out,
+    rstd,
+    dx,
+    dres,
+    db: bool,
+    weight_offset=0.0,
+    config=None,
+    grid=None,
+    kernel_cls=None,
 ):
     """Run the backward on rows: x, dout, dres_out, dx, dres (M, N), last dim contiguous, any
     row strides; weight (N,) or None; rstd (M,) fp32 contiguous. dx (and dres, when given) are
     written; returns the fp32 partial sums ``(dw_partial, db_partial)``, (P, N) each (None when
     absent), whose sum over rows is dw (db). ``grid``: P, the CTAs (clusters) along the rows,
     instead of ``FinalBwdRMSNorm.grid_x`` (e.g. one per row block: no CTA walks two blocks).
-    Nothing else is checked here: the library's ``quack_edu.rmsnorm.rmsnorm_bwd`` checks the
-    user's arguments."""
+    ``kernel_cls``: another kernel class (a variant whose ``partial_rows`` is set gets that
+    many zeroed rows to add into). Nothing else is checked here: the library's
+    ``quack_edu.rmsnorm.rmsnorm_bwd`` checks the user's arguments."""
     import torch
 
     from .final import _vec_limit
@@ -798,11 +831,13 @@ def launch_bwd(
     for t in (x, weight, dout, dres_out, dx, dres):
         vec = min(vec, _vec_limit(t))
     kernel, fn = compiled_for(
-        x.dtype, N, None if weight is None else weight.dtype, features, vec, config
+        x.dtype, N, None if weight is None else weight.dtype, features, vec, config, kernel_cls
     )
     P = int(grid) if grid else kernel.grid_x(M, sm_count(x.get_device()))
-    dw_p = x.new_empty((P, N), dtype=torch.float32) if features.dw else None
-    db_p = x.new_empty((P, N), dtype=torch.float32) if features.db else None
+    rows = kernel.partial_rows
+    alloc = x.new_zeros if rows else x.new_empty  # a variant that adds needs zeros
+    dw_p = alloc((rows or P, N), dtype=torch.float32) if features.dw else None
+    db_p = alloc((rows or P, N), dtype=torch.float32) if features.db else None
     if M:
         fn(x, weight, dout, dres_out, rstd, dx, dres, dw_p, db_p, P)
     else:  # no row: nothing to sum
@@ -827,3 +862,51 @@ __all__ = [
     "launch_bwd",
     "sm_count",
 ]
+
+
+# -- lesson 07: the atomics strategy ------------------------------------------------------------
+# Everything below is for lesson 07 (solutions/07_backward.ipynb), which sets three ways of
+# summing dw over rows side by side; the library above uses none of it.
+
+
+class FinalBwdAtomic(FinalBwdRMSNorm):
+    """Strategy (1) of lesson 07: every CTA adds its columns' dw (and db) into *one* fp32 row,
+    row 0 of the partial buffer, with ``red.global.add.f32`` (an atomic add whose old value is
+    not returned), instead of storing row ``bidx`` of a (P, N) buffer. The buffer is one row,
+    zeroed before the launch (``launch_bwd`` does both), and that row is dw: no second
+    reduction. Fast to write and P times fewer partial bytes, but the order in which the CTAs'
+    adds land changes from run to run, and fp32 addition is not associative: the low bits of
+    dw change too (not bitwise deterministic). Everything else is the library's kernel."""
+
+    #: rows of the partial buffer this kernel writes, whatever its grid (zeroed before launch)
+    partial_rows = 1
+
+    def partial_row(self, bidx, mP: cute.Tensor):
+        """Row ``bidx`` mod the buffer's rows: row 0 of the one-row buffer. A runtime row, not
+        the constant 0: with 0 the addresses were computed before the main loop and kept live
+        through it (72 bytes of spills at N = 256 fp32 under a 96-register bound)."""
+        return bidx % mP.shape[0]
+
+    def write_partial(self, copy_P: cute.TiledCopy, r: cute.Tensor, dst: cute.Tensor):
+        """dst += r with ``red.global.add`` (see ``red_add``)."""
+        self.red_add(r, dst)
+
+    @cute.jit
+    def red_add(self, r: cute.Tensor, dst: cute.Tensor):
+        """dst += r (fp32, x's vector shape): one ``red.global.add.v4.f32`` (sm_90) per 16
+        bytes, .v2 for 8, a scalar ``red.global.add.f32`` for rows of one-element vectors."""
+        src = _like(r, dst)  # ((atom_vals, atoms), 1), elements in order
+        n = cute.size(dst, mode=[0, 0])
+        for j in cutlass.range_constexpr(cute.size(dst, mode=[0, 1])):
+            ptr = dst[(None, j), 0].iterator.llvm_ptr
+            if cutlass.const_expr(n == 1):
+                val = src[(0, j), 0]
+            else:
+                val = src[(None, j), 0].load()
+            cute.arch.red(ptr, val, op="add", dtype="f32", sem="relaxed", scope="gpu")
+
+
+#: the lesson's kernel variants by name (the library's kernel is ``FinalBwdRMSNorm``)
+VARIANTS = {"atomic": FinalBwdAtomic}
+
+__all__ += ["FinalBwdAtomic", "VARIANTS"]
