@@ -40,6 +40,8 @@ keeps nothing alive.
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import Tensor
 
@@ -122,6 +124,17 @@ def _check_args(x, weight, bias, residual, out_dtype, residual_dtype, weight_off
     _check_dtype_arg(residual_dtype, "residual_dtype")
     if weight_offset != 0.0 and weight is None:
         raise ValueError(f"weight_offset={weight_offset} needs a weight (it is added to it)")
+
+
+def _check_number(value, name: str) -> float:
+    """``value`` as a float, or a TypeError naming the argument (not a conversion error later,
+    or a crash in the kernel's call)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{name} must be a real number (a Python float such as 1e-6), got "
+            f"{type(value).__name__} {value!r:.40}"
+        )
+    return float(value)
 
 
 def _check_param_shape(p: Tensor, x: Tensor, name: str) -> None:
@@ -265,6 +278,7 @@ def _through_op(x) -> bool:
 
 
 def _fwd(op, body, x, weight, bias, residual, out_dtype, residual_dtype, eps, store_rstd, wo):
+    eps, wo = _check_number(eps, "eps"), _check_number(wo, "weight_offset")
     _check_args(x, weight, bias, residual, out_dtype, residual_dtype, wo)
     out_dtype = x.dtype if out_dtype is None else out_dtype
     if residual is not None and residual_dtype is None:
@@ -308,8 +322,9 @@ def rmsnorm_fwd(
         and out_dtype is None
         and residual_dtype is None
         and not store_rstd
-        and not weight_offset
+        and weight_offset == 0
         and weight is not None
+        and type(eps) is float  # the common case; anything else goes through the checks
     ):
         out = _plain(x, weight, eps)
         if out is not None:
@@ -614,6 +629,7 @@ _bwd_tuned_op = _define_bwd("rmsnorm_bwd_tuned", _bwd_tuned_body)
 
 
 def _bwd(op, body, x, weight, dout, rstd, dresidual_out, has_bias, has_residual, weight_offset):
+    weight_offset = _check_number(weight_offset, "weight_offset")
     _check_bwd_args(x, weight, dout, rstd, dresidual_out, weight_offset)
     # dresidual is a tensor of its own only when dresidual_out has another dtype than dx
     dres_dtype = None
@@ -654,7 +670,7 @@ def rmsnorm_bwd(
     dw and db are summed over rows in fp32 without atomics: each CTA stores its partial sums,
     which are added in a fixed order, so two runs on the same inputs give the same bits.
     """
-    if dresidual_out is None and not has_bias and not weight_offset and weight is not None:
+    if dresidual_out is None and not has_bias and weight_offset == 0 and weight is not None:
         got = _plain_bwd(x, weight, dout, rstd)
         if got is not None:
             return got[0], got[1], None, got[0] if has_residual else None
@@ -953,7 +969,9 @@ class QuackRMSNorm(torch.nn.RMSNorm):
         if x.shape[-k:] != shape:
             got = tuple(x.shape)
             raise ValueError(f"QuackRMSNorm{shape} expects x of shape (..., *{shape}), got {got}")
-        eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+        eps = self.eps
+        if eps is None:  # nn.RMSNorm's default: x's machine epsilon (an int x: rmsnorm says why)
+            eps = torch.finfo(x.dtype).eps if x.is_floating_point() else 0.0
         if k == 1:
             return rmsnorm(x, self.weight, eps=eps)
         weight = None if self.weight is None else self.weight.reshape(-1)

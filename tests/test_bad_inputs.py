@@ -285,6 +285,19 @@ CASES = [
         Raises(TypeError, r"out must have x's dtype torch\.bfloat16"),
         kinds=("stage",),
     ),
+    # --- scalars
+    Case(
+        "eps a string",
+        lambda e: dict(x=x_(), weight=w_(), eps="1e-6"),
+        Raises(TypeError, r"eps must be a real number \(a Python float such as 1e-6\), got str"),
+        kinds=("library",),
+    ),
+    Case(
+        "weight_offset None",
+        lambda e: dict(x=x_(), weight=w_(), weight_offset=None),
+        Raises(TypeError, r"weight_offset must be a real number"),
+        kinds=("library",),
+    ),
     # --- shapes
     Case(
         "x 0-d",

@@ -339,6 +339,10 @@ def test_plumbing_module_matches_nn_rmsnorm(fake_kernel, shape, kw, wdtype):
 def test_module_rejects_the_wrong_trailing_shape():
     with pytest.raises(ValueError, match=r"expects x of shape \(\.\.\., \*\(4, 16\)\)"):
         R.QuackRMSNorm((4, 16))(torch.randn(2, 64))
+    # eps=None (nn.RMSNorm's "x's machine epsilon") with an integer x: the dtype's error, not
+    # torch.finfo's
+    with pytest.raises(TypeError, match=r"x has dtype torch\.int32; supported"):
+        R.QuackRMSNorm(64, eps=None)(torch.ones(2, 64, dtype=torch.int32))
 
 
 # --------------------------------------------------------------------------------------------
