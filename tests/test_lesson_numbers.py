@@ -490,3 +490,64 @@ def test_lesson07_quotes_nothing_from_the_strategies_record_it_does_not_have():
     assert "bwd_dw_strategies.json" in prose
     if results.load("bwd_dw_strategies") is None:
         assert "has not been recorded yet" in prose
+
+
+# --- README.md, "Results recorded on an H200 / The library's backward" (bwd_final.json) -------
+
+
+def _readme_bwd_rows() -> list[str]:
+    """The README's table of bwd_final.json, line by line, as it must read."""
+    lines = []
+    for r in results.rows(BWD, kernel="lib", weight_dtype="bf16", graph=False):
+        cells = [str(r["N"])]
+        for w in ("bf16", "fp32"):
+            lib = _bwd("lib", r["N"], w)
+            cells += [f"{lib['gbps']:.0f} ({lib['pct_copy']:.1f}%)"]
+            cells += [f"{_bwd(k, r['N'], w)['gbps']:.0f}" for k in ("quack", "torch-compile")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def test_readme_backward_table_is_the_recorded_run():
+    if results.load(BWD) is None:
+        pytest.skip("bwd_final.json is not recorded")
+    lines = _readme_bwd_rows()
+    assert len(lines) == 11
+    readme = _readme()
+    for line in lines:
+        assert line in readme, line
+
+
+def _readme_bwd_quotes() -> dict[str, str]:
+    run = results.load(BWD)
+    v = run["verdict"]["by_weight_dtype"]
+
+    def graph(kernel, N):
+        return results.rows(BWD, kernel=kernel, N=N, weight_dtype="bf16", graph=True)[0]["gbps"]
+
+    ns = (256, 512, 1024)
+    return {
+        "D2D copy 4250 GB/s": f"D2D copy {run['copy_gbps']:.0f} GB/s",
+        "1.178x (bf16 weight)": f"{v['bf16']['geomean_vs_quack']:.3f}x (bf16 weight)",
+        "1.172x (fp32 weight)": f"{v['fp32']['geomean_vs_quack']:.3f}x (fp32 weight)",
+        "1.110x and 1.094x": (
+            f"{v['bf16']['geomean_vs_quack_all']:.3f}x and {v['fp32']['geomean_vs_quack_all']:.3f}x"
+        ),
+        "(1686 / 2373 / 2991 GB/s against 1880 / 2645 / 3256": (
+            "("
+            + " / ".join(f"{graph('lib', N):.0f}" for N in ns)
+            + " GB/s against "
+            + " / ".join(f"{graph('quack', N):.0f}" for N in ns)
+        ),  # fmt: skip
+        "72.1% and 67.8% of the copy": (
+            f"{_bwd('lib', 131072, 'fp32')['pct_copy']:.1f}% and "
+            f"{_bwd('lib', 262144, 'fp32')['pct_copy']:.1f}% of the copy"
+        ),
+        "is FAIL on the short rows": f"is {run['verdict']['overall']} on the short rows",
+    }
+
+
+@pytest.mark.parametrize("quoted", list(_readme_bwd_quotes()) if results.load(BWD) else [])
+def test_readme_backward_quotes_are_the_recorded_ones(quoted):
+    assert _readme_bwd_quotes()[quoted] == quoted
+    assert quoted in " ".join(_readme().split())
