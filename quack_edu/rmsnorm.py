@@ -248,23 +248,19 @@ def _fwd_fake(
     return outs
 
 
-def _define(name: str, body):
-    op = torch.library.custom_op(
-        f"quack_edu::{name}",
-        body,
-        mutates_args=(),
-        schema=(
-            "(Tensor x, Tensor? weight, Tensor? bias, Tensor? residual, ScalarType out_dtype, "
-            "ScalarType? residual_out_dtype, float eps, bool store_rstd, float weight_offset) "
-            "-> Tensor[]"
-        ),
-    )
-    op.register_fake(_fwd_fake)
+def _define(name: str, body, schema: str, fake):
+    """A functional custom op ``quack_edu::name`` (nothing mutated) with its fake."""
+    op = torch.library.custom_op(f"quack_edu::{name}", body, mutates_args=(), schema=schema)
+    op.register_fake(fake)
     return op
 
 
-_fwd_op = _define("rmsnorm_fwd", _fwd_body)
-_fwd_tuned_op = _define("rmsnorm_fwd_tuned", _fwd_tuned_body)
+_FWD_SCHEMA = (
+    "(Tensor x, Tensor? weight, Tensor? bias, Tensor? residual, ScalarType out_dtype, "
+    "ScalarType? residual_out_dtype, float eps, bool store_rstd, float weight_offset) -> Tensor[]"
+)
+_fwd_op = _define("rmsnorm_fwd", _fwd_body, _FWD_SCHEMA, _fwd_fake)
+_fwd_tuned_op = _define("rmsnorm_fwd_tuned", _fwd_tuned_body, _FWD_SCHEMA, _fwd_fake)
 
 
 def _through_op(x) -> bool:
@@ -610,22 +606,12 @@ def _bwd_fake(x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight
     return outs
 
 
-def _define_bwd(name: str, body):
-    op = torch.library.custom_op(
-        f"quack_edu::{name}",
-        body,
-        mutates_args=(),
-        schema=(
-            "(Tensor x, Tensor? weight, Tensor dout, Tensor rstd, Tensor? dresidual_out, "
-            "bool has_bias, ScalarType? dres_dtype, float weight_offset) -> Tensor[]"
-        ),
-    )
-    op.register_fake(_bwd_fake)
-    return op
-
-
-_bwd_op = _define_bwd("rmsnorm_bwd", _bwd_body)
-_bwd_tuned_op = _define_bwd("rmsnorm_bwd_tuned", _bwd_tuned_body)
+_BWD_SCHEMA = (
+    "(Tensor x, Tensor? weight, Tensor dout, Tensor rstd, Tensor? dresidual_out, "
+    "bool has_bias, ScalarType? dres_dtype, float weight_offset) -> Tensor[]"
+)
+_bwd_op = _define("rmsnorm_bwd", _bwd_body, _BWD_SCHEMA, _bwd_fake)
+_bwd_tuned_op = _define("rmsnorm_bwd_tuned", _bwd_tuned_body, _BWD_SCHEMA, _bwd_fake)
 
 
 def _bwd(op, body, x, weight, dout, rstd, dresidual_out, has_bias, has_residual, weight_offset):

@@ -668,12 +668,7 @@ class FinalRMSNorm(ClusterRMSNorm):
                             if cutlass.const_expr(mRes is not None):
                                 xv = xv + tRsR[None, None, v, buf].load().to(Float32)
                             if cutlass.const_expr(mResO is not None):
-                                rRO = cute.make_rmem_tensor_like(
-                                    tXsX[None, None, v, 0], mResO.element_type
-                                )
-                                rRO.store(xv.to(mResO.element_type))
-                                dst = tRgRO[None, None, v]
-                                cute.copy(copy_RO, _like(rRO, dst), dst)
+                                store_as(copy_RO, xv, tXsX[None, None, v, 0], tRgRO[None, None, v])
                             sum_sq += (xv * xv).reduce(
                                 cute.ReductionOp.ADD, Float32(0.0), reduction_profile=0
                             )
@@ -715,10 +710,7 @@ class FinalRMSNorm(ClusterRMSNorm):
                             bv = tBsB[None, None, v] if smem_w else rB[None, None, v]
                             b = bv.load().to(Float32)
                         y = self.scale(xv * rstd, w, b)
-                        rO = cute.make_rmem_tensor_like(tXsX[None, None, v, 0], mO.element_type)
-                        rO.store(y.to(mO.element_type))
-                        dst = tOgO[None, None, v]
-                        cute.copy(copy_O, _like(rO, dst), dst)
+                        store_as(copy_O, y, tXsX[None, None, v, 0], tOgO[None, None, v])
             if cutlass.const_expr(nbuf == 1):  # the next block, into the buffer just read
                 if it + 1 < n_iter:
                     self.issue_block(mX, mRes, sX, sR, blk + 1, 0, rank, row_end)
@@ -728,6 +720,14 @@ class FinalRMSNorm(ClusterRMSNorm):
 
 
 KERNEL = FinalRMSNorm
+
+
+def store_as(tiled: cute.TiledCopy, value, like: cute.Tensor, dst: cute.Tensor) -> None:
+    """Store one fp32 vector ``value`` to ``dst`` (global) in dst's dtype: converted into a
+    register tensor of x's vector shape (``like``), then copied in dst's atoms."""
+    r = cute.make_rmem_tensor_like(like, dst.element_type)
+    r.store(value.to(dst.element_type))
+    cute.copy(tiled, _like(r, dst), dst)
 
 
 def _like(r: cute.Tensor, dst: cute.Tensor) -> cute.Tensor:

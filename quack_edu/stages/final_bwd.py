@@ -62,7 +62,7 @@ from ..primitives import copy as copy_utils
 from ..primitives import reduce as reduce_utils
 from ..primitives.tiling import RowTiling, ceil_div
 from ..runtime import LaunchShape, cute_dtype
-from .final import MAX_N, FinalRMSNorm, _like, widest_vec
+from .final import MAX_N, FinalRMSNorm, _like, store_as, widest_vec
 
 #: SMs of an H200 (the default the host's grid is computed for)
 SM_COUNT = 132
@@ -726,17 +726,10 @@ class FinalBwdRMSNorm(FinalRMSNorm):
                             src = tRgdR[None, None, v]
                             cute.copy(copy_dR, src, _like(rR, src))
                             dx = dx + rR.load().to(Float32)
-                        rdX = cute.make_rmem_tensor_like(tXsX[None, None, v, 0], mdX.element_type)
-                        rdX.store(dx.to(mdX.element_type))
-                        dst = tXgdX[None, None, v]
-                        cute.copy(copy_dX, _like(rdX, dst), dst)
+                        like = tXsX[None, None, v, 0]
+                        store_as(copy_dX, dx, like, tXgdX[None, None, v])
                         if cutlass.const_expr(mdRes is not None):
-                            rdS = cute.make_rmem_tensor_like(
-                                tXsX[None, None, v, 0], mdRes.element_type
-                            )
-                            rdS.store(dx.to(mdRes.element_type))
-                            dst = tSgdS[None, None, v]
-                            cute.copy(copy_dS, _like(rdS, dst), dst)
+                            store_as(copy_dS, dx, like, tSgdS[None, None, v])
             if cutlass.const_expr(nbuf == 1):  # the next block, into the buffer just read
                 if it + 1 < n_iter:
                     self.issue_block(mX, mdO, sX, sdO, blk + grid_x, 0, rank, M)
