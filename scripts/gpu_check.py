@@ -105,7 +105,7 @@ def main() -> int:
     )
     p.add_argument("--value-stages", default=None, help="stages whose value tests run (all)")
     p.add_argument("--skip-bench", action="store_true")
-    p.add_argument("--test-timeout", type=int, default=150, help="seconds per pytest process")
+    p.add_argument("--test-timeout", type=int, default=300, help="seconds per pytest process")
     p.add_argument("--bench-timeout", type=int, default=300)
     a = p.parse_args()
     out = Path(os.environ.get("OUT", ROOT / "out"))

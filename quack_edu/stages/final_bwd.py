@@ -202,9 +202,11 @@ def default_config(N: int, dtype, weight_dtype=None, features=None, vec=None) ->
 
 def configs(N: int, dtype, weight_dtype=None, features=None, vec=None) -> list[BwdConfig]:
     """The heuristic's pick first, then half, twice and four times its threads per row, every
-    cluster size and one or two buffers: those that fit."""
+    cluster size and one or two buffers, and for a weight wider than x (fp32 next to bf16) the
+    weight read from L2 too: those that fit."""
     features = features or BwdFeatures()
     base = bwd_config(N, dtype, weight_dtype, features, vec)
+    wide = weight_dtype is not None and cute_dtype(weight_dtype).width > cute_dtype(dtype).width
     out = [base]
     t0 = base.threads_per_row
     for tpr in dict.fromkeys((t0, max(4, t0 // 2), min(1024, 2 * t0), min(1024, 4 * t0))):
@@ -212,9 +214,12 @@ def configs(N: int, dtype, weight_dtype=None, features=None, vec=None) -> list[B
             for buffers in (2, 1):
                 if cn <= tpr:
                     cfg = BwdConfig(tpr, max(128, tpr), cluster_n=cn, buffers=buffers)
-                    out.append(replace(cfg, max_vecs=base.max_vecs))
+                    cfgs = [cfg]
                     if tpr <= 64 and cn == 1:  # short rows: 8 or more rows a CTA
-                        out.append(replace(cfg, num_threads=256, max_vecs=base.max_vecs))
+                        cfgs.append(replace(cfg, num_threads=256))
+                    for c in cfgs:
+                        for in_smem in (True, False) if wide and features.weight else (True,):
+                            out.append(replace(c, max_vecs=base.max_vecs, weight_in_smem=in_smem))
     good = []
     for c in dict.fromkeys(out):
         k = _try_kernel(N, dtype, c, weight_dtype, features, vec)
