@@ -565,20 +565,31 @@ def parse_weight_dtypes(text: str | None) -> list:
     return list(dict.fromkeys(out)) or [None]
 
 
-def measure_overhead(fns: dict, weight_dtypes, dtype, Ms=(1, 8), N=1024, calls=2000, log=print):
+def call_args(M: int, N: int, dtype, weight_dtype=None, pass_: str = "fwd") -> tuple:
+    """One input set of a kernel's call: (x, w), or for the backward (x, w, dout, rstd)."""
+    x = torch.randn(M, N, device="cuda", dtype=dtype)
+    w = torch.randn(N, device="cuda", dtype=weight_dtype or dtype)
+    if pass_ != "bwd":
+        return x, w
+    rstd = torch.rsqrt(x.float().square().mean(-1) + EPS)
+    return x, w, torch.randn(M, N, device="cuda", dtype=dtype), rstd
+
+
+def measure_overhead(
+    fns: dict, weight_dtypes, dtype, Ms=(1, 8), N=1024, calls=2000, log=print, pass_="fwd"
+):
     """µs per call of back-to-back tiny calls (wall clock, one synchronize at the end)."""
     rows = []
     for wdt in weight_dtypes:
         wdt = wdt or dtype
         for M in Ms:
-            x = torch.randn(M, N, device="cuda", dtype=dtype)
-            w = torch.randn(N, device="cuda", dtype=wdt)
+            args = call_args(M, N, dtype, wdt, pass_)
             for name, fn in fns.items():
                 row = {"kernel": name, "M": M, "N": N, "dtype": _short(dtype)}
                 row.update(weight_dtype=_short(wdt), calls=calls)
                 try:
                     with torch.no_grad():
-                        row["us_per_call"] = per_call_us(fn, (x, w), calls)
+                        row["us_per_call"] = per_call_us(fn, args, calls)
                 except Exception as e:
                     row["error"] = _why(e, 300)
                 rows.append(row)
@@ -587,14 +598,13 @@ def measure_overhead(fns: dict, weight_dtypes, dtype, Ms=(1, 8), N=1024, calls=2
     return rows
 
 
-def measure_compile(fns: dict, Ns, dtype, weight_dtype=None, M=1024, log=print):
+def measure_compile(fns: dict, Ns, dtype, weight_dtype=None, M=1024, log=print, pass_="fwd"):
     """Wall time of the first call on a key no other call has used (compile + launch), and of
     the second call for contrast. The first N pays the process's one-time costs too."""
     rows = []
     wdt = weight_dtype or dtype
     for N in Ns:
-        x = torch.randn(M, N, device="cuda", dtype=dtype)
-        w = torch.randn(N, device="cuda", dtype=wdt)
+        args = call_args(M, N, dtype, wdt, pass_)
         for name, fn in fns.items():
             row = {"kernel": name, "M": M, "N": N, "dtype": _short(dtype)}
             row["weight_dtype"] = _short(wdt)
@@ -603,7 +613,7 @@ def measure_compile(fns: dict, Ns, dtype, weight_dtype=None, M=1024, log=print):
                     for key in ("compile_s", "second_call_s"):
                         _sync()
                         t = time.perf_counter()
-                        fn(x, w)
+                        fn(*args)
                         _sync()
                         row[key] = time.perf_counter() - t
             except Exception as e:
@@ -648,8 +658,8 @@ def run(
     ``rmsnorm_bwd``, QuACK's, autograd of torch.compile / F.rms_norm / PyTorch ops)."""
     if pass_ not in ("fwd", "bwd"):
         raise ValueError(f"pass_ must be 'fwd' or 'bwd', got {pass_!r}")
-    if pass_ == "bwd" and (residual or overhead):
-        raise ValueError("the backward is timed without --residual and --overhead")
+    if pass_ == "bwd" and residual:
+        raise ValueError("the backward is timed without --residual")
     t_run = time.perf_counter()
     max_n = max_n or {}
     weight_dtypes = list(weight_dtypes or [None])
@@ -683,11 +693,13 @@ def run(
 
     if overhead:
         # before the sweep: the first call at compile_ns is then the library's first call
-        host, _ = resolve_kernels(list(dict.fromkeys([ours, *HOST_TIMED])))
+        host, _ = resolve_kernels(list(dict.fromkeys([ours, *HOST_TIMED])), pass_=pass_)
         t = time.perf_counter()
         first = {k: v for k, v in host.items() if k in (ours, "lib", "quack")}
-        result["compile"] = measure_compile(first, compile_ns, dtype, weight_dtypes[0], log=log)
-        result["overhead"] = measure_overhead(host, weight_dtypes, dtype, log=log)
+        result["compile"] = measure_compile(
+            first, compile_ns, dtype, weight_dtypes[0], log=log, pass_=pass_
+        )
+        result["overhead"] = measure_overhead(host, weight_dtypes, dtype, log=log, pass_=pass_)
         log(f"host costs measured in {time.perf_counter() - t:.0f} s")
         if on_row:
             on_row(result)
@@ -1173,7 +1185,8 @@ def main(argv=None) -> int:
         "--overhead",
         action="store_true",
         help="also the host cost per tiny call (M=1,8 N=1024, 2000 calls) and the first-call "
-        "(compile) time of the library at --compile-n",
+        "(compile) time of the library at --compile-n (of the pass timed: --pass bwd, the "
+        "backward's)",
     )
     p.add_argument("--compile-n", default="3000,5000", help="row lengths of the first-call timing")
     p.add_argument("--ours", default="lib", help="the kernel the verdict judges")

@@ -399,3 +399,13 @@ def test_bench_one_times_the_library_backward_and_an_autograd_peer():
     assert r["bytes"] == bench.rmsnorm_bwd_bytes(1024, 1024, torch.bfloat16, torch.float32)
     r = bench.bench_one(fns["torch-eager"], 1024, 1024, torch.bfloat16, False, pass_="bwd")
     assert r["gbps"] > 0
+
+
+@pytest.mark.gpu
+def test_backward_host_cost_and_first_call_are_measured():
+    fns, _ = bench.resolve_kernels(["lib"], pass_="bwd")
+    rows = bench.measure_overhead(fns, [torch.float32], torch.bfloat16, Ms=(1,), calls=20,
+                                  pass_="bwd")  # fmt: skip
+    assert rows[0]["us_per_call"] > 0 and "error" not in rows[0]
+    rows = bench.measure_compile(fns, [1000], torch.bfloat16, M=8, pass_="bwd")
+    assert rows[0]["compile_s"] > rows[0]["second_call_s"] > 0
