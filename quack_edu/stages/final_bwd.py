@@ -51,7 +51,6 @@ from cutlass import Float32, Int32
 from cutlass.memory import SmemAllocator
 
 from ..config import (
-    SMEM_PER_CTA,
     SMEM_PER_SM,
     SMEM_RESERVED_PER_CTA,
     VECTOR_BYTES,
@@ -261,8 +260,6 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         self.seq = 1
         # the launch bound that makes ``ctas_per_sm`` true (see there)
         self.min_ctas_per_sm = max(1, self.ctas_per_sm())
-        #: shared memory carveout asked at launch (percent; None: the driver's choice)
-        self.carveout = None
         self.dout_dtype = cute_dtype(f.dout_dtype or dtype)
         self.dres_out_dtype = cute_dtype(f.dres_out_dtype) if f.dres_out_dtype else None
         self.dres_dtype = cute_dtype(f.dres_dtype) if f.dres_dtype else None
@@ -292,24 +289,6 @@ class FinalBwdRMSNorm(FinalRMSNorm):
             self.fail(f"N must be a multiple of the vector ({self.vec} elements)")
         if cfg.stages != 1:
             self.fail("stages must be 1 (one commit group per row block)")
-
-    def check_tiling(self):
-        t, cfg = self.tiling, self.config
-        if t.chunks > 1:
-            self.fail(
-                f"a thread's share of the row is {t.vecs * t.chunks} vectors but max_vecs is "
-                f"{cfg.max_vecs}: raise threads_per_row or cluster_n"
-            )
-        if cfg.cluster_n > 1 and 2 * t.tiles_per_row <= cfg.cluster_n:
-            self.fail(
-                f"with {t.tile_cols} columns per CTA only {t.tiles_per_row} of the "
-                f"{cfg.cluster_n} CTAs of the cluster would own columns"
-            )
-        if self.smem_bytes() > SMEM_PER_CTA:
-            self.fail(
-                f"the CTA needs {self.smem_bytes()} bytes of shared memory, more than the "
-                f"{SMEM_PER_CTA} a Hopper CTA can have: raise cluster_n or use buffers=1"
-            )
 
     # -- sizes ---------------------------------------------------------------------------------
     def smem_bytes(self) -> int:
@@ -561,9 +540,7 @@ class FinalBwdRMSNorm(FinalRMSNorm):
             min_blocks_per_mp=self.min_ctas_per_sm,
             # with min_blocks_per_mp > 1 the DSL needs a carveout, else it asks the driver at
             # trace time (no GPU here)
-            preferred_smem_carveout=self.carveout
-            if cutlass.const_expr(self.min_ctas_per_sm < 2)
-            else 100,
+            preferred_smem_carveout=None if cutlass.const_expr(self.min_ctas_per_sm < 2) else 100,
         )
 
     @cute.kernel
