@@ -419,21 +419,37 @@ def _name(t) -> str:
     return "-" if t is None else str(t).removeprefix("torch.")
 
 
-def _tune_key(x, weight, bias, residual, out_dtype, res_out_dtype, store_rstd, weight_offset):
+def _key_head(op: str, x) -> tuple:
+    """The first fields of a tuning key: the op, the GPU, the rows to the next power of two (a
+    config timed on 8 rows, launch-bound, one wave, says little about 32768, many waves; one
+    key per M would tune every batch size), N and x's dtype."""
     index = x.get_device()
     gpu = _gpu_names.get(index)
     if gpu is None:
         gpu = _gpu_names[index] = torch.cuda.get_device_name(index)
-    per_head = any(p is not None and p.dim() == 2 for p in (weight, bias))
     rows = x.numel() // max(1, x.shape[-1])
     return (
-        ("op", "rmsnorm_fwd"),
+        ("op", op),
         ("gpu", gpu),
-        # the rows, to the next power of two: a config timed on 8 rows (launch-bound, one wave)
-        # says little about 32768 (many waves), and one key per M would tune every batch size
         ("M", 1 << max(0, rows - 1).bit_length()),
         ("N", x.shape[-1]),
         ("x", _name(x.dtype)),
+    )
+
+
+def _the_tuner():
+    global _tuner
+    if _tuner is None:
+        from .autotune import Autotuner
+
+        _tuner = Autotuner()
+    return _tuner
+
+
+def _tune_key(x, weight, bias, residual, out_dtype, res_out_dtype, store_rstd, weight_offset):
+    per_head = any(p is not None and p.dim() == 2 for p in (weight, bias))
+    return (
+        *_key_head("rmsnorm_fwd", x),
         ("out", _name(out_dtype)),
         ("residual", _name(None if residual is None else residual.dtype)),
         ("residual_out", _name(res_out_dtype)),
@@ -446,14 +462,10 @@ def _tune_key(x, weight, bias, residual, out_dtype, res_out_dtype, store_rstd, w
 
 
 def _tuned_config(x, weight, bias, residual, out_dtype, res_out_dtype, eps, store_rstd, wo):
-    global _tuner
-    if _tuner is None:
-        from .autotune import Autotuner
-
-        _tuner = Autotuner()
+    tuner = _the_tuner()
     key = _tune_key(x, weight, bias, residual, out_dtype, res_out_dtype, store_rstd, wo)
-    config = _tuner.cached(key, _tuner)  # the tuner itself as the "not tuned yet" sentinel
-    if config is not _tuner:
+    config = tuner.cached(key, tuner)  # the tuner itself as the "not tuned yet" sentinel
+    if config is not tuner:
         return config
     if not x.numel():
         return None  # nothing to time: the heuristic (nothing is launched anyway)
@@ -480,7 +492,7 @@ def _tuned_config(x, weight, bias, residual, out_dtype, res_out_dtype, eps, stor
             t.fill_(float("nan"))  # an element the config forgets to write fails the check
         return bench(config)
 
-    return _tuner.tune(key, candidates, run, bench=bench)
+    return tuner.tune(key, candidates, run, bench=bench)
 
 
 # --------------------------------------------------------------------------------------------
@@ -755,22 +767,9 @@ def rmsnorm_bwd_tuned(
 
 
 def _tuned_bwd_config(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
-    global _tuner
-    if _tuner is None:
-        from .autotune import Autotuner
-
-        _tuner = Autotuner()
-    index = x.get_device()
-    gpu = _gpu_names.get(index)
-    if gpu is None:
-        gpu = _gpu_names[index] = torch.cuda.get_device_name(index)
-    rows = x.numel() // max(1, x.shape[-1])
+    tuner = _the_tuner()
     key = (
-        ("op", "rmsnorm_bwd"),
-        ("gpu", gpu),
-        ("M", 1 << max(0, rows - 1).bit_length()),
-        ("N", x.shape[-1]),
-        ("x", _name(x.dtype)),
+        *_key_head("rmsnorm_bwd", x),
         ("dout", _name(dout.dtype)),
         ("weight", _name(None if weight is None else weight.dtype)),
         ("dresidual_out", _name(None if dres_out is None else dres_out.dtype)),
@@ -778,8 +777,8 @@ def _tuned_bwd_config(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo)
         ("bias", bool(has_bias)),
         ("weight_offset", wo != 0.0),
     )
-    config = _tuner.cached(key, _tuner)
-    if config is not _tuner:
+    config = tuner.cached(key, tuner)
+    if config is not tuner:
         return config
     if not x.numel():
         return None
@@ -801,7 +800,7 @@ def _tuned_bwd_config(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo)
     def bench(config):
         return _backward(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo, config)
 
-    return _tuner.tune(key, candidates, bench, bench=bench)
+    return tuner.tune(key, candidates, bench, bench=bench)
 
 
 # --------------------------------------------------------------------------------------------
