@@ -61,9 +61,10 @@ RACECHECK_FINDINGS = f"""\
 ========= Warning: Maximum number of hazards reached. Environment variable \
 NV_COMPUTE_SANITIZER_MAX_RACECHECK_HAZARDS can be used to increase this count.
 @@sanitize begin {A}
-========= Warning: Potential RAW hazard detected at __shared__ 0x400 in block (0,0,0) :
-=========     Write Thread (31,0,0) at 0x1f20 in kernel_cutlass_ClusterRMSNorm_0
-=========     Read Thread (0,0,0) at 0x2010 in kernel_cutlass_ClusterRMSNorm_0
+========= Warning: (Warp Level Programming) Potential RAW hazard detected (CUDA barrier \
+operation) at __shared__ 0x700 in block (0,0,0) :
+=========     Write Thread (31,0,0) at kernel_cutlass_kernel_ClusterRMSNorm_0+0xf0
+=========     Read Thread (0,0,0) at kernel_cutlass_kernel_ClusterRMSNorm_0+0x100
 =========     Current Value : 0
 =========
 ========= Warning: Potential RAW hazard detected at __shared__ 0x404 in block (0,0,0) :
@@ -159,6 +160,16 @@ def test_racecheck_counts_errors_and_warnings_per_case():
     assert (r.cases[A].errors, r.cases[A].warnings) == (0, 2)
     assert (r.cases[B].errors, r.cases[B].warnings) == (1, 0)
     assert r.outside == 0  # "Maximum number of hazards reached" is the tool talking
+    # the first report's kernel, from the line after it (both location formats)
+    assert r.cases[A].first_report_kernel == "kernel_cutlass_kernel_ClusterRMSNorm_0"
+    assert r.cases[B].first_report_kernel == "kernel_cutlass_CpasyncRMSNorm_0"
+
+
+def test_every_tool_prints_every_report():
+    # the default print limit (100) would leave later cases' reports out of their counts
+    for tool in S.TOOLS:
+        cmd = S.sanitizer_command("cs", tool, ["python", "x"])
+        assert cmd[cmd.index("--print-limit") + 1] == "0", cmd
 
 
 def test_clean_runs():
@@ -384,10 +395,11 @@ def test_parent_end_to_end_clean(fake, tmp_path, capsys):
     assert "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)" in printed
     data = json.loads(out.read_text())
     assert data["clean"] and len(data["cases"]) == 20 and len(data["runs"]) == 8
-    assert data["tool_args"]["memcheck"] == ["--report-api-errors", "no"]
+    assert data["tool_args"]["memcheck"] == ["--report-api-errors", "no", "--print-limit", "0"]
     race = next(r["command"] for r in data["runs"] if r["tool"] == "racecheck")
     assert race[1:5] == ["--tool", "racecheck", "--racecheck-report", "hazard"]
-    assert race[5:7] == [sys.executable, str(SCRIPT)] and race[7] == "--child"
+    assert race[5:7] == ["--print-limit", "0"]
+    assert race[7:9] == [sys.executable, str(SCRIPT)] and race[9] == "--child"
     assert all(r["status"] == "ok" for r in data["results"].values())
 
 

@@ -190,13 +190,23 @@ class ClusterRMSNorm(BlockRMSNorm):
         arms it with the bytes the peers will send; the fence publishes the init to the
         cluster and the relaxed arrive says "my barrier is ready" (``row_sum`` waits for
         every CTA's before the first remote store). ``count`` barriers, one per row a thread
-        reduces in sequence, each armed for one row's bytes."""
+        reduces in sequence, each armed for one row's bytes.
+
+        The CTA barrier between the init and the arming (once per CTA, before any load) is for
+        racecheck: ptxas issues ``mbarrier.init`` on the warp's uniform datapath
+        (``SYNCS.EXCH.64``), which racecheck attributes to lane 31, so thread 0's arrive
+        right after it looked like another lane reading the mbarrier with no barrier between
+        (a "Warp Level Programming" RAW warning, compute-sanitizer 2025.3 on the H200). A
+        ``sync_warp`` there compiles to nothing the tool can see."""
         tidx, _, _ = cute.arch.thread_idx()
         if tidx == 0:
             for i in cutlass.range_constexpr(count):
                 cute.arch.mbarrier_init(mbar_ptr + i, 1)
-                cute.arch.mbarrier_arrive_and_expect_tx(mbar_ptr + i, self.expected_tx_bytes())
         cute.arch.mbarrier_init_fence()
+        cute.arch.sync_threads()
+        if tidx == 0:
+            for i in cutlass.range_constexpr(count):
+                cute.arch.mbarrier_arrive_and_expect_tx(mbar_ptr + i, self.expected_tx_bytes())
         cute.arch.cluster_arrive_relaxed()
 
     def exchange_smem(self, smem: SmemAllocator):
