@@ -26,6 +26,16 @@ def subprocess_env():
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
 
 
+@pytest.fixture
+def without_jupyter(monkeypatch):
+    """Grade as on the H200 device machine: no Jupyter kernel, no nbformat."""
+    from quack_edu.grading import _nblite
+    from quack_edu.grading import notebook as nbmod
+
+    monkeypatch.setattr(nbmod, "jupyter_available", lambda: False)
+    monkeypatch.setattr(nbmod, "nbformat", _nblite)
+
+
 @pytest.fixture(autouse=True)
 def _dsl_dump_dir(tmp_path, monkeypatch):
     # The DSL writes artifacts into the current directory (its CUTE_DSL_DUMP_DIR is read once, at

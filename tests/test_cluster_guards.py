@@ -45,3 +45,46 @@ def test_a_safe_wrong_exchange_is_not_refused():
     ex, answer = _mutant_answer("04.cluster_exchange", "stores only into its own CTA")
     ctx = Context(ex, answer, hidden=False, seed=1)
     _exchange_guard(ctx, 1000, "bf16", exchange_config(1000, torch.bfloat16))  # no raise
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_grading_answers_that_would_hang_finishes_without_jupyter(tmp_path, without_jupyter):
+    # On the H200 (no Jupyter: cells run in the grader's process, where a hung kernel cannot be
+    # interrupted) grading these two answers once never returned: the lesson's demo cell
+    # launched the learner's cluster kernel and it waited forever on its mbarrier.
+    import json
+    import time
+
+    from quack_edu.grading.cli import grade_main
+    from quack_edu.grading.notebook import find_cell, notebooks_dir, write
+
+    lesson = "04_cluster_reduction"
+    solution = read(solutions_dir() / f"{lesson}.ipynb")
+    nb = read(notebooks_dir() / f"{lesson}.ipynb")
+    wrong = {  # slot coordinates swapped; slots counted instead of bytes
+        "04.cluster_exchange": ("(row, (warp_in_row, rank))", "(row, (rank, warp_in_row))"),
+        "04.expected_tx_bytes": ("return slots * 4", "return slots"),
+    }
+    for ex_id, (old, new) in wrong.items():
+        src = find_cell(solution, get(ex_id).cell_id).source
+        assert old in src, (ex_id, old)
+        find_cell(nb, get(ex_id).cell_id).source = src.replace(old, new)
+    path, out, ran = tmp_path / f"{lesson}.ipynb", tmp_path / "grade.json", tmp_path / "ran"
+    write(nb, path)
+
+    t0 = time.time()
+    rc = grade_main([str(path), "--json", str(out), "--timeout", "120", "--executed", str(ran)])
+    took = time.time() - t0
+    assert rc == 1 and took < 600, took
+    exercises = {e["id"]: e for e in json.loads(out.read_text())["notebooks"][0]["exercises"]}
+    for ex_id in wrong:
+        ex = exercises[ex_id]
+        assert ex["status"] == "fail" and ex["score"] == 0, ex
+        gpu = [c for c in ex["checks"] if c["tier"] == GPU]
+        assert gpu and all(c["status"] == "fail" for c in gpu), ex
+        assert all(c["hint"] for c in ex["checks"] if c["status"] == "fail"), ex
+    # the lesson's own cell that would launch the learner's kernel refused it, and said why
+    demo = next(c for c in read(ran / path.name).cells if "not launched: {why}" in c.source)
+    printed = "".join(o.get("text", "") for o in demo.outputs)
+    assert "not launched:" in printed and "wait forever" in printed, printed

@@ -164,16 +164,6 @@ def test_grade_usage_errors(tmp_path, capsys):
     assert "no such notebook" in capsys.readouterr().err
 
 
-@pytest.fixture
-def without_jupyter(monkeypatch):
-    """Grade as on the H200 device machine: no Jupyter kernel, no nbformat."""
-    from quack_edu.grading import _nblite
-    from quack_edu.grading import notebook as nbmod
-
-    monkeypatch.setattr(nbmod, "jupyter_available", lambda: False)
-    monkeypatch.setattr(nbmod, "nbformat", _nblite)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_grade_in_process_without_jupyter(lesson, tmp_path, capsys, without_jupyter):

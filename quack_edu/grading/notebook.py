@@ -567,6 +567,14 @@ class _InProcessRunner:
         from ..nbexec import exec_cell
 
         out = exec_cell(cell.source, f"<graded-cell-{index}>", self.ns, self.timeout)
+        # the cell's output as Jupyter would keep it (``--executed`` saves it)
+        outputs = [{"output_type": "stream", "name": "stdout", "text": out.stdout}]
+        if not out.ok:
+            tb = out.error.splitlines()
+            outputs.append(
+                {"output_type": "error", "ename": out.ename, "evalue": out.evalue, "traceback": tb}
+            )
+        cell.outputs = [nbformat.from_dict(o) for o in outputs if o.get("text", True)]
         if out.ok:
             return None
         if out.timed_out:
