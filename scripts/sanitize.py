@@ -7,11 +7,12 @@
         [--compile-only]
 
 The kernels: every forward stage (``quack_edu.stages.STAGE_ORDER``), the library's forward
-with bias, an fp32 (bf16 next to fp32 x) residual and ``store_rstd`` ("lib_fwd"), and the
-library's backward with ``has_bias``, a ``dresidual_out`` (fp32, so that a separate dresidual
-is written too) and ``has_residual`` ("lib_bwd"). Each at small, ragged and cluster-sized
-shapes, with the weight in x's dtype and in fp32 (bf16 for fp32 x): 72 cases, ``--list``
-prints them.
+with bias, an fp32 (bf16 next to fp32 x) residual and ``store_rstd`` ("lib_fwd"), the same
+with a bias and no weight ("lib_fwd_bias": its own kernel, the bias slice alone in shared
+memory), and the library's backward with ``has_bias``, a ``dresidual_out`` (fp32, so that a
+separate dresidual is written too) and ``has_residual`` ("lib_bwd"). Each at small, ragged and
+cluster-sized shapes, with the weight (or bias) in x's dtype and in fp32 (bf16 for fp32 x):
+84 cases, ``--list`` prints them.
 
 The tools, and why their options:
 
@@ -83,7 +84,7 @@ TOOL_ARGS = {
 SHAPES = ((37, 4104, "bf16"), (5, 65544, "bf16"), (3, 131072, "fp16"), (9, 3000, "fp32"))
 #: the library also at a row of 7 (narrow vectors, a single row) and an odd N with many rows
 LIB_SHAPES = SHAPES + ((1, 7, "bf16"), (199, 1001, "fp16"))
-LIBRARY = ("lib_fwd", "lib_bwd")
+LIBRARY = ("lib_fwd", "lib_fwd_bias", "lib_bwd")
 EPS = 1e-6
 MARK = "@@sanitize"
 #: what the process needs before its first case (imports, CUDA context under the sanitizer)
@@ -98,7 +99,7 @@ NOT_FOUND = 2
 
 @dataclass(frozen=True)
 class Case:
-    kernel: str  # a stage name, "lib_fwd" or "lib_bwd"
+    kernel: str  # a stage name, "lib_fwd", "lib_fwd_bias" or "lib_bwd"
     M: int
     N: int
     dtype: str  # bf16, fp16, fp32 (x)
@@ -786,7 +787,8 @@ def _stage_case(case: Case, device: str):
 
 def _lib_fwd_case(case: Case, device: str):
     """rmsnorm_fwd with a bias, a residual of another dtype (fp32, or bf16 for fp32 x) and
-    store_rstd: every tensor the forward reads and writes."""
+    store_rstd: every tensor the forward reads and writes. "lib_fwd_bias": a bias and no
+    weight, no residual (the bias slice alone in shared memory: a kernel of its own)."""
     import importlib
 
     import torch
@@ -800,14 +802,15 @@ def _lib_fwd_case(case: Case, device: str):
     rdtype = torch.float32 if dtype != torch.float32 else torch.bfloat16
     M, N = case.M, case.N
     x = torch.randn(M, N, device=device).to(dtype)
-    w = torch.randn(N, device=device).to(wdtype)
+    bias_only = case.kernel == "lib_fwd_bias"
+    w = None if bias_only else torch.randn(N, device=device).to(wdtype)
     b = torch.randn(N, device=device).to(wdtype)
-    res = torch.randn(M, N, device=device).to(rdtype)
+    res = None if bias_only else torch.randn(M, N, device=device).to(rdtype)
     got = {}
 
     def compile_():  # the kernel rmsnorm_fwd picks for these tensors (outputs like its own)
         out = torch.empty_like(x)
-        res_out = torch.empty_like(x, dtype=rdtype)
+        res_out = None if bias_only else torch.empty_like(x, dtype=rdtype)
         rstd = torch.empty(M, device=device)
         final.kernel_for(x, w, b, res, out, res_out, rstd, 0.0)
 
@@ -817,10 +820,15 @@ def _lib_fwd_case(case: Case, device: str):
         )
 
     def check():
-        out, h = rmsnorm_ref(*_host(x, w, b, res), eps=EPS)
+        hx, hw, hb, hres = _host(x, w, b, res)
+        if bias_only:  # the sum of squares is over x itself
+            out, h = rmsnorm_ref(hx, None, hb, eps=EPS), hx.float()
+        else:  # ... over x + residual, which residual_out holds
+            out, h = rmsnorm_ref(hx, hw, hb, hres, eps=EPS)
         gout, gres, grstd = _host(got["out"], got["res_out"], got["rstd"])
         assert_close(gout, out, dtype, what=f"{case.id} out")
-        assert_close(gres, h, rdtype, what=f"{case.id} residual_out")
+        if not bias_only:
+            assert_close(gres, h, rdtype, what=f"{case.id} residual_out")
         torch.testing.assert_close(grstd, rstd_ref(h, EPS), rtol=1e-4, atol=0)
 
     return compile_, launch, check
@@ -892,7 +900,7 @@ def _host(*tensors):
 
 
 def _case_fns(case: Case, device: str):
-    if case.kernel == "lib_fwd":
+    if case.kernel in ("lib_fwd", "lib_fwd_bias"):
         return _lib_fwd_case(case, device)
     if case.kernel == "lib_bwd":
         return _lib_bwd_case(case, device)

@@ -126,6 +126,27 @@ def test_features_reach_the_kernel():
     assert head.count("%ctaid.z") >= 1  # the head is the grid's z
 
 
+def test_every_row_waits_for_the_slices_the_first_row_copies():
+    # The weight and bias slices are copied once per CTA by the threads of its first row; the
+    # other rows may read them only after a CTA barrier. With a bias and no weight the barrier
+    # was missing: on the H200, under load, rows read the bias before it landed (1423 of 3.1M
+    # outputs wrong, bf16 M=1029 N=3000). Short rows (16 threads a row, no block reduction,
+    # hence no other bar.sync) at 1000 bf16, 8 rows a CTA.
+    cfg = FinalConfig(16, 128, cluster_n=1)
+    bf16, fp32 = torch.bfloat16, torch.float32
+
+    def barriers(weight, bias_dtype):
+        kernel = final.FinalRMSNorm(
+            bf16, 1000, cfg, fp32, features=final.Features(weight=weight, bias_dtype=bias_dtype)
+        )
+        rep = kernel_report(kernel, stage="final")
+        assert rep.count("cp.async") > 0  # the slices do come in by cp.async here
+        return rep.count(r"\bbar(rier)?\.sync", regex=True)
+
+    assert barriers(True, fp32) == barriers(True, None) == barriers(False, fp32) == 1
+    assert barriers(False, None) == 0  # nothing shared between the rows
+
+
 @pytest.mark.parametrize(
     "cfg, match",
     [

@@ -657,9 +657,11 @@ class FinalRMSNorm(ClusterRMSNorm):
             for s in cutlass.range_constexpr(stages):
                 if cutlass.const_expr(self.use_async):
                     cute.arch.cp_async_wait_group(stages - 1 - s + ahead)
-                if cutlass.const_expr(s == 0 and t.rows_per_cta > 1 and sW is not None):
-                    if it == 0:
-                        cute.arch.barrier()  # the weight slice, copied by the first row, landed
+                if cutlass.const_expr(
+                    s == 0 and t.rows_per_cta > 1 and (sW is not None or sB is not None)
+                ):
+                    if it == 0:  # the weight and bias slices, copied by the first row, landed
+                        cute.arch.barrier()
                 if row < M:
                     pred = self.col_pred(thr_X, cX)  # (1, 1, vecs); made here: see issue_block
                     for v in cutlass.range_constexpr(s * per_stage, (s + 1) * per_stage):
