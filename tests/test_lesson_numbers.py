@@ -483,13 +483,57 @@ def test_lesson07_quotes_are_the_recorded_and_computed_ones(quoted):
     assert quoted in _prose07()
 
 
-def test_lesson07_quotes_nothing_from_the_strategies_record_it_does_not_have():
-    """bwd_dw_strategies.json is read by a cell (bwd_strategies.table), never quoted: until it
-    is recorded the lesson says so instead of showing numbers."""
+def test_lesson07_says_what_to_do_without_the_strategies_record():
+    """bwd_dw_strategies.json is printed by a cell (bwd_strategies.table); until it is recorded
+    the lesson says so, and quotes none of it."""
     prose = _prose07()
     assert "bwd_dw_strategies.json" in prose
     if results.load("bwd_dw_strategies") is None:
         assert "has not been recorded yet" in prose
+        assert "What the H200 recorded" not in prose
+
+
+def _recomputed07_strategies() -> dict[str, str]:
+    """What lesson 07's prose quotes from bwd_dw_strategies.json, recomputed from it."""
+    rec = results.load("bwd_dw_strategies")
+
+    def row(strategy, N):
+        (r,) = [r for r in rec["rows"] if r["strategy"] == strategy and r["N"] == N]
+        return r
+
+    ns = sorted({r["N"] for r in rec["rows"]})
+    gain = [100 * (row("atomic", N)["gbps"] / row("persistent", N)["gbps"] - 1) for N in ns]
+    distinct = {row("atomic", N)["distinct_dw"] for N in ns}
+    assert all(row(s, N)["deterministic"] for s in ("row_blocks", "persistent") for N in ns)
+    return {
+        "by 1-8% over the persistent partials": (
+            f"by {min(gain):.0f}-{max(gain):.0f}% over the persistent partials"
+        ),
+        "(3932 against 3809 GB/s at N = 4096)": (
+            f"({row('atomic', 4096)['gbps']:.0f} against "
+            f"{row('persistent', 4096)['gbps']:.0f} GB/s at N = 4096)"
+        ),
+        "gave 3 different dw in 3 runs": f"gave {min(distinct)} different dw in "
+        f"{row('atomic', 4096)['runs']} runs",
+        "ran at 37% of the copy at N = 4096": (
+            f"ran at {row('row_blocks', 4096)['pct_copy']:.0f}% of the copy at N = 4096"
+        ),
+        "the persistent grid's 90%": (
+            f"the persistent grid's {row('persistent', 4096)['pct_copy']:.0f}%"
+        ),
+        "(6.3e-4 at N = 1024, against 1.1e-4": (
+            f"({row('atomic', 1024)['max_abs_err']:.1e} at N = 1024, against "
+            f"{row('persistent', 1024)['max_abs_err']:.1e}"
+        ).replace("e-04", "e-4"),
+    }
+
+
+@pytest.mark.parametrize(
+    "quoted", list(_recomputed07_strategies()) if results.load("bwd_dw_strategies") else []
+)
+def test_lesson07_strategy_quotes_are_the_recorded_ones(quoted):
+    assert _recomputed07_strategies()[quoted] == quoted
+    assert quoted in _prose07()
 
 
 # --- README.md, "Results recorded on an H200 / The library's backward" (bwd_final.json) -------
