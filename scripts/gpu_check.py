@@ -3,16 +3,24 @@
 
     source .gpu/env.sh; python3 scripts/gpu_check.py [--peers] [--graph] [--shapes ...]
         [--weight-dtype bf16,fp32] [--residual] [--overhead] [--ours lib]
+        [--part all|gpu|lessons] [--concurrency K] [--skip-bench]
 
-1. `quack-edu doctor` (must say GPU mode),
-2. the `gpu`-marked tests (values of every stage against the fp32 reference, grading GPU tier),
-3. the benchmark of every stage (and peers) with the D2D copy ceiling measured in the same run,
-4. (if present) execution of the solution notebooks;
-5. with ``--bench-pass bwd|both``, the backward's benchmark (the library against QuACK and
+1. `quack-edu doctor` (must say GPU mode);
+2. the tests (``test_plan``): ``--part gpu`` the `gpu`-marked ones (every stage's values
+   against the fp32 reference, one process per stage; the fuzz tests; the library's and the
+   grader's GPU tests); ``--part lessons`` the solution notebooks top to bottom and the grader
+   in GPU mode, then every other test (the compile checks run with the GPU's own toolchain
+   there); ``all`` (default) both. The value and fuzz runs only check values and share the
+   GPU, ``--concurrency`` at a time;
+3. the benchmark of every stage (and peers) with the D2D copy ceiling measured in the same run;
+4. with ``--bench-pass bwd|both``, the backward's benchmark (the library against QuACK and
    torch.compile), bench_bwd.json/png.
-Writes doctor.txt, tests.log, bench.log, bench.json, bench.png (and notebooks.log) under $OUT
-(default ./out) and prints a short table and the bench's verdict (``--ours`` against QuACK, the
-best peer and the copy) last.
+Writes doctor.txt, tests.log, bench.log, bench.json, bench.png under $OUT (default ./out) and
+prints a short table and the bench's verdict (``--ours`` against QuACK, the best peer and the
+copy) last. The device tool stops a command after 10 minutes, and the whole suite took ~8 on
+the H200 (all tests under one pytest with 14 processes, 2026-11-30): there, run the tests in
+two calls (``--part gpu --skip-bench``, then ``--part lessons --skip-bench``) and the bench in
+a third.
 """
 
 from __future__ import annotations
@@ -63,7 +71,77 @@ def bench_summary(path: Path, ours: str) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def main() -> int:
+def test_plan(a, stages) -> list[tuple[str, list[str], bool]]:
+    """(name, pytest arguments, may run concurrently) of every test run ``--part`` asks for.
+
+    One pytest process per stage for the value tests, each under a timeout: a kernel that hangs
+    (a cluster barrier that never completes) costs that stage's tests, not the whole call.
+    Those and the fuzz tests only check values, so they share the GPU, ``--concurrency`` at a
+    time; the other runs time things (the grader's speed tier, the bench tests) or bring
+    ``--jobs`` processes of their own, and run one by one after them.
+    """
+    gpu, xdist = ["-m", "gpu"], ["-n", str(a.jobs)]
+    runs = []
+    if a.part in ("all", "gpu"):
+        runs += [(f"values:{s}", [*gpu, "tests/test_stages_gpu.py", "-k", s], True) for s in stages]
+        if not a.skip_fuzz:  # hypothesis, >= 500 cases each way, on its own longer timeout
+            runs.append(("fuzz", [*gpu, "-s", "-rA", "tests/test_fuzz_gpu.py"], True))
+        others = [*a.tests.split(), "--ignore=tests/test_stages_gpu.py"]
+        others.append("--ignore=tests/test_fuzz_gpu.py")
+        others += [f"--ignore={t}" for t in a.parallel_tests.split()]
+        if a.tests != "none":
+            runs.append(("other gpu tests", [*gpu, *others], False))
+        if a.parallel_tests:  # correctness only (no timing): several processes share the GPU
+            runs.append(("gpu tests (parallel)", [*gpu, *xdist, *a.parallel_tests.split()], False))
+    if a.part in ("all", "lessons"):
+        # The solution notebooks top to bottom in GPU mode, and the grader with both tiers
+        # (solutions: full points, students: 0); without Jupyter there, both run in-process.
+        own = {
+            "notebooks": "tests/test_notebooks_execute.py",
+            "grading": "tests/test_grading_cli.py",
+        }
+        for name, k in (("notebooks", a.notebooks_k), ("grading", a.grading_k)):
+            if k != "none":
+                sel = ["-k", k] if k else []
+                runs.append((name, ["-m", "not gpu", *xdist, own[name], *sel], False))
+        if not a.skip_other_tests:  # every other test, in GPU mode (the compile checks too)
+            rest = [f"--ignore={path}" for path in own.values()]
+            runs.append(("other tests", ["-m", "not gpu", *xdist, "tests", *rest], False))
+    return runs
+
+
+def run_tests(runs, a, out: Path, summary: list) -> None:
+    """Run ``test_plan``'s runs; print each one's tail and keep its log in tests.log (written
+    after every run: a call cut off still brings back what ran)."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    logs = {}
+
+    def one(name, args):
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+        return (name, *sh(cmd, timeout=a.fuzz_timeout if name == "fuzz" else a.test_timeout))
+
+    def report(name, rc, text, dt):
+        tail = [ln for ln in text.strip().splitlines() if ln.strip()]
+        logs[name] = f"==== {name} (rc={rc}, {dt:.0f} s)\n{text}"
+        print(f"==== {name}: rc={rc} {dt:.0f} s", flush=True)
+        print("\n".join(tail[-15:]), flush=True)
+        # pytest's own verdict line, not a warning printed after it
+        verdict = [ln for ln in tail if re.search(r"\b(passed|failed|error|skipped)\b", ln)]
+        summary.append((name, (verdict or tail or [f"rc={rc}"])[-1][:120], dt))
+        order = [n for n, _, _ in runs]
+        (out / "tests.log").write_text("\n".join(logs[n] for n in order if n in logs))
+
+    together = [(n, args) for n, args, concurrent in runs if concurrent]
+    with ThreadPoolExecutor(max_workers=max(1, a.concurrency)) as pool:
+        for fut in as_completed([pool.submit(one, *r) for r in together]):
+            report(*fut.result())
+    for name, args, concurrent in runs:
+        if not concurrent:
+            report(*one(name, args))
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser()
     p.add_argument("--peers", nargs="?", const="all", default=None, help="peers to benchmark")
     p.add_argument("--graph", action="store_true", help="also time through CUDA graphs")
@@ -91,6 +169,11 @@ def main() -> int:
         "--tests", default="tests", help="pytest paths for the other gpu tests (none: skip)"
     )
     p.add_argument("--skip-tests", action="store_true")
+    p.add_argument(
+        "--skip-other-tests",
+        action="store_true",
+        help="without the not-gpu tests beyond the notebooks and the grader",
+    )
     p.add_argument("--skip-fuzz", action="store_true", help="without tests/test_fuzz_gpu.py")
     p.add_argument("--fuzz-timeout", type=int, default=400, help="seconds for the fuzz tests")
     p.add_argument(
@@ -104,10 +187,27 @@ def main() -> int:
         "--notebooks-k", default=None, help="-k filter of the notebook runs (none: skip)"
     )
     p.add_argument("--value-stages", default=None, help="stages whose value tests run (all)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=3,
+        help="value and fuzz processes at a time (they only check values; 1: one by one)",
+    )
+    p.add_argument(
+        "--part",
+        choices=("all", "gpu", "lessons"),
+        default="all",
+        help="gpu: the gpu tests (values, the others, fuzz); lessons: the notebooks, the grader "
+        "and every other (not gpu) test in GPU mode; all: both, one after the other",
+    )
     p.add_argument("--skip-bench", action="store_true")
     p.add_argument("--test-timeout", type=int, default=300, help="seconds per pytest process")
     p.add_argument("--bench-timeout", type=int, default=300)
-    a = p.parse_args()
+    return p
+
+
+def main() -> int:
+    a = parser().parse_args()
     out = Path(os.environ.get("OUT", ROOT / "out"))
     out.mkdir(parents=True, exist_ok=True)
     py = sys.executable
@@ -118,10 +218,7 @@ def main() -> int:
     mode = "GPU" if "Mode: GPU" in text else "compile-only"
     summary.append(("doctor", f"rc={rc}, mode {mode}", dt))
 
-    hung = []
     if not a.skip_tests:
-        # One pytest process per stage, each under a timeout: a kernel that hangs (a cluster
-        # barrier that never completes) costs that stage's tests, not the whole call.
         sys.path.insert(0, str(ROOT))
         from quack_edu.stages import STAGE_ORDER
 
@@ -130,44 +227,7 @@ def main() -> int:
             if not a.value_stages
             else [s for s in a.value_stages.split(",") if s != "none"]
         )
-        gpu = ["-m", "gpu"]
-        runs = [(f"values:{s}", [*gpu, "tests/test_stages_gpu.py", "-k", s]) for s in stages]
-        # the fuzz tests (hypothesis, >= 500 cases each way) run on their own, longer timeout
-        others = [*a.tests.split(), "--ignore=tests/test_stages_gpu.py"]
-        others.append("--ignore=tests/test_fuzz_gpu.py")
-        if a.parallel_tests:  # correctness only (no timing): several processes share the GPU
-            others += [f"--ignore={t}" for t in a.parallel_tests.split()]
-        if a.tests != "none":
-            runs.append(("other gpu tests", [*gpu, *others]))
-        if a.parallel_tests:
-            xdist = ["-n", str(a.jobs)]
-            runs.append(("gpu tests (parallel)", [*gpu, *xdist, *a.parallel_tests.split()]))
-        if not a.skip_fuzz:
-            runs.append(("fuzz", [*gpu, "-s", "-rA", "tests/test_fuzz_gpu.py"]))
-        # The solution notebooks top to bottom in GPU mode, and the grader with both tiers
-        # (solutions: full points, students: 0); without Jupyter there, both run in-process.
-        for name, path, k in (
-            ("notebooks", "tests/test_notebooks_execute.py", a.notebooks_k),
-            ("grading", "tests/test_grading_cli.py", a.grading_k),
-        ):
-            if k != "none":
-                sel = ["-k", k] if k else []
-                runs.append((name, ["-m", "not gpu", "-n", str(a.jobs), path, *sel]))
-        logs = []
-        for name, args in runs:
-            cmd = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
-            rc, text, dt = sh(cmd, timeout=a.fuzz_timeout if name == "fuzz" else a.test_timeout)
-            tail = [ln for ln in text.strip().splitlines() if ln.strip()]
-            logs.append(f"==== {name} (rc={rc}, {dt:.0f} s)\n{text}")
-            print(f"==== {name}: rc={rc} {dt:.0f} s", flush=True)
-            print("\n".join(tail[-15:]), flush=True)
-            # pytest's own verdict line, not a warning printed after it
-            verdict = [ln for ln in tail if re.search(r"\b(passed|failed|error|skipped)\b", ln)]
-            summary.append((name, (verdict or tail or [f"rc={rc}"])[-1][:120], dt))
-            if rc == 124 and name.startswith("values:"):
-                hung.append(name.split(":")[1])
-            (out / "tests.log").write_text("\n".join(logs))  # after every run: a cut-off call
-            # still brings back what ran
+        run_tests(test_plan(a, stages), a, out, summary)
 
     bench_table = ""
     if not a.skip_bench and a.bench_pass in ("fwd", "both"):
@@ -210,7 +270,7 @@ def main() -> int:
 
     print("\n==== summary ====")
     for name, what, dt in summary:
-        print(f"{name:<10} {dt:6.0f} s  {what}")
+        print(f"{name:<22} {dt:6.0f} s  {what}")
     print(bench_table)
     return 0
 

@@ -296,7 +296,7 @@ def test_bench_module_without_a_gpu_exits_2(subprocess_env):
     assert "needs a CUDA GPU" in done.stderr and "benchmarks/results" in done.stderr
 
 
-def test_gpu_check_summary_prints_the_verdict(tmp_path):
+def _gpu_check():
     import importlib.util
     from pathlib import Path
 
@@ -304,6 +304,55 @@ def test_gpu_check_summary_prints_the_verdict(tmp_path):
     spec = importlib.util.spec_from_file_location("gpu_check", script)
     gpu_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_check)
+    return gpu_check
+
+
+def test_gpu_check_runs_every_test_file():
+    from pathlib import Path
+
+    from quack_edu.stages import STAGE_ORDER
+
+    gpu_check = _gpu_check()
+    runs = gpu_check.test_plan(gpu_check.parser().parse_args([]), STAGE_ORDER)
+    names = [n for n, _, _ in runs]
+    assert names == [
+        *(f"values:{s}" for s in STAGE_ORDER),
+        "fuzz",
+        "other gpu tests",
+        "gpu tests (parallel)",
+        "notebooks",
+        "grading",
+        "other tests",
+    ]
+    # only the runs that just check values share the GPU
+    assert [n for n, _, together in runs if together] == names[: len(STAGE_ORDER) + 1]
+    # every test file is in a gpu run (-m gpu) and in a not-gpu run (-m "not gpu")
+    root = Path(__file__).resolve().parent
+    files = {f"tests/{p.name}" for p in root.glob("test_*.py")}
+    for marker in ("gpu", "not gpu"):
+        covered = set()
+        for _, args, _ in runs:
+            if args[:2] != ["-m", marker]:
+                continue
+            paths = [x for x in args if x.startswith("tests")]
+            ignored = {x.split("=", 1)[1] for x in args if x.startswith("--ignore=")}
+            covered |= (files - ignored) if "tests" in paths else set(paths) & files
+        assert covered == files, (marker, files - covered)
+    # two calls where one would run past the device's 10 minutes
+    parts = {
+        p: [
+            n
+            for n, _, _ in gpu_check.test_plan(
+                gpu_check.parser().parse_args(["--part", p]), STAGE_ORDER
+            )
+        ]
+        for p in ("gpu", "lessons")
+    }
+    assert parts["gpu"] + parts["lessons"] == names
+
+
+def test_gpu_check_summary_prints_the_verdict(tmp_path):
+    gpu_check = _gpu_check()
     path = tmp_path / "bench.json"
     assert gpu_check.bench_summary(path, "lib") == "(no bench.json)"
     path.write_text(json.dumps(result_of(passing_rows())))  # a run cut off has no "verdict" key
