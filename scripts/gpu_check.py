@@ -95,7 +95,8 @@ def test_plan(a, stages) -> list[tuple[str, list[str], bool]]:
             runs.append(("gpu tests (parallel)", [*gpu, *xdist, *a.parallel_tests.split()], False))
     if a.part in ("all", "lessons"):
         # The solution notebooks top to bottom in GPU mode, and the grader with both tiers
-        # (solutions: full points, students: 0); without Jupyter there, both run in-process.
+        # (solutions: full points, students: 0); without Jupyter there, the notebooks run
+        # in-process and the grader runs them in a child Python of its own.
         own = {
             "notebooks": "tests/test_notebooks_execute.py",
             "grading": "tests/test_grading_cli.py",

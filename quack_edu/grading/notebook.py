@@ -537,49 +537,125 @@ class _Runner:
         return ev
 
 
-class _InProcessRunner:
+class _ChildRunner:
     """The same interface as ``_Runner`` for machines without Jupyter (the H200 device machine):
-    cells run in this process, in a namespace of their own, with the grading environment set
-    while they run. A timeout interrupts Python code; a GPU kernel that hangs cannot be
-    interrupted here, so run the grader under an outer timeout on such machines."""
+    the cells run in a child Python (``_cellworker``), one namespace for the notebook, with the
+    grading environment and the notebook's folder. A cell's Python code is interrupted after
+    the timeout inside the child; what cannot be (a GPU kernel that never finishes, a cell that
+    ignores the alarm) is killed with the child after a grace period, and a child that dies
+    (an illegal memory access, ``os._exit``) is replaced. The new child replays the cells that
+    had run, except the failed exercise's, as ``_Runner`` does with a fresh Jupyter kernel."""
 
     def __init__(self, nb, env: dict, cwd: str, timeout: float):
         self.nb, self.env, self.cwd, self.timeout = nb, env, cwd, timeout
-        self.ns: dict = {"__name__": "__main__"}
+        self.ok_cells: list[int] = []
+        self.proc = None
+        self.log = Path(env.get("CUTE_DSL_DUMP_DIR", tempfile.gettempdir())) / "cells.log"
 
     def __enter__(self):
-        from ..nbexec import _display
-
-        self._saved_env = dict(os.environ)
-        self._saved_cwd = os.getcwd()
-        os.environ.update({k: v for k, v in self.env.items() if k.startswith(("QUACK_EDU", "MPL"))})
-        os.chdir(self.cwd)
-        self.ns["display"] = _display
+        self._start()
         return self
 
     def __exit__(self, *exc):
-        os.environ.clear()
-        os.environ.update(self._saved_env)
-        os.chdir(self._saved_cwd)
+        self._stop()
         return False
 
-    def run(self, cell, index, skip: set[int]) -> CellEvent | None:
-        from ..nbexec import exec_cell
+    def _start(self) -> None:
+        import subprocess
 
-        out = exec_cell(cell.source, f"<graded-cell-{index}>", self.ns, self.timeout)
-        # the cell's output as Jupyter would keep it (``--executed`` saves it)
-        outputs = [{"output_type": "stream", "name": "stdout", "text": out.stdout}]
-        if not out.ok:
-            tb = out.error.splitlines()
+        req_r, self._req_w = os.pipe()
+        self._rep_r, rep_w = os.pipe()
+        cmd = [sys.executable, "-m", "quack_edu.grading._cellworker", str(req_r), str(rep_w)]
+        with open(self.log, "ab") as log:  # the child's own stdout/stderr (fd level)
+            self.proc = subprocess.Popen(
+                cmd,
+                env=self.env,
+                cwd=self.cwd,
+                pass_fds=(req_r, rep_w),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        os.close(req_r)
+        os.close(rep_w)
+        self._requests = os.fdopen(self._req_w, "w")
+        self._replies = os.fdopen(self._rep_r, "r")
+
+    def _stop(self) -> None:
+        """End the child: its requests close (it leaves its loop), or it is killed."""
+        import subprocess
+
+        for f in (self._requests, self._replies):
+            try:
+                f.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def _exec(self, cell, index) -> CellEvent | None:
+        """Run one cell; None when it ran cleanly. Its output is kept as Jupyter would."""
+        import json
+        import select
+
+        msg = {"source": cell.source, "name": f"<graded-cell-{index}>", "timeout": self.timeout}
+        try:
+            self._requests.write(json.dumps(msg) + "\n")
+            self._requests.flush()
+        except (BrokenPipeError, OSError):
+            return self._died(cell, index)
+        # the child interrupts Python code at the timeout and answers; beyond the grace, it is
+        # stuck where an alarm cannot reach (a GPU kernel that never finishes)
+        grace = min(30.0, max(5.0, self.timeout))
+        ready, _, _ = select.select([self._replies], [], [], self.timeout + grace)
+        if not ready:
+            self.proc.kill()
+            self.proc.wait()
+            return CellEvent(index, grade_id(cell), "timeout")
+        line = self._replies.readline()
+        if not line:
+            return self._died(cell, index)
+        out = json.loads(line)
+        outputs = [{"output_type": "stream", "name": "stdout", "text": out["stdout"]}]
+        if not out["ok"]:
+            tb = out["error"].splitlines()
             outputs.append(
-                {"output_type": "error", "ename": out.ename, "evalue": out.evalue, "traceback": tb}
+                {
+                    "output_type": "error",
+                    "ename": out["ename"],
+                    "evalue": out["evalue"],
+                    "traceback": tb,
+                }
             )
         cell.outputs = [nbformat.from_dict(o) for o in outputs if o.get("text", True)]
-        if out.ok:
+        if out["ok"]:
             return None
-        if out.timed_out:
+        if out["timed_out"]:
             return CellEvent(index, grade_id(cell), "timeout")
-        return CellEvent(index, grade_id(cell), "error", out.ename, out.evalue)
+        return CellEvent(index, grade_id(cell), "error", out["ename"], out["evalue"])
+
+    def _died(self, cell, index) -> CellEvent:
+        rc = self.proc.wait()
+        return CellEvent(index, grade_id(cell), "died", evalue=f"the process exited with {rc}")
+
+    def _restart(self, skip: set[int]) -> None:
+        """A fresh child, then the cells that had run are replayed (not the skipped ones)."""
+        self._stop()
+        self._start()
+        for i in list(self.ok_cells):
+            if i not in skip:
+                self._exec(copy.deepcopy(self.nb.cells[i]), i)
+
+    def run(self, cell, index, skip: set[int]) -> CellEvent | None:
+        ev = self._exec(cell, index)
+        if ev is None or ev.kind == "error":
+            self.ok_cells.append(index)  # an error's definitions before it still count
+        elif ev.kind == "died" or self.proc.poll() is not None:  # killed, or dead
+            self._restart(skip | {index})
+        return ev
 
 
 def jupyter_available() -> bool:
@@ -632,7 +708,7 @@ def grade_notebook(
         env = _kernel_env(log, seed, hidden)
         finish_ids = []
         try:
-            runner_cls = _Runner if jupyter_available() else _InProcessRunner
+            runner_cls = _Runner if jupyter_available() else _ChildRunner
             with runner_cls(nb, env, str(path.parent.resolve()), timeout) as runner:
                 failed_cells: set[int] = set()
                 for i, cell in enumerate(nb.cells):
