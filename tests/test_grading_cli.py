@@ -166,6 +166,24 @@ def test_grade_survives_a_stuck_kernel_and_a_dead_one(tmp_path, engine, request)
     assert data["score"] == 1
 
 
+@pytest.mark.slow
+def test_grade_reports_a_deleted_exercise_cell(tmp_path):
+    # the learner deleted an exercise's cell: that exercise is not attempted, with the cell
+    # named; its check cell comes back from the solution; the others are graded as usual
+    le = "00_setup_and_roofline"
+    nb = read(solutions_dir() / f"{le}.ipynb")
+    nb.cells.remove(find_cell(nb, get("00.bytes_moved").cell_id))
+    path = tmp_path / f"{le}.ipynb"
+    write(nb, path)
+    rc, data = _grade([path], tmp_path, "--timeout", "60")
+    ex = {e["id"]: e for e in data["notebooks"][0]["exercises"]}
+    gone = ex["00.bytes_moved"]
+    assert rc == 1 and gone["status"] == "not attempted" and gone["score"] == 0
+    assert "00_bytes_moved" in gone["failures"][0], gone
+    others = [e for i, e in ex.items() if i != "00.bytes_moved"]
+    assert others and all(e["status"] == "pass" for e in others), others
+
+
 def test_grade_usage_errors(tmp_path, capsys):
     assert grade_main([str(tmp_path / "nope.ipynb")]) == 2
     assert "no such notebook" in capsys.readouterr().err
