@@ -1,4 +1,5 @@
-"""Lesson 04's gpu tier never launches an answer that would hang the GPU: the guard refuses it
+"""The gpu tiers of lessons 03 and 04 never launch an answer that would hang the GPU (a barrier
+only some threads reach; a cluster exchange whose bytes do not add up): the guard refuses it
 before any CUDA call, with the hint the compile tier gives. This runs the gpu tier's code on a
 machine without a GPU, which only works because nothing is launched."""
 
@@ -10,6 +11,7 @@ from quack_edu.grading import GPU, get, run_exercise
 from quack_edu.grading.notebook import answer_from_source, exercise_source, read, solutions_dir
 
 REFUSED = [
+    ("03.block_reduce", "barrier inside the lane-0 branch", "a barrier inside a branch"),
     ("04.cluster_exchange", "stores only into CTA 0", "peers never receive"),
     ("04.expected_tx_bytes", "forgets cluster_n", "completes early"),
     ("04.expected_tx_bytes", "counts elements, not bytes", "counts bytes"),

@@ -740,6 +740,45 @@ class Ptx:
         return [n for n, t in self.params if t == ptx_type]
 
 
+#: special registers that differ between the threads of a CTA
+_THREAD_REGS = ("%tid", "%laneid", "%warpid")
+
+
+def divergent_barriers(ptx_text: str) -> list[str]:
+    """The CTA barriers (``bar.sync``) that not every thread may reach: predicated on, or inside
+    a forward branch over, a predicate computed from the thread's index (``%tid``, ``%laneid``,
+    ``%warpid``). Such a barrier waits for the threads that skipped it: forever (a hung
+    kernel). Branches on what every thread of the CTA shares (the block index, a loop count)
+    are not reported; nor is a barrier in the ``else`` part of an if/else (a simple scan: the
+    common mistake is a barrier inside ``if lane == 0:``)."""
+    ptx = Ptx(ptx_text)
+
+    def per_thread(pred: str) -> bool:
+        for j in ptx.defs.get(pred, []):
+            chain = [ptx.instrs[j], *ptx.ancestors(ptx.instrs[j])]
+            if any(r in ins.text for ins in chain for r in _THREAD_REGS):
+                return True
+        return False
+
+    seen, open_, out = set(), [], []
+    for line in ptx_text.splitlines():
+        s = line.split("//")[0].strip()
+        label = re.match(r"^(\$[\w.$]+):$", s)
+        if label:
+            seen.add(label.group(1))
+            open_ = [t for t in open_ if t != label.group(1)]
+            continue
+        branch = re.match(r"^@!?(%\w+)\s+bra(?:\.uni)?\s+(\$[\w.$]+)\s*;", s)
+        if branch:
+            if branch.group(2) not in seen and per_thread(branch.group(1)):
+                open_.append(branch.group(2))
+            continue
+        bar = re.match(r"^(?:@!?(%\w+)\s+)?(?:bar|barrier)(?:\.cta)?\.sync\b", s)
+        if bar and (open_ or (bar.group(1) and per_thread(bar.group(1)))):
+            out.append(s.rstrip(";").strip())
+    return out
+
+
 def _split_operands(s: str) -> list[str]:
     out, depth, cur = [], 0, ""
     for ch in s:

@@ -15,6 +15,7 @@ from ..checks import (
     KernelHole,
     Ptx,
     compiles,
+    divergent_barriers,
     gpu_values,
     no_local_memory,
     ptx_probe,
@@ -46,13 +47,37 @@ OWN_PARTIAL = (
     "partial; the cross-warp sum is missing (write your slot, barrier, then add every slot of "
     "the row)"
 )
+DIVERGENT_BARRIER = (
+    "a barrier inside a branch that depends on the thread (e.g. under `if lane == 0:`): the "
+    "threads that skip it never arrive, and the ones that reach it wait forever; call "
+    "cute.arch.barrier() where every thread of the CTA runs it"
+)
 BUFFER_ROW = (
     "rows of one CTA share the same slots: index the buffer with the row this warp works on "
     "(warp // warps_per_row), so that each row adds its own warps' partials"
 )
 
 
+def _no_divergent_barrier(rep):
+    bad = divergent_barriers(rep.ptx)
+    if bad:
+        raise CheckFailed(
+            f"`{bad[0]}` is reached only by the threads of a branch",
+            expected="a barrier that every thread of the CTA executes",
+            seen=f"{len(bad)} bar.sync under a condition on the thread index",
+            hint=DIVERGENT_BARRIER,
+        )
+
+
+def launch_guard(rep) -> str | None:
+    """Why the learner's block kernel (a ``kernel_report``) must not be launched (it would
+    hang), or None: what the gpu tier and the lesson's own cell check before a launch."""
+    bad = divergent_barriers(rep.ptx)
+    return f"`{bad[0]}` is inside a branch on the thread index" if bad else None
+
+
 def _probe_barrier(rep, ctx):
+    _no_divergent_barrier(rep)
     instrs = rep.instructions()
     op = [ln.split()[0] for ln in instrs]
     stores = [i for i, o in enumerate(op) if o.startswith("st.shared")]
@@ -208,6 +233,15 @@ block_reduce = register(
             ),
             Mutant("no @cute.jit", [("@cute.jit\n", "")], hint="@cute.jit"),
             Mutant(
+                "barrier inside the lane-0 branch",
+                [
+                    ("    cute.arch.barrier()\n", ""),
+                    ("= val\n", "= val\n        cute.arch.barrier()\n"),
+                ],
+                hint="a barrier inside a branch that depends on the thread",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
                 "barrier before the writes",
                 [
                     ("    cute.arch.barrier()\n", ""),
@@ -219,6 +253,27 @@ block_reduce = register(
     )
 )
 _VARIANTS = (own_warp_variant(), first_row_variant())
+
+
+def _guarded(check: Check) -> Check:
+    """``check`` (gpu tier) refusing to launch a kernel whose barrier not every thread reaches:
+    a hung kernel cannot be interrupted inside the process that launched it."""
+
+    def fn(ctx):
+        rep = ctx.report(BLOCK_HOLE, 16384, "bf16", WIDE_CFG)
+        why = launch_guard(rep)
+        if why:
+            raise CheckFailed(
+                f"not launched: {why}; it would wait forever",
+                expected="a barrier that every thread of the CTA executes",
+                seen=why,
+                hint=DIVERGENT_BARRIER,
+            )
+        return check.fn(ctx)
+
+    return Check(check.name, check.tier, fn, check.hidden, check.needs)
+
+
 block_reduce.add(
     compiles(BLOCK_HOLE, N=1000, dtypes=("bf16", "fp32")),
     Check(
@@ -239,16 +294,22 @@ block_reduce.add(
         dtypes=("fp16",),
         hidden=True,
     ),
-    gpu_values(BLOCK_HOLE, variants=_VARIANTS),
-    gpu_values(
-        BLOCK_HOLE,
-        name="values with 8 warps per row (threads_per_row=256)",
-        config=lambda N, dtype: WIDE_CFG,
-        variants=(own_warp_variant(lambda N, dtype: WIDE_CFG),),
+    _guarded(gpu_values(BLOCK_HOLE, variants=_VARIANTS)),
+    _guarded(
+        gpu_values(
+            BLOCK_HOLE,
+            name="values with 8 warps per row (threads_per_row=256)",
+            config=lambda N, dtype: WIDE_CFG,
+            variants=(own_warp_variant(lambda N, dtype: WIDE_CFG),),
+        )
     ),
-    Check("the same output on every run (no race)", GPU, _same_every_run, False, ("compiles",)),
-    gpu_values(
-        BLOCK_HOLE, variants=_VARIANTS, hidden=True, name="values at more shapes, grading seed"
+    _guarded(
+        Check("the same output on every run (no race)", GPU, _same_every_run, False, ("compiles",))
+    ),
+    _guarded(
+        gpu_values(
+            BLOCK_HOLE, variants=_VARIANTS, hidden=True, name="values at more shapes, grading seed"
+        )
     ),
 )
 
