@@ -673,12 +673,12 @@ class FinalBwdRMSNorm(FinalRMSNorm):
                             rdB[None, None, v].store(rdB[None, None, v].load() + dy)
 
             # the row's sum: warp, then the cluster (or the CTA), buffer and barrier it % 2
-            parity = it % 2
+            parity = it & 1
             buffer = red[None, None, parity]
             val = self.warp_reduce(dot)
             if cutlass.const_expr(clustered):
                 self.cluster_exchange(val, buffer, mbar_ptr + parity)
-                cute.arch.mbarrier_wait(mbar_ptr + parity, phase=(it // 2) % 2)
+                cute.arch.mbarrier_wait(mbar_ptr + parity, phase=(it >> 1) & 1)
                 val = reduce_utils.combine_buffer(buffer, operator.add, t.threads_per_row)
                 if tidx == 0 and it + 2 < n_iter:  # armed again for block it + 2
                     cute.arch.mbarrier_arrive_and_expect_tx(
