@@ -167,6 +167,39 @@ def test_grade_survives_a_stuck_kernel_and_a_dead_one(tmp_path, engine, request)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("engine", ["jupyter", "child"])
+def test_grade_replaces_a_process_whose_gpu_faulted(tmp_path, engine, request):
+    # After an illegal memory access every CUDA call of that process fails: the grader
+    # replaces the kernel (or child) and replays the cells before, so the exercises after the
+    # fault are graded on a working process. Simulated here: the cell leaves torch broken the
+    # way a faulted CUDA context leaves it, and raises torch's error.
+    if engine == "jupyter" and not jupyter_available():
+        pytest.skip("needs a Jupyter kernel")
+    if engine == "child":
+        request.getfixturevalue("without_jupyter")
+    le = "00_setup_and_roofline"
+    fault = "RuntimeError('CUDA error: an illegal memory access was encountered')"
+    data, ex = _grade_broken(
+        tmp_path,
+        le,
+        {
+            "00.bytes_moved": (
+                _solution_cell(le, "00.bytes_moved") + "\n\nimport torch\n\n"
+                f"def _faulted(*args, **kwargs):\n    raise {fault}\n\n\n"
+                "torch.randn = torch.empty = torch.zeros = torch.ones = _faulted\n"
+                f"raise {fault}\n"
+            ),
+            # the exercises after it, answered right: they need torch to be checked
+            **{i: _solution_cell(le, i) for i in ("00.roofline_time_us", "00.eager_rmsnorm")},
+            "00.eager_bytes": _solution_cell(le, "00.eager_bytes"),
+        },
+    )
+    assert ex["00.bytes_moved"]["status"] == "fail", ex["00.bytes_moved"]
+    for i in ("00.roofline_time_us", "00.eager_rmsnorm", "00.eager_bytes"):
+        assert ex[i]["status"] == "pass", ex[i]
+
+
+@pytest.mark.slow
 def test_grade_reports_a_deleted_exercise_cell(tmp_path):
     # the learner deleted an exercise's cell: that exercise is not attempted, with the cell
     # named; its check cell comes back from the solution; the others are graded as usual

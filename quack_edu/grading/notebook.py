@@ -344,6 +344,14 @@ def exercise_source(nb, ex: Exercise) -> str:
 
 
 # ---- grading ----------------------------------------------------------------------------------
+#: the CUDA errors after which a process's context cannot launch anything again
+_STICKY_CUDA = re.compile(
+    r"illegal memory access|illegal instruction|misaligned address|unspecified launch failure"
+    r"|CUDA_ERROR_(?:ILLEGAL_ADDRESS|ILLEGAL_INSTRUCTION|MISALIGNED_ADDRESS|LAUNCH_FAILED)",
+    re.IGNORECASE,
+)
+
+
 @dataclass
 class CellEvent:
     index: int
@@ -351,6 +359,12 @@ class CellEvent:
     kind: str  # "error", "timeout", "died"
     ename: str = ""
     evalue: str = ""
+
+    def poisoned_gpu(self) -> bool:
+        """Whether the cell's error leaves its process's CUDA context unusable (an illegal memory
+        access, a kernel that faulted): every later CUDA call there fails too, so the process
+        is replaced as if it had died."""
+        return self.kind == "error" and bool(_STICKY_CUDA.search(f"{self.ename}: {self.evalue}"))
 
     def describe(self, timeout: float) -> str:
         where = f"cell {self.index}" + (f" ('{self.grade_id}')" if self.grade_id else "")
@@ -530,7 +544,7 @@ class _Runner:
             self.ok_cells.append(index)
         elif ev.kind == "timeout":
             self._recover(skip | {index})
-        elif ev.kind == "died":
+        elif ev.kind == "died" or ev.poisoned_gpu():
             self._restart(skip | {index})
         elif ev.kind == "error":
             self.ok_cells.append(index)  # its definitions before the error still count
@@ -651,10 +665,12 @@ class _ChildRunner:
 
     def run(self, cell, index, skip: set[int]) -> CellEvent | None:
         ev = self._exec(cell, index)
-        if ev is None or ev.kind == "error":
+        if ev is not None and (
+            ev.kind == "died" or ev.poisoned_gpu() or self.proc.poll() is not None
+        ):
+            self._restart(skip | {index})  # dead, killed, or its CUDA context unusable
+        elif ev is None or ev.kind == "error":
             self.ok_cells.append(index)  # an error's definitions before it still count
-        elif ev.kind == "died" or self.proc.poll() is not None:  # killed, or dead
-            self._restart(skip | {index})
         return ev
 
 
