@@ -182,7 +182,9 @@ def parser() -> argparse.ArgumentParser:
         default="tests/test_grading_exercises.py",
         help="gpu tests that only check values: run under pytest-xdist (--jobs processes)",
     )
-    p.add_argument("--jobs", type=int, default=4)
+    p.add_argument(
+        "--jobs", type=int, default=6, help="pytest-xdist processes of the runs that use them"
+    )
     p.add_argument("--grading-k", default=None, help="-k filter of the grading tests (none: skip)")
     p.add_argument(
         "--notebooks-k", default=None, help="-k filter of the notebook runs (none: skip)"
