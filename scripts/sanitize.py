@@ -10,9 +10,10 @@ The kernels: every forward stage (``quack_edu.stages.STAGE_ORDER``), the library
 with bias, an fp32 (bf16 next to fp32 x) residual and ``store_rstd`` ("lib_fwd"), the same
 with a bias and no weight ("lib_fwd_bias": its own kernel, the bias slice alone in shared
 memory), and the library's backward with ``has_bias``, a ``dresidual_out`` (fp32, so that a
-separate dresidual is written too) and ``has_residual`` ("lib_bwd"). Each at small, ragged and
+separate dresidual is written too) and ``has_residual`` ("lib_bwd"), and lesson 07's atomic dw
+("bwd_atomic": ``FinalBwdAtomic``). Each at small, ragged and
 cluster-sized shapes, with the weight (or bias) in x's dtype and in fp32 (bf16 for fp32 x):
-84 cases, ``--list`` prints them.
+96 cases, ``--list`` prints them.
 
 The tools, and why their options:
 
@@ -84,7 +85,7 @@ TOOL_ARGS = {
 SHAPES = ((37, 4104, "bf16"), (5, 65544, "bf16"), (3, 131072, "fp16"), (9, 3000, "fp32"))
 #: the library also at a row of 7 (narrow vectors, a single row) and an odd N with many rows
 LIB_SHAPES = SHAPES + ((1, 7, "bf16"), (199, 1001, "fp16"))
-LIBRARY = ("lib_fwd", "lib_fwd_bias", "lib_bwd")
+LIBRARY = ("lib_fwd", "lib_fwd_bias", "lib_bwd", "bwd_atomic")
 EPS = 1e-6
 MARK = "@@sanitize"
 #: what the process needs before its first case (imports, CUDA context under the sanitizer)
@@ -99,7 +100,7 @@ NOT_FOUND = 2
 
 @dataclass(frozen=True)
 class Case:
-    kernel: str  # a stage name, "lib_fwd", "lib_fwd_bias" or "lib_bwd"
+    kernel: str  # a stage name, or one of LIBRARY
     M: int
     N: int
     dtype: str  # bf16, fp16, fp32 (x)
@@ -836,7 +837,8 @@ def _lib_fwd_case(case: Case, device: str):
 
 def _lib_bwd_case(case: Case, device: str):
     """rmsnorm_bwd with has_bias, a dresidual_out (fp32: for 16-bit x a separate dresidual is
-    written as well) and has_residual."""
+    written as well) and has_residual. "bwd_atomic": lesson 07's strategy 1 (``FinalBwdAtomic``,
+    dw added into one fp32 row with red.global.add), dx and dw of the plain backward."""
     import importlib
     import math
 
@@ -849,38 +851,46 @@ def _lib_bwd_case(case: Case, device: str):
     dt = _dtypes()
     dtype, wdtype = dt[case.dtype], dt[case.wdtype]
     M, N = case.M, case.N
+    atomic = case.kernel == "bwd_atomic"
+    kernel_cls = final_bwd.FinalBwdAtomic if atomic else final_bwd.FinalBwdRMSNorm
     x = torch.randn(M, N, device=device).to(dtype)
     w = torch.randn(N, device=device).to(wdtype)
     dout = torch.randn(M, N, device=device).to(dtype)
-    dres_out = torch.randn(M, N, device=device)
+    dres_out = None if atomic else torch.randn(M, N, device=device)
     rstd = rstd_ref(x.cpu(), EPS, torch.float64).float().to(device)
     got = {}
 
     def compile_():
         # launch_bwd with no row compiles the kernel rmsnorm_bwd picks and launches nothing
         dx = torch.empty_like(x)
-        dres = torch.empty_like(x, dtype=dres_out.dtype) if dres_out.dtype != dtype else None
+        dres = None
+        if dres_out is not None and dres_out.dtype != dtype:
+            dres = torch.empty_like(x, dtype=dres_out.dtype)
         final_bwd.launch_bwd(
-            x[:0], w, dout[:0], dres_out[:0], rstd[:0], dx[:0],
-            None if dres is None else dres[:0], True, grid=1,
+            x[:0], w, dout[:0], None if atomic else dres_out[:0], rstd[:0], dx[:0],
+            None if dres is None else dres[:0], not atomic, grid=1, kernel_cls=kernel_cls,
         )  # fmt: skip
 
     def launch():
+        if atomic:
+            from quack_edu import bwd_strategies
+
+            got["dx"] = torch.empty_like(x)
+            got["dw"] = bwd_strategies.run("atomic", x, w, dout, rstd, got["dx"])
+            return
         got["dx"], got["dw"], got["db"], got["dres"] = R.rmsnorm_bwd(
             x, w, dout, rstd, dres_out, has_bias=True, has_residual=True
         )
 
     def check():
         ex, ew, eb = rmsnorm_bwd_ref(
-            *_host(x, w, dout, rstd, dres_out), has_bias=True, compute_dtype=torch.float64
+            *_host(x, w, dout, rstd, dres_out), has_bias=not atomic, compute_dtype=torch.float64
         )
         # dw, db: sums over M rows, their error grows like sqrt(M) (tests/test_rmsnorm_bwd_gpu)
-        for name, e, d, rows in (
-            ("dx", ex, dtype, 1),
-            ("dw", ew, wdtype, M),
-            ("db", eb, wdtype, M),
-            ("dres", ex, dres_out.dtype, 1),
-        ):
+        wanted = [("dx", ex, dtype, 1), ("dw", ew, torch.float32 if atomic else wdtype, M)]
+        if not atomic:  # the atomics' dw is the fp32 row itself, before any cast
+            wanted += [("db", eb, wdtype, M), ("dres", ex, dres_out.dtype, 1)]
+        for name, e, d, rows in wanted:
             (a,) = _host(got[name])
             assert a.dtype == d, f"{case.id} {name}: dtype {a.dtype}, expected {d}"
             assert torch.isfinite(a).all(), f"{case.id} {name}: not every element is finite"
@@ -902,7 +912,7 @@ def _host(*tensors):
 def _case_fns(case: Case, device: str):
     if case.kernel in ("lib_fwd", "lib_fwd_bias"):
         return _lib_fwd_case(case, device)
-    if case.kernel == "lib_bwd":
+    if case.kernel in ("lib_bwd", "bwd_atomic"):
         return _lib_bwd_case(case, device)
     return _stage_case(case, device)
 

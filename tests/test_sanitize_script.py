@@ -268,22 +268,22 @@ def test_cases_and_plan():
     from quack_edu.stages import STAGE_ORDER
 
     cases = S.all_cases(STAGE_ORDER)
-    assert len(cases) == len(STAGE_ORDER) * 8 + 3 * 12 == 84
+    assert len(cases) == len(STAGE_ORDER) * 8 + 4 * 12 == 96
     ids = [c.id for c in cases]
     assert len(set(ids)) == len(ids)
     assert "cluster:5x65544:bf16:fp32" in ids and "naive:9x3000:fp32:bf16" in ids
     assert "lib_bwd:199x1001:fp16:fp32" in ids and "lib_fwd:1x7:bf16:bf16" in ids
-    assert "lib_fwd_bias:37x4104:bf16:fp32" in ids
+    assert "lib_fwd_bias:37x4104:bf16:fp32" in ids and "bwd_atomic:5x65544:bf16:bf16" in ids
     assert all(S.Case.parse(i).id == i for i in ids)
-    assert len(S.plan(cases, S.TOOLS, "kernel")) == 4 * (len(STAGE_ORDER) + 3)
-    assert len(S.plan(cases, S.TOOLS, "case")) == 4 * 84
+    assert len(S.plan(cases, S.TOOLS, "kernel")) == 4 * (len(STAGE_ORDER) + 4)
+    assert len(S.plan(cases, S.TOOLS, "case")) == 4 * 96
     assert len(S.plan(cases, S.TOOLS, "tool")) == 4
     assert {c.kernel for c in S.select_cases(cases, "lib_bwd")} == {"lib_bwd"}
     assert [c.id for c in S.select_cases(cases, "final:37x4104")] == [
         "final:37x4104:bf16:bf16",
         "final:37x4104:bf16:fp32",
     ]
-    assert len(S.select_cases(cases, "*:fp32:*")) == 2 * len(STAGE_ORDER) + 6
+    assert len(S.select_cases(cases, "*:fp32:*")) == 2 * len(STAGE_ORDER) + 8
     assert S.child_cases(["final", "37x4104", "bf16", "fp32"]) == [S.Case.parse(B)]
     with pytest.raises(ValueError, match="KERNEL:MxN"):
         S.Case.parse("final:37x4104:bf16")
