@@ -83,6 +83,17 @@ def _solution_cell(lesson, ex_id):
     return find_cell(read(solutions_dir() / f"{lesson}.ipynb"), get(ex_id).cell_id).source
 
 
+@pytest.fixture(params=["jupyter", "child"])
+def engine(request):
+    """Grade with a Jupyter kernel (skipped where there is none) or, as on the H200 machine,
+    with the grader's child Python."""
+    if request.param == "jupyter" and not jupyter_available():
+        pytest.skip("needs a Jupyter kernel")
+    if request.param == "child":
+        request.getfixturevalue("without_jupyter")
+    return request.param
+
+
 def _grade_broken(tmp_path, lesson, answers):
     path = _broken(tmp_path, lesson, answers)
     out = tmp_path / "grade.json"
@@ -97,12 +108,7 @@ def _grade_broken(tmp_path, lesson, answers):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["jupyter", "child"])
-def test_grade_survives_an_infinite_loop_an_exception_and_a_shortcut(
-    tmp_path, capsys, engine, request
-):
-    if engine == "child":
-        request.getfixturevalue("without_jupyter")
+def test_grade_survives_an_infinite_loop_an_exception_and_a_shortcut(tmp_path, capsys, engine):
     le = "00_setup_and_roofline"
     data, ex = _grade_broken(
         tmp_path,
@@ -133,16 +139,11 @@ def test_grade_survives_an_infinite_loop_an_exception_and_a_shortcut(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["jupyter", "child"])
-def test_grade_survives_a_stuck_kernel_and_a_dead_one(tmp_path, engine, request):
+def test_grade_survives_a_stuck_kernel_and_a_dead_one(tmp_path, engine):
     # a hang that ignores the interrupt and the alarm (as a GPU kernel waiting on a barrier
     # that never completes would) and a process that dies: both replace the kernel (Jupyter's,
     # or the grader's child Python without Jupyter), replay the cells before, and grading
     # goes on
-    if engine == "jupyter" and not jupyter_available():
-        pytest.skip("kernel restarts need a Jupyter kernel")
-    if engine == "child":
-        request.getfixturevalue("without_jupyter")
     le = "01_naive"
     data, ex = _grade_broken(
         tmp_path,
@@ -167,16 +168,11 @@ def test_grade_survives_a_stuck_kernel_and_a_dead_one(tmp_path, engine, request)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["jupyter", "child"])
-def test_grade_replaces_a_process_whose_gpu_faulted(tmp_path, engine, request):
+def test_grade_replaces_a_process_whose_gpu_faulted(tmp_path, engine):
     # After an illegal memory access every CUDA call of that process fails: the grader
     # replaces the kernel (or child) and replays the cells before, so the exercises after the
     # fault are graded on a working process. Simulated here: the cell leaves torch broken the
     # way a faulted CUDA context leaves it, and raises torch's error.
-    if engine == "jupyter" and not jupyter_available():
-        pytest.skip("needs a Jupyter kernel")
-    if engine == "child":
-        request.getfixturevalue("without_jupyter")
     le = "00_setup_and_roofline"
     fault = "RuntimeError('CUDA error: an illegal memory access was encountered')"
     data, ex = _grade_broken(
