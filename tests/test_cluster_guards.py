@@ -49,9 +49,43 @@ def test_a_safe_wrong_exchange_is_not_refused():
     _exchange_guard(ctx, 1000, "bf16", exchange_config(1000, torch.bfloat16))  # no raise
 
 
+# Answers a learner might write that would leave a cluster kernel waiting on its mbarrier
+# forever, as edits of the solution: exercise id -> (solution text, replacement).
+HANGING = {
+    "wrong slots and bytes": {  # slot coordinates swapped; slots counted instead of bytes
+        "04.cluster_exchange": ("(row, (warp_in_row, rank))", "(row, (rank, warp_in_row))"),
+        "04.expected_tx_bytes": ("return slots * 4", "return slots"),
+    },
+    "a missing arrive": {  # the last CTA of the cluster never gets its partials
+        "04.cluster_exchange": ("if lane < cluster_n:", "if lane < cluster_n - 1:"),
+    },
+    "no store at all": {
+        "04.cluster_exchange": (
+            "cute.arch.store_async_dsmem(slot, f32_bits(val), mbar_ptr, lane)",
+            "pass",
+        ),
+    },
+}
+
+
+@pytest.mark.parametrize("answer", ["a missing arrive", "no store at all"])
+def test_an_exchange_that_leaves_a_cta_waiting_is_not_launched(answer):
+    ex = get("04.cluster_exchange")
+    src = exercise_source(read(solutions_dir() / f"{ex.lesson}.ipynb"), ex)
+    old, new = HANGING[answer][ex.id]
+    assert old in src
+    res = run_exercise(ex, answer_from_source(src.replace(old, new), ex.answer), seed=5, gpu=True)
+    gpu = [c for c in res.checks if c.tier == GPU]
+    assert gpu and all(c.message.startswith("not launched") for c in gpu), res.table()
+    assert res.score == 0 and all("never completes" in c.message for c in gpu), res.table()
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
-def test_grading_answers_that_would_hang_finishes_without_jupyter(tmp_path, without_jupyter):
+@pytest.mark.parametrize("answer", list(HANGING))
+def test_grading_answers_that_would_hang_finishes_without_jupyter(
+    tmp_path, without_jupyter, answer
+):
     # On the H200 (no Jupyter: cells run in the grader's process, where a hung kernel cannot be
     # interrupted) grading these two answers once never returned: the lesson's demo cell
     # launched the learner's cluster kernel and it waited forever on its mbarrier.
@@ -64,10 +98,7 @@ def test_grading_answers_that_would_hang_finishes_without_jupyter(tmp_path, with
     lesson = "04_cluster_reduction"
     solution = read(solutions_dir() / f"{lesson}.ipynb")
     nb = read(notebooks_dir() / f"{lesson}.ipynb")
-    wrong = {  # slot coordinates swapped; slots counted instead of bytes
-        "04.cluster_exchange": ("(row, (warp_in_row, rank))", "(row, (rank, warp_in_row))"),
-        "04.expected_tx_bytes": ("return slots * 4", "return slots"),
-    }
+    wrong = HANGING[answer]
     for ex_id, (old, new) in wrong.items():
         src = find_cell(solution, get(ex_id).cell_id).source
         assert old in src, (ex_id, old)
