@@ -36,6 +36,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = "32768x256,32768x1024,32768x4096,32768x8192,32768x16384"
+# gpu test files that only check values (nothing timed): they share the GPU under xdist.
+# The rest (the bench's tests, the grader's speed tier) run alone.
+VALUE_ONLY = (
+    "tests/test_grading_exercises.py",
+    "tests/test_rmsnorm_gpu.py",
+    "tests/test_rmsnorm_bwd_gpu.py",
+    "tests/test_bad_inputs.py",
+    "tests/test_bwd_strategies.py",
+    "tests/test_cluster_guards.py",
+)
 
 
 def sh(cmd, log: Path | None = None, timeout=None) -> tuple[int, str, float]:
@@ -83,7 +93,9 @@ def test_plan(a, stages) -> list[tuple[str, list[str], bool]]:
     gpu, xdist = ["-m", "gpu"], ["-n", str(a.jobs)]
     runs = []
     if a.part in ("all", "gpu"):
-        runs += [(f"values:{s}", [*gpu, "tests/test_stages_gpu.py", "-k", s], True) for s in stages]
+        for s in stages:  # the final stage has the most configs to compile: 3 workers
+            many = ["-n", "3"] if s == "final" else []
+            runs.append((f"values:{s}", [*gpu, *many, "tests/test_stages_gpu.py", "-k", s], True))
         if not a.skip_fuzz:  # hypothesis, >= 500 cases each way, on its own longer timeout
             runs.append(("fuzz", [*gpu, "-s", "-rA", "tests/test_fuzz_gpu.py"], True))
         others = [*a.tests.split(), "--ignore=tests/test_stages_gpu.py"]
@@ -179,7 +191,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fuzz-timeout", type=int, default=400, help="seconds for the fuzz tests")
     p.add_argument(
         "--parallel-tests",
-        default="tests/test_grading_exercises.py",
+        default=" ".join(VALUE_ONLY),
         help="gpu tests that only check values: run under pytest-xdist (--jobs processes)",
     )
     p.add_argument(
