@@ -296,15 +296,38 @@ def test_bench_module_without_a_gpu_exits_2(subprocess_env):
     assert "needs a CUDA GPU" in done.stderr and "benchmarks/results" in done.stderr
 
 
-def _gpu_check():
+def _script(name: str):
+    """scripts/<name>.py as a module."""
     import importlib.util
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
-    spec = importlib.util.spec_from_file_location("gpu_check", script)
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
-    return gpu_check
+    script = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _gpu_check():
+    return _script("gpu_check")
+
+
+def test_ab_bwd_config_changes_only_the_fields_named():
+    ab = _script("ab_bwd_config")
+    changes = ab.parse_sets(["refill_early=True", "cluster_n=8"])
+    assert changes == {"refill_early": True, "cluster_n": 8}
+    a, b = ab.configs(131072, torch.bfloat16, torch.float32, changes)
+    assert a == final_bwd_config(131072, torch.float32)
+    assert (b.refill_early, b.cluster_n) == (True, 8) and b.num_threads == a.num_threads
+    for bad in ("refill_early", "no_such_field=1", "cluster_n=eight"):
+        with pytest.raises(SystemExit, match="--set"):
+            ab.parse_sets([bad])
+
+
+def final_bwd_config(N, wdt):
+    from quack_edu.stages.final_bwd import bwd_config
+
+    return bwd_config(N, torch.bfloat16, wdt)
 
 
 def test_gpu_check_runs_every_test_file():

@@ -10,6 +10,7 @@ mbarriers. Its values are checked on the GPU in tests/test_rmsnorm_bwd_gpu.py.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -91,6 +92,33 @@ def test_forced_cluster_and_one_buffer_compile():
         ahead = {1} if cfg.buffers == 2 else {0}  # the next block's group stays in flight
         waits = {int(w) for w in re.findall(r"cp\.async\.wait_group\s+(\d+)", r.ptx)}
         assert ahead <= waits <= ahead | {0}
+
+
+def _transitions(ptx: str) -> int:
+    """How often the kernel's sequence of cp.async and st.global switches between the two."""
+    ops = re.findall(r"^\s*(cp\.async\.cg|st\.global)", ptx, re.M)
+    return sum(a != b for a, b in zip(ops[:-1], ops[1:], strict=True))
+
+
+@pytest.mark.parametrize(
+    "N,wdt", [(131072, torch.bfloat16), (131072, torch.float32), (262144, torch.float32)]
+)
+def test_refill_early_copies_each_vector_once_read(N, wdt):
+    # one buffer: with refill_early the next block's vector v goes out right after this block's
+    # dx for v is stored (st.global and cp.async alternate in the second pass); without it, all
+    # of the next block's copies follow the pass's stores
+    bf16 = torch.bfloat16
+    base = final_bwd.default_config(N, bf16, wdt)
+    assert base.buffers == 1 and not base.refill_early
+    seen = {}
+    for on in (False, True):
+        cfg = replace(base, refill_early=on)
+        r = compile_report("final_bwd", N, bf16, weight_dtype=wdt, config=cfg, sass=False)
+        k = final_bwd.FinalBwdRMSNorm(bf16, N, cfg, wdt)
+        _check(r, k)
+        seen[on] = _transitions(r.ptx)
+    vecs = final_bwd.FinalBwdRMSNorm(bf16, N, base, wdt).tiling.vecs
+    assert seen[False] <= 3 and seen[True] >= 2 * vecs - 1, seen
 
 
 def test_features_reach_the_kernel():

@@ -480,9 +480,32 @@ class FinalRMSNorm(ClusterRMSNorm):
         """Start the copies of row block ``blk`` into buffer ``buf``: ``stages`` commit groups
         (empty ones too, for rows past ``row_end``, so that every thread counts groups the
         same way)."""
+        per_stage = self.tiling.vecs // self.config.stages
+        for s in cutlass.range_constexpr(self.config.stages):
+            self.issue_vectors(
+                mX, mRes, sX, sR, blk, buf, rank, row_end, s * per_stage, (s + 1) * per_stage
+            )
+            if cutlass.const_expr(self.use_async):
+                cute.arch.cp_async_commit_group()
+
+    @cute.jit
+    def issue_vectors(
+        self,
+        mX: cute.Tensor,
+        mRes,
+        sX: cute.Tensor,
+        sR,
+        blk: Int32,
+        buf: Int32,
+        rank,
+        row_end: Int32,
+        lo: cutlass.Constexpr[int],
+        hi: cutlass.Constexpr[int],
+    ):
+        """Start the copies of this thread's vectors ``lo..hi-1`` of row block ``blk`` (of x
+        and, when given, the residual) into buffer ``buf``, none for rows past ``row_end``;
+        the caller commits them."""
         t = self.tiling
-        stages = self.config.stages
-        per_stage = t.vecs // stages
         tidx, _, _ = cute.arch.thread_idx()
         copy_X = self.stage_copy(mX.element_type, True)
         thr_X = copy_X.get_slice(tidx)
@@ -496,17 +519,13 @@ class FinalRMSNorm(ClusterRMSNorm):
             thr_R = copy_R.get_slice(tidx)
             tRgR = thr_R.partition_S(cute.local_tile(mRes, t.tiler, (blk, rank)))
             tRsR = thr_R.partition_D(sR[None, None, buf])
-        for s in cutlass.range_constexpr(stages):
-            if row < row_end:
-                # (the predicates are made here: a tensor made outside this runtime branch
-                # reaches it as a plain value)
-                lo, hi = s * per_stage, (s + 1) * per_stage
-                pX = self.col_pred(thr_X, cX)
-                self.stage_in(copy_X, tXgX, tXsX, pX, lo, hi)
-                if cutlass.const_expr(mRes is not None):
-                    self.stage_in(copy_R, tRgR, tRsR, self.col_pred(thr_R, cX), lo, hi)
-            if cutlass.const_expr(self.use_async):
-                cute.arch.cp_async_commit_group()
+        if row < row_end:
+            # (the predicates are made here: a tensor made outside this runtime branch reaches
+            # it as a plain value)
+            pX = self.col_pred(thr_X, cX)
+            self.stage_in(copy_X, tXgX, tXsX, pX, lo, hi)
+            if cutlass.const_expr(mRes is not None):
+                self.stage_in(copy_R, tRgR, tRsR, self.col_pred(thr_R, cX), lo, hi)
 
     @cute.jit
     def __call__(

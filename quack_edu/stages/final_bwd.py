@@ -79,6 +79,12 @@ class BwdConfig(RowConfig):
     #: memory (L2: the weight is at most 1 MiB) a vector at a time in each pass: what lets a
     #: wide (fp32) weight next to long rows leave shared memory to x and dout
     weight_in_smem: bool = True
+    #: with one buffer, each vector of the next row block is copied in as soon as the second
+    #: pass has read it (True), rather than once the whole pass is done: the next block's
+    #: loads are in flight while this one's dx is computed and stored. Values checked on the
+    #: H200; its speed not yet measured (scripts/ab_bwd_config.py --set refill_early=True),
+    #: so off by default
+    refill_early: bool = False
 
     def __post_init__(self):
         super().__post_init__()
@@ -688,7 +694,10 @@ class FinalBwdRMSNorm(FinalRMSNorm):
                 val = self.block_reduce(val, buffer)
             c = val * inv_n
 
-            # second pass: dx, from shared memory a vector at a time
+            # second pass: dx, from shared memory a vector at a time; with one buffer and
+            # refill_early, each vector of the next block is copied into its slot once read
+            refill = cutlass.const_expr(nbuf == 1 and cfg.refill_early and self.use_async)
+            more = it + 1 < n_iter
             if row < M:
                 tXgdX = thr_dX.partition_D(cute.local_tile(mdX, t.tiler, (blk, rank)))
                 if cutlass.const_expr(mdResO is not None):
@@ -712,8 +721,16 @@ class FinalBwdRMSNorm(FinalRMSNorm):
                         store_as(copy_dX, dx, like, tXgdX[None, None, v])
                         if cutlass.const_expr(mdRes is not None):
                             store_as(copy_dS, dx, like, tSgdS[None, None, v])
-            if cutlass.const_expr(nbuf == 1):  # the next block, into the buffer just read
-                if it + 1 < n_iter:
+                    if cutlass.const_expr(refill):  # a thread reads back only what it copied
+                        if more:
+                            self.issue_vectors(
+                                mX, mdO, sX, sdO, blk + grid_x, 0, rank, M, v, v + 1
+                            )
+            if cutlass.const_expr(refill):
+                if more:
+                    cute.arch.cp_async_commit_group()
+            elif cutlass.const_expr(nbuf == 1):  # the next block, into the buffer just read
+                if more:
                     self.issue_block(mX, mdO, sX, sdO, blk + grid_x, 0, rank, M)
 
         # -- the partial sums of this CTA's columns, row bidx of dw_partial / db_partial
