@@ -3,12 +3,14 @@
 config with some fields changed, timed alternately in one process (values checked first).
 
     source .gpu/env.sh; python3 scripts/ab_bwd_config.py --set refill_early=True \\
-        [--shapes 16384x131072,8192x262144] [--weight-dtype bf16,fp32] [--reps 3] [--json F]
+        [--shapes 16384x131072,8192x262144] [--weight-dtype bf16,fp32] [--reps 3] [--graph]
+        [--json F]
 
 Each side runs through ``final_bwd.launch_bwd`` with an explicit config (its own compile key,
 so nothing cached by the library's plain path can stand in for it) and sums dw's partials as
 the library does. GB/s use the bench's byte count (``rmsnorm_bwd_bytes``) and the D2D copy of
-the same run; a side's figure is the median over ``--reps`` alternating rounds.
+the same run; a side's figure is the median over ``--reps`` alternating rounds. ``--graph``
+times through CUDA graphs (short rows, where launches would hide the kernel).
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ def main(argv=None) -> int:
     p.add_argument("--weight-dtype", default="bf16,fp32")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--graph", action="store_true", help="time through CUDA graphs")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     changes = parse_sets(a.set)
@@ -98,10 +101,12 @@ def main(argv=None) -> int:
             got = {k: [] for k in sides}
             for _ in range(a.reps):
                 for k, cfg in sides.items():
-                    r = bench.bench_one(backward_with(cfg), M, N, dtype, False, wdt, pass_="bwd")
+                    fn = backward_with(cfg)
+                    r = bench.bench_one(fn, M, N, dtype, a.graph, wdt, pass_="bwd")
                     got[k].append(r["gbps"])
             med = {k: statistics.median(v) for k, v in got.items()}
-            row = {"M": M, "N": N, "weight_dtype": wname, "copy_gbps": copy, "runs": got}
+            row = {"M": M, "N": N, "weight_dtype": wname, "graph": a.graph, "copy_gbps": copy}
+            row["runs"] = got
             row |= {k: {"config": str(sides[k]), "gbps": med[k]} for k in sides}
             rows.append(row)
             print(
