@@ -313,21 +313,17 @@ def _gpu_check():
 
 
 def test_ab_bwd_config_changes_only_the_fields_named():
+    from quack_edu.stages.final_bwd import bwd_config
+
     ab = _script("ab_bwd_config")
     changes = ab.parse_sets(["refill_early=True", "cluster_n=8"])
     assert changes == {"refill_early": True, "cluster_n": 8}
     a, b = ab.configs(131072, torch.bfloat16, torch.float32, changes)
-    assert a == final_bwd_config(131072, torch.float32)
+    assert a == bwd_config(131072, torch.bfloat16, torch.float32)
     assert (b.refill_early, b.cluster_n) == (True, 8) and b.num_threads == a.num_threads
     for bad in ("refill_early", "no_such_field=1", "cluster_n=eight"):
         with pytest.raises(SystemExit, match="--set"):
             ab.parse_sets([bad])
-
-
-def final_bwd_config(N, wdt):
-    from quack_edu.stages.final_bwd import bwd_config
-
-    return bwd_config(N, torch.bfloat16, wdt)
 
 
 def test_gpu_check_runs_every_test_file():
