@@ -94,6 +94,23 @@ def test_forced_cluster_and_one_buffer_compile():
         assert ahead <= waits <= ahead | {0}
 
 
+@pytest.mark.parametrize("buffers", [3, 4])
+@pytest.mark.parametrize("N,dtype", [(256, torch.bfloat16), (4104, torch.float16)])
+def test_deeper_pipelines_keep_buffers_minus_one_blocks_in_flight(N, dtype, buffers):
+    fp32 = torch.float32
+    cfg = replace(final_bwd.default_config(N, dtype, fp32), buffers=buffers)
+    assert cfg.cluster_n == 1 and cfg.weight_in_smem
+    r = compile_report("final_bwd", N, dtype, weight_dtype=fp32, config=cfg, sass=False)
+    k = final_bwd.FinalBwdRMSNorm(dtype, N, cfg, fp32)
+    _check(r, k)
+    # one group for the weight, buffers - 1 blocks before the loop, one block an iteration;
+    # the loop waits until only the buffers - 1 newest groups are in flight
+    assert r.count("cp.async.commit_group") == 1 + (buffers - 1) + 1
+    waits = {int(w) for w in re.findall(r"cp\.async\.wait_group\s+(\d+)", r.ptx)}
+    assert buffers - 1 in waits and waits <= {buffers - 1, 0}
+    assert k.smem_bytes() == r.smem_bytes
+
+
 def _transitions(ptx: str) -> int:
     """How often the kernel's sequence of cp.async and st.global switches between the two."""
     ops = re.findall(r"^\s*(cp\.async\.cg|st\.global)", ptx, re.M)
@@ -201,7 +218,7 @@ def test_grid_is_one_wave_and_no_more_than_the_row_blocks():
     assert k.grid_x(1 << 20) == 132 * k.ctas_per_sm() // k.tiling.cluster_n
     assert k.grid_x(3 * rows) == 3
     with pytest.raises(ValueError, match="buffers"):
-        final_bwd.BwdConfig(32, buffers=3)
+        final_bwd.BwdConfig(32, buffers=5)
 
 
 # -- lesson 07: the atomics strategy (FinalBwdAtomic) --------------------------------------------

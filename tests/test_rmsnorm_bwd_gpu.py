@@ -157,6 +157,36 @@ def test_dw_is_bitwise_deterministic(N):
             assert torch.equal(a, b)
 
 
+# Pipelines the heuristic does not pick but the tuner may: three and four buffers (short rows,
+# no cluster), and one buffer refilled a vector at a time (long rows). A grid of 3 CTAs makes
+# each walk many row blocks, so the ring of buffers wraps several times.
+PIPELINES = [
+    (256, torch.bfloat16, torch.float32, {"buffers": 3}),
+    (1000, torch.float16, torch.bfloat16, {"buffers": 4}),
+    (4104, torch.float32, torch.float32, {"buffers": 3}),
+    (65544, torch.bfloat16, torch.float32, {"buffers": 1, "refill_early": True}),
+]
+
+
+@pytest.mark.parametrize(("N", "dtype", "wdtype", "changes"), PIPELINES)
+def test_deeper_and_refilled_pipelines(N, dtype, wdtype, changes):
+    from dataclasses import replace
+
+    from quack_edu.stages import final_bwd as fb
+
+    cfg = replace(fb.bwd_config(N, dtype, wdtype), **changes)
+    for M in (1, 37, 199):
+        x, w, dout, rstd = _inputs(M, N, dtype, wdtype)
+        _poison_allocator()
+        dx = torch.full_like(x, float("nan"))
+        dw_p, db_p = fb.launch_bwd(x, w, dout, None, rstd, dx, None, True, config=cfg, grid=3)
+        ex, ew, eb = bwd_ref(x, w, dout, rstd, None, True, compute_dtype=torch.float64)
+        what = f"{M}x{N} {dtype} w={wdtype} {changes}"
+        _close(dx, ex, f"dx {what}", rstd=rstd)
+        _close(dw_p.sum(0), ew, f"dw {what}", M)
+        _close(db_p.sum(0), eb, f"db {what}", M)
+
+
 def _ref_forward(x, w, b, res, eps, offset):
     """float64 autograd reference: (out, residual_out)."""
     h = x.double() + (res.double() if res is not None else 0)

@@ -24,7 +24,8 @@ product; what is new is the column reduction over rows (dw, db):
 * x and dout of a row block come in by cp.async into shared memory (the forward's
   ``issue_block``, dout in the residual's place), with one or two buffers (``BWD_TABLE``:
   two for short rows, one from 32K, where larger CTAs, more rows in flight per SM and
-  fewer cluster peers measured faster than a deeper pipeline). The weight slice is copied
+  fewer cluster peers measured faster than a deeper pipeline; three buffers are a candidate
+  of ``configs``, not yet measured; up to four compile). The weight slice is copied
   once per CTA into shared memory, or, for an fp32 weight next to rows from 64K, read from
   L2 a vector at a time so that shared memory holds x and dout only. Registers hold the
   accumulators: vecs x vec fp32 a thread each for dw and db (<= 64 at 512 threads).
@@ -70,8 +71,9 @@ SM_COUNT = 132
 @dataclass(frozen=True)
 class BwdConfig(RowConfig):
     """``RowConfig`` plus ``buffers``: row blocks of x and dout staged in shared memory at once
-    (2: the next block's copies are in flight while this one is computed). ``stages`` must be
-    1 here. ``max_vecs`` bounds a thread's share of a row in shared memory."""
+    (2: the next block's copies are in flight while this one is computed; 3 or 4: the next two
+    or three, for short rows whose CTAs have shared memory to spare). ``stages`` must be 1
+    here. ``max_vecs`` bounds a thread's share of a row in shared memory."""
 
     max_vecs: int = 32
     buffers: int = 2
@@ -88,8 +90,8 @@ class BwdConfig(RowConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.buffers not in (1, 2):
-            raise ValueError(f"buffers must be 1 or 2, got {self.buffers}")
+        if self.buffers not in (1, 2, 3, 4):
+            raise ValueError(f"buffers must be 1 to 4, got {self.buffers}")
 
 
 CONFIG = BwdConfig
@@ -207,8 +209,9 @@ def default_config(N: int, dtype, weight_dtype=None, features=None, vec=None) ->
 
 def configs(N: int, dtype, weight_dtype=None, features=None, vec=None) -> list[BwdConfig]:
     """The heuristic's pick first, then half, twice and four times its threads per row, every
-    cluster size and one or two buffers, and for a weight wider than x (fp32 next to bf16) the
-    weight read from L2 too: those that fit."""
+    cluster size and one or two buffers (three too without a cluster; one buffer also with
+    ``refill_early`` from 256 threads a row), and for a weight wider than x (fp32 next to bf16) the weight read
+    from L2 too: those that fit."""
     features = features or BwdFeatures()
     base = bwd_config(N, dtype, weight_dtype, features, vec)
     wide = weight_dtype is not None and cute_dtype(weight_dtype).width > cute_dtype(dtype).width
@@ -216,12 +219,14 @@ def configs(N: int, dtype, weight_dtype=None, features=None, vec=None) -> list[B
     t0 = base.threads_per_row
     for tpr in dict.fromkeys((t0, max(4, t0 // 2), min(1024, 2 * t0), min(1024, 4 * t0))):
         for cn in (1, 2, 4, 8, 16):
-            for buffers in (2, 1):
+            for buffers in (2, 1, 3) if cn == 1 else (2, 1):
                 if cn <= tpr:
                     cfg = BwdConfig(tpr, max(128, tpr), cluster_n=cn, buffers=buffers)
                     cfgs = [cfg]
                     if tpr <= 64 and cn == 1:  # short rows: 8 or more rows a CTA
                         cfgs.append(replace(cfg, num_threads=256))
+                    if buffers == 1 and tpr >= 256:  # long rows
+                        cfgs.append(replace(cfg, refill_early=True))
                     for c in cfgs:
                         for in_smem in (True, False) if wide and features.weight else (True,):
                             out.append(replace(c, max_vecs=base.max_vecs, weight_in_smem=in_smem))
@@ -615,6 +620,8 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         n_blocks = (M + t.rows_per_cta - 1) // t.rows_per_cta
         n_iter = (cutlass.max(n_blocks - bidx, 0) + grid_x - 1) // grid_x
         self.issue_block(mX, mdO, sX, sdO, bidx, 0, rank, M)
+        for k in cutlass.range_constexpr(1, nbuf - 1):  # a deeper pipeline: more blocks ahead
+            self.issue_block(mX, mdO, sX, sdO, bidx + k * grid_x, k, rank, M)
         if cutlass.const_expr(clustered):
             cute.arch.cluster_wait()  # every peer's mbarriers are initialised and armed
 
@@ -646,7 +653,7 @@ class FinalBwdRMSNorm(FinalRMSNorm):
             rdB = cute.make_rmem_tensor_like(tXsX[None, None, None, 0], Float32)
             rdB.fill(0.0)
 
-        ahead = 1 if cutlass.const_expr(nbuf == 2) else 0  # the next block's group in flight
+        ahead = nbuf - 1  # the groups of the next blocks, in flight while this one is used
         inv_n = Float32(1.0 / self.N)
         for it in cutlass.range(n_iter, unroll=1):
             blk = bidx + it * grid_x
@@ -654,6 +661,9 @@ class FinalBwdRMSNorm(FinalRMSNorm):
             row = blk * t.rows_per_cta + row_in_cta
             if cutlass.const_expr(nbuf == 2):  # the next block goes out before this one lands
                 self.issue_block(mX, mdO, sX, sdO, blk + grid_x, 1 - buf, rank, M)
+            elif cutlass.const_expr(nbuf > 2):  # into the buffer the last iteration read
+                ahead_blk = blk + (nbuf - 1) * grid_x
+                self.issue_block(mX, mdO, sX, sdO, ahead_blk, (it + nbuf - 1) % nbuf, rank, M)
             if cutlass.const_expr(self.use_async):
                 cute.arch.cp_async_wait_group(ahead)
             if cutlass.const_expr(t.rows_per_cta > 1 and sW is not None):
