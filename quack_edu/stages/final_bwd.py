@@ -24,11 +24,12 @@ product; what is new is the column reduction over rows (dw, db):
 * x and dout of a row block come in by cp.async into shared memory (the forward's
   ``issue_block``, dout in the residual's place), with one or two buffers (``BWD_TABLE``:
   two for short rows, one from 32K, where larger CTAs, more rows in flight per SM and
-  fewer cluster peers measured faster than a deeper pipeline; three buffers are a candidate
-  of ``configs``, not yet measured; up to four compile). The weight slice is copied
-  once per CTA into shared memory, or, for an fp32 weight next to rows from 64K, read from
-  L2 a vector at a time so that shared memory holds x and dout only. Registers hold the
-  accumulators: vecs x vec fp32 a thread each for dw and db (<= 64 at 512 threads).
+  fewer cluster peers measured faster than a deeper pipeline; three and four buffers, and
+  ``refill_early``, compile but wait for their values on the GPU before they join
+  ``configs``). The weight slice is copied once per CTA into shared memory, or, for an fp32
+  weight next to rows from 64K, read from L2 a vector at a time so that shared memory holds
+  x and dout only. Registers hold the accumulators: vecs x vec fp32 a thread each for dw and
+  db (<= 64 at 512 threads).
 * The reduction of c is the forward's: shuffles, then the CTA (two alternating buffers) or
   the cluster (two alternating buffers and mbarriers, ``st.async`` to every peer), and dx is
   written with 128-bit stores from the same shared-memory tiles.
@@ -209,9 +210,8 @@ def default_config(N: int, dtype, weight_dtype=None, features=None, vec=None) ->
 
 def configs(N: int, dtype, weight_dtype=None, features=None, vec=None) -> list[BwdConfig]:
     """The heuristic's pick first, then half, twice and four times its threads per row, every
-    cluster size and one or two buffers (three too without a cluster; one buffer also with
-    ``refill_early`` from 256 threads a row), and for a weight wider than x (fp32 next to bf16) the weight read
-    from L2 too: those that fit."""
+    cluster size and one or two buffers, and for a weight wider than x (fp32 next to bf16) the
+    weight read from L2 too: those that fit."""
     features = features or BwdFeatures()
     base = bwd_config(N, dtype, weight_dtype, features, vec)
     wide = weight_dtype is not None and cute_dtype(weight_dtype).width > cute_dtype(dtype).width
@@ -219,14 +219,12 @@ def configs(N: int, dtype, weight_dtype=None, features=None, vec=None) -> list[B
     t0 = base.threads_per_row
     for tpr in dict.fromkeys((t0, max(4, t0 // 2), min(1024, 2 * t0), min(1024, 4 * t0))):
         for cn in (1, 2, 4, 8, 16):
-            for buffers in (2, 1, 3) if cn == 1 else (2, 1):
+            for buffers in (2, 1):
                 if cn <= tpr:
                     cfg = BwdConfig(tpr, max(128, tpr), cluster_n=cn, buffers=buffers)
                     cfgs = [cfg]
                     if tpr <= 64 and cn == 1:  # short rows: 8 or more rows a CTA
                         cfgs.append(replace(cfg, num_threads=256))
-                    if buffers == 1 and tpr >= 256:  # long rows
-                        cfgs.append(replace(cfg, refill_early=True))
                     for c in cfgs:
                         for in_smem in (True, False) if wide and features.weight else (True,):
                             out.append(replace(c, max_vecs=base.max_vecs, weight_in_smem=in_smem))
@@ -733,9 +731,7 @@ class FinalBwdRMSNorm(FinalRMSNorm):
                             store_as(copy_dS, dx, like, tSgdS[None, None, v])
                     if cutlass.const_expr(refill):  # a thread reads back only what it copied
                         if more:
-                            self.issue_vectors(
-                                mX, mdO, sX, sdO, blk + grid_x, 0, rank, M, v, v + 1
-                            )
+                            self.issue_vectors(mX, mdO, sX, sdO, blk + grid_x, 0, rank, M, v, v + 1)
             if cutlass.const_expr(refill):
                 if more:
                     cute.arch.cp_async_commit_group()
