@@ -8,10 +8,10 @@
 1. `quack-edu doctor` (must say GPU mode);
 2. the tests (``test_plan``): ``--part gpu`` the `gpu`-marked ones (every stage's values
    against the fp32 reference, one process per stage; the fuzz tests; the library's and the
-   grader's GPU tests); ``--part lessons`` the solution notebooks top to bottom and the grader
-   in GPU mode, then every other test (the compile checks run with the GPU's own toolchain
-   there); ``all`` (default) both. The value and fuzz runs only check values and share the
-   GPU, ``--concurrency`` at a time;
+   grader's GPU tests); ``--part lessons`` the grader in GPU mode (grading a solution runs
+   its notebook top to bottom), then every other test (the compile checks run with the GPU's
+   own toolchain there); ``all`` (default) both. The value and fuzz runs only check values
+   and share the GPU, ``--concurrency`` at a time;
 3. the benchmark of every stage (and peers) with the D2D copy ceiling measured in the same run;
 4. with ``--bench-pass bwd|both``, the backward's benchmark (the library against QuACK and
    torch.compile), bench_bwd.json/png.
@@ -106,19 +106,14 @@ def test_plan(a, stages) -> list[tuple[str, list[str], bool]]:
         if a.parallel_tests:  # correctness only (no timing): several processes share the GPU
             runs.append(("gpu tests (parallel)", [*gpu, *xdist, *a.parallel_tests.split()], False))
     if a.part in ("all", "lessons"):
-        # The solution notebooks top to bottom in GPU mode, and the grader with both tiers
-        # (solutions: full points, students: 0); without Jupyter there, the notebooks run
-        # in-process and the grader runs them in a child Python of its own.
-        own = {
-            "notebooks": "tests/test_notebooks_execute.py",
-            "grading": "tests/test_grading_cli.py",
-        }
-        for name, k in (("notebooks", a.notebooks_k), ("grading", a.grading_k)):
-            if k != "none":
-                sel = ["-k", k] if k else []
-                runs.append((name, ["-m", "not gpu", *xdist, own[name], *sel], False))
+        # The grader with both tiers: solutions get full points (which is also their run top
+        # to bottom in GPU mode), students 0; without Jupyter there, in a child Python.
+        grading = "tests/test_grading_cli.py"
+        if a.grading_k != "none":
+            sel = ["-k", a.grading_k] if a.grading_k else []
+            runs.append(("grading", ["-m", "not gpu", *xdist, grading, *sel], False))
         if not a.skip_other_tests:  # every other test, in GPU mode (the compile checks too)
-            rest = [f"--ignore={path}" for path in own.values()]
+            rest = [f"--ignore={grading}"]
             runs.append(("other tests", ["-m", "not gpu", *xdist, "tests", *rest], False))
     return runs
 
@@ -185,7 +180,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--skip-other-tests",
         action="store_true",
-        help="without the not-gpu tests beyond the notebooks and the grader",
+        help="without the not-gpu tests beyond the grader's",
     )
     p.add_argument("--skip-fuzz", action="store_true", help="without tests/test_fuzz_gpu.py")
     p.add_argument("--fuzz-timeout", type=int, default=400, help="seconds for the fuzz tests")
@@ -198,9 +193,6 @@ def parser() -> argparse.ArgumentParser:
         "--jobs", type=int, default=6, help="pytest-xdist processes of the runs that use them"
     )
     p.add_argument("--grading-k", default=None, help="-k filter of the grading tests (none: skip)")
-    p.add_argument(
-        "--notebooks-k", default=None, help="-k filter of the notebook runs (none: skip)"
-    )
     p.add_argument("--value-stages", default=None, help="stages whose value tests run (all)")
     p.add_argument(
         "--concurrency",
@@ -212,8 +204,9 @@ def parser() -> argparse.ArgumentParser:
         "--part",
         choices=("all", "gpu", "lessons"),
         default="all",
-        help="gpu: the gpu tests (values, the others, fuzz); lessons: the notebooks, the grader "
-        "and every other (not gpu) test in GPU mode; all: both, one after the other",
+        help="gpu: the gpu tests (values, the others, fuzz); lessons: the grader (the solution "
+        "notebooks top to bottom) and every other (not gpu) test in GPU mode; all: both, one "
+        "after the other",
     )
     p.add_argument("--skip-bench", action="store_true")
     p.add_argument("--test-timeout", type=int, default=300, help="seconds per pytest process")

@@ -339,7 +339,6 @@ def test_gpu_check_runs_every_test_file():
         "fuzz",
         "other gpu tests",
         "gpu tests (parallel)",
-        "notebooks",
         "grading",
         "other tests",
     ]

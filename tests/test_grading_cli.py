@@ -35,12 +35,30 @@ def _grade(paths, tmp_path, *extra):
     return rc, json.loads(out.read_text())
 
 
+def test_every_solution_notebook_is_graded():
+    # grading a solution is also its top-to-bottom run (below): none may escape it
+    assert sorted(p.stem for p in solutions_dir().glob("*.ipynb")) == sorted(LESSONS)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_grade_solutions_full_points(lesson, tmp_path, capsys):
-    rc, data = _grade([solutions_dir() / f"{lesson}.ipynb"], tmp_path)
+    # Also the solution notebook's run top to bottom, as Jupyter runs it (where there is none,
+    # the H200, in the grader's child Python): every cell ran cleanly ("problems" is empty),
+    # on the CPU compile-only with recorded H200 results where a cell needs a GPU, and no cell
+    # printed FAIL.
+    ran = tmp_path / "ran"
+    rc, data = _grade([solutions_dir() / f"{lesson}.ipynb"], tmp_path, "--executed", str(ran))
     table = capsys.readouterr().out
     assert rc == 0, table
+    printed = "\n".join(
+        o.get("text", "")
+        for c in read(ran / f"{lesson}.ipynb").cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.get("output_type") == "stream"
+    )
+    assert printed and "FAIL" not in printed, printed
     assert data["passed"] and data["hidden_checks"]
     mode = data["mode"]
     assert data["score"] == data["max_score"] == _points(lesson, mode)
