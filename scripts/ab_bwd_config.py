@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""A/B of the library backward's kernel config on the GPU: the heuristic's pick against the same
-config with some fields changed, timed alternately in one process (values checked first).
+"""A/B of the library backward's kernel config on the GPU: the heuristic's pick (A) against the
+same config with some fields changed (one or more variants), timed in turn in one process, values
+checked first.
 
-    source .gpu/env.sh; python3 scripts/ab_bwd_config.py --set refill_early=True \\
+    source .gpu/env.sh; python3 scripts/ab_bwd_config.py --variant refill_early=True \\
+        --variant cluster_n=8,weight_in_smem=True,refill_early=True \\
         [--shapes 16384x131072,8192x262144] [--weight-dtype bf16,fp32] [--reps 3] [--graph]
         [--json F]
 
 Each side runs through ``final_bwd.launch_bwd`` with an explicit config (its own compile key,
 so nothing cached by the library's plain path can stand in for it) and sums dw's partials as
 the library does. GB/s use the bench's byte count (``rmsnorm_bwd_bytes``) and the D2D copy of
-the same run; a side's figure is the median over ``--reps`` alternating rounds. ``--graph``
-times through CUDA graphs (short rows, where launches would hide the kernel).
+the same run; a side's figure is the median over ``--reps`` rounds, the sides taking turns in
+each. ``--graph`` times through CUDA graphs (short rows, where launches would hide the
+kernel). A variant that does not fit at a shape is reported as such and skipped there.
 """
 
 from __future__ import annotations
@@ -27,32 +30,43 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 SHAPES = "32768x65536,16384x131072,8192x262144"
 
 
-def parse_sets(items: list[str]) -> dict:
-    """``["refill_early=True", "cluster_n=8"]`` -> {"refill_early": True, "cluster_n": 8}, each
-    name a field of ``BwdConfig`` and each value a Python literal."""
+def parse_variant(text: str) -> dict:
+    """``"refill_early=True,cluster_n=8"`` -> {"refill_early": True, "cluster_n": 8}: each name
+    a field of ``BwdConfig``, each value a Python literal."""
     import ast
 
     from quack_edu.stages.final_bwd import BwdConfig
 
     fields = {f.name for f in dataclasses.fields(BwdConfig)}
     out = {}
-    for item in items:
-        name, sep, text = item.partition("=")
+    for item in text.split(","):
+        name, sep, value = item.strip().partition("=")
         if not sep or name not in fields:
-            raise SystemExit(f"--set {item!r}: expected FIELD=VALUE, FIELD one of {sorted(fields)}")
+            raise SystemExit(
+                f"--variant {text!r}: expected FIELD=VALUE[,...], FIELD one of {sorted(fields)}"
+            )
         try:
-            out[name] = ast.literal_eval(text)
+            out[name] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
-            raise SystemExit(f"--set {item!r}: {text!r} is not a Python literal") from None
+            raise SystemExit(f"--variant {text!r}: {value!r} is not a Python literal") from None
     return out
 
 
-def configs(N: int, dtype, weight_dtype, changes: dict):
-    """(the heuristic's config, that config with ``changes``) for a plain backward."""
+def sides(N: int, dtype, weight_dtype, variants: dict) -> dict:
+    """{"A": the heuristic's config, name: that config with the variant's changes, or the
+    reason it cannot be built} for a plain backward (a weight, no bias)."""
     from quack_edu.stages import final_bwd as fb
 
     base = fb.bwd_config(N, dtype, weight_dtype)
-    return base, dataclasses.replace(base, **changes)
+    out = {"A": base}
+    for name, changes in variants.items():
+        try:
+            cfg = dataclasses.replace(base, **changes)
+            fb.FinalBwdRMSNorm(dtype, N, cfg, weight_dtype)  # fits (shared memory, tiling)
+            out[name] = cfg
+        except ValueError as e:
+            out[name] = f"does not fit: {e}"
+    return out
 
 
 def backward_with(config):
@@ -72,7 +86,7 @@ def backward_with(config):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", required=True)
+    p.add_argument("--variant", action="append", required=True, metavar="FIELD=VALUE[,FIELD=VALUE]")
     p.add_argument("--shapes", default=SHAPES)
     p.add_argument("--weight-dtype", default="bf16,fp32")
     p.add_argument("--dtype", default="bf16")
@@ -80,7 +94,7 @@ def main(argv=None) -> int:
     p.add_argument("--graph", action="store_true", help="time through CUDA graphs")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
-    changes = parse_sets(a.set)
+    variants = {text: parse_variant(text) for text in a.variant}
 
     import torch
 
@@ -92,31 +106,35 @@ def main(argv=None) -> int:
         return 2
     dtype = torch_dtype(a.dtype)
     copy = bench.copy_bandwidth()
-    print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s; B = A with {changes}")
+    print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s; graph={a.graph}", flush=True)
     rows = []
     for M, N in bench.parse_shapes(a.shapes):
         for wname in a.weight_dtype.split(","):
             wdt = torch_dtype(wname)
-            sides = dict(zip("AB", configs(N, dtype, wdt, changes), strict=True))
-            got = {k: [] for k in sides}
+            cfgs = sides(N, dtype, wdt, variants)
+            runnable = {k: c for k, c in cfgs.items() if not isinstance(c, str)}
+            got = {k: [] for k in runnable}
             for _ in range(a.reps):
-                for k, cfg in sides.items():
+                for k, cfg in runnable.items():
                     fn = backward_with(cfg)
                     r = bench.bench_one(fn, M, N, dtype, a.graph, wdt, pass_="bwd")
                     got[k].append(r["gbps"])
             med = {k: statistics.median(v) for k, v in got.items()}
             row = {"M": M, "N": N, "weight_dtype": wname, "graph": a.graph, "copy_gbps": copy}
-            row["runs"] = got
-            row |= {k: {"config": str(sides[k]), "gbps": med[k]} for k in sides}
+            row["sides"] = {
+                k: {"config": str(c), "gbps": med.get(k), "runs": got.get(k)}
+                for k, c in cfgs.items()
+            }
             rows.append(row)
-            print(
-                f"{M}x{N} w={wname}: A {med['A']:.0f} ({100 * med['A'] / copy:.1f}%)  "
-                f"B {med['B']:.0f} ({100 * med['B'] / copy:.1f}%)  B/A {med['B'] / med['A']:.3f}"
-                f"\n    A = {sides['A']}",
-                flush=True,
-            )
+            print(f"{M}x{N} w={wname}: A = {cfgs['A']}", flush=True)
+            for k, c in cfgs.items():
+                if k in med:
+                    ratio = med[k] / med["A"]
+                    print(f"   {med[k]:6.0f} GB/s {100 * med[k] / copy:5.1f}%  x{ratio:.3f}  {k}")
+                else:
+                    print(f"   {c}  ({k})")
     if a.json:
-        Path(a.json).write_text(json.dumps({"changes": changes, "rows": rows}, indent=1))
+        Path(a.json).write_text(json.dumps({"variants": variants, "rows": rows}, indent=1))
     return 0
 
 

@@ -316,14 +316,17 @@ def test_ab_bwd_config_changes_only_the_fields_named():
     from quack_edu.stages.final_bwd import bwd_config
 
     ab = _script("ab_bwd_config")
-    changes = ab.parse_sets(["refill_early=True", "cluster_n=8"])
-    assert changes == {"refill_early": True, "cluster_n": 8}
-    a, b = ab.configs(131072, torch.bfloat16, torch.float32, changes)
+    text = "refill_early=True, cluster_n=8"
+    variants = {text: ab.parse_variant(text), "buffers=9": ab.parse_variant("buffers=9")}
+    assert variants[text] == {"refill_early": True, "cluster_n": 8}
+    got = ab.sides(131072, torch.bfloat16, torch.float32, variants)
+    a, b = got["A"], got[text]
     assert a == bwd_config(131072, torch.bfloat16, torch.float32)
     assert (b.refill_early, b.cluster_n) == (True, 8) and b.num_threads == a.num_threads
+    assert got["buffers=9"].startswith("does not fit")  # reported, not raised
     for bad in ("refill_early", "no_such_field=1", "cluster_n=eight"):
-        with pytest.raises(SystemExit, match="--set"):
-            ab.parse_sets([bad])
+        with pytest.raises(SystemExit, match="--variant"):
+            ab.parse_variant(bad)
 
 
 def test_gpu_check_runs_every_test_file():
