@@ -312,21 +312,31 @@ def _gpu_check():
     return _script("gpu_check")
 
 
-def test_ab_bwd_config_changes_only_the_fields_named():
+def test_ab_config_changes_only_the_fields_named():
+    from quack_edu.stages.final import final_config
     from quack_edu.stages.final_bwd import bwd_config
 
-    ab = _script("ab_bwd_config")
+    ab = _script("ab_config")
+    bf16, fp32 = torch.bfloat16, torch.float32
     text = "refill_early=True, cluster_n=8"
     variants = {text: ab.parse_variant(text), "buffers=9": ab.parse_variant("buffers=9")}
     assert variants[text] == {"refill_early": True, "cluster_n": 8}
-    got = ab.sides(131072, torch.bfloat16, torch.float32, variants)
+    got = ab.sides(131072, bf16, fp32, variants)
     a, b = got["A"], got[text]
-    assert a == bwd_config(131072, torch.bfloat16, torch.float32)
+    assert a == bwd_config(131072, bf16, fp32)
     assert (b.refill_early, b.cluster_n) == (True, 8) and b.num_threads == a.num_threads
     assert got["buffers=9"].startswith("does not fit")  # reported, not raised
     for bad in ("refill_early", "no_such_field=1", "cluster_n=eight"):
         with pytest.raises(SystemExit, match="--variant"):
             ab.parse_variant(bad)
+    # the forward's fields are FinalConfig's: blocks_per_cta is one, refill_early is not
+    fwd = {"blocks_per_cta=8": ab.parse_variant("blocks_per_cta=8", "fwd")}
+    got = ab.sides(131072, bf16, fp32, fwd, "fwd")
+    assert (
+        got["A"] == final_config(131072, bf16, fp32) and got["blocks_per_cta=8"].blocks_per_cta == 8
+    )
+    with pytest.raises(SystemExit, match="--variant"):
+        ab.parse_variant("refill_early=True", "fwd")
 
 
 def test_gpu_check_runs_every_test_file():

@@ -85,7 +85,7 @@ class BwdConfig(RowConfig):
     #: with one buffer, each vector of the next row block is copied in as soon as the second
     #: pass has read it (True), rather than once the whole pass is done: the next block's
     #: loads are in flight while this one's dx is computed and stored. Values checked on the
-    #: H200; its speed not yet measured (scripts/ab_bwd_config.py --variant refill_early=True),
+    #: H200; its speed not yet measured (scripts/ab_config.py --variant refill_early=True),
     #: so off by default
     refill_early: bool = False
 

@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
-"""A/B of the library backward's kernel config on the GPU: the heuristic's pick (A) against the
-same config with some fields changed (one or more variants), timed in turn in one process, values
-checked first.
+"""A/B of the library's kernel config on the GPU, forward (``final``) or backward
+(``final_bwd``): the heuristic's pick (A) against the same config with some fields changed (one
+or more variants), timed in turn in one process, values checked first.
 
-    source .gpu/env.sh; python3 scripts/ab_bwd_config.py --variant refill_early=True \\
+    source .gpu/env.sh; python3 scripts/ab_config.py --pass bwd --variant refill_early=True \\
         --variant cluster_n=8,weight_in_smem=True,refill_early=True \\
         [--shapes 16384x131072,8192x262144] [--weight-dtype bf16,fp32] [--reps 3] [--graph]
         [--json F]
 
-Each side runs through ``final_bwd.launch_bwd`` with an explicit config (its own compile key,
-so nothing cached by the library's plain path can stand in for it) and sums dw's partials as
-the library does. GB/s use the bench's byte count (``rmsnorm_bwd_bytes``) and the D2D copy of
-the same run; a side's figure is the median over ``--reps`` rounds, the sides taking turns in
+Each side runs through the stage's launcher (``final.launch_fwd``, ``final_bwd.launch_bwd``)
+with an explicit config (its own compile key, so nothing cached by the library's plain path
+can stand in for it); the backward sums dw's partials as the library does. GB/s use the
+bench's byte counts (``rmsnorm_bytes``, ``rmsnorm_bwd_bytes``) and the D2D copy of the same
+run; a side's figure is the median over ``--reps`` rounds, the sides taking turns in
 each. ``--graph`` times through CUDA graphs (short rows, where launches would hide the
 kernel). A variant that does not fit at a shape is reported as such and skipped there.
 """
@@ -30,14 +31,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 SHAPES = "32768x65536,16384x131072,8192x262144"
 
 
-def parse_variant(text: str) -> dict:
+def _stage(pass_: str):
+    from quack_edu.stages import final, final_bwd
+
+    return final_bwd if pass_ == "bwd" else final
+
+
+def parse_variant(text: str, pass_: str = "bwd") -> dict:
     """``"refill_early=True,cluster_n=8"`` -> {"refill_early": True, "cluster_n": 8}: each name
-    a field of ``BwdConfig``, each value a Python literal."""
+    a field of the pass's config (``BwdConfig``, ``FinalConfig``), each value a Python
+    literal."""
     import ast
 
-    from quack_edu.stages.final_bwd import BwdConfig
-
-    fields = {f.name for f in dataclasses.fields(BwdConfig)}
+    fields = {f.name for f in dataclasses.fields(_stage(pass_).CONFIG)}
     out = {}
     for item in text.split(","):
         name, sep, value = item.strip().partition("=")
@@ -52,41 +58,52 @@ def parse_variant(text: str) -> dict:
     return out
 
 
-def sides(N: int, dtype, weight_dtype, variants: dict) -> dict:
+def sides(N: int, dtype, weight_dtype, variants: dict, pass_: str = "bwd") -> dict:
     """{"A": the heuristic's config, name: that config with the variant's changes, or the
-    reason it cannot be built} for a plain backward (a weight, no bias)."""
-    from quack_edu.stages import final_bwd as fb
-
-    base = fb.bwd_config(N, dtype, weight_dtype)
+    reason it cannot be built} for a plain call (a weight; no bias, no residual)."""
+    mod = _stage(pass_)
+    base = mod.default_config(N, dtype, weight_dtype)
     out = {"A": base}
     for name, changes in variants.items():
         try:
             cfg = dataclasses.replace(base, **changes)
-            fb.FinalBwdRMSNorm(dtype, N, cfg, weight_dtype)  # fits (shared memory, tiling)
+            mod.KERNEL(dtype, N, cfg, weight_dtype)  # fits (shared memory, tiling)
             out[name] = cfg
         except ValueError as e:
             out[name] = f"does not fit: {e}"
     return out
 
 
-def backward_with(config):
-    """``fn(x, w, dout, rstd) -> (dx, dw)`` running ``config``."""
+def run_with(config, pass_: str = "bwd"):
+    """The plain call running ``config``: ``fn(x, w) -> out`` (forward) or ``fn(x, w, dout,
+    rstd) -> (dx, dw)`` (backward), as the bench times them."""
     import torch
 
-    from quack_edu.stages import final_bwd as fb
+    from quack_edu.bench import EPS
 
-    def fn(x, w, dout, rstd):
+    mod = _stage(pass_)
+    if pass_ == "fwd":
+
+        def fwd(x, w):
+            out = torch.empty_like(x)
+            mod.launch_fwd(x, w, None, None, out, None, None, EPS, config=config)
+            return out
+
+        return fwd
+
+    def bwd(x, w, dout, rstd):
         dx = torch.empty_like(x)
-        dw_p, _ = fb.launch_bwd(x, w, dout, None, rstd, dx, None, False, config=config)
+        dw_p, _ = mod.launch_bwd(x, w, dout, None, rstd, dx, None, False, config=config)
         dw = dw_p.sum(dim=0)
         return dx, dw if w.dtype == torch.float32 else dw.to(w.dtype)
 
-    return fn
+    return bwd
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--variant", action="append", required=True, metavar="FIELD=VALUE[,FIELD=VALUE]")
+    p.add_argument("--pass", dest="pass_", choices=("fwd", "bwd"), default="bwd")
     p.add_argument("--shapes", default=SHAPES)
     p.add_argument("--weight-dtype", default="bf16,fp32")
     p.add_argument("--dtype", default="bf16")
@@ -94,7 +111,7 @@ def main(argv=None) -> int:
     p.add_argument("--graph", action="store_true", help="time through CUDA graphs")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
-    variants = {text: parse_variant(text) for text in a.variant}
+    variants = {text: parse_variant(text, a.pass_) for text in a.variant}
 
     import torch
 
@@ -106,21 +123,23 @@ def main(argv=None) -> int:
         return 2
     dtype = torch_dtype(a.dtype)
     copy = bench.copy_bandwidth()
-    print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s; graph={a.graph}", flush=True)
+    name = torch.cuda.get_device_name()
+    print(f"{name}: copy {copy:.0f} GB/s; pass {a.pass_}, graph={a.graph}", flush=True)
     rows = []
     for M, N in bench.parse_shapes(a.shapes):
         for wname in a.weight_dtype.split(","):
             wdt = torch_dtype(wname)
-            cfgs = sides(N, dtype, wdt, variants)
+            cfgs = sides(N, dtype, wdt, variants, a.pass_)
             runnable = {k: c for k, c in cfgs.items() if not isinstance(c, str)}
             got = {k: [] for k in runnable}
             for _ in range(a.reps):
                 for k, cfg in runnable.items():
-                    fn = backward_with(cfg)
-                    r = bench.bench_one(fn, M, N, dtype, a.graph, wdt, pass_="bwd")
+                    fn = run_with(cfg, a.pass_)
+                    r = bench.bench_one(fn, M, N, dtype, a.graph, wdt, pass_=a.pass_)
                     got[k].append(r["gbps"])
             med = {k: statistics.median(v) for k, v in got.items()}
-            row = {"M": M, "N": N, "weight_dtype": wname, "graph": a.graph, "copy_gbps": copy}
+            row = {"pass": a.pass_, "M": M, "N": N, "weight_dtype": wname, "graph": a.graph}
+            row["copy_gbps"] = copy
             row["sides"] = {
                 k: {"config": str(c), "gbps": med.get(k), "runs": got.get(k)}
                 for k, c in cfgs.items()
