@@ -427,8 +427,35 @@ def _prepare(nb, lesson: str, solutions: Path | None) -> tuple[object, list[str]
 _TIMEOUT = "QuackEduCellTimeout"
 
 
-class _Runner:
-    """Executes cells one at a time, surviving errors, timeouts and dead kernels."""
+class _Replaying:
+    """What both runners share: the cells whose state the notebook built (``ok_cells``), and
+    what a cell's failure costs. A subclass runs one cell (``_exec``), makes a fresh process
+    (``_fresh``), says whether its process still lives (``_alive``) and what to do after a
+    timeout that left it alive (``_recover``)."""
+
+    def run(self, cell, index, skip: set[int]) -> CellEvent | None:
+        ev = self._exec(cell, index)
+        if ev is None:
+            self.ok_cells.append(index)
+        elif ev.kind == "died" or ev.poisoned_gpu() or not self._alive():
+            self._restart(skip | {index})  # dead, killed, or its CUDA context unusable
+        elif ev.kind == "timeout":
+            self._recover(skip | {index})
+        else:
+            self.ok_cells.append(index)  # an error: its definitions before it still count
+        return ev
+
+    def _restart(self, skip: set[int]) -> None:
+        """A fresh process, then the cells that had run are replayed (not the skipped ones)."""
+        self._fresh()
+        for i in list(self.ok_cells):  # replay the state the notebook had built
+            if i not in skip:
+                self._exec(copy.deepcopy(self.nb.cells[i]), i)
+
+
+class _Runner(_Replaying):
+    """Executes cells one at a time in a Jupyter kernel, surviving errors, timeouts and dead
+    kernels."""
 
     def __init__(self, nb, env: dict, cwd: str, timeout: float):
         from nbclient import NotebookClient
@@ -506,8 +533,8 @@ class _Runner:
             )
         return None
 
-    def _restart(self, skip: set[int]) -> None:
-        """A fresh kernel (the old one is killed), then the cells that had run are replayed."""
+    def _fresh(self) -> None:
+        """A fresh kernel (the old one is killed)."""
         c = self.client
         try:
             c._cleanup_kernel()
@@ -516,9 +543,9 @@ class _Runner:
         c.km = c.create_kernel_manager()
         c.start_new_kernel(env=self.env, cwd=self.cwd)
         c.start_new_kernel_client()
-        for i in list(self.ok_cells):  # replay the state the notebook had built
-            if i not in skip:
-                self._exec(copy.deepcopy(self.nb.cells[i]), i)
+
+    def _alive(self) -> bool:
+        return True  # a dead kernel's cell comes back as "died"
 
     def _responsive(self) -> bool:
         timeout = min(15.0, self.timeout)
@@ -538,20 +565,8 @@ class _Runner:
             pass
         self._restart(skip)
 
-    def run(self, cell, index, skip: set[int]) -> CellEvent | None:
-        ev = self._exec(cell, index)
-        if ev is None:
-            self.ok_cells.append(index)
-        elif ev.kind == "timeout":
-            self._recover(skip | {index})
-        elif ev.kind == "died" or ev.poisoned_gpu():
-            self._restart(skip | {index})
-        elif ev.kind == "error":
-            self.ok_cells.append(index)  # its definitions before the error still count
-        return ev
 
-
-class _ChildRunner:
+class _ChildRunner(_Replaying):
     """The same interface as ``_Runner`` for machines without Jupyter (the H200 device machine):
     the cells run in a child Python (``_cellworker``), one namespace for the notebook, with the
     grading environment and the notebook's folder. A cell's Python code is interrupted after
@@ -655,23 +670,15 @@ class _ChildRunner:
         rc = self.proc.wait()
         return CellEvent(index, grade_id(cell), "died", evalue=f"the process exited with {rc}")
 
-    def _restart(self, skip: set[int]) -> None:
-        """A fresh child, then the cells that had run are replayed (not the skipped ones)."""
+    def _fresh(self) -> None:
         self._stop()
         self._start()
-        for i in list(self.ok_cells):
-            if i not in skip:
-                self._exec(copy.deepcopy(self.nb.cells[i]), i)
 
-    def run(self, cell, index, skip: set[int]) -> CellEvent | None:
-        ev = self._exec(cell, index)
-        if ev is not None and (
-            ev.kind == "died" or ev.poisoned_gpu() or self.proc.poll() is not None
-        ):
-            self._restart(skip | {index})  # dead, killed, or its CUDA context unusable
-        elif ev is None or ev.kind == "error":
-            self.ok_cells.append(index)  # an error's definitions before it still count
-        return ev
+    def _alive(self) -> bool:
+        return self.proc.poll() is None  # not killed after a stuck cell, not dead
+
+    def _recover(self, skip: set[int]) -> None:
+        """The child interrupted the cell's Python code itself and lives on: nothing to do."""
 
 
 def jupyter_available() -> bool:
