@@ -272,6 +272,18 @@ cluster_exchange = register(
                 hint="wrong slots",
                 tiers=(COMPILE, GPU),
             ),
+            Mutant(  # a missing arrive: the last CTA waits for bytes that never come
+                "skips the last CTA of the cluster",
+                [("if lane < cluster_n:", "if lane < cluster_n - 1:")],
+                hint="peers never receive",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "sends nothing",
+                [("cute.arch.store_async_dsmem(slot, f32_bits(val), mbar_ptr, lane)", "pass")],
+                hint="peers never receive",
+                tiers=(COMPILE, GPU),
+            ),
         ],
     )
 )
