@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import statistics
 import sys
@@ -153,7 +154,17 @@ def main(argv=None) -> int:
                 else:
                     print(f"   {c}  ({k})")
     if a.json:
-        Path(a.json).write_text(json.dumps({"variants": variants, "rows": rows}, indent=1))
+        record = {
+            "gpu": name,
+            "date": datetime.date.today().isoformat(),
+            "torch": torch.__version__,
+            "dsl": bench._version("nvidia-cutlass-dsl"),
+            "command": "python3 scripts/ab_config.py "
+            + " ".join(sys.argv[1:] if argv is None else argv),
+            "variants": variants,
+            "rows": rows,
+        }
+        Path(a.json).write_text(json.dumps(record, indent=1))
     return 0
 
 

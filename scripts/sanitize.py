@@ -13,7 +13,7 @@ memory), and the library's backward with ``has_bias``, a ``dresidual_out`` (fp32
 separate dresidual is written too) and ``has_residual`` ("lib_bwd"), and lesson 07's atomic dw
 ("bwd_atomic": ``FinalBwdAtomic``). Each at small, ragged and
 cluster-sized shapes, with the weight (or bias) in x's dtype and in fp32 (bf16 for fp32 x):
-96 cases, ``--list`` prints them.
+104 cases, ``--list`` prints them.
 
 The tools, and why their options:
 
@@ -83,8 +83,9 @@ TOOL_ARGS = {
 }
 #: (M, N, x dtype): ragged and small, one-CTA rows, cluster-sized rows, fp32
 SHAPES = ((37, 4104, "bf16"), (5, 65544, "bf16"), (3, 131072, "fp16"), (9, 3000, "fp32"))
-#: the library also at a row of 7 (narrow vectors, a single row) and an odd N with many rows
-LIB_SHAPES = SHAPES + ((1, 7, "bf16"), (199, 1001, "fp16"))
+#: the library also at a row of 7 (narrow vectors, a single row), an odd N with many rows and a
+#: short row that 512-thread CTAs of the backward hold 16 at a time
+LIB_SHAPES = SHAPES + ((1, 7, "bf16"), (199, 1001, "fp16"), (199, 512, "bf16"))
 LIBRARY = ("lib_fwd", "lib_fwd_bias", "lib_bwd", "bwd_atomic")
 EPS = 1e-6
 MARK = "@@sanitize"

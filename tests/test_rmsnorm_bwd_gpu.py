@@ -158,8 +158,8 @@ def test_dw_is_bitwise_deterministic(N):
 
 
 # Pipelines the heuristic does not pick but the tuner may: three and four buffers (short rows,
-# no cluster), and one buffer refilled a vector at a time (long rows). A grid of 3 CTAs makes
-# each walk many row blocks, so the ring of buffers wraps several times.
+# no cluster), and one buffer refilled a vector at a time next to a weight read from L2. A
+# grid of 3 CTAs makes each walk many row blocks, so the ring of buffers wraps several times.
 PIPELINES = [
     (256, torch.bfloat16, torch.float32, {"buffers": 3}),
     (1000, torch.float16, torch.bfloat16, {"buffers": 4}),

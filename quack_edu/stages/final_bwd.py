@@ -24,12 +24,15 @@ product; what is new is the column reduction over rows (dw, db):
 * x and dout of a row block come in by cp.async into shared memory (the forward's
   ``issue_block``, dout in the residual's place), with one or two buffers (``BWD_TABLE``:
   two for short rows, one from 32K, where larger CTAs, more rows in flight per SM and
-  fewer cluster peers measured faster than a deeper pipeline; three and four buffers, and
-  ``refill_early``, compile but wait for their values on the GPU before they join
-  ``configs``). The weight slice is copied once per CTA into shared memory, or, for an fp32
-  weight next to rows from 64K, read from L2 a vector at a time so that shared memory holds
-  x and dout only. Registers hold the accumulators: vecs x vec fp32 a thread each for dw and
-  db (<= 64 at 512 threads).
+  fewer cluster peers measured faster than a deeper pipeline; three and four buffers are
+  right on the H200 but measured no faster for short rows, so they stay out of ``configs``).
+  From rows of 256 KiB, the one buffer is refilled a vector at a time (``refill_early``). The
+  weight slice is copied once per CTA into shared memory, or, for an fp32 weight next to rows
+  from 64K, read from L2 a vector at a time so that shared memory holds x and dout only:
+  that costs 12-16% at 65536-262144 against a bf16 weight, and it is not the L2 traffic
+  (staging 6 of a thread's 8 weight vectors beside the tiles, which cuts it by 3/4, measured
+  +1.5% at best: benchmarks/results/ab_configs.json). Registers hold the accumulators: vecs
+  x vec fp32 a thread each for dw and db (<= 64 at 512 threads).
 * The reduction of c is the forward's: shuffles, then the CTA (two alternating buffers) or
   the cluster (two alternating buffers and mbarriers, ``st.async`` to every peer), and dx is
   written with 128-bit stores from the same shared-memory tiles.
@@ -84,9 +87,9 @@ class BwdConfig(RowConfig):
     weight_in_smem: bool = True
     #: with one buffer, each vector of the next row block is copied in as soon as the second
     #: pass has read it (True), rather than once the whole pass is done: the next block's
-    #: loads are in flight while this one's dx is computed and stored. Values checked on the
-    #: H200; its speed not yet measured (scripts/ab_config.py --variant refill_early=True),
-    #: so off by default
+    #: loads are in flight while this one's dx is computed and stored (+3.5% and +5% at
+    #: 131072 and 262144 with a bf16 weight on the H200; 3-5% slower with an fp32 weight read
+    #: from L2, whose loads then wait behind the refill)
     refill_early: bool = False
 
     def __post_init__(self):
@@ -117,13 +120,15 @@ class BwdFeatures:
 #: The winners of sweeps on the H200 (bf16 x, bf16 and fp32 weights, M = 32768 up to
 #: N = 65536, then 16384 x 131072 and 8192 x 262144; 2026-11-30), by row length in 16-byte
 #: vectors: (threads_per_row, num_threads, cluster_n, buffers). Short rows: a few vectors a
-#: thread, two buffers, several rows a CTA. From 16K: 512 threads a row and 64 elements a
-#: thread, the smallest cluster that holds the row, one buffer (the exchange with fewer peers
-#: and fewer, larger CTAs beat clusters of 16 small ones by up to 1.8x).
+#: thread, two buffers, 8 to 32 rows a CTA (timed through CUDA graphs against 4 to 8 rows:
+#: +27% at N = 256, +13% at 512, +5% at 1024; benchmarks/results/ab_configs.json). From
+#: 16K: 512 threads a row and 64 elements a thread, the smallest cluster that holds the row,
+#: one buffer (the exchange with fewer peers and fewer, larger CTAs beat clusters of 16 small
+#: ones by up to 1.8x, and clusters of 8 CTAs of 256 threads by 1.4x).
 BWD_TABLE = {
-    32: (16, 128, 1, 2),
-    64: (16, 128, 1, 2),
-    128: (32, 128, 1, 2),
+    32: (16, 512, 1, 2),
+    64: (32, 512, 1, 2),
+    128: (32, 256, 1, 2),
     256: (64, 256, 1, 2),
     512: (128, 128, 1, 1),
     1024: (128, 128, 1, 2),
@@ -179,6 +184,8 @@ def bwd_config(N: int, dtype, weight_dtype=None, features: BwdFeatures | None = 
     staged = [dtype, features.dout_dtype or dtype, weight_dtype or dtype]
     if min(vec * cute_dtype(d).width for d in staged) < 32:
         pick = replace(pick, buffers=1)  # copies through registers: nothing is in flight
+    elif pick.buffers == 1 and pick.weight_in_smem and key >= 16384:
+        pick = replace(pick, refill_early=True)  # rows of 256 KiB and more: see BwdConfig
     fallbacks = [pick] + [
         replace(pick, cluster_n=cn, buffers=b)
         for b in (pick.buffers, 1)
@@ -210,8 +217,9 @@ def default_config(N: int, dtype, weight_dtype=None, features=None, vec=None) ->
 
 def configs(N: int, dtype, weight_dtype=None, features=None, vec=None) -> list[BwdConfig]:
     """The heuristic's pick first, then half, twice and four times its threads per row, every
-    cluster size and one or two buffers, and for a weight wider than x (fp32 next to bf16) the
-    weight read from L2 too: those that fit."""
+    cluster size and one or two buffers (one: also refilled early), CTAs of 256 and 512
+    threads for short rows, and for a weight wider than x (fp32 next to bf16) the weight read
+    from L2 too: those that fit."""
     features = features or BwdFeatures()
     base = bwd_config(N, dtype, weight_dtype, features, vec)
     wide = weight_dtype is not None and cute_dtype(weight_dtype).width > cute_dtype(dtype).width
@@ -223,8 +231,10 @@ def configs(N: int, dtype, weight_dtype=None, features=None, vec=None) -> list[B
                 if cn <= tpr:
                     cfg = BwdConfig(tpr, max(128, tpr), cluster_n=cn, buffers=buffers)
                     cfgs = [cfg]
-                    if tpr <= 64 and cn == 1:  # short rows: 8 or more rows a CTA
-                        cfgs.append(replace(cfg, num_threads=256))
+                    if tpr <= 64 and cn == 1:  # short rows: 4 to 32 rows a CTA
+                        cfgs += [replace(cfg, num_threads=n) for n in (256, 512)]
+                    if buffers == 1:  # long rows: the buffer refilled a vector at a time
+                        cfgs.append(replace(cfg, refill_early=True))
                     for c in cfgs:
                         for in_smem in (True, False) if wide and features.weight else (True,):
                             out.append(replace(c, max_vecs=base.max_vecs, weight_in_smem=in_smem))
