@@ -105,14 +105,20 @@ def final_config(N: int, dtype, weight_dtype=None, features: Features | None = N
 
     * up to 2048 vectors (16K bf16): no cluster, >= 32 threads a row with <= 16 vectors each,
       one row block per CTA (many CTAs per SM beat deeper pipelines here), the weight slice in
-      shared memory; a wide weight of > 32 KiB a CTA (fp32 at 16K) in registers instead;
+      shared memory; a wide weight of > 32 KiB a CTA (fp32 at 16K) in registers instead. Up to
+      64 vectors (bf16 rows of <= 1 KiB), a wide weight in registers and 2 row blocks a CTA, 2
+      buffers: staging 1-2 KiB of fp32 weight for 2-4 KiB of x, once per CTA, had cost 20-28%
+      against a bf16 weight (+19% at N = 256, +0.4% at 512; through CUDA graphs +54% and +10%);
     * 4096 vectors: 256 threads, no cluster, the weight in registers;
     * 8192: a narrow weight as above; a wide one in shared memory, clusters of 8, each CTA
       walking 8 row blocks with 2 staged at once (the weight read once per 8 blocks);
     * 16384: a narrow weight in shared memory, clusters of 4, 4 blocks, 2 buffers; a wide one
-      in registers, clusters of 8, 4 blocks, 2 buffers;
+      in registers, clusters of 8, 8 blocks, 2 buffers;
     * 32768: clusters of 16, 2 buffers; a narrow weight in shared memory and 8 blocks, a wide
-      one in registers and 4 blocks.
+      one in registers and 32 blocks.
+    A wide weight in registers is read from L2 once per CTA, and its CTAs start with an empty
+    pipeline: more blocks a CTA measured +1% (8 against 4 at 131072) and +8.7% (32 against 4
+    at 262144; scripts/ab_config.py --pass fwd, H200).
     A pick that does not fit (fp32 x doubles every tile) falls back to larger clusters, then
     one buffer."""
     if not 1 <= N <= MAX_N:
@@ -135,14 +141,16 @@ def final_config(N: int, dtype, weight_dtype=None, features: Features | None = N
             blocks_per_cta=1,
             weight_in_smem=not (wide and w_bytes > 32 << 10),
         )
+        if wide and nvec <= 64:  # see the docstring: a wide weight next to rows of <= 1 KiB
+            pick = replace(pick, buffers=2, blocks_per_cta=2, weight_in_smem=False)
     else:
         # vectors: (narrow weight plan, wide weight plan); a plan: (cluster, buffers, blocks,
         # weight in smem)
         table = {
             4096: ((1, 1, 1, False), (1, 1, 1, False)),
             8192: ((1, 1, 1, False), (8, 2, 8, True)),
-            16384: ((4, 2, 4, True), (8, 2, 4, False)),
-            32768: ((16, 2, 8, True), (16, 2, 4, False)),
+            16384: ((4, 2, 4, True), (8, 2, 8, False)),
+            32768: ((16, 2, 8, True), (16, 2, 32, False)),
         }
         key = next((k for k in sorted(table) if nvec <= k), 32768)
         cn, buffers, seq, in_smem = table[key][wide]
