@@ -107,8 +107,9 @@ def final_config(N: int, dtype, weight_dtype=None, features: Features | None = N
       one row block per CTA (many CTAs per SM beat deeper pipelines here), the weight slice in
       shared memory; a wide weight of > 32 KiB a CTA (fp32 at 16K) in registers instead. Up to
       64 vectors (bf16 rows of <= 1 KiB), a wide weight in registers and 2 row blocks a CTA, 2
-      buffers: staging 1-2 KiB of fp32 weight for 2-4 KiB of x, once per CTA, had cost 20-28%
-      against a bf16 weight (+19% at N = 256, +0.4% at 512; through CUDA graphs +54% and +10%);
+      buffers, rather than 1-2 KiB of fp32 weight staged for every 2-4 KiB of x (+19% at
+      N = 256, +0.4% at 512; through CUDA graphs +54% and +10%: benchmarks/results/
+      ab_configs.json);
     * 4096 vectors: 256 threads, no cluster, the weight in registers;
     * 8192: a narrow weight as above; a wide one in shared memory, clusters of 8, each CTA
       walking 8 row blocks with 2 staged at once (the weight read once per 8 blocks);
@@ -648,7 +649,8 @@ class FinalRMSNorm(ClusterRMSNorm):
             # every peer's mbarriers are initialised and armed. Waited for here, after the first
             # block's copies went out. Measured on the H200 (2026-11-30): waiting instead just
             # before the first exchange, inside the loop, cost the register-weight plans with
-            # two buffers 12-15% (131072 and 262144 with an fp32 weight), the others nothing.
+            # two buffers 12-15% (131072 and 262144 with an fp32 weight), the others nothing
+            # (benchmarks/results/fwd_final_wait_in_loop.json).
             cute.arch.cluster_wait()
 
         # shared memory is read back through x's partition whatever the dtype, so that every
