@@ -6,7 +6,7 @@ or more variants), timed in turn in one process, values checked first.
     source .gpu/env.sh; python3 scripts/ab_config.py --pass bwd --variant refill_early=True \\
         --variant cluster_n=8,weight_in_smem=True,refill_early=True \\
         [--shapes 16384x131072,8192x262144] [--weight-dtype bf16,fp32] [--reps 3] [--graph]
-        [--json F]
+        [--residual (forward only)] [--json F]
 
 Each side runs through the stage's launcher (``final.launch_fwd``, ``final_bwd.launch_bwd``)
 with an explicit config (its own compile key, so nothing cached by the library's plain path
@@ -59,30 +59,47 @@ def parse_variant(text: str, pass_: str = "bwd") -> dict:
     return out
 
 
-def sides(N: int, dtype, weight_dtype, variants: dict, pass_: str = "bwd") -> dict:
+def sides(
+    N: int, dtype, weight_dtype, variants: dict, pass_: str = "bwd", residual: bool = False
+) -> dict:
     """{"A": the heuristic's config, name: that config with the variant's changes, or the
-    reason it cannot be built} for a plain call (a weight; no bias, no residual)."""
+    reason it cannot be built} for a plain call (a weight; no bias), or the forward with a
+    residual in x's dtype (``residual``)."""
     mod = _stage(pass_)
-    base = mod.default_config(N, dtype, weight_dtype)
+    features = None
+    if residual:
+        if pass_ != "fwd":
+            raise SystemExit("--residual is the forward's (--pass fwd)")
+        features = mod.Features(residual_dtype=dtype)
+    base = mod.default_config(N, dtype, weight_dtype, features)
     out = {"A": base}
     for name, changes in variants.items():
         try:
             cfg = dataclasses.replace(base, **changes)
-            mod.KERNEL(dtype, N, cfg, weight_dtype)  # fits (shared memory, tiling)
+            mod.KERNEL(dtype, N, cfg, weight_dtype, features)  # fits (shared memory, tiling)
             out[name] = cfg
         except ValueError as e:
             out[name] = f"does not fit: {e}"
     return out
 
 
-def run_with(config, pass_: str = "bwd"):
-    """The plain call running ``config``: ``fn(x, w) -> out`` (forward) or ``fn(x, w, dout,
-    rstd) -> (dx, dw)`` (backward), as the bench times them."""
+def run_with(config, pass_: str = "bwd", residual: bool = False):
+    """The plain call running ``config``: ``fn(x, w) -> out`` (forward), ``fn(x, w, r) ->
+    (out, residual_out)`` (forward with a residual) or ``fn(x, w, dout, rstd) -> (dx, dw)``
+    (backward), as the bench times them."""
     import torch
 
     from quack_edu.bench import EPS
 
     mod = _stage(pass_)
+    if pass_ == "fwd" and residual:
+
+        def fwd_residual(x, w, r):
+            out, res_out = torch.empty_like(x), torch.empty_like(r)
+            mod.launch_fwd(x, w, None, r, out, res_out, None, EPS, config=config)
+            return out, res_out
+
+        return fwd_residual
     if pass_ == "fwd":
 
         def fwd(x, w):
@@ -110,8 +127,15 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--graph", action="store_true", help="time through CUDA graphs")
+    p.add_argument(
+        "--residual",
+        action="store_true",
+        help="the forward with a residual in x's dtype (its bytes counted, as the bench's)",
+    )
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
+    if a.residual and a.pass_ != "fwd":
+        p.error("--residual is the forward's: add --pass fwd")
     variants = {text: parse_variant(text, a.pass_) for text in a.variant}
 
     import torch
@@ -125,21 +149,27 @@ def main(argv=None) -> int:
     dtype = torch_dtype(a.dtype)
     copy = bench.copy_bandwidth()
     name = torch.cuda.get_device_name()
-    print(f"{name}: copy {copy:.0f} GB/s; pass {a.pass_}, graph={a.graph}", flush=True)
+    print(
+        f"{name}: copy {copy:.0f} GB/s; pass {a.pass_}, graph={a.graph}, residual={a.residual}",
+        flush=True,
+    )
     rows = []
     for M, N in bench.parse_shapes(a.shapes):
         for wname in a.weight_dtype.split(","):
             wdt = torch_dtype(wname)
-            cfgs = sides(N, dtype, wdt, variants, a.pass_)
+            cfgs = sides(N, dtype, wdt, variants, a.pass_, a.residual)
             runnable = {k: c for k, c in cfgs.items() if not isinstance(c, str)}
             got = {k: [] for k in runnable}
             for _ in range(a.reps):
                 for k, cfg in runnable.items():
-                    fn = run_with(cfg, a.pass_)
-                    r = bench.bench_one(fn, M, N, dtype, a.graph, wdt, pass_=a.pass_)
+                    fn = run_with(cfg, a.pass_, a.residual)
+                    r = bench.bench_one(
+                        fn, M, N, dtype, a.graph, wdt, residual=a.residual, pass_=a.pass_
+                    )
                     got[k].append(r["gbps"])
             med = {k: statistics.median(v) for k, v in got.items()}
             row = {"pass": a.pass_, "M": M, "N": N, "weight_dtype": wname, "graph": a.graph}
+            row["residual"] = a.residual
             row["copy_gbps"] = copy
             row["sides"] = {
                 k: {"config": str(c), "gbps": med.get(k), "runs": got.get(k)}

@@ -337,6 +337,18 @@ def test_ab_config_changes_only_the_fields_named():
     )
     with pytest.raises(SystemExit, match="--variant"):
         ab.parse_variant("refill_early=True", "fwd")
+    # with a residual the forward's pick and fit are those of a kernel that reads one
+    from quack_edu.stages.final import Features, FinalRMSNorm
+
+    res = Features(residual_dtype=bf16)
+    got = ab.sides(65536, bf16, bf16, {"buffers=2": {"buffers": 2}}, "fwd", residual=True)
+    assert got["A"] == final_config(65536, bf16, bf16, res)
+    k = FinalRMSNorm(bf16, 65536, got["A"], bf16, res)
+    assert k.smem_bytes() > FinalRMSNorm(bf16, 65536, got["A"], bf16).smem_bytes()
+    with pytest.raises(SystemExit):
+        ab.sides(65536, bf16, bf16, {}, "bwd", residual=True)
+    with pytest.raises(SystemExit):
+        ab.main(["--residual", "--variant", "buffers=1"])  # the backward has no residual
 
 
 def test_gpu_check_runs_every_test_file():
