@@ -138,6 +138,51 @@ def test_refill_early_copies_each_vector_once_read(N, wdt):
     assert seen[False] <= 3 and seen[True] >= 2 * vecs - 1, seen
 
 
+def _ops(ptx: str) -> list[str]:
+    """The kernel's global loads, stores, copies and waits in PTX order, shortened."""
+    found = re.findall(
+        r"^\s*(ld\.global\.nc|ld\.global|st\.global|cp\.async\.wait_group|cp\.async\.cg|"
+        r"mbarrier\.try_wait)",
+        ptx,
+        re.M,
+    )
+    return found
+
+
+@pytest.mark.parametrize("N", [65544, 131072])
+def test_weight_from_l2_invariant_and_prefetched(N):
+    # an fp32 weight read from L2 (weight_in_smem=False): weight_invariant makes its loads
+    # ld.global.nc, all of them; weight_prefetch=D sends the first D vectors' loads (2 each:
+    # 8 fp32) out before the cp.async wait and keeps the second pass D vectors ahead, so its
+    # last D + 1 dx stores have no weight load between them. The loads stay as many.
+    bf16, fp32 = torch.bfloat16, torch.float32
+    base = final_bwd.default_config(N, bf16, fp32)
+    assert not base.weight_in_smem and not base.weight_invariant and not base.weight_prefetch
+    vecs = final_bwd.FinalBwdRMSNorm(bf16, N, base, fp32).tiling.vecs
+    for changes in ({}, {"weight_invariant": True}, {"weight_prefetch": 1}, {"weight_prefetch": 2}):
+        cfg = replace(base, **changes)
+        r = compile_report("final_bwd", N, bf16, weight_dtype=fp32, config=cfg, sass=False)
+        k = final_bwd.FinalBwdRMSNorm(bf16, N, cfg, fp32)
+        assert r.stack_bytes == 0 or changes, r.summary()  # the default: no spills
+        ops = _ops(r.ptx)
+        w = "ld.global.nc" if cfg.weight_invariant else "ld.global"
+        weight_loads = [o for o in ops if o == w]
+        assert len(weight_loads) == 2 * 2 * vecs + (0 if cfg.weight_invariant else 1)  # + rstd
+        if cfg.weight_invariant:
+            assert "ld.global" in ops  # rstd, a plain load
+        d = cfg.weight_prefetch
+        before_wait = ops[: ops.index("cp.async.wait_group")]
+        assert before_wait.count("ld.global") == 2 * d
+        pass2 = ops[ops.index("mbarrier.try_wait") :] if k.tiling.cluster_n > 1 else ops
+        stores = "".join("s" if o == "st.global" else "l" if o == w else "|" for o in pass2)
+        tail = stores.strip("|").split("|")[0]  # the pass, up to its next block's copies
+        assert len(tail) - len(tail.rstrip("s")) == d + 1, (changes, stores)
+    with pytest.raises(ValueError, match="weight_prefetch"):
+        final_bwd.FinalBwdRMSNorm(bf16, N, replace(base, weight_prefetch=vecs + 1), fp32)
+    with pytest.raises(ValueError, match="weight_invariant"):
+        replace(base, weight_in_smem=True, weight_invariant=True)
+
+
 def test_heuristic_refills_long_rows_only_beside_a_staged_weight():
     # measured on the H200 (benchmarks/results/ab_configs.json): +3.5% / +5% at 131072 /
     # 262144 with a bf16 weight, -1% at 65536, 3-5% slower with an fp32 weight read from L2

@@ -158,13 +158,17 @@ def test_dw_is_bitwise_deterministic(N):
 
 
 # Pipelines the heuristic does not pick but the tuner may: three and four buffers (short rows,
-# no cluster), and one buffer refilled a vector at a time next to a weight read from L2. A
-# grid of 3 CTAs makes each walk many row blocks, so the ring of buffers wraps several times.
+# no cluster), one buffer refilled a vector at a time next to a weight read from L2, and that
+# weight's loads marked invariant or sent out ahead of use (weight_prefetch, a ring of
+# registers). A grid of 3 CTAs makes each walk many row blocks, so the rings wrap many times.
 PIPELINES = [
     (256, torch.bfloat16, torch.float32, {"buffers": 3}),
     (1000, torch.float16, torch.bfloat16, {"buffers": 4}),
     (4104, torch.float32, torch.float32, {"buffers": 3}),
     (65544, torch.bfloat16, torch.float32, {"buffers": 1, "refill_early": True}),
+    (65544, torch.bfloat16, torch.float32, {"weight_invariant": True, "weight_prefetch": 2}),
+    (131072, torch.bfloat16, torch.float32, {"weight_prefetch": 1}),
+    (262144, torch.bfloat16, torch.float32, {"weight_invariant": True}),
 ]
 
 
