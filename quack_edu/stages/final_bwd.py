@@ -759,7 +759,7 @@ class FinalBwdRMSNorm(FinalRMSNorm):
                         x_hat = tXsX[None, None, v, buf].load().to(Float32) * rstd
                         dy = tDsD[None, None, v, buf].load().to(Float32)
                         w = self.weight_vector(tWsW, tWgW, copy_Wg, v, tXsX[None, None, v, 0], rWp)
-                        if cutlass.const_expr(rWp is not None):  # its slot takes v + ahead
+                        if cutlass.const_expr(rWp is not None):  # the slot read takes v + D
                             d = v + cfg.weight_prefetch
                             self.prefetch_weight(tWgW, copy_Wg, rWp, tXcX, d, d + 1)
                         g = self.grad_in(dy, w)
@@ -805,7 +805,7 @@ class FinalBwdRMSNorm(FinalRMSNorm):
                         x_hat = tXsX[None, None, v, buf].load().to(Float32) * rstd
                         dy = tDsD[None, None, v, buf].load().to(Float32)
                         w = self.weight_vector(tWsW, tWgW, copy_Wg, v, tXsX[None, None, v, 0], rWp)
-                        if cutlass.const_expr(rWp is not None):  # its slot takes v + ahead
+                        if cutlass.const_expr(rWp is not None):  # the slot read takes v + D
                             d = v + cfg.weight_prefetch
                             self.prefetch_weight(tWgW, copy_Wg, rWp, tXcX, d, d + 1)
                         dx = (self.grad_in(dy, w) - x_hat * c) * rstd
