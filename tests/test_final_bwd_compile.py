@@ -151,24 +151,24 @@ def _ops(ptx: str) -> list[str]:
 
 @pytest.mark.parametrize("N", [65544, 131072])
 def test_weight_from_l2_invariant_and_prefetched(N):
-    # an fp32 weight read from L2 (weight_in_smem=False): weight_invariant makes its loads
+    # an fp32 weight read from L2 (weight_in_smem=False): invariant_loads makes its loads
     # ld.global.nc, all of them; weight_prefetch=D sends the first D vectors' loads (2 each:
     # 8 fp32) out before the cp.async wait and keeps the second pass D vectors ahead, so its
     # last D + 1 dx stores have no weight load between them. The loads stay as many.
     bf16, fp32 = torch.bfloat16, torch.float32
     base = final_bwd.default_config(N, bf16, fp32)
-    assert not base.weight_in_smem and not base.weight_invariant and not base.weight_prefetch
+    assert not base.weight_in_smem and not base.invariant_loads and not base.weight_prefetch
     vecs = final_bwd.FinalBwdRMSNorm(bf16, N, base, fp32).tiling.vecs
-    for changes in ({}, {"weight_invariant": True}, {"weight_prefetch": 1}, {"weight_prefetch": 2}):
+    for changes in ({}, {"invariant_loads": True}, {"weight_prefetch": 1}, {"weight_prefetch": 2}):
         cfg = replace(base, **changes)
         r = compile_report("final_bwd", N, bf16, weight_dtype=fp32, config=cfg, sass=False)
         k = final_bwd.FinalBwdRMSNorm(bf16, N, cfg, fp32)
         assert r.stack_bytes == 0 or changes, r.summary()  # the default: no spills
         ops = _ops(r.ptx)
-        w = "ld.global.nc" if cfg.weight_invariant else "ld.global"
+        w = "ld.global.nc" if cfg.invariant_loads else "ld.global"
         weight_loads = [o for o in ops if o == w]
-        assert len(weight_loads) == 2 * 2 * vecs + (0 if cfg.weight_invariant else 1)  # + rstd
-        if cfg.weight_invariant:
+        assert len(weight_loads) == 2 * 2 * vecs + (0 if cfg.invariant_loads else 1)  # + rstd
+        if cfg.invariant_loads:
             assert "ld.global" in ops  # rstd, a plain load
         d = cfg.weight_prefetch
         before_wait = ops[: ops.index("cp.async.wait_group")]
@@ -179,8 +179,23 @@ def test_weight_from_l2_invariant_and_prefetched(N):
         assert len(tail) - len(tail.rstrip("s")) == d + 1, (changes, stores)
     with pytest.raises(ValueError, match="weight_prefetch"):
         final_bwd.FinalBwdRMSNorm(bf16, N, replace(base, weight_prefetch=vecs + 1), fp32)
-    with pytest.raises(ValueError, match="weight_invariant"):
-        replace(base, weight_in_smem=True, weight_invariant=True)
+
+
+def test_invariant_loads_reach_dresidual_out():
+    # a prenorm backward reads dresidual_out in the second pass, a vector at a time between
+    # the dx stores; invariant_loads makes those loads ld.global.nc too (rstd stays plain)
+    bf16, N = torch.bfloat16, 16384
+    feats = final_bwd.BwdFeatures(dres_out_dtype=bf16)
+    base = final_bwd.FinalBwdRMSNorm(bf16, N, None, bf16, features=feats)
+    vecs = base.tiling.vecs
+    for on in (False, True):
+        cfg = replace(base.config, invariant_loads=on)
+        k = final_bwd.FinalBwdRMSNorm(bf16, N, cfg, bf16, features=feats)
+        r = kernel_report(k, stage="final_bwd")
+        assert r.stack_bytes == 0 and r.spill_bytes == 0, r.summary()
+        ops = _ops(r.ptx)
+        assert ops.count("ld.global.nc") == (vecs if on else 0)
+        assert ops.count("ld.global") == (1 if on else 1 + vecs)
 
 
 def test_heuristic_refills_long_rows_only_beside_a_staged_weight():

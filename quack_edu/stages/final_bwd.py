@@ -33,9 +33,10 @@ product; what is new is the column reduction over rows (dw, db):
   (staging 6 of a thread's 8 weight vectors beside the tiles, which cuts it by 3/4, measured
   +1.5% at best: benchmarks/results/ab_configs.json). A lead not yet measured: in the second
   pass each vector's weight load waits behind the previous vector's dx store (a load may not
-  pass a store that could alias it), one L2 round trip per vector; ``weight_invariant``
-  (ld.global.nc, which ptxas issues ahead of the stores) and ``weight_prefetch`` (loads sent
-  out vectors ahead, and before each wait) are the two ways out, both off by default.
+  pass a store that could alias it), one L2 round trip per vector (dresidual_out's loads, from
+  HBM, the same); ``invariant_loads`` (ld.global.nc, which ptxas issues ahead of the stores)
+  and ``weight_prefetch`` (loads sent out vectors ahead, and before each wait) are the two
+  ways out, both off by default.
   Registers hold the accumulators: vecs x vec fp32 a thread each for dw and db (<= 64 at 512
   threads).
 * The reduction of c is the forward's: shuffles, then the CTA (two alternating buffers) or
@@ -103,17 +104,15 @@ class BwdConfig(RowConfig):
     #: vector's store (the compiler cannot move a load across a store that may alias it), one
     #: L2 round trip per vector. Not measured yet: 0 (off) by default
     weight_prefetch: int = 0
-    #: with ``weight_in_smem=False``: the weight's loads marked invariant (``ld.global.nc``),
-    #: so that the compiler may issue a pass's loads together, ahead of the dx stores. Not
-    #: measured yet: off by default
-    weight_invariant: bool = False
+    #: the passes' global loads (a weight read from L2, dresidual_out) marked invariant
+    #: (``ld.global.nc``), so that the compiler may issue them together, ahead of the second
+    #: pass's dx stores. Not measured yet: off by default
+    invariant_loads: bool = False
 
     def __post_init__(self):
         super().__post_init__()
         if self.buffers not in (1, 2, 3, 4):
             raise ValueError(f"buffers must be 1 to 4, got {self.buffers}")
-        if self.weight_invariant and self.weight_in_smem:
-            raise ValueError("weight_invariant marks the L2 reads of weight_in_smem=False")
         if self.weight_prefetch < 0 or (self.weight_prefetch and self.weight_in_smem):
             raise ValueError(
                 "weight_prefetch loads a weight read from L2 (weight_in_smem=False) early: "
@@ -485,11 +484,12 @@ class FinalBwdRMSNorm(FinalRMSNorm):
             cute.copy(tiled, src, r)
             dst.store(r.load())
 
-    def weight_copy(self, dtype) -> cute.TiledCopy:
-        """How a weight read from L2 comes in: plain loads, or with ``weight_invariant``
-        loads marked invariant (``ld.global.nc``), which the compiler may move above the
-        second pass's dx stores (a plain load may not pass a store that could alias it)."""
-        if not self.config.weight_invariant:
+    def load_copy(self, dtype) -> cute.TiledCopy:
+        """How a pass loads from global memory (a weight read from L2, dresidual_out): plain
+        loads, or with ``invariant_loads`` loads marked invariant (``ld.global.nc``), which
+        the compiler may move above the second pass's dx stores (a plain load may not pass a
+        store that could alias it)."""
+        if not self.config.invariant_loads:
             return self.stage_copy(dtype, False)
         t = self.tiling
         bits = min(copy_utils.COPY_BITS, t.vec * dtype.width)
@@ -703,14 +703,14 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         tWsW = thr_X.partition_D(sW) if cutlass.const_expr(sW is not None) else None
         tWgW = copy_Wg = None
         if cutlass.const_expr(mW is not None and not cfg.weight_in_smem):
-            copy_Wg = self.weight_copy(mW.element_type)
+            copy_Wg = self.load_copy(mW.element_type)
             thr_Wg = copy_Wg.get_slice(tidx)
             gWg = cute.local_tile(copy_utils.broadcast_rows(mW, t.rows_per_cta), t.tiler, (0, rank))
             tWgW = thr_Wg.partition_S(gWg)
         copy_dX = self.stage_copy(mdX.element_type, False)
         thr_dX = copy_dX.get_slice(tidx)
         if cutlass.const_expr(mdResO is not None):
-            copy_dR = self.stage_copy(mdResO.element_type, False)
+            copy_dR = self.load_copy(mdResO.element_type)
             thr_dR = copy_dR.get_slice(tidx)
         if cutlass.const_expr(mdRes is not None):
             copy_dS = self.stage_copy(mdRes.element_type, False)
