@@ -90,12 +90,13 @@ def rmsnorm_bytes(M: int, N: int, dtype, weight_dtype=None, residual: bool = Fal
     return (4 if residual else 2) * M * N * esize + N * wsize
 
 
-def rmsnorm_bwd_bytes(M: int, N: int, dtype, weight_dtype=None) -> int:
+def rmsnorm_bwd_bytes(M: int, N: int, dtype, weight_dtype=None, residual: bool = False) -> int:
     """QuACK's count for a backward: read x and dout, write dx (x's dtype), read the weight and
-    rstd (fp32). The fp32 partial sums of dw (P x N, P ~ the SMs) are not counted."""
+    rstd (fp32); with ``residual`` (a prenorm backward) read dresidual_out (x's dtype) too.
+    The fp32 partial sums of dw (P x N, P ~ the SMs) are not counted."""
     esize = torch.empty((), dtype=dtype).element_size()
     wsize = torch.empty((), dtype=weight_dtype or dtype).element_size()
-    return 3 * M * N * esize + N * wsize + 4 * M
+    return (3 + int(residual)) * M * N * esize + N * wsize + 4 * M
 
 
 def _l2_bytes() -> int:
@@ -461,12 +462,13 @@ def _check_outputs(got, args, dtype, residual: bool) -> None:
 
 
 def _check_grads(got, args, dtype) -> None:
-    """(dx, dw) of a backward on (x, w, dout, rstd) against the fp32 reference. dw is a sum over
-    the M rows of terms ~1 with random signs: its tolerance grows like sqrt(M)."""
+    """(dx, dw) of a backward on (x, w, dout, rstd[, dresidual_out]) against the fp32
+    reference. dw is a sum over the M rows of terms ~1 with random signs: its tolerance grows
+    like sqrt(M)."""
     from .reference import TOLERANCES, assert_close, rmsnorm_bwd_ref
 
-    x, w, dout, rstd = args
-    dx, dw, _ = rmsnorm_bwd_ref(x, w, dout, rstd)
+    x, w, dout, rstd, *dres_out = args
+    dx, dw, _ = rmsnorm_bwd_ref(x, w, dout, rstd, *dres_out)
     assert_close(got[0], dx, dtype, what="dx")
     tol = TOLERANCES[got[1].dtype]
     scale = math.sqrt(x.shape[0])
@@ -488,12 +490,15 @@ def bench_one(
     pass_="fwd",
 ) -> dict:
     """Time ``fn(x, w)`` (with ``residual``: ``fn(x, w, r) -> (out, residual_out)``; backward:
-    ``fn(x, w, dout, rstd) -> (dx, dw)``) at M x N. The first call (a compile, an autotune,
-    a peer's recorded forward) runs, and is checked, before any timing."""
+    ``fn(x, w, dout, rstd) -> (dx, dw)``, with ``residual`` ``fn(x, w, dout, rstd,
+    dresidual_out)``) at M x N. The first call (a compile, an autotune, a peer's recorded
+    forward) runs, and is checked, before any timing."""
     wdt = weight_dtype or dtype
     bwd = pass_ == "bwd"
     nbytes = (
-        rmsnorm_bwd_bytes(M, N, dtype, wdt) if bwd else rmsnorm_bytes(M, N, dtype, wdt, residual)
+        rmsnorm_bwd_bytes(M, N, dtype, wdt, residual)
+        if bwd
+        else rmsnorm_bytes(M, N, dtype, wdt, residual)
     )
     k = rotation_count(nbytes)
 
@@ -502,7 +507,10 @@ def bench_one(
         w = torch.randn(N, device="cuda", dtype=wdt)
         if bwd:
             rstd = torch.rsqrt(x.float().square().mean(-1) + EPS)
-            return (x, w, torch.randn(M, N, device="cuda", dtype=dtype), rstd)
+            dout = torch.randn(M, N, device="cuda", dtype=dtype)
+            if residual:  # dresidual_out, in x's dtype
+                return (x, w, dout, rstd, torch.randn(M, N, device="cuda", dtype=dtype))
+            return (x, w, dout, rstd)
         return (x, w, torch.randn(M, N, device="cuda", dtype=dtype)) if residual else (x, w)
 
     sets = [inputs() for _ in range(k)]

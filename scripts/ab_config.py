@@ -6,7 +6,7 @@ or more variants), timed in turn in one process, values checked first.
     source .gpu/env.sh; python3 scripts/ab_config.py --pass bwd --variant refill_early=True \\
         --variant cluster_n=8,weight_in_smem=True,refill_early=True \\
         [--shapes 16384x131072,8192x262144] [--weight-dtype bf16,fp32] [--reps 3] [--graph]
-        [--residual (forward only)] [--json F]
+        [--residual] [--json F]
 
 Each side runs through the stage's launcher (``final.launch_fwd``, ``final_bwd.launch_bwd``)
 with an explicit config (its own compile key, so nothing cached by the library's plain path
@@ -63,14 +63,14 @@ def sides(
     N: int, dtype, weight_dtype, variants: dict, pass_: str = "bwd", residual: bool = False
 ) -> dict:
     """{"A": the heuristic's config, name: that config with the variant's changes, or the
-    reason it cannot be built} for a plain call (a weight; no bias), or the forward with a
-    residual in x's dtype (``residual``)."""
+    reason it cannot be built} for a plain call (a weight; no bias), or with ``residual`` the
+    forward with a residual in x's dtype, the backward with a dresidual_out in x's dtype."""
     mod = _stage(pass_)
     features = None
-    if residual:
-        if pass_ != "fwd":
-            raise SystemExit("--residual is the forward's (--pass fwd)")
+    if residual and pass_ == "fwd":
         features = mod.Features(residual_dtype=dtype)
+    elif residual:
+        features = mod.BwdFeatures(dres_out_dtype=dtype)
     base = mod.default_config(N, dtype, weight_dtype, features)
     out = {"A": base}
     for name, changes in variants.items():
@@ -85,8 +85,9 @@ def sides(
 
 def run_with(config, pass_: str = "bwd", residual: bool = False):
     """The plain call running ``config``: ``fn(x, w) -> out`` (forward), ``fn(x, w, r) ->
-    (out, residual_out)`` (forward with a residual) or ``fn(x, w, dout, rstd) -> (dx, dw)``
-    (backward), as the bench times them."""
+    (out, residual_out)`` (forward with a residual), ``fn(x, w, dout, rstd) -> (dx, dw)``
+    (backward) or ``fn(x, w, dout, rstd, dres_out)`` (backward with a residual), as the bench
+    times them."""
     import torch
 
     from quack_edu.bench import EPS
@@ -109,9 +110,9 @@ def run_with(config, pass_: str = "bwd", residual: bool = False):
 
         return fwd
 
-    def bwd(x, w, dout, rstd):
+    def bwd(x, w, dout, rstd, dres_out=None):
         dx = torch.empty_like(x)
-        dw_p, _ = mod.launch_bwd(x, w, dout, None, rstd, dx, None, False, config=config)
+        dw_p, _ = mod.launch_bwd(x, w, dout, dres_out, rstd, dx, None, False, config=config)
         dw = dw_p.sum(dim=0)
         return dx, dw if w.dtype == torch.float32 else dw.to(w.dtype)
 
@@ -130,12 +131,11 @@ def main(argv=None) -> int:
     p.add_argument(
         "--residual",
         action="store_true",
-        help="the forward with a residual in x's dtype (its bytes counted, as the bench's)",
+        help="with a residual in x's dtype: the forward's residual, the backward's "
+        "dresidual_out (its bytes counted)",
     )
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
-    if a.residual and a.pass_ != "fwd":
-        p.error("--residual is the forward's: add --pass fwd")
     variants = {text: parse_variant(text, a.pass_) for text in a.variant}
 
     import torch

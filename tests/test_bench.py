@@ -345,10 +345,12 @@ def test_ab_config_changes_only_the_fields_named():
     assert got["A"] == final_config(65536, bf16, bf16, res)
     k = FinalRMSNorm(bf16, 65536, got["A"], bf16, res)
     assert k.smem_bytes() > FinalRMSNorm(bf16, 65536, got["A"], bf16).smem_bytes()
-    with pytest.raises(SystemExit):
-        ab.sides(65536, bf16, bf16, {}, "bwd", residual=True)
-    with pytest.raises(SystemExit):
-        ab.main(["--residual", "--variant", "buffers=1"])  # the backward has no residual
+    # the backward's: a kernel that reads dresidual_out
+    from quack_edu.stages.final_bwd import BwdFeatures
+
+    got = ab.sides(131072, bf16, fp32, {"inv": {"invariant_loads": True}}, "bwd", residual=True)
+    assert got["A"] == bwd_config(131072, bf16, fp32, BwdFeatures(dres_out_dtype=bf16))
+    assert got["inv"].invariant_loads
 
 
 def test_gpu_check_runs_every_test_file():
@@ -426,6 +428,10 @@ def test_backward_bytes_are_quacks_count():
     assert bench.rmsnorm_bwd_bytes(8, 1024, torch.bfloat16, torch.float32) == (
         3 * 8 * 1024 * 2 + 1024 * 4 + 32
     )
+    # a prenorm backward reads dresidual_out (x's dtype) too
+    assert bench.rmsnorm_bwd_bytes(8, 1024, torch.bfloat16, residual=True) == (
+        4 * 8 * 1024 * 2 + 1024 * 2 + 32
+    )
 
 
 def test_autograd_peer_backward_is_autograds_and_replays():
@@ -481,6 +487,19 @@ def test_backward_verdict_thresholds():
         assert status(v, f"[w {w}] every shape")[0] == "FAIL"  # 0.95 / 1.01 < 0.98
         assert status(v, f"[w {w}] geomean")[0] == "PASS"  # 1.2 * 0.95 = 1.14
     assert not [c for c in v["checks"] if "residual" in c["name"] or "fp32 w" in c["name"]]
+
+
+@pytest.mark.gpu
+def test_ab_config_times_a_prenorm_backward():
+    # the A/B's backward with a dresidual_out: values checked by bench_one, its bytes counted
+    from quack_edu.stages.final_bwd import BwdFeatures, bwd_config
+
+    ab = _script("ab_config")
+    bf16 = torch.bfloat16
+    cfg = bwd_config(4096, bf16, bf16, BwdFeatures(dres_out_dtype=bf16))
+    fn = ab.run_with(cfg, "bwd", residual=True)
+    r = bench.bench_one(fn, 1024, 4096, bf16, False, bf16, residual=True, pass_="bwd")
+    assert r["bytes"] == bench.rmsnorm_bwd_bytes(1024, 4096, bf16, residual=True) and r["gbps"] > 0
 
 
 @pytest.mark.gpu
