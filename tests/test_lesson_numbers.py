@@ -276,18 +276,25 @@ AB = "ab_configs"
 SHORT_FP32 = "blocks_per_cta=2,buffers=2,weight_in_smem=False"
 
 
+def _ab_gains():
+    """(row, variant, gain over side A in %) for every timed variant of the A/B records."""
+    for run in results.load(AB)["runs"]:
+        for r in run["rows"]:
+            for name, side in r["sides"].items():
+                if name != "A" and side.get("gbps"):
+                    yield r, name, 100 * (side["gbps"] / r["sides"]["A"]["gbps"] - 1)
+
+
 def _ab_gain(pass_, M, N, wdt, variant, graph=False, digits=1) -> str:
     """A variant's gain over side A in the A/B records, as '+x.y%': the last run that has it."""
-    rows = [
-        r
-        for run in results.load(AB)["runs"]
-        for r in run["rows"]
-        if (r["pass"], r["M"], r["N"], r["weight_dtype"], r["graph"]) == (pass_, M, N, wdt, graph)
-        and (r["sides"].get(variant) or {}).get("gbps")
+    gains = [
+        g
+        for r, name, g in _ab_gains()
+        if name == variant
+        and (r["pass"], r["M"], r["N"], r["weight_dtype"], r["graph"]) == (pass_, M, N, wdt, graph)
     ]
-    assert rows, (pass_, M, N, wdt, variant, graph)
-    sides = rows[-1]["sides"]
-    return f"{100 * (sides[variant]['gbps'] / sides['A']['gbps'] - 1):+.{digits}f}%"
+    assert gains, (pass_, M, N, wdt, variant, graph)
+    return f"{gains[-1]:+.{digits}f}%"
 
 
 @pytest.mark.parametrize("quoted", list(_recomputed06()) if results.load(FINAL) else [])
@@ -505,13 +512,7 @@ def _shape_bwd(N, wdt="bf16", graph=False) -> dict:
 
 def _ab_best(field: str) -> float:
     """The largest gain (%) over side A of any A/B variant that sets ``field``."""
-    return max(
-        100 * (side["gbps"] / r["sides"]["A"]["gbps"] - 1)
-        for run in results.load(AB)["runs"]
-        for r in run["rows"]
-        for name, side in r["sides"].items()
-        if field in name and side.get("gbps")
-    )
+    return max(g for _, name, g in _ab_gains() if field in name)
 
 
 @pytest.mark.parametrize("quoted", list(_recomputed07()) if results.load(BWD) else [])

@@ -33,18 +33,22 @@ def row_thread_layout(threads_per_row: int, num_threads: int) -> cute.Layout:
 
 
 def row_tiled_copy(
-    dtype, threads_per_row: int, num_threads: int, vec: int, op=None
+    dtype, threads_per_row: int, num_threads: int, vec: int, op=None, **atom_attrs
 ) -> cute.TiledCopy:
     """The tiled copy of the TV layout above for ``dtype``.
 
     ``vec`` counts elements of x per access. A tensor of a wider type on the same columns (an
     fp32 weight next to a bf16 x) moves the same ``vec`` elements in several 128-bit atoms,
     so its partition keeps the same coordinates as x's: ((atom_vals, atoms), 1, vecs).
-    ``op`` defaults to a plain vectorized load/store (``CopyUniversalOp``).
+    ``op`` defaults to a plain vectorized load/store (``CopyUniversalOp``); ``atom_attrs``
+    go to the atom (e.g. ``invariant=True`` with ``CopyG2ROp``).
     """
     bits = min(COPY_BITS, vec * dtype.width)
     atom = cute.make_copy_atom(
-        op if op is not None else cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=bits
+        op if op is not None else cute.nvgpu.CopyUniversalOp(),
+        dtype,
+        num_bits_per_copy=bits,
+        **atom_attrs,
     )
     return cute.make_tiled_copy_tv(
         atom, row_thread_layout(threads_per_row, num_threads), cute.make_layout((1, vec))

@@ -492,11 +492,9 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         if not self.config.invariant_loads:
             return self.stage_copy(dtype, False)
         t = self.tiling
-        bits = min(copy_utils.COPY_BITS, t.vec * dtype.width)
-        atom = cute.make_copy_atom(
-            cute.nvgpu.CopyG2ROp(), dtype, num_bits_per_copy=bits, invariant=True
+        return copy_utils.row_tiled_copy(
+            dtype, t.threads_per_row, t.num_threads, t.vec, cute.nvgpu.CopyG2ROp(), invariant=True
         )
-        return copy_utils.tiled_copy_from_atom(atom, t.threads_per_row, t.num_threads, t.vec)
 
     def weight_vector(self, tWsW, tWgW, copy_Wg, v: int, like, rWp=None):
         """Vector ``v`` of this thread's weight in fp32: from shared memory, from the
