@@ -249,15 +249,16 @@ def stage_fn(name: str, config=None):
 def library_fn(name: str, residual: bool = False, pass_: str = "fwd") -> Callable:
     """The library's forward (``lib``: heuristic config; ``lib-tuned``: autotuned on the first
     call of a key) as ``fn(x, w) -> out``, or with ``residual`` ``fn(x, w, r) -> (out,
-    residual_out)``; its backward (``pass_="bwd"``) as ``fn(x, w, dout, rstd) -> (dx, dw)``.
-    Raises ImportError/AttributeError while the library lacks it."""
+    residual_out)``; its backward (``pass_="bwd"``) as ``fn(x, w, dout, rstd) -> (dx, dw)``,
+    with ``residual`` (a prenorm backward) ``fn(x, w, dout, rstd, dresidual_out)``, dx then
+    holding dresidual_out added. Raises ImportError/AttributeError while the library lacks it."""
     import importlib
 
     mod = importlib.import_module(f"{__package__}.rmsnorm")
     if pass_ == "bwd":
-        if residual:
-            raise NotImplementedError("the backward is timed without a residual")
         b = getattr(mod, LIBRARY_BWD[name])
+        if residual:
+            return lambda x, w, dout, rstd, dres: b(x, w, dout, rstd, dres, has_residual=True)[:2]
         return lambda x, w, dout, rstd: b(x, w, dout, rstd)[:2]
     f = getattr(mod, LIBRARY[name])
     if residual:
@@ -329,30 +330,40 @@ def peer_fns(
             missing[name] = _why(e, 200)
 
     if pass_ == "bwd":
-        if residual:
-            raise NotImplementedError("the backward is timed without a residual")
 
         def quack_bwd():
             from quack.rmsnorm import rmsnorm_bwd
 
+            if residual:
+                return lambda x, w, dout, rstd, dres: rmsnorm_bwd(
+                    x, w, dout, rstd, dres, has_residual=True
+                )[:2]
             return lambda x, w, dout, rstd: rmsnorm_bwd(x, w, dout, rstd)[:2]
 
-        def compiled_bwd():
+        def autograd_of(make_forward):
+            def make():
+                if residual:
+                    raise NotImplementedError("its prenorm backward is not timed by this harness")
+                return _autograd_bwd(make_forward())
+
+            return make
+
+        def compiled():
             import torch._functorch.config as functorch_config
 
             # a compiled backward replayed with retain_graph must not donate its buffers
             functorch_config.donated_buffer = False
-            return _autograd_bwd(_torch_compile(_composed))
+            return _torch_compile(_composed)
 
         def not_timed():
             raise NotImplementedError("its backward is not timed by this harness")
 
         add("quack", quack_bwd)
         add("quack-autograd", not_timed)
-        add("torch-compile", compiled_bwd)
+        add("torch-compile", autograd_of(compiled))
         add("liger", not_timed)
-        add("torch-eager", lambda: _autograd_bwd(lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)))
-        add("torch-ops", lambda: _autograd_bwd(_composed))
+        add("torch-eager", autograd_of(lambda: lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS)))
+        add("torch-ops", autograd_of(lambda: _composed))
         for name in names:
             if name not in PEERS:
                 missing[name] = f"unknown peer; known: {', '.join(PEERS)}"
@@ -659,15 +670,14 @@ def run(
     ``lib``, ``lib-tuned``, also peers); ``peers``: True/"all" or a comma list. ``graph``: also
     through CUDA graphs (for N up to ``graph_max_n``: the launch-bound shapes). ``max_n``:
     {kernel: largest N worth timing}. ``weight_dtypes``: a list (None = x's dtype).
-    ``residual``: the pre-norm benchmark (x + residual, both outputs). ``overhead``: also the
+    ``residual``: the pre-norm benchmark (x + residual, both outputs; the backward: a
+    dresidual_out added to dx, read as well; QuACK's the only peer). ``overhead``: also the
     host cost per tiny call and the first-call time of ``ours`` (before the sweep).
     ``on_row(result)`` is called after every row (to save partial results); ``meta``: fields
     for the record (the command line). ``pass_``: "fwd", or "bwd" (the backward: the library's
     ``rmsnorm_bwd``, QuACK's, autograd of torch.compile / F.rms_norm / PyTorch ops)."""
     if pass_ not in ("fwd", "bwd"):
         raise ValueError(f"pass_ must be 'fwd' or 'bwd', got {pass_!r}")
-    if pass_ == "bwd" and residual:
-        raise ValueError("the backward is timed without --residual")
     t_run = time.perf_counter()
     max_n = max_n or {}
     weight_dtypes = list(weight_dtypes or [None])

@@ -83,9 +83,10 @@ TOOL_ARGS = {
 }
 #: (M, N, x dtype): ragged and small, one-CTA rows, cluster-sized rows, fp32
 SHAPES = ((37, 4104, "bf16"), (5, 65544, "bf16"), (3, 131072, "fp16"), (9, 3000, "fp32"))
-#: the library also at a row of 7 (narrow vectors, a single row), an odd N with many rows and a
-#: short row that 512-thread CTAs of the backward hold 16 at a time
-LIB_SHAPES = SHAPES + ((1, 7, "bf16"), (199, 1001, "fp16"), (199, 512, "bf16"))
+#: the library also at a row of 7 (narrow vectors, a single row), an odd N with many rows, a
+#: short row that 512-thread CTAs of the backward hold 16 at a time and a long row with the
+#: forward's residual plan (clusters of 4 walking row blocks)
+LIB_SHAPES = SHAPES + ((1, 7, "bf16"), (199, 1001, "fp16"), (199, 512, "bf16"), (41, 60000, "bf16"))
 LIBRARY = ("lib_fwd", "lib_fwd_bias", "lib_bwd", "bwd_atomic")
 EPS = 1e-6
 MARK = "@@sanitize"

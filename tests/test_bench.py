@@ -348,9 +348,9 @@ def test_ab_config_changes_only_the_fields_named():
     # the backward's: a kernel that reads dresidual_out
     from quack_edu.stages.final_bwd import BwdFeatures
 
-    got = ab.sides(131072, bf16, fp32, {"inv": {"invariant_loads": True}}, "bwd", residual=True)
+    got = ab.sides(131072, bf16, fp32, {"plain": {"invariant_loads": False}}, "bwd", residual=True)
     assert got["A"] == bwd_config(131072, bf16, fp32, BwdFeatures(dres_out_dtype=bf16))
-    assert got["inv"].invariant_loads
+    assert got["A"].invariant_loads and not got["plain"].invariant_loads
 
 
 def test_gpu_check_runs_every_test_file():
@@ -464,8 +464,20 @@ def test_backward_peers_and_kernels_resolve():
     assert "not timed" in missing["liger"] and "not timed" in missing["quack-autograd"]
     fns, skipped = bench.resolve_kernels(["lib", "cpasync"], pass_="bwd")
     assert "through the library" in skipped["cpasync"]
-    with pytest.raises(ValueError, match="without --residual"):
-        bench.run(["lib"], [(8, 256)], residual=True, pass_="bwd")
+    # the prenorm backward (a dresidual_out): the library and QuACK; the autograd peers say so
+    fns, skipped = bench.resolve_kernels(["lib", "torch-compile", "torch-eager"], True, "bwd")
+    assert set(fns) == {"lib"}
+    assert all("prenorm backward is not timed" in skipped[k] for k in skipped)
+
+
+@pytest.mark.gpu
+def test_bench_times_a_prenorm_backward_against_quack():
+    pytest.importorskip("quack")
+    quiet = dict(log=lambda *_: None, budget_s=0.05)
+    res = bench.run(["lib"], [(199, 4104)], peers="quack", residual=True, pass_="bwd", **quiet)
+    assert {r["kernel"] for r in res["rows"]} == {"lib", "quack"}, res.get("skipped")
+    nbytes = bench.rmsnorm_bwd_bytes(199, 4104, torch.bfloat16, residual=True)
+    assert all(r["residual"] and r["bytes"] == nbytes for r in res["rows"])
 
 
 def test_backward_verdict_thresholds():

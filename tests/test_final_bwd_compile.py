@@ -150,44 +150,30 @@ def _ops(ptx: str) -> list[str]:
 
 
 @pytest.mark.parametrize("N", [65544, 131072])
-def test_weight_from_l2_invariant_and_prefetched(N):
-    # an fp32 weight read from L2 (weight_in_smem=False): invariant_loads makes its loads
-    # ld.global.nc, all of them; weight_prefetch=D sends the first D vectors' loads (2 each:
-    # 8 fp32) out before the cp.async wait and keeps the second pass D vectors ahead, so its
-    # last D + 1 dx stores have no weight load between them. The loads stay as many.
+def test_weight_from_l2_is_plain_loads(N):
+    # an fp32 weight read from L2 (weight_in_smem=False): two 16-byte loads a vector in each
+    # pass, plain ld.global (as ld.global.nc they measured 13-15% slower on the H200), and no
+    # spills; invariant_loads, on by default, has nothing to change here
     bf16, fp32 = torch.bfloat16, torch.float32
     base = final_bwd.default_config(N, bf16, fp32)
-    assert not base.weight_in_smem and not base.invariant_loads and not base.weight_prefetch
+    assert not base.weight_in_smem and base.invariant_loads
     vecs = final_bwd.FinalBwdRMSNorm(bf16, N, base, fp32).tiling.vecs
-    for changes in ({}, {"invariant_loads": True}, {"weight_prefetch": 1}, {"weight_prefetch": 2}):
-        cfg = replace(base, **changes)
-        r = compile_report("final_bwd", N, bf16, weight_dtype=fp32, config=cfg, sass=False)
-        k = final_bwd.FinalBwdRMSNorm(bf16, N, cfg, fp32)
-        assert r.stack_bytes == 0 or changes, r.summary()  # the default: no spills
-        ops = _ops(r.ptx)
-        w = "ld.global.nc" if cfg.invariant_loads else "ld.global"
-        weight_loads = [o for o in ops if o == w]
-        assert len(weight_loads) == 2 * 2 * vecs + (0 if cfg.invariant_loads else 1)  # + rstd
-        if cfg.invariant_loads:
-            assert "ld.global" in ops  # rstd, a plain load
-        d = cfg.weight_prefetch
-        before_wait = ops[: ops.index("cp.async.wait_group")]
-        assert before_wait.count("ld.global") == 2 * d
-        pass2 = ops[ops.index("mbarrier.try_wait") :] if k.tiling.cluster_n > 1 else ops
-        stores = "".join("s" if o == "st.global" else "l" if o == w else "|" for o in pass2)
-        tail = stores.strip("|").split("|")[0]  # the pass, up to its next block's copies
-        assert len(tail) - len(tail.rstrip("s")) == d + 1, (changes, stores)
-    with pytest.raises(ValueError, match="weight_prefetch"):
-        final_bwd.FinalBwdRMSNorm(bf16, N, replace(base, weight_prefetch=vecs + 1), fp32)
+    r = compile_report("final_bwd", N, bf16, weight_dtype=fp32, config=base, sass=False)
+    assert r.stack_bytes == 0, r.summary()
+    ops = _ops(r.ptx)
+    assert ops.count("ld.global") == 2 * 2 * vecs + 1  # the weight in both passes, + rstd
+    assert "ld.global.nc" not in ops
 
 
 def test_invariant_loads_reach_dresidual_out():
     # a prenorm backward reads dresidual_out in the second pass, a vector at a time between
-    # the dx stores; invariant_loads makes those loads ld.global.nc too (rstd stays plain)
+    # the dx stores; invariant_loads (the default) makes those loads ld.global.nc, which
+    # ptxas may issue ahead of the stores (rstd stays plain)
     bf16, N = torch.bfloat16, 16384
     feats = final_bwd.BwdFeatures(dres_out_dtype=bf16)
     base = final_bwd.FinalBwdRMSNorm(bf16, N, None, bf16, features=feats)
     vecs = base.tiling.vecs
+    assert base.config.invariant_loads
     for on in (False, True):
         cfg = replace(base.config, invariant_loads=on)
         k = final_bwd.FinalBwdRMSNorm(bf16, N, cfg, bf16, features=feats)
@@ -227,9 +213,9 @@ def test_features_reach_the_kernel():
     r0 = kernel_report(base, stage="final_bwd")
     r = kernel_report(k, stage="final_bwd")
     assert r.stack_bytes == 0 and r.spill_bytes == 0, r.summary()
-    # db: a second partial; dresidual_out: 16-byte loads through registers
+    # db: a second partial; dresidual_out: 16-byte invariant loads through registers
     assert r.count("st.global.v4") == _stores_per_thread(k, partials=2)
-    assert r.count("ld.global.v4") > 0 and r0.count("ld.global.v4") == 0
+    assert r.count("ld.global.nc.v4") > 0 and r0.count("ld.global.nc.v4") == 0
     assert "0f3F800000" in r.ptx  # 1.0 added to the weight in fp32
     assert r.count(CP_ASYNC_16, regex=True) > r0.count(CP_ASYNC_16, regex=True)  # fp32 dout
     nw = final_bwd.FinalBwdRMSNorm(bf16, 4096, None, features=final_bwd.BwdFeatures(weight=False))

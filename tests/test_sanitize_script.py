@@ -268,7 +268,7 @@ def test_cases_and_plan():
     from quack_edu.stages import STAGE_ORDER
 
     cases = S.all_cases(STAGE_ORDER)
-    assert len(cases) == len(STAGE_ORDER) * 8 + 4 * 14 == 104
+    assert len(cases) == len(STAGE_ORDER) * 8 + 4 * 16 == 112
     ids = [c.id for c in cases]
     assert len(set(ids)) == len(ids)
     assert "cluster:5x65544:bf16:fp32" in ids and "naive:9x3000:fp32:bf16" in ids
@@ -276,7 +276,7 @@ def test_cases_and_plan():
     assert "lib_fwd_bias:37x4104:bf16:fp32" in ids and "bwd_atomic:5x65544:bf16:bf16" in ids
     assert all(S.Case.parse(i).id == i for i in ids)
     assert len(S.plan(cases, S.TOOLS, "kernel")) == 4 * (len(STAGE_ORDER) + 4)
-    assert len(S.plan(cases, S.TOOLS, "case")) == 4 * 104
+    assert len(S.plan(cases, S.TOOLS, "case")) == 4 * 112
     assert len(S.plan(cases, S.TOOLS, "tool")) == 4
     assert {c.kernel for c in S.select_cases(cases, "lib_bwd")} == {"lib_bwd"}
     assert [c.id for c in S.select_cases(cases, "final:37x4104")] == [
@@ -325,8 +325,8 @@ def test_list(capsys):
     assert S.main(["--list", "--cases", "cluster,lib_bwd"]) == 0
     out, err = capsys.readouterr()
     ids = out.split()
-    assert len(ids) == 8 + 14 and ids[0] == "cluster:37x4104:bf16:bf16"
-    assert "22 cases" in err
+    assert len(ids) == 8 + 16 and ids[0] == "cluster:37x4104:bf16:bf16"
+    assert "24 cases" in err
 
 
 def test_no_sanitizer_found(tmp_path, subprocess_env):
@@ -395,7 +395,7 @@ def test_parent_end_to_end_clean(fake, tmp_path, capsys):
     assert "Version 2025.3.0 (fake)" in printed and "CLEAN" in printed
     assert "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)" in printed
     data = json.loads(out.read_text())
-    assert data["clean"] and len(data["cases"]) == 22 and len(data["runs"]) == 8
+    assert data["clean"] and len(data["cases"]) == 24 and len(data["runs"]) == 8
     assert data["tool_args"]["memcheck"] == ["--report-api-errors", "no", "--print-limit", "0"]
     race = next(r["command"] for r in data["runs"] if r["tool"] == "racecheck")
     assert race[1:5] == ["--tool", "racecheck", "--racecheck-report", "hazard"]

@@ -31,12 +31,12 @@ product; what is new is the column reduction over rows (dw, db):
   from 64K, read from L2 a vector at a time so that shared memory holds x and dout only:
   that costs 12-16% at 65536-262144 against a bf16 weight, and it is not the L2 traffic
   (staging 6 of a thread's 8 weight vectors beside the tiles, which cuts it by 3/4, measured
-  +1.5% at best: benchmarks/results/ab_configs.json). A lead not yet measured: in the second
-  pass each vector's weight load waits behind the previous vector's dx store (a load may not
-  pass a store that could alias it), one L2 round trip per vector (dresidual_out's loads, from
-  HBM, the same); ``invariant_loads`` (ld.global.nc, which ptxas issues ahead of the stores)
-  and ``weight_prefetch`` (loads sent out vectors ahead, and before each wait) are the two
-  ways out, both off by default.
+  +1.5% at best), nor the second pass's weight loads waiting behind the dx stores (issuing
+  them ahead, as ld.global.nc or vectors early, measured 9-15% slower:
+  benchmarks/results/ab_configs.json). A prenorm backward's dresidual_out is read from HBM in
+  the second pass, a vector at a time between the dx stores; those loads are marked
+  invariant (``ld.global.nc``, ``invariant_loads``), which lets ptxas issue them ahead of the
+  stores instead of one round trip per vector: +10-21% at 4096-65536 with a bf16 weight.
   Registers hold the accumulators: vecs x vec fp32 a thread each for dw and db (<= 64 at 512
   threads).
 * The reduction of c is the forward's: shuffles, then the CTA (two alternating buffers) or
@@ -97,27 +97,15 @@ class BwdConfig(RowConfig):
     #: 131072 and 262144 with a bf16 weight on the H200; 3-5% slower with an fp32 weight read
     #: from L2, whose loads then wait behind the refill)
     refill_early: bool = False
-    #: with ``weight_in_smem=False``: a thread's weight vectors are loaded from L2 this many
-    #: ahead of their use. Before each pass waits (for the row block's copies; for the row's
-    #: sum) the first ones go out, and in the second pass vector v + weight_prefetch goes out
-    #: as vector v is used: its dx stores would otherwise keep each load behind the last
-    #: vector's store (the compiler cannot move a load across a store that may alias it), one
-    #: L2 round trip per vector. Not measured yet: 0 (off) by default
-    weight_prefetch: int = 0
-    #: the passes' global loads (a weight read from L2, dresidual_out) marked invariant
-    #: (``ld.global.nc``), so that the compiler may issue them together, ahead of the second
-    #: pass's dx stores. Not measured yet: off by default
-    invariant_loads: bool = False
+    #: a prenorm backward's dresidual_out loaded with ``ld.global.nc``: the compiler may then
+    #: issue them together, ahead of the second pass's dx stores, rather than each behind the
+    #: last store (a plain load may not pass a store that could alias it)
+    invariant_loads: bool = True
 
     def __post_init__(self):
         super().__post_init__()
         if self.buffers not in (1, 2, 3, 4):
             raise ValueError(f"buffers must be 1 to 4, got {self.buffers}")
-        if self.weight_prefetch < 0 or (self.weight_prefetch and self.weight_in_smem):
-            raise ValueError(
-                "weight_prefetch loads a weight read from L2 (weight_in_smem=False) early: "
-                f"it must be >= 0, and 0 with weight_in_smem=True; got {self.weight_prefetch}"
-            )
 
 
 CONFIG = BwdConfig
@@ -297,11 +285,6 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         self.config = config
         self.check_config()
         self.tiling = RowTiling.make(self.N, self.dtype, config, vec=self.vec)
-        if config.weight_prefetch > self.tiling.vecs:
-            self.fail(
-                f"weight_prefetch={config.weight_prefetch} is more than the "
-                f"{self.tiling.vecs} weight vectors a thread reads"
-            )
         self.check_tiling()
         self.seq = 1
         # the launch bound that makes ``ctas_per_sm`` true (see there)
@@ -485,10 +468,9 @@ class FinalBwdRMSNorm(FinalRMSNorm):
             dst.store(r.load())
 
     def load_copy(self, dtype) -> cute.TiledCopy:
-        """How a pass loads from global memory (a weight read from L2, dresidual_out): plain
-        loads, or with ``invariant_loads`` loads marked invariant (``ld.global.nc``), which
-        the compiler may move above the second pass's dx stores (a plain load may not pass a
-        store that could alias it)."""
+        """How the second pass loads dresidual_out: with ``invariant_loads`` loads marked
+        invariant (``ld.global.nc``), which the compiler may move above the pass's dx stores
+        (a plain load may not pass a store that could alias it), else plain loads."""
         if not self.config.invariant_loads:
             return self.stage_copy(dtype, False)
         t = self.tiling
@@ -496,12 +478,9 @@ class FinalBwdRMSNorm(FinalRMSNorm):
             dtype, t.threads_per_row, t.num_threads, t.vec, cute.nvgpu.CopyG2ROp(), invariant=True
         )
 
-    def weight_vector(self, tWsW, tWgW, copy_Wg, v: int, like, rWp=None):
-        """Vector ``v`` of this thread's weight in fp32: from shared memory, from the
-        registers it was loaded into ahead of use (``rWp``, slot v % weight_prefetch), from
-        global memory (L2) through registers, or None without a weight."""
-        if cutlass.const_expr(rWp is not None):
-            return rWp[None, None, v % self.config.weight_prefetch].load().to(Float32)
+    def weight_vector(self, tWsW, tWgW, copy_Wg, v: int, like):
+        """Vector ``v`` of this thread's weight in fp32: from shared memory, from global
+        memory (L2) through registers, or None without a weight."""
         if cutlass.const_expr(tWsW is not None):
             return tWsW[None, None, v].load().to(Float32)
         if cutlass.const_expr(tWgW is not None):
@@ -510,26 +489,6 @@ class FinalBwdRMSNorm(FinalRMSNorm):
             cute.copy(copy_Wg, src, _like(r, src))
             return r.load().to(Float32)
         return None
-
-    @cute.jit
-    def prefetch_weight(
-        self,
-        tWgW: cute.Tensor,
-        copy_Wg: cute.TiledCopy,
-        rWp: cute.Tensor,
-        tXcX: cute.Tensor,
-        lo: cutlass.Constexpr[int],
-        hi: cutlass.Constexpr[int],
-    ):
-        """Load this thread's weight vectors ``lo..hi-1`` from L2 into their slots of
-        ``rWp`` (v % weight_prefetch); those past N are skipped (never read)."""
-        for v in cutlass.range_constexpr(lo, min(hi, self.tiling.vecs)):
-            src = tWgW[None, None, v]
-            dst = rWp[None, None, v % self.config.weight_prefetch]
-            if cutlass.const_expr(self.tiling.even_cols):
-                cute.copy(copy_Wg, src, _like(dst, src))
-            elif self.in_cols(tXcX, v):
-                cute.copy(copy_Wg, src, _like(dst, src))
 
     #: rows of the partial buffer a kernel writes whatever its grid (None: one per CTA or
     #: cluster, ``grid_x`` of them; a variant that adds into one zeroed row says 1)
@@ -701,7 +660,7 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         tWsW = thr_X.partition_D(sW) if cutlass.const_expr(sW is not None) else None
         tWgW = copy_Wg = None
         if cutlass.const_expr(mW is not None and not cfg.weight_in_smem):
-            copy_Wg = self.load_copy(mW.element_type)
+            copy_Wg = self.stage_copy(mW.element_type, False)
             thr_Wg = copy_Wg.get_slice(tidx)
             gWg = cute.local_tile(copy_utils.broadcast_rows(mW, t.rows_per_cta), t.tiler, (0, rank))
             tWgW = thr_Wg.partition_S(gWg)
@@ -723,12 +682,6 @@ class FinalBwdRMSNorm(FinalRMSNorm):
             rdB = cute.make_rmem_tensor_like(tXsX[None, None, None, 0], Float32)
             rdB.fill(0.0)
 
-        # registers for the weight vectors loaded before each pass's wait (weight_prefetch;
-        # shaped like all of a thread's vectors, of which only the first are used)
-        rWp = None
-        if cutlass.const_expr(tWgW is not None and cfg.weight_prefetch > 0):
-            rWp = cute.make_rmem_tensor_like(tXsX[None, None, None, 0], mW.element_type)
-
         ahead = nbuf - 1  # the groups of the next blocks, in flight while this one is used
         inv_n = Float32(1.0 / self.N)
         for it in cutlass.range(n_iter, unroll=1):
@@ -740,8 +693,6 @@ class FinalBwdRMSNorm(FinalRMSNorm):
             elif cutlass.const_expr(nbuf > 2):  # into the buffer the last iteration read
                 ahead_blk = blk + (nbuf - 1) * grid_x
                 self.issue_block(mX, mdO, sX, sdO, ahead_blk, (it + nbuf - 1) % nbuf, rank, M)
-            if cutlass.const_expr(rWp is not None):  # in flight during the wait
-                self.prefetch_weight(tWgW, copy_Wg, rWp, tXcX, 0, cfg.weight_prefetch)
             if cutlass.const_expr(self.use_async):
                 cute.arch.cp_async_wait_group(ahead)
             if cutlass.const_expr(t.rows_per_cta > 1 and sW is not None):
@@ -756,10 +707,7 @@ class FinalBwdRMSNorm(FinalRMSNorm):
                     if cutlass.const_expr(even) or self.in_cols(tXcX, v):
                         x_hat = tXsX[None, None, v, buf].load().to(Float32) * rstd
                         dy = tDsD[None, None, v, buf].load().to(Float32)
-                        w = self.weight_vector(tWsW, tWgW, copy_Wg, v, tXsX[None, None, v, 0], rWp)
-                        if cutlass.const_expr(rWp is not None):  # the slot read takes v + D
-                            d = v + cfg.weight_prefetch
-                            self.prefetch_weight(tWgW, copy_Wg, rWp, tXcX, d, d + 1)
+                        w = self.weight_vector(tWsW, tWgW, copy_Wg, v, tXsX[None, None, v, 0])
                         g = self.grad_in(dy, w)
                         dot += (x_hat * g).reduce(
                             cute.ReductionOp.ADD, Float32(0.0), reduction_profile=0
@@ -769,10 +717,7 @@ class FinalBwdRMSNorm(FinalRMSNorm):
                         if cutlass.const_expr(rdB is not None):
                             rdB[None, None, v].store(rdB[None, None, v].load() + dy)
 
-            # the row's sum: warp, then the cluster (or the CTA), buffer and barrier it % 2;
-            # the second pass's first weight vectors in flight meanwhile
-            if cutlass.const_expr(rWp is not None):
-                self.prefetch_weight(tWgW, copy_Wg, rWp, tXcX, 0, cfg.weight_prefetch)
+            # the row's sum: warp, then the cluster (or the CTA), buffer and barrier it % 2
             parity = it & 1
             buffer = red[None, None, parity]
             val = self.warp_reduce(dot)
@@ -802,10 +747,7 @@ class FinalBwdRMSNorm(FinalRMSNorm):
                     if cutlass.const_expr(even) or self.in_cols(tXcX, v):
                         x_hat = tXsX[None, None, v, buf].load().to(Float32) * rstd
                         dy = tDsD[None, None, v, buf].load().to(Float32)
-                        w = self.weight_vector(tWsW, tWgW, copy_Wg, v, tXsX[None, None, v, 0], rWp)
-                        if cutlass.const_expr(rWp is not None):  # the slot read takes v + D
-                            d = v + cfg.weight_prefetch
-                            self.prefetch_weight(tWgW, copy_Wg, rWp, tXcX, d, d + 1)
+                        w = self.weight_vector(tWsW, tWgW, copy_Wg, v, tXsX[None, None, v, 0])
                         dx = (self.grad_in(dy, w) - x_hat * c) * rstd
                         if cutlass.const_expr(mdResO is not None):
                             rR = cute.make_rmem_tensor_like(
@@ -898,7 +840,8 @@ def launch_bwd(
     absent), whose sum over rows is dw (db). ``grid``: P, the CTAs (clusters) along the rows,
     instead of ``FinalBwdRMSNorm.grid_x`` (e.g. one per row block: no CTA walks two blocks).
     ``kernel_cls``: another kernel class (a variant whose ``partial_rows`` is set gets that
-    many zeroed rows to add into). Nothing else is checked here: the library's
+    many zeroed rows to add into). dres_out is read as invariant (``ld.global.nc``): it must
+    not share memory with dx or dres. Nothing else is checked here: the library's
     ``quack_edu.rmsnorm.rmsnorm_bwd`` checks the user's arguments."""
     import torch
 
