@@ -340,20 +340,21 @@ _PLAIN: dict = {}
 
 
 def _plain_key(x, weight):
-    if type(x) is not Tensor or type(weight) is not Tensor or x.dim() < 2 or weight.dim() != 1:
+    if type(x) is not Tensor or type(weight) is not Tensor:
         return None
-    esize = x.element_size()
+    shape = x.shape
+    if len(shape) < 2 or weight.dim() != 1:
+        return None
     return (
         x.dtype,
         weight.dtype,
-        x.shape[-1],
+        shape[-1],
         weight.shape[0],
         x.is_contiguous(),
-        x.stride(-2),
         weight.stride(0),
         x.get_device(),
         weight.get_device(),
-        (x.data_ptr() | weight.data_ptr() | x.stride(-2) * esize) & 15,
+        (x.data_ptr() | weight.data_ptr() | x.stride(-2) * x.element_size()) & 15,
     )
 
 
@@ -366,19 +367,22 @@ def _plain(x, weight, eps):
         return None
     fn = _PLAIN.get(key)
     if fn is None:
-        if key[-1] or not key[4] or key[7] < 0:  # misaligned, strided, or not on a GPU
+        if key[-1] or not key[4] or key[6] < 0:  # misaligned, strided, or not on a GPU
             return None
         out, _, _ = _fwd(
             _fwd_op, _fwd_body, x, weight, None, None, None, None, eps, False, 0.0
         )  # every check, and the kernel compiled
         rows = x.view(-1, x.shape[-1])  # the kernel the call above ran
         fn = _final().kernel_for(rows, weight, None, None, out.view(rows.shape), None, None)
-        _PLAIN[key] = fn.compiled
+        _PLAIN[key] = fn.call
         return out
     out = torch.empty_like(x)
-    if x.numel():
-        rows = x if x.dim() == 2 else x.view(-1, x.shape[-1])
-        fn(rows, weight, None, None, out if x.dim() == 2 else out.view(rows.shape), None, None, eps)
+    if x.dim() == 2:
+        if x.shape[0]:
+            fn(x, weight, None, None, out, None, None, eps)
+    elif x.numel():
+        N = key[2]
+        fn(x.view(-1, N), weight, None, None, out.view(-1, N), None, None, eps)
     return out
 
 
@@ -686,7 +690,9 @@ _PLAIN_BWD: dict = {}
 
 
 def _plain_bwd_key(x, weight, dout, rstd):
-    if any(type(t) is not Tensor for t in (x, weight, dout, rstd)) or weight.dim() != 1:
+    if type(x) is not Tensor or type(weight) is not Tensor or weight.dim() != 1:
+        return None
+    if type(dout) is not Tensor or type(rstd) is not Tensor:
         return None
     return (
         x.dtype,
@@ -722,7 +728,9 @@ def _plain_bwd(x, weight, dout, rstd):
         vec = _final().widest_vec(N, x.dtype)
         kernel, fn = fb.compiled_for(x.dtype, N, weight.dtype, features, vec)  # what ran
         most = kernel.grid_x(1 << 40, fb.sm_count(x.get_device()))
-        _PLAIN_BWD[key] = (fn, kernel.tiling.rows_per_cta, most)
+        from .runtime import direct_call
+
+        _PLAIN_BWD[key] = (direct_call(fn), kernel.tiling.rows_per_cta, most)
         return dx, dw
     if dout.shape != x.shape or rstd.shape != x.shape[:-1] or not x.numel():
         return None  # the checked path says what is wrong (or returns zeros for no rows)

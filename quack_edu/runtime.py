@@ -10,6 +10,7 @@ compile yields the PTX/SASS that `quack_edu.inspect` reads; it just cannot be la
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -126,6 +127,24 @@ def compile_kernel(kernel: RMSNormKernel, options: str = "") -> Callable:
     """``cute.compile`` a kernel object on fake tensors, TVM-FFI calling convention."""
     opts = ("--enable-tvm-ffi " + options).strip()
     return kernel.wrap_compiled(cute.compile(kernel, *kernel.compile_args(), options=opts))
+
+
+def direct_call(compiled) -> Callable:
+    """The TVM-FFI function inside a compiled kernel, when calling it with the same positional
+    arguments means the same thing (no defaults or keywords to fill in, no raw pointers to
+    convert); else the compiled kernel itself. It skips two Python layers of the DSL's
+    wrapper: about 1 µs of a short row's host cost on the H200's host."""
+    wrapper = getattr(compiled, "_kwargs_wrapper", None)
+    raw = getattr(compiled, "_tvm_ffi_function", None)
+    if wrapper is None or raw is None or compiled.execution_args.has_pointer_address_arg_specs:
+        return compiled
+    try:
+        params = inspect.signature(wrapper).parameters.values()
+    except (TypeError, ValueError):
+        return compiled
+    if any(p.kind is not p.POSITIONAL_OR_KEYWORD or p.default is not p.empty for p in params):
+        return compiled
+    return raw
 
 
 @functools.cache

@@ -202,3 +202,26 @@ def test_every_row_length_has_a_config():
     cfg = final.default_config(262143, torch.float32, torch.float32)
     r = compile_report("final", 262143, torch.float32, sass=False)
     assert r.config == cfg and r.spill_bytes == 0 and r.stack_bytes == 0, r.summary()
+
+
+def test_the_plain_call_skips_the_dsl_wrapper():
+    # CompiledFinal.call is the TVM-FFI function inside the compiled kernel (the library's
+    # per-call path, ~1 us less host time a call); whatever lacks it, or takes defaults or
+    # keywords, is called through its wrapper
+    from quack_edu.runtime import direct_call
+    from quack_edu.stages.final import Features
+
+    fn = final.compiled_for(torch.bfloat16, 1024, torch.bfloat16, Features(), 8, None, None)
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    assert isinstance(fn.call, tvm_ffi.Function) and fn.call is not fn.compiled
+
+    class Wrapped:
+        def __init__(self, wrapper):
+            self._kwargs_wrapper, self._tvm_ffi_function = wrapper, object()
+            self.execution_args = type("Args", (), {"has_pointer_address_arg_specs": False})
+
+    assert direct_call(print) is print
+    plain = Wrapped(lambda a, b: None)
+    assert direct_call(plain) is plain._tvm_ffi_function
+    with_default = Wrapped(lambda a, b=1: None)
+    assert direct_call(with_default) is with_default

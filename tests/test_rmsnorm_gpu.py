@@ -85,6 +85,16 @@ def test_every_feature(dtype, N):
     _run(x, w, b, res, out_dtype=torch.float16, store_rstd=True, weight_offset=0.5)
 
 
+@pytest.mark.parametrize("N", [60000, 65536])
+def test_prenorm_long_rows(N):
+    # a bf16 residual next to rows of 4K-8K vectors takes its own plan (clusters of 4, 4 row
+    # blocks a CTA, 2 buffers): M ragged, and more rows than one wave of CTAs (1000 / 4)
+    w = torch.randn(N, device="cuda", dtype=torch.bfloat16)
+    for M in (1, 37, 1000):
+        x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+        _run(x, w, res=torch.randn_like(x), store_rstd=True)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_per_head_weight(dtype):
     x = torch.randn(3, 37, 4, 128, device="cuda", dtype=dtype)
@@ -106,6 +116,26 @@ def test_strided_rows_empty_batches_and_leading_shapes():
             torch.empty(shape, device="cuda"), torch.randn(4096, device="cuda"), store_rstd=True
         )
         assert out.shape == shape and rstd.shape == shape[:-1]
+
+
+def test_plain_call_fast_path_matches_and_still_checks():
+    """The plain call (x, weight) goes through the checked path once, then through the cached
+    fast path (a dictionary hit and the TVM-FFI function called directly): the same values at
+    other M, leading shapes and no rows, a fresh output, and a bad call still gets the error."""
+    R._PLAIN.clear()
+    w = torch.randn(1000, device="cuda", dtype=torch.float32)
+    first = _run(torch.randn(37, 1000, device="cuda", dtype=torch.bfloat16), w)[0]
+    assert len(R._PLAIN) == 1
+    for shape in [(199, 1000), (1, 1000), (3, 5, 1000)]:
+        x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+        out = _run(x, w)[0]
+        assert out.data_ptr() != first.data_ptr()
+        assert torch.equal(out, R.rmsnorm_fwd(x, w)[0])  # twice through the hit: the same bits
+    assert len(R._PLAIN) == 1  # M and leading dims are not part of the key: rows are viewed
+    empty = R.rmsnorm_fwd(torch.empty(0, 1000, device="cuda", dtype=torch.bfloat16), w)[0]
+    assert empty.shape == (0, 1000)
+    with pytest.raises(ValueError, match="weight"):
+        R.rmsnorm_fwd(torch.randn(4, 999, device="cuda", dtype=torch.bfloat16), w)
 
 
 def test_device_errors():
