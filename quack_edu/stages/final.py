@@ -112,17 +112,19 @@ def final_config(N: int, dtype, weight_dtype=None, features: Features | None = N
       ab_configs.json);
     * 4096 vectors: 256 threads, no cluster, the weight in registers;
     * 8192: a narrow weight as above; a wide one in shared memory, clusters of 8, each CTA
-      walking 8 row blocks with 2 staged at once (the weight read once per 8 blocks). With a
+      walking 4 row blocks with 2 staged at once (the weight read once per 4 blocks). With a
       residual (a second tile a row, so no whole row in one CTA's registers) and a narrow
-      weight: clusters of 4, 4 blocks, 2 buffers, the weight in shared memory (+3% against
-      the fallback's clusters of 2 at 65536);
-    * 16384: a narrow weight in shared memory, clusters of 4, 4 blocks, 2 buffers; a wide one
+      weight: clusters of 4, 2 blocks, 2 buffers, the weight in shared memory;
+    * 16384: a narrow weight in shared memory, clusters of 4, 2 blocks, 2 buffers; a wide one
       in registers, clusters of 8, 8 blocks, 2 buffers;
-    * 32768: clusters of 16, 2 buffers; a narrow weight in shared memory and 8 blocks, a wide
-      one in registers and 32 blocks.
-    A wide weight in registers is read from L2 once per CTA, and its CTAs start with an empty
-    pipeline: more blocks a CTA measured +1% (8 against 4 at 131072) and +8.7% (32 against 4
-    at 262144; scripts/ab_config.py --pass fwd, H200).
+    * 32768: clusters of 16, 2 buffers; a narrow weight in shared memory and 2 blocks, a wide
+      one in registers and 32 blocks (read from L2 once per CTA, whose pipeline starts empty:
+      +8.7% over 4 blocks).
+    No cluster barrier before a CTA exits (``exit_sync=False``): with it, every CTA of a
+    cluster waited for the slowest before its SM took the next one, and fewer, longer CTA
+    lives (4-8 blocks) had won. Without it, at 131072 / 262144 with a bf16 weight 2 blocks
+    measured +4.2% / +5.0% over the barrier's 4 / 8 blocks, with a residual at 65536 +2.4%;
+    an fp32 weight gained less (+0.5-1.3%: benchmarks/results/ab_configs.json).
     A pick that does not fit (fp32 x doubles every tile) falls back to larger clusters, then
     one buffer."""
     if not 1 <= N <= MAX_N:
@@ -152,14 +154,14 @@ def final_config(N: int, dtype, weight_dtype=None, features: Features | None = N
         # weight in smem)
         table = {
             4096: ((1, 1, 1, False), (1, 1, 1, False)),
-            8192: ((1, 1, 1, False), (8, 2, 8, True)),
-            16384: ((4, 2, 4, True), (8, 2, 8, False)),
-            32768: ((16, 2, 8, True), (16, 2, 32, False)),
+            8192: ((1, 1, 1, False), (8, 2, 4, True)),
+            16384: ((4, 2, 2, True), (8, 2, 8, False)),
+            32768: ((16, 2, 2, True), (16, 2, 32, False)),
         }
         key = next((k for k in sorted(table) if nvec <= k), 32768)
         cn, buffers, seq, in_smem = table[key][wide]
         if key == 8192 and features.residual_dtype is not None and not wide:
-            cn, buffers, seq, in_smem = 4, 2, 4, True  # x and residual: two tiles a row
+            cn, buffers, seq, in_smem = 4, 2, 2, True  # x and residual: two tiles a row
         pick = FinalConfig(
             256, 256, cluster_n=cn, buffers=buffers, blocks_per_cta=seq, weight_in_smem=in_smem
         )
@@ -193,7 +195,15 @@ def default_config(N: int, dtype, weight_dtype=None, features=None, vec=None) ->
 
 
 #: (buffers, blocks_per_cta, weight_in_smem) an autotuner tries
-PLANS = ((1, 1, False), (1, 1, True), (1, 4, True), (2, 4, True), (2, 8, True), (2, 4, False))
+PLANS = (
+    (1, 1, False),
+    (1, 1, True),
+    (1, 4, True),
+    (2, 2, True),
+    (2, 4, True),
+    (2, 8, True),
+    (2, 4, False),
+)
 
 
 def configs(N: int, dtype, weight_dtype=None, features=None, vec=None) -> list[FinalConfig]:
@@ -750,7 +760,7 @@ class FinalRMSNorm(ClusterRMSNorm):
             if cutlass.const_expr(nbuf == 1):  # the next block, into the buffer just read
                 if it + 1 < n_iter:
                     self.issue_block(mX, mRes, sX, sR, blk + 1, 0, rank, row_end)
-        if cutlass.const_expr(clustered):
+        if cutlass.const_expr(clustered and cfg.exit_sync):
             cute.arch.cluster_arrive()
             cute.arch.cluster_wait()  # no CTA leaves while a peer may still address its smem
 
