@@ -123,7 +123,7 @@ def final_config(N: int, dtype, weight_dtype=None, features: Features | None = N
     No cluster barrier before a CTA exits (``exit_sync=False``): with it, every CTA of a
     cluster waited for the slowest before its SM took the next one, and fewer, longer CTA
     lives (4-8 blocks) had won. Without it, at 131072 / 262144 with a bf16 weight 2 blocks
-    measured +4.2% / +5.0% over the barrier's 4 / 8 blocks, with a residual at 65536 +2.4%;
+    measured +4.2% / +4.6% over the barrier's 4 / 8 blocks, with a residual at 65536 +2.4%;
     an fp32 weight gained less (+0.5-1.3%: benchmarks/results/ab_configs.json).
     A pick that does not fit (fp32 x doubles every tile) falls back to larger clusters, then
     one buffer."""
