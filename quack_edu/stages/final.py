@@ -36,6 +36,10 @@ warp does only after reading block ``it``'s slots: so a slot is never overwritte
 is read, and the re-arm never races a phase it could complete. Without a cluster the block
 level uses the same two buffers for the same reason (a fast warp's next write would land in
 a slot a slow warp has not read yet).
+Unlike the cluster stage, a CTA leaves without a last cluster barrier (``exit_sync=False``):
+the peers of a cluster walk the same blocks, and every store into a CTA's shared memory is one
+that CTA waits for (its mbarrier counts the bytes) before it stores its last block, so none can
+land after it exits; the barrier had held each SM until the cluster's slowest CTA was done.
 
 Constraints: sm_90 (clusters, cp.async); 1 <= N <= 262144; a CTA's tile (x and residual times
 ``buffers``, plus the weight and bias slices when they live in shared memory) must fit its
