@@ -14,7 +14,8 @@
    and share the GPU, ``--concurrency`` at a time;
 3. the benchmark of every stage (and peers) with the D2D copy ceiling measured in the same run;
 4. with ``--bench-pass bwd|both``, the backward's benchmark (the library against QuACK and
-   torch.compile), bench_bwd.json/png.
+   torch.compile; with ``--residual`` the prenorm backward, a dresidual_out added, against
+   QuACK), bench_bwd.json/png.
 Writes doctor.txt, tests.log, bench.log, bench.json, bench.png under $OUT (default ./out) and
 prints a short table and the bench's verdict (``--ours`` against QuACK, the best peer and the
 copy) last. The device tool stops a command after 10 minutes, and the whole suite took ~8 on
@@ -64,6 +65,34 @@ def sh(cmd, log: Path | None = None, timeout=None) -> tuple[int, str, float]:
     if log:
         log.write_text(text)
     return rc, text, time.time() - t
+
+
+def bench_commands(a, out: Path, py: str) -> list[tuple[str, list[str], Path]]:
+    """(name, command, its JSON) of the benchmarks asked for: the forward (``--stages``,
+    ``--peers``) and, with ``--bench-pass bwd|both``, the backward (the library against QuACK
+    and torch.compile). ``--residual`` makes both the pre-norm kind (the backward's with a
+    dresidual_out, timed against QuACK) on the residual shapes unless ``--shapes`` says."""
+    if a.skip_bench:
+        return []
+    shapes = a.shapes or (None if a.residual else SHAPES)
+    common = ["--shapes", shapes] if shapes else []
+    common += ["--graph", "--graph-max-n", a.graph_max_n] if a.graph else []
+    common += ["--residual"] if a.residual else []
+    runs = []
+    if a.bench_pass in ("fwd", "both"):
+        cmd = [py, "-m", "quack_edu.bench", "--stages", a.stages, "--ours", a.ours]
+        cmd += ["--peers", a.peers] if a.peers else []
+        cmd += ["--weight-dtype", a.weight_dtype] if a.weight_dtype else []
+        cmd += ["--overhead"] if a.overhead else []
+        runs.append(("bench", cmd + common, out / "bench.json"))
+    if a.bench_pass in ("bwd", "both"):
+        cmd = [py, "-m", "quack_edu.bench", "--pass", "bwd", "--stages", "lib", "--peers"]
+        cmd += ["quack" if a.residual else "quack,torch-compile"]
+        cmd += ["--weight-dtype", a.weight_dtype or "bf16,fp32"]
+        runs.append(("bench bwd", cmd + common, out / "bench_bwd.json"))
+    for _, cmd, result in runs:
+        cmd += ["--json", str(result), "--png", str(result.with_suffix(".png"))]
+    return runs
 
 
 def bench_summary(path: Path, ours: str) -> str:
@@ -238,43 +267,14 @@ def main() -> int:
         run_tests(test_plan(a, stages), a, out, summary)
 
     bench_table = ""
-    if not a.skip_bench and a.bench_pass in ("fwd", "both"):
-        cmd = [
-            py,
-            "-m",
-            "quack_edu.bench",
-            "--stages",
-            a.stages,
-            "--ours",
-            a.ours,
-            "--json",
-            str(out / "bench.json"),
-            "--png",
-            str(out / "bench.png"),
-        ]
-        shapes = a.shapes or (None if a.residual else SHAPES)
-        cmd += ["--shapes", shapes] if shapes else []
-        cmd += ["--peers", a.peers] if a.peers else []
-        cmd += ["--graph", "--graph-max-n", a.graph_max_n] if a.graph else []
-        cmd += ["--weight-dtype", a.weight_dtype] if a.weight_dtype else []
-        cmd += ["--residual"] if a.residual else []
-        cmd += ["--overhead"] if a.overhead else []
-        (out / "bench.json").unlink(missing_ok=True)  # never report an earlier run's numbers
-        rc, text, dt = sh(cmd, out / "bench.log", timeout=a.bench_timeout)
+    for name, cmd, result in bench_commands(a, out, py):
+        result.unlink(missing_ok=True)  # never report an earlier run's numbers
+        rc, text, dt = sh(cmd, result.with_suffix(".log"), timeout=a.bench_timeout)
         print(text[-6000:], flush=True)
-        summary.append(("bench", f"rc={rc}", dt))
-        bench_table = bench_summary(out / "bench.json", a.ours)
-    if not a.skip_bench and a.bench_pass in ("bwd", "both"):
-        cmd = [py, "-m", "quack_edu.bench", "--pass", "bwd", "--stages", "lib", "--peers"]
-        cmd += ["quack,torch-compile", "--weight-dtype", a.weight_dtype or "bf16,fp32"]
-        cmd += ["--json", str(out / "bench_bwd.json"), "--png", str(out / "bench_bwd.png")]
-        cmd += ["--shapes", a.shapes or SHAPES]
-        cmd += ["--graph", "--graph-max-n", a.graph_max_n] if a.graph else []
-        (out / "bench_bwd.json").unlink(missing_ok=True)
-        rc, text, dt = sh(cmd, out / "bench_bwd.log", timeout=a.bench_timeout)
-        print(text[-6000:], flush=True)
-        summary.append(("bench bwd", f"rc={rc}", dt))
-        bench_table += "\n" + bench_summary(out / "bench_bwd.json", "lib")
+        summary.append((name, f"rc={rc}", dt))
+        bench_table += ("\n" if bench_table else "") + bench_summary(
+            result, a.ours if name == "bench" else "lib"
+        )
 
     print("\n==== summary ====")
     for name, what, dt in summary:

@@ -396,6 +396,27 @@ def test_gpu_check_runs_every_test_file():
     assert parts["gpu"] + parts["lessons"] == names
 
 
+def test_gpu_check_bench_commands(tmp_path):
+    gpu_check = _gpu_check()
+
+    def commands(*argv):
+        a = gpu_check.parser().parse_args(list(argv))
+        return {name: cmd for name, cmd, _ in gpu_check.bench_commands(a, tmp_path, "python3")}
+
+    got = commands("--bench-pass", "both", "--peers", "quack")
+    assert set(got) == {"bench", "bench bwd"}
+    assert "--shapes" in got["bench bwd"] and "--residual" not in got["bench bwd"]
+    assert got["bench bwd"][got["bench bwd"].index("--peers") + 1] == "quack,torch-compile"
+    assert got["bench"][-4:] == ["--json", str(tmp_path / "bench.json"), "--png",
+                                 str(tmp_path / "bench.png")]  # fmt: skip
+    # the pre-norm kind: both passes with --residual, on the residual shapes, the backward
+    # against QuACK (the autograd peers have no prenorm backward here)
+    got = commands("--bench-pass", "both", "--residual")
+    assert all("--residual" in cmd and "--shapes" not in cmd for cmd in got.values())
+    assert got["bench bwd"][got["bench bwd"].index("--peers") + 1] == "quack"
+    assert commands("--skip-bench") == {}
+
+
 def test_gpu_check_summary_prints_the_verdict(tmp_path):
     gpu_check = _gpu_check()
     path = tmp_path / "bench.json"
