@@ -407,8 +407,8 @@ def test_gpu_check_bench_commands(tmp_path):
     assert set(got) == {"bench", "bench bwd"}
     assert "--shapes" in got["bench bwd"] and "--residual" not in got["bench bwd"]
     assert got["bench bwd"][got["bench bwd"].index("--peers") + 1] == "quack,torch-compile"
-    assert got["bench"][-4:] == ["--json", str(tmp_path / "bench.json"), "--png",
-                                 str(tmp_path / "bench.png")]  # fmt: skip
+    written = [str(tmp_path / "bench.json"), str(tmp_path / "bench.png")]
+    assert got["bench"][-4:] == ["--json", written[0], "--png", written[1]]
     # the pre-norm kind: both passes with --residual, on the residual shapes, the backward
     # against QuACK (the autograd peers have no prenorm backward here)
     got = commands("--bench-pass", "both", "--residual")

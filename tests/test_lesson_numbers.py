@@ -270,7 +270,9 @@ def _recomputed06() -> dict[str, str]:
         "1.055x": x(v["fp32"]["geomean_vs_quack_all"]),
         "(0.999x at 65536)": f"({x(res65['gbps'] / quack65['gbps'])} at 65536)",
         "(+2.4% over 4 blocks a CTA with a cluster barrier": "({} over 4 blocks a CTA with a "
-        "cluster barrier".format(_ab_gain("fwd", 32768, 65536, "bf16", NO_EXIT_RES)),
+        "cluster barrier".format(
+            _ab_gain("fwd", 32768, 65536, "bf16", "exit_sync=False,blocks_per_cta=2", residual=True)
+        ),
         "+4.2% at 131072 and +4.6% at 262144": "{} at 131072 and {} at 262144".format(
             _ab_gain("fwd", 16384, 131072, "bf16", "exit_sync=False,blocks_per_cta=2"),
             _ab_gain("fwd", 8192, 262144, "bf16", "exit_sync=False,blocks_per_cta=2"),
@@ -284,10 +286,6 @@ def _recomputed06() -> dict[str, str]:
 
 
 AB = "ab_configs"
-#: the forward's plan with a residual at 4K-8K vectors, as its A/B variant is named
-RESIDUAL_PLAN = "cluster_n=4,buffers=2,blocks_per_cta=4,weight_in_smem=True"
-#: ... and the step that dropped the cluster barrier at exit for it (2 blocks a CTA)
-NO_EXIT_RES = "exit_sync=False,blocks_per_cta=2"
 SHORT_FP32 = "blocks_per_cta=2,buffers=2,weight_in_smem=False"
 
 
@@ -300,15 +298,18 @@ def _ab_gains():
                     yield r, name, 100 * (side["gbps"] / r["sides"]["A"]["gbps"] - 1)
 
 
-def _ab_gain(pass_, M, N, wdt, variant, graph=False, digits=1) -> str:
-    """A variant's gain over side A in the A/B records, as '+x.y%': the last run that has it."""
+def _ab_gain(pass_, M, N, wdt, variant, graph=False, digits=1, residual=False) -> str:
+    """A variant's gain over side A in the A/B records, as '+x.y%': the last run that has it
+    (with a residual, or a dresidual_out for the backward, only when ``residual``)."""
+    want = (pass_, M, N, wdt, graph, residual)
     gains = [
         g
         for r, name, g in _ab_gains()
         if name == variant
-        and (r["pass"], r["M"], r["N"], r["weight_dtype"], r["graph"]) == (pass_, M, N, wdt, graph)
+        and (r["pass"], r["M"], r["N"], r["weight_dtype"], r["graph"], r.get("residual", False))
+        == want
     ]
-    assert gains, (pass_, M, N, wdt, variant, graph)
+    assert gains, (variant, want)
     return f"{gains[-1]:+.{digits}f}%"
 
 
