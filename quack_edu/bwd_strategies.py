@@ -86,10 +86,13 @@ def partial_rows(
     dtype=torch.bfloat16,
     weight_dtype=None,
     sm_count: int | None = None,
+    device: int | None = None,
 ) -> int:
     """Rows of fp32 partial sums the strategy writes (and its second reduction reads back):
     1 for the atomics (their adds go to L2, not to HBM rows), the row blocks for
-    ``row_blocks``, the persistent grid for ``persistent``."""
+    ``row_blocks``, the persistent grid for ``persistent`` (on GPU ``device`` when given:
+    the clusters it holds at once; else estimated from ``sm_count``, the H200's by
+    default)."""
     from .stages import final_bwd
 
     if strategy not in STRATEGIES:
@@ -99,6 +102,8 @@ def partial_rows(
     k = final_bwd.FinalBwdRMSNorm(dtype, N, None, weight_dtype)
     if strategy == "row_blocks":
         return -(-M // k.tiling.rows_per_cta)
+    if device is not None:
+        return k.grid_x(M, final_bwd.sm_count(device), k.resident(device))
     return k.grid_x(M, sm_count or final_bwd.SM_COUNT)
 
 
@@ -109,11 +114,12 @@ def partial_bytes(
     dtype=torch.bfloat16,
     weight_dtype=None,
     sm_count: int | None = None,
+    device: int | None = None,
 ) -> int:
     """HBM bytes of partial sums beyond the backward's own: P x N x 4 written by the kernel and
     read by the second reduction (plus dw written, N x 4); the atomics: dw's row zeroed and
     its final value (their P x N x 4 bytes of adds are served by L2)."""
-    P = partial_rows(strategy, M, N, dtype, weight_dtype, sm_count)
+    P = partial_rows(strategy, M, N, dtype, weight_dtype, sm_count, device)
     if strategy == "atomic":
         return 2 * N * 4
     return 2 * P * N * 4 + N * 4
@@ -191,7 +197,7 @@ def measure_one(
     us = bench.time_calls(call, sets, budget_s=budget_s)
     gbps = nbytes / (us * 1e-6) / 1e9
     k = final_bwd.FinalBwdRMSNorm(dtype, N, None, wdt)
-    sms = final_bwd.sm_count(x.get_device())
+    dev = x.get_device()
     row = {
         "strategy": strategy,
         "M": M,
@@ -199,9 +205,9 @@ def measure_one(
         "dtype": bench._short(dtype),
         "weight_dtype": bench._short(wdt),
         "config": str(k.config),
-        "grid": grid or k.grid_x(M, sms),
-        "P": partial_rows(strategy, M, N, dtype, wdt, sms),
-        "partial_bytes": partial_bytes(strategy, M, N, dtype, wdt, sms),
+        "grid": grid or partial_rows("persistent", M, N, dtype, wdt, device=dev),
+        "P": partial_rows(strategy, M, N, dtype, wdt, device=dev),
+        "partial_bytes": partial_bytes(strategy, M, N, dtype, wdt, device=dev),
         "bytes": nbytes,
         "us": us,
         "gbps": gbps,

@@ -727,7 +727,8 @@ def _plain_bwd(x, weight, dout, rstd):
         features = fb.BwdFeatures(dout_dtype=dout.dtype if dout.dtype != x.dtype else None)
         vec = _final().widest_vec(N, x.dtype)
         kernel, fn = fb.compiled_for(x.dtype, N, weight.dtype, features, vec)  # what ran
-        most = kernel.grid_x(1 << 40, fb.sm_count(x.get_device()))
+        dev = x.get_device()
+        most = kernel.grid_x(1 << 40, fb.sm_count(dev), kernel.resident(dev))
         from .runtime import direct_call
 
         _PLAIN_BWD[key] = (direct_call(fn), kernel.tiling.rows_per_cta, most)

@@ -239,6 +239,92 @@ def _check_out(out, x, row_align: int) -> None:
         )
 
 
+#: an empty kernel, for the driver's occupancy calculator (clusters resident at once)
+_PROBE_PTX = b""".version 8.0
+.target sm_90
+.address_size 64
+.visible .entry quack_edu_probe() { ret; }
+"""
+
+
+def _driver_structs():
+    """``CUlaunchAttribute`` and ``CUlaunchConfig`` of cuda.h, for ctypes."""
+    import ctypes as C
+
+    class ClusterDim(C.Structure):
+        _fields_ = [("x", C.c_uint), ("y", C.c_uint), ("z", C.c_uint)]
+
+    class Value(C.Union):  # CUlaunchAttributeValue: 64 bytes, 8-byte aligned
+        _fields_ = [("clusterDim", ClusterDim), ("pad", C.c_uint64 * 8)]
+
+    class Attribute(C.Structure):
+        _fields_ = [("id", C.c_int), ("value", Value)]  # value at offset 8 (its alignment)
+
+    class Config(C.Structure):
+        _fields_ = [("dims", C.c_uint * 7), ("stream", C.c_void_p)]
+        _fields_ += [("attrs", C.POINTER(Attribute)), ("num_attrs", C.c_uint)]
+
+    return Attribute, Config
+
+
+@functools.cache
+def resident_clusters(device_index: int, cluster_n: int, num_threads: int, ctas_per_sm: int):
+    """Clusters of ``cluster_n`` CTAs (``num_threads`` each, at most ``ctas_per_sm`` an SM) that
+    the GPU holds at once, from the CUDA driver's occupancy calculator
+    (``cuOccupancyMaxActiveClusters``, called through ctypes on an empty kernel given the
+    shared memory that leaves ``ctas_per_sm`` CTAs an SM); None where it cannot say. A
+    cluster's CTAs must share a GPC, so this is often fewer than SMs x ctas_per_sm /
+    cluster_n. A persistent grid of exactly this many clusters is one wave with every
+    cluster busy to the end; a larger one leaves a last, partial wave."""
+    import ctypes as C
+
+    from .config import SMEM_PER_SM, SMEM_RESERVED_PER_CTA
+
+    try:
+        cuda = C.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+
+    def ok(status):
+        if status != 0:
+            raise RuntimeError(f"CUDA driver error {status}")
+
+    Attribute, Config = _driver_structs()
+    try:
+        module, fn, dev, ctx = C.c_void_p(), C.c_void_p(), C.c_int(), C.c_void_p()
+        cap, n = C.c_int(), C.c_int()
+        ok(cuda.cuInit(0))
+        ok(cuda.cuDeviceGet(C.byref(dev), device_index))
+        ok(cuda.cuDevicePrimaryCtxRetain(C.byref(ctx), dev))  # torch's context too
+        ok(cuda.cuCtxPushCurrent_v2(ctx))
+        try:
+            ok(cuda.cuModuleLoadData(C.byref(module), C.c_char_p(_PROBE_PTX)))
+            ok(cuda.cuModuleGetFunction(C.byref(fn), module, b"quack_edu_probe"))
+            ok(cuda.cuDeviceGetAttribute(C.byref(cap), 97, dev))  # smem a CTA, opt-in
+            ok(cuda.cuFuncSetAttribute(fn, 8, cap.value))  # max dynamic shared memory
+            ok(cuda.cuFuncSetAttribute(fn, 14, 1))  # clusters of more than 8 CTAs allowed
+            smem = SMEM_PER_SM // max(1, ctas_per_sm) - SMEM_RESERVED_PER_CTA
+            attr = Attribute(id=4)  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = (
+                *(cluster_n, 1, 1),
+            )
+            dims = (cluster_n, 1, 1, num_threads, 1, 1, min(smem, cap.value))
+            cfg = Config(dims=(C.c_uint * 7)(*dims), attrs=C.pointer(attr), num_attrs=1)
+            ok(cuda.cuOccupancyMaxActiveClusters(C.byref(n), fn, C.byref(cfg)))
+        finally:
+            if module.value:
+                cuda.cuModuleUnload(module)
+            cuda.cuCtxPopCurrent_v2(C.byref(C.c_void_p()))
+            cuda.cuDevicePrimaryCtxRelease_v2(dev)
+        return n.value or None
+    except Exception as e:  # noqa: BLE001 (the caller's estimate stands in)
+        _RESIDENT_ERRORS[device_index] = f"{type(e).__name__}: {e}"
+        return None
+
+
+#: why ``resident_clusters`` could not say, by device (for ``quack-edu doctor``)
+_RESIDENT_ERRORS: dict[int, str] = {}
+
 _HOPPER: dict[int, bool] = {}  # device index -> is sm_90 (asked once per device)
 
 

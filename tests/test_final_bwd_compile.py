@@ -282,8 +282,27 @@ def test_grid_is_one_wave_and_no_more_than_the_row_blocks():
     assert k.grid_x(1) == 1
     assert k.grid_x(1 << 20) == 132 * k.ctas_per_sm() // k.tiling.cluster_n
     assert k.grid_x(3 * rows) == 3
+    assert k.grid_x(1 << 20, resident=100) == 100 and k.grid_x(3 * rows, resident=100) == 3
+    # clusters: without the driver's count, three times SMs / cluster_n (see grid_x)
+    kc = final_bwd.FinalBwdRMSNorm(torch.bfloat16, 131072)
+    assert kc.tiling.cluster_n == 4 and kc.ctas_per_sm() == 1
+    assert kc.grid_x(1 << 20) == 3 * (132 // 4) and kc.grid_x(1 << 20, resident=30) == 30
     with pytest.raises(ValueError, match="buffers"):
         final_bwd.BwdConfig(32, buffers=5)
+
+
+def test_driver_structs_have_cuda_h_layout():
+    """``resident_clusters`` hands these to cuOccupancyMaxActiveClusters through ctypes: their
+    sizes and offsets must be cuda.h's (CUlaunchAttribute: id, value at 8, 72 bytes;
+    CUlaunchConfig: 7 uints, hStream at 32, attrs at 40, numAttrs at 48, 56 bytes)."""
+    import ctypes
+
+    from quack_edu import runtime
+
+    attribute, config = runtime._driver_structs()
+    assert ctypes.sizeof(attribute) == 72 and attribute.value.offset == 8
+    assert ctypes.sizeof(config) == 56
+    assert (config.stream.offset, config.attrs.offset, config.num_attrs.offset) == (32, 40, 48)
 
 
 # -- lesson 07: the atomics strategy (FinalBwdAtomic) --------------------------------------------

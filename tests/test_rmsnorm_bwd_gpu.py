@@ -157,6 +157,27 @@ def test_dw_is_bitwise_deterministic(N):
             assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize(("N", "wdtype"), [(131072, torch.bfloat16), (262144, torch.float32)])
+def test_persistent_grid_is_the_clusters_the_gpu_holds(N, wdtype):
+    """Clusters of 4 and 8: one wave of exactly the clusters the driver says fit (fewer than
+    SMs / cluster_n: a cluster's CTAs share a GPC), each walking several row blocks, and the
+    gradients still right."""
+    from quack_edu.stages import final_bwd
+
+    k = final_bwd.FinalBwdRMSNorm(torch.bfloat16, N, None, wdtype)
+    cn, sms = k.tiling.cluster_n, final_bwd.sm_count(0)
+    held = k.resident(0)
+    assert cn > 1 and held is not None and 1 <= held <= sms * k.ctas_per_sm() // cn
+    M = 2 * held * k.tiling.rows_per_cta + 3  # the first 3 clusters walk three row blocks
+    x, w, dout, rstd = _inputs(M, N, torch.bfloat16, wdtype)
+    dx = torch.full_like(x, float("nan"))
+    dw_p, _ = final_bwd.launch_bwd(x, w, dout, None, rstd, dx, None, False)
+    assert dw_p.shape == (held, N)
+    ex, ew, _ = bwd_ref(x, w, dout, rstd, compute_dtype=torch.float64)
+    _close(dx, ex, f"dx {M}x{N}", rstd=rstd)
+    _close(dw_p.sum(0), ew, f"dw {M}x{N}", M)
+
+
 # Pipelines the heuristic does not pick but the tuner may: three and four buffers (short rows,
 # no cluster), one buffer refilled a vector at a time next to a weight read from L2. A grid
 # of 3 CTAs makes each walk many row blocks, so the rings wrap many times.

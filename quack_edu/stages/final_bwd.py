@@ -14,13 +14,14 @@ P x N x 4 bytes written and read back by the host's sum, P (the grid) ~ a few hu
 M = 32768 that is ~1% of the traffic. The row reduction is the forward's, on a different
 product; what is new is the column reduction over rows (dw, db):
 
-* Persistent CTAs. The grid is a runtime argument (``grid_x``, from the SM count: see
-  ``grid_x``): CTA (or cluster) ``b`` walks the row blocks b, b + grid_x, b + 2 grid_x, ...
-  and keeps its columns' dw (and db) in fp32 *registers* across all of them. At the end the
-  rows of the CTA meet in shared memory (in a fixed order) and one row of threads stores
-  them to ``dw_partial[b, cols]`` with plain 128-bit stores: no atomics, the same order on
-  every run, so the result is bitwise deterministic. The host sums dw_partial over its P
-  rows (torch, in ``quack_edu.rmsnorm``: a fixed order, so the same bits on every run).
+* Persistent CTAs. The grid is a runtime argument (``grid_x``: the CTAs, or clusters, that
+  the GPU holds at once, asked of the CUDA driver): CTA (or cluster) ``b`` walks the row
+  blocks b, b + grid_x, b + 2 grid_x, ... and keeps its columns' dw (and db) in fp32
+  *registers* across all of them. At the end the rows of the CTA meet in shared memory (in
+  a fixed order) and one row of threads stores them to ``dw_partial[b, cols]`` with plain
+  128-bit stores: no atomics, the same order on every run, so the result is bitwise
+  deterministic. The host sums dw_partial over its P rows (torch, in ``quack_edu.rmsnorm``:
+  a fixed order, so the same bits on every run).
 * x and dout of a row block come in by cp.async into shared memory (the forward's
   ``issue_block``, dout in the residual's place), with one or two buffers (``BWD_TABLE``:
   two for short rows, one from 32K, where larger CTAs, more rows in flight per SM and
@@ -71,7 +72,7 @@ from ..config import (
 from ..primitives import copy as copy_utils
 from ..primitives import reduce as reduce_utils
 from ..primitives.tiling import RowTiling, ceil_div
-from ..runtime import LaunchShape, cute_dtype
+from ..runtime import LaunchShape, cute_dtype, resident_clusters
 from .final import MAX_N, FinalRMSNorm, _like, store_as, widest_vec
 
 #: SMs of an H200 (the default the host's grid is computed for)
@@ -356,18 +357,33 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         by_regs = max(1, 65536 // (regs * self.config.num_threads))  # 1: ptxas makes it fit
         return max(0, min(by_smem, by_regs, 2048 // self.config.num_threads, 32))
 
-    def grid_x(self, M: int, sm_count: int = SM_COUNT) -> int:
+    def grid_x(self, M: int, sm_count: int = SM_COUNT, resident: int | None = None) -> int:
         """CTAs (clusters) along the rows, no more than row blocks; also P, the rows of
-        dw_partial. Without a cluster: one wave of resident CTAs. With one: three times the
-        clusters the SMs could hold, because fewer are resident than SMs / cluster_n (a
-        cluster's CTAs must share a GPC): one wave of ~30 clusters of 4 and a second of 3
-        for the last rows took 1.4x as long as waves of 30, 30, 30 and 9 (measured on the
-        H200 at 131072 and 262144; the extra partial rows cost < 0.5% of the traffic)."""
+        dw_partial: one wave, ``resident`` (the CTAs or clusters the GPU holds at once: see
+        ``resident``). Where that is unknown, SMs x CTAs an SM / cluster_n, and with clusters
+        three times that: a cluster's CTAs must share a GPC, so fewer are resident than SMs /
+        cluster_n (the H200 holds 30 clusters of 4, not 33, and 15 of 8, not 16), and a grid
+        of 33 would run as a wave of 30 and a second of 3 for the last rows, where 99 runs as
+        30, 30, 30 and 9. Exactly one wave of 30 (of 15) measured +11% (bf16 weight) and +15% (fp32)
+        over those 99 at 16384 x 131072, +14% and +18% at 8192 x 262144 (15 against 48), on
+        the H200: every cluster busy until the end."""
         t = self.tiling
-        waves = max(1, sm_count // t.cluster_n * self.ctas_per_sm())
-        if t.cluster_n > 1:
-            waves *= 3
+        if resident:
+            waves = resident
+        else:
+            waves = max(1, sm_count // t.cluster_n * self.ctas_per_sm())
+            if t.cluster_n > 1:
+                waves *= 3
         return max(1, min(ceil_div(M, t.rows_per_cta), waves))
+
+    def resident(self, device_index: int) -> int | None:
+        """CTAs (clusters) of this kernel that GPU ``device_index`` holds at once: SMs x CTAs an
+        SM without a cluster; with one, the CUDA driver's count
+        (``runtime.resident_clusters``), None where it cannot say."""
+        t = self.tiling
+        if t.cluster_n == 1:
+            return sm_count(device_index) * self.ctas_per_sm()
+        return resident_clusters(device_index, t.cluster_n, t.num_threads, self.ctas_per_sm())
 
     def launch_shape(self, M: int, sm_count: int = SM_COUNT) -> LaunchShape:
         t = self.tiling
@@ -863,7 +879,8 @@ def launch_bwd(
     kernel, fn = compiled_for(
         x.dtype, N, None if weight is None else weight.dtype, features, vec, config, kernel_cls
     )
-    P = int(grid) if grid else kernel.grid_x(M, sm_count(x.get_device()))
+    dev = x.get_device()
+    P = int(grid) if grid else kernel.grid_x(M, sm_count(dev), kernel.resident(dev))
     rows = kernel.partial_rows
     alloc = x.new_zeros if rows else x.new_empty  # a variant that adds needs zeros
     dw_p = alloc((rows or P, N), dtype=torch.float32) if features.dw else None
