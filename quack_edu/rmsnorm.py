@@ -559,30 +559,34 @@ def _backward(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, weight_offs
     xr, dr, dxr = flat(x), flat(dout), flat(dx, True)
     dor, dsr = flat(dres_out), flat(dres, True)
     rr = rstd.reshape(rows[:-1])
-    sums = []
+    pdtype = weight.dtype if weight is not None else torch.float32
+    dtypes = (pdtype, pdtype)  # dw in the weight's dtype; db too (fp32 without a weight)
     if per_head:  # one launch a head: x[:, h] is (M, D) with rows H x D apart
-        heads = []
+        H, D = weight.shape
+        sums = [weight.new_empty((H, D), dtype=pdtype), None]
+        if has_bias:
+            sums[1] = weight.new_empty((H, D), dtype=pdtype)
         for h in range(xr.shape[1]):
             parts = fb.launch_bwd(
                 xr[:, h], weight[h], dr[:, h], None if dor is None else dor[:, h],
                 rr[:, h].contiguous(), dxr[:, h], None if dsr is None else dsr[:, h],
                 has_bias, weight_offset, config,
             )  # fmt: skip
-            heads.append([None if p is None else p.sum(dim=0) for p in parts])
-        sums = [
-            None if heads[0][i] is None else torch.stack([hd[i] for hd in heads]) for i in (0, 1)
-        ]
+            for p, s in zip(parts, sums, strict=True):
+                if p is not None:
+                    fb.sum_partials(p, pdtype, out=s[h])
     else:
         parts = fb.launch_bwd(
             xr, weight, dr, dor, rr.contiguous(), dxr, dsr, has_bias, weight_offset, config
         )
-        sums = [None if p is None else p.sum(dim=0) for p in parts]
+        sums = [
+            None if p is None else fb.sum_partials(p, d) for p, d in zip(parts, dtypes, strict=True)
+        ]
     outs = [dx]
-    pdtype = weight.dtype if weight is not None else torch.float32
     if weight is not None:
-        outs.append(sums[0].to(weight.dtype))
+        outs.append(sums[0])
     if has_bias:
-        outs.append(sums[1].to(pdtype))
+        outs.append(sums[1])
     if dres is not None:
         outs.append(dres)
     return outs
@@ -753,8 +757,7 @@ def _plain_bwd(x, weight, dout, rstd):
         None,
         P,
     )
-    dw = dw_p.sum(dim=0)
-    return dx, dw if weight.dtype == torch.float32 else dw.to(weight.dtype)
+    return dx, _final_bwd().sum_partials(dw_p, weight.dtype)
 
 
 def rmsnorm_bwd_tuned(

@@ -10,11 +10,12 @@ or more variants), timed in turn in one process, values checked first.
 
 Each side runs through the stage's launcher (``final.launch_fwd``, ``final_bwd.launch_bwd``)
 with an explicit config (its own compile key, so nothing cached by the library's plain path
-can stand in for it); the backward sums dw's partials as the library does. GB/s use the
-bench's byte counts (``rmsnorm_bytes``, ``rmsnorm_bwd_bytes``) and the D2D copy of the same
-run; a side's figure is the median over ``--reps`` rounds, the sides taking turns in
-each. ``--graph`` times through CUDA graphs (short rows, where launches would hide the
-kernel). A variant that does not fit at a shape is reported as such and skipped there.
+can stand in for it); the backward sums dw's partials as the library does
+(``final_bwd.sum_partials``). GB/s use the bench's byte counts (``rmsnorm_bytes``,
+``rmsnorm_bwd_bytes``) and the D2D copy of the same run; a side's figure is the median over
+``--reps`` rounds, the sides taking turns in each. ``--graph`` times through CUDA graphs
+(short rows, where launches would hide the kernel). A variant that does not fit at a shape
+is reported as such and skipped there.
 """
 
 from __future__ import annotations
@@ -113,8 +114,7 @@ def run_with(config, pass_: str = "bwd", residual: bool = False):
     def bwd(x, w, dout, rstd, dres_out=None):
         dx = torch.empty_like(x)
         dw_p, _ = mod.launch_bwd(x, w, dout, dres_out, rstd, dx, None, False, config=config)
-        dw = dw_p.sum(dim=0)
-        return dx, dw if w.dtype == torch.float32 else dw.to(w.dtype)
+        return dx, mod.sum_partials(dw_p, w.dtype)
 
     return bwd
 

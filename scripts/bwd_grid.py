@@ -53,8 +53,7 @@ def main(argv=None) -> int:
                         dw_p, _ = fb.launch_bwd(
                             x, w, dout, None, rstd, dx, None, False, config=cfg, grid=P
                         )
-                        dw = dw_p.sum(0)
-                        return dx, dw if w.dtype == torch.float32 else dw.to(w.dtype)
+                        return dx, fb.sum_partials(dw_p, w.dtype)
 
                     r = bench.bench_one(fn, M, N, dtype, False, wdt, pass_="bwd", budget_s=0.3)
                     got[name].append(r["gbps"])

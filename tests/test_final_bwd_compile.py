@@ -345,3 +345,33 @@ def test_the_variants_leave_the_library_kernel_alone():
     assert final_bwd.FinalBwdRMSNorm.partial_rows is None  # one row per CTA: stores, no adds
     assert final_bwd.FinalBwdAtomic.grad_in is final_bwd.FinalBwdRMSNorm.grad_in
     assert final_bwd.FinalBwdAtomic.kernel is final_bwd.FinalBwdRMSNorm.kernel
+
+
+# -- the second reduction: final_bwd.PartialSum ---------------------------------------------------
+@pytest.mark.parametrize(("dtype", "groups"), [(torch.float32, 8), (torch.bfloat16, 1)])
+def test_partial_sum_issues_its_loads_together(tmp_path, dtype, groups):
+    """One round trip for ``unroll`` rows: the loop body's loads all come before its first add
+    (a guarded load per row, as a plain unrolled loop compiles, waits for the one before), and
+    a row past the last is selected away, not branched around; the groups meet through one
+    barrier; the result is converted to the output's dtype."""
+    from quack_edu.inspect import _read_artifact
+    from quack_edu.runtime import compile_kernel
+
+    k = final_bwd.PartialSum(dtype, groups)
+    ptx = _read_artifact(compile_kernel(k, f"--keep-ptx --dump-dir {tmp_path}").__ptx__)
+    body = ptx[ptx.index("ld.global") : ptx.rindex("ld.global")]
+    assert ptx.count("ld.global") == k.unroll and "add.f32" not in body and "bra" not in body
+    assert ptx.count("selp.f32") == k.unroll - 1
+    assert ptx.count("bar.sync") == (groups > 1)
+    assert ("cvt.rn.bf16.f32" in ptx) == (dtype == torch.bfloat16)
+    assert [final_bwd.PartialSum.plan(P) for P in (1, 8, 9, 132, 264, 1000)] == [
+        1,
+        1,
+        2,
+        32,
+        32,
+        32,
+    ]
+    assert final_bwd.PartialSum(dtype, 32).lanes * 32 == 1024
+    with pytest.raises(ValueError, match="power of two"):
+        final_bwd.PartialSum(dtype, 3)

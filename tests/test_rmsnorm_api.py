@@ -207,13 +207,21 @@ def _reference_launch_bwd(calls):
     return launch_bwd
 
 
+def _reference_sum(partial, dtype, out=None):
+    """``final_bwd.sum_partials`` as torch says it: the fp32 sum over rows, in ``dtype``."""
+    got = partial.sum(dim=0).to(dtype)
+    return got if out is None else out.copy_(got)
+
+
 @pytest.fixture
 def fake_kernel(monkeypatch):
     """PLUMBING ONLY: the kernels replaced by the references, and the device check off."""
     calls = []
     stub = types.SimpleNamespace(launch_fwd=_reference_launch(calls), max_N=R.MAX_N, calls=calls)
     monkeypatch.setattr(R, "_final_mod", stub)
-    bwd = types.SimpleNamespace(launch_bwd=_reference_launch_bwd(calls))
+    bwd = types.SimpleNamespace(
+        launch_bwd=_reference_launch_bwd(calls), sum_partials=_reference_sum
+    )
     monkeypatch.setattr(R, "_final_bwd", lambda: bwd)
     monkeypatch.setattr(R, "_check_device", lambda *args: None)
     return stub

@@ -178,6 +178,35 @@ def test_persistent_grid_is_the_clusters_the_gpu_holds(N, wdtype):
     _close(dw_p.sum(0), ew, f"dw {M}x{N}", M)
 
 
+@pytest.mark.parametrize("P", [1, 7, 15, 132, 264, 301])
+@pytest.mark.parametrize("N", [1, 5, 1000, 4104])
+def test_sum_partials_is_a_fixed_order_fp32_sum(P, N):
+    """The second reduction against its own order replayed in torch (group g adds rows g,
+    g + G, ... in fp32, then the groups in order): bitwise equal; against float64: close;
+    in bf16, the fp32 sum rounded once; into an ``out`` view."""
+    from quack_edu.stages import final_bwd
+
+    partial = torch.randn(P, N, device="cuda") * 100
+    G = final_bwd.PartialSum.plan(P)
+    groups = []
+    for g in range(G):
+        acc = torch.zeros(N, device="cuda")
+        for r in range(g, P, G):
+            acc = acc + partial[r]
+        groups.append(acc)
+    expected = groups[0]
+    for acc in groups[1:]:
+        expected = expected + acc
+    _poison_allocator()
+    got = final_bwd.sum_partials(partial, torch.float32)
+    assert torch.equal(got, expected)
+    torch.testing.assert_close(got.double(), partial.double().sum(0), rtol=1e-5, atol=1e-3)
+    assert torch.equal(final_bwd.sum_partials(partial, torch.bfloat16), expected.bfloat16())
+    out = torch.full((2, N), float("nan"), device="cuda", dtype=torch.float16)
+    final_bwd.sum_partials(partial, torch.float16, out=out[1])
+    assert torch.equal(out[1], expected.half()) and out[0].isnan().all()
+
+
 # Pipelines the heuristic does not pick but the tuner may: three and four buffers (short rows,
 # no cluster), one buffer refilled a vector at a time next to a weight read from L2. A grid
 # of 3 CTAs makes each walk many row blocks, so the rings wrap many times.

@@ -10,7 +10,7 @@ the forward had one) and rstd the forward's:
 
 Bytes a backward must move: read x and dout, write dx, 3 x M x N x size (4 with
 dresidual_out), plus the weight once per CTA and the partial sums of dw (and db),
-P x N x 4 bytes written and read back by the host's sum, P (the grid) ~ a few hundred: at
+P x N x 4 bytes written and read back by the second reduction, P (the grid) ~ a few hundred: at
 M = 32768 that is ~1% of the traffic. The row reduction is the forward's, on a different
 product; what is new is the column reduction over rows (dw, db):
 
@@ -20,8 +20,8 @@ product; what is new is the column reduction over rows (dw, db):
   *registers* across all of them. At the end the rows of the CTA meet in shared memory (in
   a fixed order) and one row of threads stores them to ``dw_partial[b, cols]`` with plain
   128-bit stores: no atomics, the same order on every run, so the result is bitwise
-  deterministic. The host sums dw_partial over its P rows (torch, in ``quack_edu.rmsnorm``:
-  a fixed order, so the same bits on every run).
+  deterministic. A second, small kernel (``PartialSum``) sums dw_partial over its P rows in a
+  fixed order, so the same bits on every run, and writes dw in the weight's dtype.
 * x and dout of a row block come in by cp.async into shared memory (the forward's
   ``issue_block``, dout in the residual's place), with one or two buffers (``BWD_TABLE``:
   two for short rows, one from 32K, where larger CTAs, more rows in flight per SM and
@@ -894,6 +894,112 @@ def launch_bwd(
     return dw_p, db_p
 
 
+class PartialSum:
+    """The backward's second reduction: ``out[j] = sum over r of partial[r, j]`` in fp32, rows
+    in a fixed order (so bitwise the same on every run), written in ``out``'s dtype (the
+    weight's: the cast is fused). It replaces ``partial.sum(0).to(dtype)``: through CUDA
+    graphs on the H200 at N = 256-1024, torch's sum and cast added 4.0-7.9 us to a backward
+    kernel of 18-56 us, this one adds 1.4-2.6 us (benchmarks/results/bwd_sum.json).
+
+    A CTA owns ``lanes`` adjacent columns (one a thread across, so each load instruction of a
+    warp reads contiguous bytes) and ``groups`` row groups: group g sums rows g, g + groups,
+    g + 2 groups, ... in order, ``unroll`` loads issued together, then group 0 adds the
+    groups' sums in order through shared memory and stores. ``groups`` is picked per call
+    from P (``plan``) so that a thread reads ~8 rows: one round trip to L2 for the short,
+    tall partials of short rows; one group and wide CTAs for the few rows (one per cluster)
+    of long ones. P and N are runtime values: one compile per (dtype, groups)."""
+
+    unroll = 8
+
+    def __init__(self, out_dtype, groups: int):
+        if groups not in (1, 2, 4, 8, 16, 32):
+            raise ValueError(f"groups must be a power of two up to 32, got {groups}")
+        self.out_dtype = cute_dtype(out_dtype)
+        self.groups = groups
+        self.lanes = max(32, 256 // groups)  # columns a CTA: 256 threads, or 32 x groups
+
+    @staticmethod
+    def plan(P: int) -> int:
+        """Row groups for P partial rows: ~8 rows a thread, 1 to 32 groups."""
+        return min(32, _next_pow2(max(1, -(-P // 8))))
+
+    def compile_args(self):
+        P, N = cute.sym_int(), cute.sym_int()
+        partial = cute.runtime.make_fake_tensor(Float32, (P, N), (cute.sym_int64(), 1))
+        out = cute.runtime.make_fake_compact_tensor(self.out_dtype, (N,))
+        return (partial, out, cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True))
+
+    def wrap_compiled(self, compiled):
+        return compiled
+
+    @cute.jit
+    def __call__(self, mP: cute.Tensor, mO: cute.Tensor, stream):
+        self.kernel(mP, mO).launch(
+            grid=[cute.ceil_div(mP.shape[1], self.lanes), 1, 1],
+            block=[self.lanes * self.groups, 1, 1],
+            stream=stream,
+        )
+
+    @cute.kernel
+    def kernel(self, mP: cute.Tensor, mO: cute.Tensor):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        lane, group = tidx % self.lanes, tidx // self.lanes
+        col = bidx * self.lanes + lane
+        acc = Float32(0.0)
+        if col < mP.shape[1]:
+            last = mP.shape[0] - 1
+            step = self.groups * self.unroll
+            for first in cutlass.range(group, mP.shape[0], step):
+                # ``unroll`` loads issued together (rows past the last one read the last row,
+                # and are not added): no branch between them, one round trip for all
+                rows = [first + u * self.groups for u in range(self.unroll)]
+                vals = [mP[cutlass.min(r, last), col] for r in rows]
+                for r, v in zip(rows, vals, strict=True):
+                    acc += Float32(cutlass.select_(r <= last, v, Float32(0.0)))
+        if cutlass.const_expr(self.groups == 1):
+            if col < mP.shape[1]:
+                mO[col] = acc.to(mO.element_type)
+        else:
+            sums = SmemAllocator().allocate_tensor(
+                Float32, cute.make_layout((self.groups, self.lanes), stride=(self.lanes, 1)), 16
+            )
+            sums[group, lane] = acc
+            cute.arch.barrier()
+            if group == 0 and col < mP.shape[1]:
+                total = sums[0, lane]
+                for g in cutlass.range_constexpr(1, self.groups):
+                    total += sums[g, lane]
+                mO[col] = total.to(mO.element_type)
+
+
+_SUMS: dict = {}
+
+
+def sum_partials(partial, dtype, out=None):
+    """``partial.sum(0)`` in fp32, as a tensor of ``dtype`` (a torch dtype), by ``PartialSum``:
+    one launch, rows added in a fixed order. ``partial``: (P, N) fp32 on the GPU, unit column
+    stride; ``out``: where to write it (N contiguous elements of ``dtype``), else a new
+    tensor."""
+    import torch
+
+    groups = PartialSum.plan(partial.shape[0])
+    key = (dtype, groups)
+    fn = _SUMS.get(key)
+    if fn is None:
+        from ..runtime import compile_kernel, direct_call
+
+        fn = _SUMS[key] = direct_call(compile_kernel(PartialSum(dtype, groups)))
+    if out is None:
+        out = torch.empty(partial.shape[1], dtype=dtype, device=partial.device)
+    if partial.shape[1]:
+        if partial.shape[0]:
+            fn(partial, out)
+        else:
+            out.zero_()
+    return out
+
+
 __all__ = [
     "FinalBwdRMSNorm",
     "BwdConfig",
@@ -908,6 +1014,8 @@ __all__ = [
     "compiled_for",
     "launch_bwd",
     "sm_count",
+    "PartialSum",
+    "sum_partials",
 ]
 
 
