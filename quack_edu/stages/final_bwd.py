@@ -134,8 +134,10 @@ class BwdFeatures:
 #: thread, two buffers, 8 to 32 rows a CTA (timed through CUDA graphs against 4 to 8 rows:
 #: +27% at N = 256, +13% at 512, +5% at 1024; benchmarks/results/ab_configs.json). From
 #: 16K: 512 threads a row and 64 elements a thread, the smallest cluster that holds the row,
-#: one buffer (the exchange with fewer peers and fewer, larger CTAs beat clusters of 16 small
-#: ones by up to 1.8x, and clusters of 8 CTAs of 256 threads by 1.4x).
+#: one buffer. Clusters of 8 at 131072 and of 16 at 262144 (smaller CTAs, or two buffers, or
+#: the weight staged) measured 0.75-0.90x of these with a bf16 weight, and within -13..+3%
+#: with an fp32 one, once the grid was one wave (2026-12-01; before that their last partial
+#: wave had made them look up to 1.8x slower).
 BWD_TABLE = {
     32: (16, 512, 1, 2),
     64: (32, 512, 1, 2),
