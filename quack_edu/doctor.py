@@ -131,6 +131,19 @@ def doctor_report(compile_check: bool = True) -> DoctorReport:
                 f"{attrs['regs_per_sm']} registers per SM",
                 ok=attrs["cluster_launch"] or not hopper,
             )
+            if attrs["cluster_launch"]:
+                from .runtime import _RESIDENT_ERRORS, resident_clusters
+
+                held = {n: resident_clusters(0, n, 256, 1) for n in (2, 4, 8, 16)}
+                if None in held.values():
+                    why = _RESIDENT_ERRORS.get(0, "libcuda.so.1 not found")
+                    text = f"unknown ({why}): the backward's grid is estimated instead"
+                else:
+                    text = ", ".join(f"{v} of {n}" for n, v in held.items()) + (
+                        " CTAs (one CTA an SM; a cluster's CTAs share a GPC: the backward's"
+                        " persistent grid is one wave of these)"
+                    )
+                rep.add("Clusters held at once", text)
         except Exception as e:  # driver too old, bindings missing: say so, not fatal
             rep.add(
                 "Clusters / shared memory",

@@ -64,3 +64,22 @@ def test_the_doctor_says_what_the_lessons_do_there(gpu, monkeypatch):
     assert f"{name}, compute capability {cap[0]}.{cap[1]}" in text
     assert "kernels need sm_90" in text and "lessons run compile-only" in text
     assert "Mode: compile-only" in text and "show recorded H200 results" in text
+
+
+def test_the_doctor_names_the_clusters_a_hopper_holds(monkeypatch):
+    """On a Hopper GPU the doctor prints the clusters held at once (the driver's count, which
+    the backward's persistent grid uses), or says why it could not ask."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: (9, 0))
+    attrs = {"cluster_launch": True, "sms": 132, "smem_per_block_optin": 227 * 1024,
+             "smem_per_sm": 228 * 1024, "regs_per_sm": 65536}  # fmt: skip
+    monkeypatch.setattr(doctor, "_device_attributes", lambda index=0: attrs)
+    held = {2: 66, 4: 30, 8: 15, 16: 7}
+    monkeypatch.setattr(runtime, "resident_clusters", lambda dev, n, threads, ctas: held[n])
+    text = doctor.doctor_report(compile_check=False).text()
+    assert "66 of 2, 30 of 4, 15 of 8, 7 of 16 CTAs" in text
+    monkeypatch.setattr(runtime, "resident_clusters", lambda *args: None)
+    monkeypatch.setitem(runtime._RESIDENT_ERRORS, 0, "RuntimeError: CUDA driver error 999")
+    text = doctor.doctor_report(compile_check=False).text()
+    assert "unknown (RuntimeError: CUDA driver error 999)" in text
