@@ -559,8 +559,8 @@ def _backward(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, weight_offs
     xr, dr, dxr = flat(x), flat(dout), flat(dx, True)
     dor, dsr = flat(dres_out), flat(dres, True)
     rr = rstd.reshape(rows[:-1])
+    # dw (and db) summed from the partials in the weight's dtype (db in fp32 without one)
     pdtype = weight.dtype if weight is not None else torch.float32
-    dtypes = (pdtype, pdtype)  # dw in the weight's dtype; db too (fp32 without a weight)
     if per_head:  # one launch a head: x[:, h] is (M, D) with rows H x D apart
         H, D = weight.shape
         sums = [weight.new_empty((H, D), dtype=pdtype), None]
@@ -579,9 +579,7 @@ def _backward(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, weight_offs
         parts = fb.launch_bwd(
             xr, weight, dr, dor, rr.contiguous(), dxr, dsr, has_bias, weight_offset, config
         )
-        sums = [
-            None if p is None else fb.sum_partials(p, d) for p, d in zip(parts, dtypes, strict=True)
-        ]
+        sums = [None if p is None else fb.sum_partials(p, pdtype) for p in parts]
     outs = [dx]
     if weight is not None:
         outs.append(sums[0])
