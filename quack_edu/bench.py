@@ -141,8 +141,10 @@ def time_calls(
 
 
 def time_graph(fn: Callable, arg_sets: list, replays: int = 20) -> float:
-    """Median microseconds per call from replays of one CUDA graph over all input sets."""
-    stream = torch.cuda.Stream()
+    """Median microseconds per call from replays of one CUDA graph over all input sets,
+    captured on ``fn.stream`` when the function has one (an autograd peer: see
+    ``_autograd_bwd``), else on a new side stream."""
+    stream = getattr(fn, "stream", None) or torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for args in arg_sets:  # warm-up (compiles, allocator) outside the capture
@@ -150,7 +152,7 @@ def time_graph(fn: Callable, arg_sets: list, replays: int = 20) -> float:
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=stream):
         for args in arg_sets:
             fn(*args)
     graph.replay()
@@ -292,7 +294,12 @@ def _autograd_bwd(forward: Callable) -> Callable:
     """A peer's backward as autograd runs it: ``fn(x, w, dout, rstd) -> (dx, dw)``. The forward
     runs once per input set, on its first call (outside the timing: ``bench_one`` makes that
     first call before it times); every call then replays the recorded backward
-    (``retain_graph``). ``fn.clear()`` drops the recorded graphs. Not for CUDA graphs."""
+    (``retain_graph``). ``fn.clear()`` drops the recorded graphs.
+
+    Through CUDA graphs too: autograd runs a backward op on the stream its forward op ran on,
+    so a capture must happen on the stream the forward was recorded on. ``fn.stream`` (None:
+    the current stream) is where forwards are recorded; ``bench_one`` sets a side stream of
+    its own before a graph-timed case, and ``time_graph`` captures on ``fn.stream``."""
     recorded: dict = {}
 
     def fn(x, w, dout, rstd):
@@ -300,13 +307,19 @@ def _autograd_bwd(forward: Callable) -> Callable:
         hit = recorded.get(key)
         if hit is None:
             xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
-            with torch.enable_grad():
-                hit = recorded[key] = (forward(xg, wg), xg, wg)
+            if fn.stream is None:
+                with torch.enable_grad():
+                    hit = recorded[key] = (forward(xg, wg), xg, wg)
+            else:
+                fn.stream.wait_stream(torch.cuda.current_stream())
+                with torch.enable_grad(), torch.cuda.stream(fn.stream):
+                    hit = recorded[key] = (forward(xg, wg), xg, wg)
+                torch.cuda.current_stream().wait_stream(fn.stream)
         out, xg, wg = hit
         return torch.autograd.grad(out, (xg, wg), dout, retain_graph=True)
 
     fn.clear = recorded.clear
-    fn.graph_ok = False
+    fn.stream = None
     return fn
 
 
@@ -525,6 +538,8 @@ def bench_one(
         return (x, w, torch.randn(M, N, device="cuda", dtype=dtype)) if residual else (x, w)
 
     sets = [inputs() for _ in range(k)]
+    if hasattr(fn, "stream"):  # an autograd peer: its forwards recorded where a capture can be
+        fn.stream = torch.cuda.Stream() if graph else None
     with torch.no_grad():
         _sync()
         t = time.perf_counter()
@@ -547,6 +562,8 @@ def bench_one(
             us = time_calls(fn, sets, budget_s=budget_s)
     if hasattr(fn, "clear"):
         fn.clear()
+    if hasattr(fn, "stream"):
+        fn.stream = None
     del sets
     row = {
         "M": M,
@@ -728,7 +745,6 @@ def run(
                 if N > max_n.get(name, N):
                     continue
                 small = graph_max_n is None or N <= graph_max_n
-                small = small and getattr(fn, "graph_ok", True)  # autograd peers: plain only
                 for g in [False, True] if graph and small else [False]:
                     try:
                         row = bench_one(

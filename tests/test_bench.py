@@ -468,7 +468,7 @@ def test_autograd_peer_backward_is_autograds_and_replays():
     rstd = torch.rsqrt(x.square().mean(-1) + bench.EPS)
     for _ in range(3):
         dx, dw = fn(x, w, dout, rstd)
-    assert len(calls) == 1 and fn.graph_ok is False  # one forward, backward replayed
+    assert len(calls) == 1 and fn.stream is None  # one forward, backward replayed
     bench._check_grads((dx, dw), (x, w, dout, rstd), torch.float32)
     with pytest.raises(AssertionError, match="dx"):
         bench._check_grads((dx * 1.1, dw), (x, w, dout, rstd), torch.float32)
@@ -543,6 +543,20 @@ def test_bench_one_times_the_library_backward_and_an_autograd_peer():
     assert r["bytes"] == bench.rmsnorm_bwd_bytes(1024, 1024, torch.bfloat16, torch.float32)
     r = bench.bench_one(fns["torch-eager"], 1024, 1024, torch.bfloat16, False, pass_="bwd")
     assert r["gbps"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("peer", ["torch-eager", "torch-compile"])
+def test_an_autograd_peer_backward_is_timed_through_a_cuda_graph(peer):
+    """Its forwards are recorded on the stream the capture then uses (autograd runs a backward
+    op where its forward op ran); the graph replays give its time, and the stream is handed
+    back for plain timing."""
+    fns, _ = bench.resolve_kernels([peer], pass_="bwd")
+    fn = fns[peer]
+    r = bench.bench_one(fn, 1024, 1024, torch.bfloat16, True, torch.float32, pass_="bwd")
+    assert r["graph"] and r["gbps"] > 0 and fn.stream is None
+    plain = bench.bench_one(fn, 1024, 1024, torch.bfloat16, False, torch.float32, pass_="bwd")
+    assert plain["gbps"] > 0
 
 
 @pytest.mark.gpu
