@@ -305,9 +305,8 @@ def resident_clusters(device_index: int, cluster_n: int, num_threads: int, ctas_
             ok(cuda.cuFuncSetAttribute(fn, 14, 1))  # clusters of more than 8 CTAs allowed
             smem = SMEM_PER_SM // max(1, ctas_per_sm) - SMEM_RESERVED_PER_CTA
             attr = Attribute(id=4)  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = (
-                *(cluster_n, 1, 1),
-            )
+            dim = attr.value.clusterDim
+            dim.x, dim.y, dim.z = cluster_n, 1, 1
             dims = (cluster_n, 1, 1, num_threads, 1, 1, min(smem, cap.value))
             cfg = Config(dims=(C.c_uint * 7)(*dims), attrs=C.pointer(attr), num_attrs=1)
             ok(cuda.cuOccupancyMaxActiveClusters(C.byref(n), fn, C.byref(cfg)))

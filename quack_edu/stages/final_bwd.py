@@ -373,7 +373,7 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         if resident:
             waves = resident
         else:
-            waves = max(1, sm_count // t.cluster_n * self.ctas_per_sm())
+            waves = max(1, sm_count // t.cluster_n * self.min_ctas_per_sm)
             if t.cluster_n > 1:
                 waves *= 3
         return max(1, min(ceil_div(M, t.rows_per_cta), waves))
@@ -382,10 +382,10 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         """CTAs (clusters) of this kernel that GPU ``device_index`` holds at once: SMs x CTAs an
         SM without a cluster; with one, the CUDA driver's count
         (``runtime.resident_clusters``), None where it cannot say."""
-        t = self.tiling
+        t, ctas = self.tiling, self.min_ctas_per_sm  # ctas_per_sm(), computed once
         if t.cluster_n == 1:
-            return sm_count(device_index) * self.ctas_per_sm()
-        return resident_clusters(device_index, t.cluster_n, t.num_threads, self.ctas_per_sm())
+            return sm_count(device_index) * ctas
+        return resident_clusters(device_index, t.cluster_n, t.num_threads, ctas)
 
     def launch_shape(self, M: int, sm_count: int = SM_COUNT) -> LaunchShape:
         t = self.tiling
