@@ -480,13 +480,24 @@ class FinalRMSNorm(ClusterRMSNorm):
             out.append(rW)
         return out
 
-    def stage_in(self, tiled, src: cute.Tensor, dst: cute.Tensor, pred, lo: int, hi: int):
+    @cute.jit
+    def stage_in(
+        self,
+        tiled: cute.TiledCopy,
+        src: cute.Tensor,
+        dst: cute.Tensor,
+        pred,
+        lo: cutlass.Constexpr[int],
+        hi: cutlass.Constexpr[int],
+    ):
         """Copy this thread's vectors ``lo..hi-1`` of ``src`` (global) into ``dst`` (shared);
         ``pred`` (atoms, 1, vecs) switches off the vectors past N (a cp.async then copies
         nothing and zero-fills). Through registers when cp.async cannot take them."""
-        for v in range(lo, hi):
-            p = None if pred is None else pred[None, None, v]
-            if self.use_async:
+        for v in cutlass.range(lo, hi, 1, unroll_full=True):
+            p = None
+            if cutlass.const_expr(pred is not None):
+                p = pred[None, None, v]
+            if cutlass.const_expr(self.use_async):
                 cute.copy(tiled, src[None, None, v], dst[None, None, v], pred=p)
             else:
                 r = cute.make_rmem_tensor_like(src[None, None, v])
@@ -712,7 +723,7 @@ class FinalRMSNorm(ClusterRMSNorm):
                         cute.arch.barrier()
                 if row < M:
                     pred = self.col_pred(thr_X, cX)  # (1, 1, vecs); made here: see issue_block
-                    for v in cutlass.range_constexpr(s * per_stage, (s + 1) * per_stage):
+                    for v in cutlass.range(s * per_stage, (s + 1) * per_stage, 1, unroll_full=True):
                         if cutlass.const_expr(even) or pred[0, 0, v]:
                             xv = tXsX[None, None, v, buf].load().to(Float32)
                             if cutlass.const_expr(mRes is not None):
@@ -747,7 +758,7 @@ class FinalRMSNorm(ClusterRMSNorm):
             # second pass, from shared memory a vector at a time
             if row < M:
                 pred = self.col_pred(thr_X, cX)
-                for v in cutlass.range_constexpr(t.vecs):
+                for v in cutlass.range(t.vecs, unroll_full=True):
                     if cutlass.const_expr(even) or pred[0, 0, v]:
                         xv = tXsX[None, None, v, buf].load().to(Float32)
                         if cutlass.const_expr(mRes is not None):
