@@ -29,8 +29,10 @@ the verdict of recorded runs (no GPU needed).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import functools
+import gc
 import json
 import math
 import statistics
@@ -122,6 +124,22 @@ def _reps_for(fn, arg_sets, budget_s: float, lo: int, hi: int) -> int:
     return int(max(lo, min(hi, budget_s / max(per_call, 1e-7))))
 
 
+@contextlib.contextmanager
+def no_gc():
+    """Python's garbage collector off (after one collection) while calls are timed, as
+    ``timeit`` does: a launch-bound call measures the host, and a collection pass over the
+    objects a torch.compile peer leaves behind would land in some kernels' timings and not in
+    others'."""
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def time_calls(
     fn: Callable, arg_sets: list, warmup: int = 10, reps: int | None = None, budget_s: float = 0.5
 ) -> float:
@@ -131,12 +149,13 @@ def time_calls(
         fn(*arg_sets[i % len(arg_sets)])
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        args = arg_sets[i % len(arg_sets)]
-        starts[i].record()
-        fn(*args)
-        ends[i].record()
-    torch.cuda.synchronize()
+    with no_gc():
+        for i in range(reps):
+            args = arg_sets[i % len(arg_sets)]
+            starts[i].record()
+            fn(*args)
+            ends[i].record()
+        torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)) * 1e3
 
 
@@ -183,11 +202,12 @@ def per_call_us(fn: Callable, args: tuple, calls: int = 2000, sync=None, warmup:
     for _ in range(warmup):
         fn(*args)
     sync()
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn(*args)
-    sync()
-    return (time.perf_counter() - t) / calls * 1e6
+    with no_gc():
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn(*args)
+        sync()
+        return (time.perf_counter() - t) / calls * 1e6
 
 
 # --- the kernels a run can time -------------------------------------------------------------
@@ -682,6 +702,7 @@ def run(
     compile_ns=(3000, 5000),
     meta=None,
     pass_="fwd",
+    rounds=1,
 ) -> dict:
     """Time every kernel at every shape and weight dtype. ``stages``: kernel names (stages,
     ``lib``, ``lib-tuned``, also peers); ``peers``: True/"all" or a comma list. ``graph``: also
@@ -692,7 +713,13 @@ def run(
     host cost per tiny call and the first-call time of ``ours`` (before the sweep).
     ``on_row(result)`` is called after every row (to save partial results); ``meta``: fields
     for the record (the command line). ``pass_``: "fwd", or "bwd" (the backward: the library's
-    ``rmsnorm_bwd``, QuACK's, autograd of torch.compile / F.rms_norm / PyTorch ops)."""
+    ``rmsnorm_bwd``, QuACK's, autograd of torch.compile / F.rms_norm / PyTorch ops).
+    ``rounds``: at each shape and weight dtype, every kernel is timed once a round, in turn, and
+    a row is the median of its rounds (``merge_rounds``): a launch-bound row measures the host
+    as much as the kernel, and the host's speed moves (+-40% between processes at 32768x256),
+    so two kernels are compared at the same moments."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
     if pass_ not in ("fwd", "bwd"):
         raise ValueError(f"pass_ must be 'fwd' or 'bwd', got {pass_!r}")
     t_run = time.perf_counter()
@@ -711,6 +738,7 @@ def run(
         "weight_dtypes": [_short(w or dtype) for w in weight_dtypes],
         "residual": residual,
         "pass": pass_,
+        "rounds": rounds,
         **(meta or {}),
         "rows": rows,
     }
@@ -741,39 +769,64 @@ def run(
 
     for M, N in shapes:
         for wdt in weight_dtypes:
-            for name, fn in fns.items():
-                if N > max_n.get(name, N):
-                    continue
-                small = graph_max_n is None or N <= graph_max_n
-                for g in [False, True] if graph and small else [False]:
-                    try:
-                        row = bench_one(
-                            fn, M, N, dtype, g, wdt, residual=residual, budget_s=budget_s,
-                            pass_=pass_,
-                        )  # fmt: skip
-                    except Exception as e:  # a kernel that doesn't support a case: record why
-                        row = {
-                            "M": M,
-                            "N": N,
-                            "dtype": _short(dtype),
-                            "weight_dtype": _short(wdt or dtype),
-                            "residual": residual,
-                            "error": _why(e, 300),
-                            "graph": g,
-                        }
-                    row["kernel"] = name
-                    row["config"] = _config_of(name, N, dtype)
-                    if "gbps" in row:
-                        row["pct_copy"] = 100 * row["gbps"] / copy
-                    rows.append(row)
-                    log(_fmt_row(row))
-                    if on_row:
-                        on_row(result)
-                torch.cuda.empty_cache()
+            tries: dict = {}  # (kernel, graph) -> its row of every round
+            for _ in range(rounds):
+                for name, fn in fns.items():
+                    if N > max_n.get(name, N):
+                        continue
+                    small = graph_max_n is None or N <= graph_max_n
+                    for g in [False, True] if graph and small else [False]:
+                        tries.setdefault((name, g), []).append(
+                            _try_one(fn, M, N, dtype, g, wdt, residual, budget_s, pass_)
+                        )
+                    torch.cuda.empty_cache()
+            for (name, _g), rounds_rows in tries.items():
+                row = merge_rounds(rounds_rows)
+                row["kernel"] = name
+                row["config"] = _config_of(name, N, dtype)
+                if "gbps" in row:
+                    row["pct_copy"] = 100 * row["gbps"] / copy
+                rows.append(row)
+                log(_fmt_row(row))
+                if on_row:
+                    on_row(result)
     result["elapsed_s"] = time.perf_counter() - t_run
     result["verdict"] = verdict(rows, ours=ours, **thresholds_for(pass_))
     log(f"run took {result['elapsed_s']:.0f} s")
     return result
+
+
+def _try_one(fn, M, N, dtype, graph, wdt, residual, budget_s, pass_) -> dict:
+    """``bench_one``, or the row of a kernel that doesn't support the case: why."""
+    try:
+        return bench_one(
+            fn, M, N, dtype, graph, wdt, residual=residual, budget_s=budget_s, pass_=pass_
+        )
+    except Exception as e:
+        return {
+            "M": M,
+            "N": N,
+            "dtype": _short(dtype),
+            "weight_dtype": _short(wdt or dtype),
+            "residual": residual,
+            "error": _why(e, 300),
+            "graph": graph,
+        }
+
+
+def merge_rounds(tries: list[dict]) -> dict:
+    """One row from a kernel's rows of every round at one shape: the median time and the GB/s
+    of it, each round's time kept (``us_rounds``), the first round's first call (the compile).
+    A round that failed makes the row its error."""
+    for t in tries:
+        if "error" in t:
+            return dict(t)
+    row = dict(tries[0])
+    if len(tries) > 1:
+        row["us_rounds"] = [t["us"] for t in tries]
+        row["us"] = statistics.median(row["us_rounds"])
+        row["gbps"] = row["bytes"] / (row["us"] * 1e-6) / 1e9
+    return row
 
 
 def thresholds_for(pass_: str) -> dict:
@@ -1227,6 +1280,14 @@ def main(argv=None) -> int:
     p.add_argument(
         "--rep-budget", type=float, default=0.5, help="seconds of timed calls per row (at most)"
     )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="time every kernel of a shape this many times, in turn, and keep each one's median: "
+        "launch-bound rows measure the host too, whose speed moves, so kernels are then "
+        "compared at the same moments (the recorded sweeps use 3)",
+    )
     p.add_argument("--json", default=None)
     p.add_argument("--png", default=None)
     p.add_argument(
@@ -1276,6 +1337,7 @@ def main(argv=None) -> int:
         compile_ns=[int(n) for n in a.compile_n.split(",") if n],
         meta={"command": " ".join(["python -m quack_edu.bench", *(argv or sys.argv[1:])])},
         pass_=a.pass_,
+        rounds=a.rounds,
     )
     save(result)
     if a.png:

@@ -6,6 +6,7 @@ criteria and figures is checked here on synthetic rows.
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -98,10 +99,42 @@ def test_peer_names_unknown_and_modes():
     assert "quack-autograd" in missing  # the autograd entry is timed without a residual only
 
 
-def test_per_call_us_counts_every_call():
-    n = []
-    us = bench.per_call_us(lambda: n.append(1), (), calls=50, sync=lambda: None, warmup=3)
-    assert len(n) == 53 and us > 0
+def test_per_call_us_counts_every_call_with_the_collector_off():
+    gc_on = []
+    us = bench.per_call_us(
+        lambda: gc_on.append(gc.isenabled()), (), calls=50, sync=lambda: None, warmup=3
+    )
+    assert gc_on == [True] * 3 + [False] * 50 and us > 0  # timed calls: no collection pass
+    assert gc.isenabled()  # and on again after
+
+
+def test_rounds_take_turns_and_keep_each_kernels_median(monkeypatch):
+    """run(rounds=3): at each shape every kernel is timed once a round, in turn (A B A B A B,
+    not A A A B B B), and a row is the median of its rounds; a failing round is the row."""
+    calls, times = [], {"a": iter([30.0, 10.0, 20.0]), "b": iter([5.0, 50.0, 6.0])}
+
+    def fake_bench_one(fn, M, N, dtype, graph=False, weight_dtype=None, **kw):
+        calls.append(fn.__name__)
+        if fn.__name__ == "c":
+            raise RuntimeError("c cannot do this")
+        return {"M": M, "N": N, "dtype": "bf16", "weight_dtype": "bf16", "residual": False,
+                "graph": graph, "bytes": 10**6, "us": next(times[fn.__name__]),
+                "first_call_s": 1.0}  # fmt: skip
+
+    fns = {n: types.SimpleNamespace(__name__=n) for n in "abc"}
+    monkeypatch.setattr(bench, "resolve_kernels", lambda names, *a, **k: (fns, {}))
+    monkeypatch.setattr(bench, "bench_one", fake_bench_one)
+    monkeypatch.setattr(bench, "copy_bandwidth", lambda: COPY)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake GPU")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    result = bench.run(["a", "b", "c"], [(8, 256)], rounds=3, log=lambda *a: None)
+    assert calls == list("abc" * 3) and result["rounds"] == 3
+    by = {r["kernel"]: r for r in result["rows"]}
+    assert by["a"]["us"] == 20.0 and by["a"]["us_rounds"] == [30.0, 10.0, 20.0]
+    assert by["b"]["us"] == 6.0 and by["b"]["gbps"] == pytest.approx(1e6 / 6e-6 / 1e9)
+    assert "c cannot do this" in by["c"]["error"] and "gbps" not in by["c"]
+    with pytest.raises(ValueError, match="rounds"):
+        bench.run(["a"], [(8, 256)], rounds=0)
 
 
 # --- the verdict on synthetic rows ----------------------------------------------------------
