@@ -5,7 +5,7 @@ two such folders: whether each kernel has the same multiset of instructions, how
 moved, and the compile times. For refactors that must not change the generated code.
 
     python3 scripts/ptx_compare.py dump DIR        # on the tree to test
-    python3 scripts/ptx_compare.py compare A B     # A: before, B: after
+    python3 scripts/ptx_compare.py compare A B     # A: before, B: after; exits 1 if any differ
 """
 
 from __future__ import annotations
@@ -65,8 +65,13 @@ def dump(folder: str) -> None:
 
 
 def compare(a: str, b: str) -> int:
+    """Print each kernel's difference; 0 when every kernel has the same instructions, else 1
+    (also when the two folders hold different cases)."""
     ma = json.loads(Path(a, "meta.json").read_text())
     mb = json.loads(Path(b, "meta.json").read_text())
+    if ma["cases"] != mb["cases"]:
+        print(f"{a} and {b} hold different kernels: dumped by different versions of cases()")
+        return 1
     different = 0
     for i, name in enumerate(ma["cases"]):
         A = Path(a, f"{i}.txt").read_text().splitlines()
@@ -82,7 +87,7 @@ def compare(a: str, b: str) -> int:
         print(f"{name[:60]:60s} {ta:5.2f} -> {tb:5.2f} s, {moved:3d} lines moved{note}")
     total_a, total_b = sum(ma["times"].values()), sum(mb["times"].values())
     print(f"{different} of {len(ma['cases'])} differ; compiling {total_a:.1f} -> {total_b:.1f} s")
-    return 0
+    return 1 if different else 0
 
 
 if __name__ == "__main__":

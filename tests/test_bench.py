@@ -345,6 +345,25 @@ def _gpu_check():
     return _script("gpu_check")
 
 
+def test_ptx_compare_exits_1_when_a_kernel_differs(tmp_path, capsys):
+    """scripts/ptx_compare.py compare: 0 for the same instructions in another order, 1 for an
+    instruction more or less, or for folders of different cases."""
+    pc = _script("ptx_compare")
+
+    def dump(name, ops, cases=("fwd N=7",)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "meta.json").write_text(json.dumps({"cases": list(cases), "times": {"0": 1.0}}))
+        (d / "0.txt").write_text("\n".join(ops))
+        return str(d)
+
+    a = dump("a", ["ld.global.v4", "st.global.v4"])
+    assert pc.compare(a, dump("moved", ["st.global.v4", "ld.global.v4"])) == 0
+    assert pc.compare(a, dump("more", ["ld.global.v4", "st.global.v4", "st.global.v4"])) == 1
+    assert pc.compare(a, dump("other", ["ld.global.v4", "st.global.v4"], ("bwd N=7",))) == 1
+    assert "1 of 1 differ" in capsys.readouterr().out
+
+
 def test_ab_config_changes_only_the_fields_named():
     from quack_edu.stages.final import final_config
     from quack_edu.stages.final_bwd import bwd_config
