@@ -45,10 +45,14 @@ def _check(r, N: int, dtype, cfg: FinalConfig):
     vb = _vec_bytes(N, dtype)
     if vb == 16:
         # x comes in by 16-byte cp.async only, y goes out in 16-byte stores only
-        assert r.count(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16", regex=True) > 0
+        hinted = r"(\.L2::cache_hint)?"  # x's copies carry an L2 policy (see below)
+        cp16 = r"cp\.async\.cg\.shared\.global" + hinted + r" \[[^]]+\], \[[^]]+\], 16"
+        assert r.count(cp16, regex=True) > 0
         assert r.count("st.global") == r.count("st.global.v4") > 0, r.lines("st.global")
         # what global loads remain are the weight's (registers plan), 128-bit too
-        assert r.count("ld.global") == r.count(r"ld\.global(\.nc)?\.v4", regex=True)
+        assert r.count("ld.global") == r.count(
+            r"ld\.global(\.nc|\.L2::cache_hint)?\.v4", regex=True
+        )
     elif vb >= 4:
         assert r.count("cp.async.ca.shared.global") > 0 and r.count("cp.async.cg") == 0
     else:  # narrower than cp.async's 4 bytes: through registers
@@ -93,6 +97,31 @@ def test_the_plans_an_autotuner_tries_compile(fields):
     # registers do not depend on the weight's dtype when it lives in shared memory
     if cfg.weight_in_smem:
         assert r.registers <= 64, r.summary()
+
+
+def test_x_comes_in_under_an_l2_evict_last_policy():
+    """Every whole 16-byte cp.async of x (and of a weight slice that is one) goes under an L2
+    evict_last policy (createpolicy, ``.L2::cache_hint``); a vector a predicate may switch off
+    keeps the plain, zero-filling copy; weights loaded into registers carry the policy in the
+    plans without a cluster only (``hint_weight_loads``)."""
+    bf16, fp32 = torch.bfloat16, torch.float32
+
+    def report(N, wdt=bf16):
+        return compile_report("final", N, bf16, weight_dtype=wdt, sass=False)
+
+    r = report(8192)  # 2 rows a CTA, weight slice in shared memory, tiles cover N
+    hinted = r.count(r"cp\.async\.cg\.shared\.global\.L2::cache_hint .*, 16, %rd", regex=True)
+    assert hinted > 0 and r.count(r"cp\.async\.cg\.shared\.global \[", regex=True) == 0
+    assert r.count("createpolicy.fractional.L2::evict_last") > 0
+    ragged = report(8192 + 8)  # the last tile is partial: predicated copies, no hint
+    assert ragged.count("L2::cache_hint") == 0 and ragged.count("cp.async.cg") > 0
+    alone = report(65536)  # no cluster, the weight in registers: its loads hinted too
+    assert not alone.config.weight_in_smem and alone.config.cluster_n == 1
+    assert alone.count(r"ld\.global\.L2::cache_hint\.v4", regex=True) > 0
+    clustered = report(262144, fp32)  # clusters, an fp32 weight in registers: plain loads
+    assert not clustered.config.weight_in_smem and clustered.config.cluster_n > 1
+    assert clustered.count("ld.global.L2::cache_hint") == 0 and clustered.count("ld.global") > 0
+    assert clustered.count("cp.async.cg.shared.global.L2::cache_hint") > 0
 
 
 def test_the_weight_in_shared_memory_costs_no_registers():

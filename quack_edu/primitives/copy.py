@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Boolean
+from cutlass import Boolean, Int64
 from cutlass.cute.nvgpu import cpasync
 
 #: bits per access: LDG.128 / STG.128 / LDGSTS.128, the widest a thread can issue
@@ -130,3 +130,20 @@ def opaque_registers(t: cute.Tensor):
         regs[i] = cute.arch.inline_ptx(
             "mov.b32 {$w0}, {$r0};", write_only_types=[cutlass.Uint32], read_only_args=[regs[i]]
         )
+
+
+def l2_evict_last() -> Int64:
+    """An L2 cache policy (``createpolicy``) that marks every line an access with it brings in
+    evict_last: such lines go after the others when L2 needs room."""
+    return cute.arch.inline_ptx(
+        "createpolicy.fractional.L2::evict_last.b64 {$w0}, 1.0;", write_only_types=[Int64]
+    )
+
+
+def cp_async_16(dst: cute.Tensor, src: cute.Tensor, policy: Int64) -> None:
+    """One 16-byte ``cp.async.cg`` from ``src`` (global) to ``dst`` (shared) under the L2 cache
+    policy ``policy`` (the DSL's cp.async atom takes no cache hint)."""
+    cute.arch.inline_ptx(
+        "cp.async.cg.shared.global.L2::cache_hint [{$r0}], [{$r1}], 16, {$r2};",
+        read_only_args=[dst.iterator, src.iterator, policy],
+    )

@@ -17,6 +17,10 @@ Delta over cpasync, in bytes, registers and bytes in flight:
   out before this block is waited for, so a CTA has a block in flight while it reduces,
   exchanges and stores the previous one: the pipelining the cluster stage got from registers
   (``seq_rows``), without spending them.
+* x comes in under an L2 evict_last cache policy (``stage_in``): the bytes are the same, but L2
+  then evicts the output's dirty lines before x's, and the H200 moved +2.4..+5.4% more bytes
+  from 4096 to 262144 (98-101% of its D2D copy), as torch.compile's Triton kernels, which load
+  with evict_last, had shown at 8192.
 * The plan depends on the row length (``final_config``, from a sweep on the H200): short rows
   (<= 16K bf16) want many small CTAs per SM and one block each, as cpasync; long rows with an
   fp32 weight want the weight amortised over several blocks and two buffers.
@@ -471,14 +475,37 @@ class FinalRMSNorm(ClusterRMSNorm):
             if m is None:
                 out.append(None)
                 continue
-            copy_W = self.stage_copy(m.element_type, False)
-            thr_W = copy_W.get_slice(tidx)
+            thr_W = copy_W = None
             gW = cute.local_tile(copy_utils.broadcast_rows(m, t.rows_per_cta), t.tiler, (0, rank))
             rW = cute.make_rmem_tensor_like(tXsX[None, None, None, 0], m.element_type)
-            pW = self.col_pred(thr_W, cX)
-            cute.copy(copy_W, thr_W.partition_S(gW), thr_W.retile(rW), pred=pW)
+            if cutlass.const_expr(self.hint_weight_loads()):
+                # evict_last, as x's copies are: else the streamed x pushes the weight out of L2
+                # (without it, 32768 x 65536 bf16 ran 1% slower with x's hint than without)
+                copy_W = copy_utils.row_tiled_copy(
+                    m.element_type, t.threads_per_row, t.num_threads, t.vec,
+                    op=cute.nvgpu.CopyG2ROp(),
+                )  # fmt: skip
+                thr_W = copy_W.get_slice(tidx)
+                cute.copy(
+                    copy_W, thr_W.partition_S(gW), thr_W.retile(rW),
+                    pred=self.col_pred(thr_W, cX), cache_policy=copy_utils.l2_evict_last(),
+                )  # fmt: skip
+            else:
+                copy_W = self.stage_copy(m.element_type, False)
+                thr_W = copy_W.get_slice(tidx)
+                cute.copy(
+                    copy_W, thr_W.partition_S(gW), thr_W.retile(rW), pred=self.col_pred(thr_W, cX)
+                )
             out.append(rW)
         return out
+
+    def hint_weight_loads(self) -> bool:
+        """Whether the weight (and bias) loads into registers carry the L2 evict_last policy
+        too. Measured with it on the H200 (2026-12-01): every plan without a cluster. The
+        long-row plans of clusters with an fp32 weight in registers (131072, 262144) were
+        measured only without it (+4-5% from x's hint alone) and keep the plain loads until
+        they are measured with it."""
+        return self.config.cluster_n == 1
 
     def stage_in(self, tiled, src: cute.Tensor, dst: cute.Tensor, pred, lo: int, hi: int):
         """Copy this thread's vectors ``lo..hi-1`` of ``src`` (global) into ``dst`` (shared);
@@ -486,7 +513,18 @@ class FinalRMSNorm(ClusterRMSNorm):
         nothing and zero-fills). Through registers when cp.async cannot take them.
         Unrolled while tracing, unlike the passes' loops: as a compiler-unrolled loop it
         changed ptxas's schedule of the fp32-weight long-row kernels (91 -> 80 registers) and
-        cost 16% / 23% at N = 131072 / 262144 on the H200 (2026-12-01)."""
+        cost 16% / 23% at N = 131072 / 262144 on the H200 (2026-12-01).
+        A whole 16-byte vector goes by ``cp.async`` under an L2 evict_last policy: L2 then
+        evicts other lines (the output's dirty ones) first. Measured on the H200 (2026-12-01,
+        ``ab_configs.json``): +2.4..+5.4% from 4096 to 262144 with either weight dtype (98-101%
+        of the D2D copy; an fp32 weight at 131072 93.2 -> 98.0%), as torch.compile's Triton
+        kernels load with evict_last too. Vectors that a predicate may switch off (the zero
+        fill) keep the unhinted copy."""
+        if self.use_async and pred is None and self.tiling.vec * src.element_type.width == 128:
+            policy = copy_utils.l2_evict_last()
+            for v in range(lo, hi):
+                copy_utils.cp_async_16(dst[None, None, v], src[None, None, v], policy)
+            return
         for v in range(lo, hi):
             p = None if pred is None else pred[None, None, v]
             if self.use_async:
