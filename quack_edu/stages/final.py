@@ -18,7 +18,7 @@ Delta over cpasync, in bytes, registers and bytes in flight:
   exchanges and stores the previous one: the pipelining the cluster stage got from registers
   (``seq_rows``), without spending them.
 * x comes in under an L2 evict_last cache policy (``stage_in``): the bytes are the same, but L2
-  then evicts the output's dirty lines before x's, and the H200 moved +2.4..+5.4% more bytes
+  then evicts the output's dirty lines before x's, and the H200 moved +2.4..+5.3% more bytes
   from 4096 to 262144 (98-101% of its D2D copy), as torch.compile's Triton kernels, which load
   with evict_last, had shown at 8192.
 * The plan depends on the row length (``final_config``, from a sweep on the H200): short rows
@@ -516,7 +516,7 @@ class FinalRMSNorm(ClusterRMSNorm):
         cost 16% / 23% at N = 131072 / 262144 on the H200 (2026-12-01).
         A whole 16-byte vector goes by ``cp.async`` under an L2 evict_last policy: L2 then
         evicts other lines (the output's dirty ones) first. Measured on the H200 (2026-12-01,
-        ``ab_configs.json``): +2.4..+5.4% from 4096 to 262144 with either weight dtype (98-101%
+        ``ab_configs.json``): +2.4..+5.3% from 4096 to 262144 with either weight dtype (98-101%
         of the D2D copy; an fp32 weight at 131072 93.2 -> 98.0%), as torch.compile's Triton
         kernels load with evict_last too. Vectors that a predicate may switch off (the zero
         fill) keep the unhinted copy."""
