@@ -7,6 +7,10 @@ or more variants), timed in turn in one process, values checked first.
         --variant cluster_n=8,weight_in_smem=True,refill_early=True \\
         [--shapes 16384x131072,8192x262144] [--weight-dtype bf16,fp32] [--reps 3] [--graph]
         [--residual] [--json F]
+    source .gpu/env.sh; python3 scripts/ab_config.py --pass fwd --variant hint_copies=False
+
+A variant sets fields of the config, or on/off attributes of the kernel class (``hint_copies``:
+a subclass with its own compile key runs that side).
 
 Each side runs through the stage's launcher (``final.launch_fwd``, ``final_bwd.launch_bwd``)
 with an explicit config (its own compile key, so nothing cached by the library's plain path
@@ -39,13 +43,19 @@ def _stage(pass_: str):
     return final_bwd if pass_ == "bwd" else final
 
 
+def _switches(pass_: str) -> set[str]:
+    """The kernel class's on/off attributes (``hint_copies``): a variant may set them too."""
+    kernel = _stage(pass_).KERNEL
+    return {n for n in dir(kernel) if not n.startswith("_") and type(getattr(kernel, n)) is bool}
+
+
 def parse_variant(text: str, pass_: str = "bwd") -> dict:
     """``"refill_early=True,cluster_n=8"`` -> {"refill_early": True, "cluster_n": 8}: each name
-    a field of the pass's config (``BwdConfig``, ``FinalConfig``), each value a Python
-    literal."""
+    a field of the pass's config (``BwdConfig``, ``FinalConfig``) or an on/off attribute of its
+    kernel class (``hint_copies``), each value a Python literal."""
     import ast
 
-    fields = {f.name for f in dataclasses.fields(_stage(pass_).CONFIG)}
+    fields = {f.name for f in dataclasses.fields(_stage(pass_).CONFIG)} | _switches(pass_)
     out = {}
     for item in text.split(","):
         name, sep, value = item.strip().partition("=")
@@ -74,9 +84,10 @@ def sides(
         features = mod.BwdFeatures(dres_out_dtype=dtype)
     base = mod.default_config(N, dtype, weight_dtype, features)
     out = {"A": base}
+    fields = {f.name for f in dataclasses.fields(mod.CONFIG)}
     for name, changes in variants.items():
         try:
-            cfg = dataclasses.replace(base, **changes)
+            cfg = dataclasses.replace(base, **{k: v for k, v in changes.items() if k in fields})
             mod.KERNEL(dtype, N, cfg, weight_dtype, features)  # fits (shared memory, tiling)
             out[name] = cfg
         except ValueError as e:
@@ -84,11 +95,21 @@ def sides(
     return out
 
 
-def run_with(config, pass_: str = "bwd", residual: bool = False):
+def kernel_class(changes: dict, pass_: str = "bwd"):
+    """The pass's kernel class with a variant's on/off attributes set (a subclass: its own
+    compile key), or None when the variant sets none."""
+    switches = {k: v for k, v in changes.items() if k in _switches(pass_)}
+    if not switches:
+        return None
+    kernel = _stage(pass_).KERNEL
+    return type(f"{kernel.__name__}_" + "_".join(switches), (kernel,), dict(switches))
+
+
+def run_with(config, pass_: str = "bwd", residual: bool = False, kernel_cls=None):
     """The plain call running ``config``: ``fn(x, w) -> out`` (forward), ``fn(x, w, r) ->
     (out, residual_out)`` (forward with a residual), ``fn(x, w, dout, rstd) -> (dx, dw)``
     (backward) or ``fn(x, w, dout, rstd, dres_out)`` (backward with a residual), as the bench
-    times them."""
+    times them; ``kernel_cls`` (``kernel_class``) in place of the stage's kernel."""
     import torch
 
     from quack_edu.bench import EPS
@@ -98,7 +119,9 @@ def run_with(config, pass_: str = "bwd", residual: bool = False):
 
         def fwd_residual(x, w, r):
             out, res_out = torch.empty_like(x), torch.empty_like(r)
-            mod.launch_fwd(x, w, None, r, out, res_out, None, EPS, config=config)
+            mod.launch_fwd(
+                x, w, None, r, out, res_out, None, EPS, config=config, kernel_cls=kernel_cls
+            )
             return out, res_out
 
         return fwd_residual
@@ -106,14 +129,18 @@ def run_with(config, pass_: str = "bwd", residual: bool = False):
 
         def fwd(x, w):
             out = torch.empty_like(x)
-            mod.launch_fwd(x, w, None, None, out, None, None, EPS, config=config)
+            mod.launch_fwd(
+                x, w, None, None, out, None, None, EPS, config=config, kernel_cls=kernel_cls
+            )
             return out
 
         return fwd
 
     def bwd(x, w, dout, rstd, dres_out=None):
         dx = torch.empty_like(x)
-        dw_p, _ = mod.launch_bwd(x, w, dout, dres_out, rstd, dx, None, False, config=config)
+        dw_p, _ = mod.launch_bwd(
+            x, w, dout, dres_out, rstd, dx, None, False, config=config, kernel_cls=kernel_cls
+        )
         return dx, mod.sum_partials(dw_p, w.dtype)
 
     return bwd
@@ -137,6 +164,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     variants = {text: parse_variant(text, a.pass_) for text in a.variant}
+    classes = {text: kernel_class(changes, a.pass_) for text, changes in variants.items()}
 
     import torch
 
@@ -162,7 +190,7 @@ def main(argv=None) -> int:
             got = {k: [] for k in runnable}
             for _ in range(a.reps):
                 for k, cfg in runnable.items():
-                    fn = run_with(cfg, a.pass_, a.residual)
+                    fn = run_with(cfg, a.pass_, a.residual, classes.get(k))
                     r = bench.bench_one(
                         fn, M, N, dtype, a.graph, wdt, residual=a.residual, pass_=a.pass_
                     )
@@ -173,6 +201,7 @@ def main(argv=None) -> int:
             row["copy_gbps"] = copy
             row["sides"] = {
                 k: {"config": str(c), "gbps": med.get(k), "runs": got.get(k)}
+                | ({"kernel": classes[k].__name__} if classes.get(k) else {})
                 for k, c in cfgs.items()
             }
             rows.append(row)

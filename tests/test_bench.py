@@ -405,6 +405,28 @@ def test_ab_config_changes_only_the_fields_named():
     assert got["A"].invariant_loads and not got["plain"].invariant_loads
 
 
+def test_ab_config_switches_a_kernel_attribute():
+    """--variant hint_copies=False: the same config, run by a subclass with the attribute off
+    (its own compile key), whose x copies carry no L2 cache policy."""
+    from quack_edu.inspect import compile_report
+    from quack_edu.stages.final import FinalRMSNorm
+
+    ab = _script("ab_config")
+    bf16 = torch.bfloat16
+    changes = ab.parse_variant("hint_copies=False", "fwd")
+    assert changes == {"hint_copies": False} and ab.kernel_class({"buffers": 2}, "fwd") is None
+    got = ab.sides(8192, bf16, bf16, {"off": changes}, "fwd")
+    assert got["off"] == got["A"]
+    off = ab.kernel_class(changes, "fwd")
+    assert issubclass(off, FinalRMSNorm) and off.hint_copies is False and FinalRMSNorm.hint_copies
+    plain = compile_report(off, 8192, bf16, sass=False)
+    hinted = compile_report("final", 8192, bf16, sass=False)
+    assert plain.count("L2::cache_hint") == 0 and plain.count("cp.async.cg.shared.global [") > 0
+    assert hinted.count("cp.async.cg.shared.global.L2::cache_hint") > 0
+    with pytest.raises(SystemExit, match="--variant"):
+        ab.parse_variant("hint_copies", "fwd")
+
+
 def test_gpu_check_runs_every_test_file():
     from pathlib import Path
 

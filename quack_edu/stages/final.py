@@ -499,13 +499,17 @@ class FinalRMSNorm(ClusterRMSNorm):
             out.append(rW)
         return out
 
+    #: the L2 evict_last policy on x's copies (``stage_in``); False: plain copies, as before it
+    #: (``scripts/ab_config.py --variant hint_copies=False``)
+    hint_copies = True
+
     def hint_weight_loads(self) -> bool:
         """Whether the weight (and bias) loads into registers carry the L2 evict_last policy
         too. Measured with it on the H200 (2026-12-01): every plan without a cluster. The
         long-row plans of clusters with an fp32 weight in registers (131072, 262144) were
         measured only without it (+4-5% from x's hint alone) and keep the plain loads until
         they are measured with it."""
-        return self.config.cluster_n == 1
+        return self.hint_copies and self.config.cluster_n == 1
 
     def stage_in(self, tiled, src: cute.Tensor, dst: cute.Tensor, pred, lo: int, hi: int):
         """Copy this thread's vectors ``lo..hi-1`` of ``src`` (global) into ``dst`` (shared);
@@ -520,7 +524,8 @@ class FinalRMSNorm(ClusterRMSNorm):
         of the D2D copy; an fp32 weight at 131072 93.2 -> 98.0%), as torch.compile's Triton
         kernels load with evict_last too. Vectors that a predicate may switch off (the zero
         fill) keep the unhinted copy."""
-        if self.use_async and pred is None and self.tiling.vec * src.element_type.width == 128:
+        whole = self.tiling.vec * src.element_type.width == 128
+        if self.hint_copies and self.use_async and pred is None and whole:
             policy = copy_utils.l2_evict_last()
             for v in range(lo, hi):
                 copy_utils.cp_async_16(dst[None, None, v], src[None, None, v], policy)
