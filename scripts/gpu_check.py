@@ -78,6 +78,7 @@ def bench_commands(a, out: Path, py: str) -> list[tuple[str, list[str], Path]]:
     common = ["--shapes", shapes] if shapes else []
     common += ["--graph", "--graph-max-n", a.graph_max_n] if a.graph else []
     common += ["--residual"] if a.residual else []
+    common += ["--rounds", str(a.rounds)]
     runs = []
     if a.bench_pass in ("fwd", "both"):
         cmd = [py, "-m", "quack_edu.bench", "--stages", a.stages, "--ours", a.ours]
@@ -195,6 +196,9 @@ def parser() -> argparse.ArgumentParser:
         "--overhead", action="store_true", help="bench: host cost per call, first-call time"
     )
     p.add_argument("--ours", default="lib", help="the kernel the bench's verdict judges")
+    p.add_argument(
+        "--rounds", type=int, default=3, help="bench: every kernel timed in turn, this many times"
+    )
     p.add_argument(
         "--bench-pass",
         choices=("fwd", "bwd", "both"),
