@@ -126,12 +126,11 @@ def _reps_for(fn, arg_sets, budget_s: float, lo: int, hi: int) -> int:
 
 @contextlib.contextmanager
 def no_gc():
-    """Python's garbage collector off (after one collection) while calls are timed, as
-    ``timeit`` does: a launch-bound call measures the host, and a collection pass over the
-    objects a torch.compile peer leaves behind would land in some kernels' timings and not in
-    others'."""
+    """Python's garbage collector off while calls are timed, as ``timeit`` does: a launch-bound
+    call measures the host, and a collection pass over the objects a torch.compile peer leaves
+    behind would land in some kernels' timings and not in others'. (No collection first: over
+    torch.compile's heap one takes long, and the timed calls make no cycles to collect.)"""
     enabled = gc.isenabled()
-    gc.collect()
     gc.disable()
     try:
         yield
@@ -716,8 +715,9 @@ def run(
     ``rmsnorm_bwd``, QuACK's, autograd of torch.compile / F.rms_norm / PyTorch ops).
     ``rounds``: at each shape and weight dtype, every kernel is timed once a round, in turn, and
     a row is the median of its rounds (``merge_rounds``): a launch-bound row measures the host
-    as much as the kernel, and the host's speed moves (+-40% between processes at 32768x256),
-    so two kernels are compared at the same moments."""
+    as much as the kernel, and the host's speed moves, so kernels are compared over the same
+    stretch of time. It damps, not removes, that noise: on the H200's host the plain rows at
+    32768 x 256 moved 20-60% between rounds of one process, for every kernel."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     if pass_ not in ("fwd", "bwd"):
