@@ -268,6 +268,8 @@ class FinalBwdRMSNorm(FinalRMSNorm):
 
     name = "final_bwd"
     heuristic = staticmethod(bwd_config)
+    #: the forward's L2 policy on x's copies: not here yet (this class has its own stage_in)
+    hint_copies = False
 
     def __init__(
         self,
