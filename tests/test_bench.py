@@ -480,7 +480,9 @@ def test_gpu_check_bench_commands(tmp_path):
     got = commands("--bench-pass", "both", "--peers", "quack")
     assert set(got) == {"bench", "bench bwd"}
     assert "--shapes" in got["bench bwd"] and "--residual" not in got["bench bwd"]
-    assert all(cmd[cmd.index("--rounds") + 1] == "3" for cmd in got.values())  # kernels in turn
+    assert all(cmd[cmd.index("--rounds") + 1] == "1" for cmd in got.values())  # one call's time
+    got = commands("--bench-pass", "both", "--rounds", "3")  # a recorded run: kernels in turn
+    assert all(cmd[cmd.index("--rounds") + 1] == "3" for cmd in got.values())
     assert got["bench bwd"][got["bench bwd"].index("--peers") + 1] == "quack,torch-compile"
     written = [str(tmp_path / "bench.json"), str(tmp_path / "bench.png")]
     assert got["bench"][-4:] == ["--json", written[0], "--png", written[1]]
