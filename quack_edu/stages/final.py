@@ -512,12 +512,9 @@ class FinalRMSNorm(ClusterRMSNorm):
         Unrolled while tracing, unlike the passes' loops: as a compiler-unrolled loop it
         changed ptxas's schedule of the fp32-weight long-row kernels (91 -> 80 registers) and
         cost 16% / 23% at N = 131072 / 262144 on the H200 (2026-12-01).
-        A whole 16-byte vector goes by ``cp.async`` under an L2 evict_last policy: L2 then
-        evicts other lines (the output's dirty ones) first. Measured on the H200 (2026-12-01,
-        ``ab_configs.json``): +2.4..+5.3% from 4096 to 262144 with either weight dtype (98-101%
-        of the D2D copy; an fp32 weight at 131072 93.2 -> 98.0%), as torch.compile's Triton
-        kernels load with evict_last too. Vectors that a predicate may switch off (the zero
-        fill) keep the unhinted copy."""
+        A whole 16-byte vector goes by ``cp.async`` under an L2 evict_last policy (the module
+        docstring says what it measured; ``hint_copies`` switches it off); vectors that a
+        predicate may switch off (the zero fill) keep the unhinted copy."""
         whole = self.tiling.vec * src.element_type.width == 128
         if self.hint_copies and self.use_async and pred is None and whole:
             policy = copy_utils.l2_evict_last()
