@@ -117,7 +117,11 @@ def final_config(N: int, dtype, weight_dtype=None, features: Features | None = N
       64 vectors (bf16 rows of <= 1 KiB), a wide weight in registers and 2 row blocks a CTA, 2
       buffers, rather than 1-2 KiB of fp32 weight staged for every 2-4 KiB of x (+19% at
       N = 256, +0.4% at 512; through CUDA graphs +54% and +10%: benchmarks/results/
-      ab_configs.json);
+      ab_configs.json). A narrow weight next to rows of 17-32 vectors (bf16 N = 256): 16
+      threads a row, 256 a CTA, 2 row blocks, 2 buffers (+3.8-4.1% through CUDA graphs in two
+      runs); of 33-64 vectors (512): 256 threads a CTA (+3.5%). Such a CTA of 32 or 16 rows
+      moves 16 KiB, where 128 threads moved 2-4 KiB: fewer, fuller CTAs for the launch to
+      place;
     * 4096 vectors: 256 threads, no cluster, the weight in registers;
     * 8192: a narrow weight as above; a wide one in shared memory, clusters of 8, each CTA
       walking 4 row blocks with 2 staged at once (the weight read once per 4 blocks). With a
@@ -157,6 +161,10 @@ def final_config(N: int, dtype, weight_dtype=None, features: Features | None = N
         )
         if wide and nvec <= 64:  # see the docstring: a wide weight next to rows of <= 1 KiB
             pick = replace(pick, buffers=2, blocks_per_cta=2, weight_in_smem=False)
+        elif not wide and 16 < nvec <= 32:  # a narrow weight, rows of 17-32 vectors: see above
+            pick = replace(pick, threads_per_row=16, num_threads=256, buffers=2, blocks_per_cta=2)
+        elif not wide and 32 < nvec <= 64:
+            pick = replace(pick, num_threads=256)
     else:
         # vectors: (narrow weight plan, wide weight plan); a plan: (cluster, buffers, blocks,
         # weight in smem)
@@ -223,7 +231,7 @@ def configs(N: int, dtype, weight_dtype=None, features=None, vec=None) -> list[F
     out = [base, replace(base, stages=2)]
     t0 = base.threads_per_row
     for tpr in (t0, max(4, t0 // 2), min(512, 2 * t0)):
-        for cn in (1, 2, 4, 8, 16):
+        for cn in (c for c in (1, 2, 4, 8, 16) if c <= tpr):  # a lane a peer CTA
             for buffers, seq, in_smem in PLANS:
                 out.append(
                     FinalConfig(
