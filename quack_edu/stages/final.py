@@ -119,9 +119,9 @@ def final_config(N: int, dtype, weight_dtype=None, features: Features | None = N
       N = 256, +0.4% at 512; through CUDA graphs +54% and +10%: benchmarks/results/
       ab_configs.json). A narrow weight next to rows of 17-32 vectors (bf16 N = 256): 16
       threads a row, 256 a CTA, 2 row blocks, 2 buffers (+3.8-4.1% through CUDA graphs in two
-      runs); of 33-64 vectors (512): 256 threads a CTA (+3.5%). Such a CTA of 32 or 16 rows
-      moves 16 KiB, where 128 threads moved 2-4 KiB: fewer, fuller CTAs for the launch to
-      place;
+      runs); of 33-64 vectors (512): 256 threads a CTA (+3.5%). Such a CTA moves 16 KiB of
+      x at 256 (2 blocks of 16 rows) and 8 KiB at 512 (8 rows), where 128 threads moved 2 and
+      4 KiB: fewer, fuller CTAs for the launch to place;
     * 4096 vectors: 256 threads, no cluster, the weight in registers;
     * 8192: a narrow weight as above; a wide one in shared memory, clusters of 8, each CTA
       walking 4 row blocks with 2 staged at once (the weight read once per 4 blocks). With a
