@@ -22,8 +22,9 @@ Delta over cpasync, in bytes, registers and bytes in flight:
   from 4096 to 262144 (98-101% of its D2D copy), as torch.compile's Triton kernels, which load
   with evict_last, had shown at 8192.
 * The plan depends on the row length (``final_config``, from a sweep on the H200): short rows
-  (<= 16K bf16) want many small CTAs per SM and one block each, as cpasync; long rows with an
-  fp32 weight want the weight amortised over several blocks and two buffers.
+  (<= 16K bf16) want many small CTAs per SM and one block each, as cpasync, except the
+  shortest (256-512 bf16), whose CTAs of 4 rows were too small (256 threads a CTA now); long
+  rows with an fp32 weight want the weight amortised over several blocks and two buffers.
 * What the library needs: bias, a residual added in fp32 (``residual_out`` written in the
   first pass: the residual costs its read and that write, nothing else), ``out``/residual
   dtypes of their own, rstd stored, ``weight_offset`` (Gemma's 1 + w, added in fp32), a
