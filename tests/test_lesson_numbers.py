@@ -366,6 +366,34 @@ def test_lesson06_quoted_ratios_are_the_recorded_ones(quoted):
     assert quoted in _prose06()
 
 
+def test_lesson06_short_row_plan_counts():
+    """Section 8's count of what the short-row picks changed (the cell prints the same)."""
+    import torch
+
+    from quack_edu.config import FinalConfig
+    from quack_edu.stages import final
+
+    bf16, M, sms = torch.bfloat16, 32768, 132
+
+    def plan(N, cfg):
+        k = final.FinalRMSNorm(bf16, N, cfg, bf16)
+        rows = k.tiling.rows_per_cta * cfg.blocks_per_cta
+        return k.grid_x(M), k.ctas_per_sm(), rows * N * 2 // 1024
+
+    before = FinalConfig(32, 128, buffers=1, blocks_per_cta=1)
+    now = {N: final.default_config(N, bf16, bf16) for N in (256, 512)}
+    assert plan(256, before) == (8192, 16, 2) and plan(256, now[256]) == (1024, 8, 16)
+    assert plan(512, before) == (8192, 16, 4) and plan(512, now[512]) == (4096, 8, 8)
+    assert round(8192 / (sms * 16)) == 4 and 1024 <= sms * 8  # "about four waves", "one wave"
+    prose = _prose06()
+    for claim in (
+        "from 8192 CTAs, about four waves of 16 an SM holding 2 KiB each",
+        "(32 KiB of `x` an SM), to 1024, one wave of 8 an SM with up to 16 KiB",
+        "At 512 the bytes an SM holds stay 64 KiB",
+    ):
+        assert claim in prose, claim
+
+
 def test_lesson06_claims_on_the_recorded_sweeps():
     prose = _prose06()
     a = _sweep_a()
