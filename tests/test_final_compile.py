@@ -102,8 +102,8 @@ def test_the_plans_an_autotuner_tries_compile(fields):
 def test_x_comes_in_under_an_l2_evict_last_policy():
     """Every whole 16-byte cp.async of x (and of a weight slice that is one) goes under an L2
     evict_last policy (createpolicy, ``.L2::cache_hint``); a vector a predicate may switch off
-    keeps the plain, zero-filling copy; weights loaded into registers carry the policy in the
-    plans without a cluster only (``hint_weight_loads``)."""
+    keeps the plain, zero-filling copy; weights loaded into registers carry the policy too
+    (``hint_weight_loads``)."""
     bf16, fp32 = torch.bfloat16, torch.float32
 
     def report(N, wdt=bf16):
@@ -118,10 +118,44 @@ def test_x_comes_in_under_an_l2_evict_last_policy():
     alone = report(65536)  # no cluster, the weight in registers: its loads hinted too
     assert not alone.config.weight_in_smem and alone.config.cluster_n == 1
     assert alone.count(r"ld\.global\.L2::cache_hint\.v4", regex=True) > 0
-    clustered = report(262144, fp32)  # clusters, an fp32 weight in registers: plain loads
+    clustered = report(262144, fp32)  # clusters, an fp32 weight in registers: hinted too
     assert not clustered.config.weight_in_smem and clustered.config.cluster_n > 1
-    assert clustered.count("ld.global.L2::cache_hint") == 0 and clustered.count("ld.global") > 0
+    assert clustered.count(r"ld\.global\.L2::cache_hint\.v4", regex=True) > 0
     assert clustered.count("cp.async.cg.shared.global.L2::cache_hint") > 0
+
+
+def _loop_bodies(ptx: str) -> list[str]:
+    """The text of every loop of a PTX listing: from a label to a later branch back to it."""
+    lines = ptx.splitlines()
+    where = {}
+    bodies = []
+    for i, line in enumerate(lines):
+        m = re.match(r"\s*(\$L__\w+):", line)
+        if m:
+            where[m.group(1)] = i
+        m = re.search(r"\bbra(?:\.uni)?\s+(\$L__\w+);", line)
+        if m and m.group(1) in where:
+            bodies.append("\n".join(lines[where[m.group(1)] : i + 1]))
+    return bodies
+
+
+@pytest.mark.parametrize("N", [512, 131072, 262144])
+def test_a_weight_in_registers_is_loaded_once_per_cta(N):
+    """The plans that hold an fp32 weight in registers with several row blocks a CTA load it
+    before the loop over the blocks (``weight_once``), not in it; the switch off puts the loads
+    back in the loop (so the check can fail)."""
+    bf16, fp32 = torch.bfloat16, torch.float32
+    r = compile_report("final", N, bf16, weight_dtype=fp32, sass=False)
+    assert not r.config.weight_in_smem and r.config.blocks_per_cta > 1, r.config
+
+    class EveryBlock(final.FinalRMSNorm):
+        weight_once = False
+
+    per_block = compile_report(EveryBlock, N, bf16, weight_dtype=fp32, sass=False)
+    weight_load = re.compile(r"ld\.global\S*\.v4\.(?:f32|b32|u32)")
+    assert r.count(weight_load.pattern, regex=True) > 0
+    assert not any(weight_load.search(b) for b in _loop_bodies(r.ptx))
+    assert any(weight_load.search(b) for b in _loop_bodies(per_block.ptx))
 
 
 def test_the_weight_in_shared_memory_costs_no_registers():

@@ -12,7 +12,9 @@ Delta over cpasync, in bytes, registers and bytes in flight:
   the weight's dtype (~40), shared memory does (tile_cols x 4 B instead of x 2 B per CTA).
 * A CTA walks ``blocks_per_cta`` row blocks, so that slice is read from L2 once per several
   blocks instead of once per block: at N = 262144 with an fp32 weight and one row per CTA,
-  per-block loads move 1 MiB of weight from L2 for every 0.5 MiB of x.
+  per-block loads move 1 MiB of weight from L2 for every 0.5 MiB of x. A slice small enough
+  for registers (<= 64 a thread) is loaded there once per CTA too, before the first block
+  (``weight_once``; until 2026-12-01 it was reloaded for every block: +1.0% at 262144).
 * Two row blocks of x in shared memory (``buffers`` = 2): the next block's cp.async copies go
   out before this block is waited for, so a CTA has a block in flight while it reduces,
   exchanges and stores the previous one: the pipelining the cluster stage got from registers
@@ -129,10 +131,11 @@ def final_config(N: int, dtype, weight_dtype=None, features: Features | None = N
       residual (a second tile a row, so no whole row in one CTA's registers) and a narrow
       weight: clusters of 4, 2 blocks, 2 buffers, the weight in shared memory;
     * 16384: a narrow weight in shared memory, clusters of 4, 2 blocks, 2 buffers; a wide one
-      in registers, clusters of 8, 8 blocks, 2 buffers;
+      in registers, clusters of 8, 2 blocks, 2 buffers (+3.3-4.0% over 8 blocks at N = 73728,
+      98304 and 131072, once the weight was loaded once per CTA rather than per block);
     * 32768: clusters of 16, 2 buffers; a narrow weight in shared memory and 2 blocks, a wide
-      one in registers and 32 blocks (read from L2 once per CTA, whose pipeline starts empty:
-      +8.7% over 4 blocks).
+      one in registers and 4 blocks (+1.3% over 32 with the weight loaded once and hinted;
+      2 blocks measured -2.3%).
     No cluster barrier before a CTA exits (``exit_sync=False``): with it, every CTA of a
     cluster waited for the slowest before its SM took the next one, and fewer, longer CTA
     lives (4-8 blocks) had won. Without it, at 131072 / 262144 with a bf16 weight 2 blocks
@@ -172,8 +175,8 @@ def final_config(N: int, dtype, weight_dtype=None, features: Features | None = N
         table = {
             4096: ((1, 1, 1, False), (1, 1, 1, False)),
             8192: ((1, 1, 1, False), (8, 2, 4, True)),
-            16384: ((4, 2, 2, True), (8, 2, 8, False)),
-            32768: ((16, 2, 2, True), (16, 2, 32, False)),
+            16384: ((4, 2, 2, True), (8, 2, 2, False)),
+            32768: ((16, 2, 2, True), (16, 2, 4, False)),
         }
         key = next((k for k in sorted(table) if nvec <= k), 32768)
         cn, buffers, seq, in_smem = table[key][wide]
@@ -502,17 +505,21 @@ class FinalRMSNorm(ClusterRMSNorm):
             out.append(rW)
         return out
 
+    #: a weight (and bias) held in registers is loaded once per CTA, before its first row
+    #: block, rather than for every block (``scripts/ab_config.py --variant weight_once=False``)
+    weight_once = True
+
     #: the L2 evict_last policy on x's copies (``stage_in``); False: plain copies, as before it
     #: (``scripts/ab_config.py --variant hint_copies=False``)
     hint_copies = True
 
     def hint_weight_loads(self) -> bool:
         """Whether the weight (and bias) loads into registers carry the L2 evict_last policy
-        too. Measured with it on the H200 (2026-12-01): every plan without a cluster. The
-        long-row plans of clusters with an fp32 weight in registers (131072, 262144) keep the
-        plain loads: hinted, they measured +0.1% / +0.7%, within the runs' spread
+        too, as x's copies do (``hint_copies``). Measured on the H200 (2026-12-01): the plans
+        without a cluster gained; the cluster plans of an fp32 weight in registers, loaded
+        once per CTA, +0.4% at 262144 (4 blocks), within 0.5% either way at 73728-131072
         (``ab_configs.json``)."""
-        return self.hint_copies and self.config.cluster_n == 1
+        return self.hint_copies
 
     def stage_in(self, tiled, src: cute.Tensor, dst: cute.Tensor, pred, lo: int, hi: int):
         """Copy this thread's vectors ``lo..hi-1`` of ``src`` (global) into ``dst`` (shared);
@@ -724,8 +731,12 @@ class FinalRMSNorm(ClusterRMSNorm):
         tRsR = thr_X.partition_D(sR) if cutlass.const_expr(mRes is not None) else None
         tWsW = thr_X.partition_D(sW) if cutlass.const_expr(sW is not None) else None
         tBsB = thr_X.partition_D(sB) if cutlass.const_expr(sB is not None) else None
-        # registers instead: loaded for every row block, before the sum if they fit
+        # registers instead: before the sum if they fit, once per CTA (``weight_once``); else
+        # after the sum, for every row block
         early = cutlass.const_expr(self.weight_regs() <= 64)
+        once = cutlass.const_expr(not smem_w and early and self.weight_once)
+        if cutlass.const_expr(once):
+            held = self.load_weights(mW, mB, tXsX, cX, rank)
         copy_O = self.stage_copy(mO.element_type, False)
         thr_O = copy_O.get_slice(tidx)
         if cutlass.const_expr(mResO is not None):
@@ -744,7 +755,9 @@ class FinalRMSNorm(ClusterRMSNorm):
             if cutlass.const_expr(mResO is not None):
                 tRgRO = thr_RO.partition_D(cute.local_tile(mResO, t.tiler, (blk, rank)))
 
-            if cutlass.const_expr(not smem_w and early):
+            if cutlass.const_expr(once):
+                rW, rB = held
+            elif cutlass.const_expr(not smem_w and early):
                 rW, rB = self.load_weights(mW, mB, tXsX, cX, rank)
             # first pass: sum of squares of (x + residual), part s as soon as it has landed
             sum_sq = Float32(0.0)
