@@ -70,6 +70,8 @@ def test_the_recorded_cpasync_is_at_least_the_cluster_stage_everywhere():
 L06 = "06_final_kernel"
 CONFIGS, FINAL = "fwd_final_configs", "fwd_final"
 RESIDUAL = "fwd_final_residual"
+TUNED = "fwd_tuned"
+TUNED_RUNS = (TUNED, "fwd_tuned_262144_fp32")
 BIG = (65536, 131072, 262144)
 
 
@@ -172,28 +174,32 @@ QUOTED_06 = [
     ),
     *(
         _q(v, FINAL, **_lib("lib", N, "bf16"))
-        for N, v in zip((4096, 16384, 65536), (4154, 4278, 4223), strict=True)
+        for N, v in zip((4096, 16384, 65536), (4167, 4301, 4194), strict=True)
     ),
     # section 8: the library against its peers
-    _q(4241, FINAL, **_lib("torch-compile", 8192, "bf16")),
-    _q(4227, FINAL, **_lib("lib", 8192, "bf16")),
-    *(_q(v, FINAL, **_lib("lib", N, "fp32")) for N, v in zip(BIG, (4254, 4152, 4084), strict=True)),
+    _q(4204, FINAL, **_lib("quack", 65536, "bf16")),
+    _q(4262, FINAL, **_lib("torch-compile", 8192, "bf16")),
+    _q(4244, FINAL, **_lib("lib", 8192, "bf16")),
+    *(_q(v, FINAL, **_lib("lib", N, "fp32")) for N, v in zip(BIG, (4219, 4303, 4186), strict=True)),
     *(
         _q(v, FINAL, **_lib("quack", N, "fp32"))
-        for N, v in zip(BIG, (3602, 3385, 3082), strict=True)
+        for N, v in zip(BIG, (3596, 3398, 3100), strict=True)
     ),
-    _q(1861, FINAL, **_lib("lib", 256, "bf16")),
-    _q(2201, FINAL, **_lib("lib", 512, "bf16")),
-    _q(1466, FINAL, **_lib("quack", 256, "bf16")),
-    _q(1949, FINAL, **_lib("quack", 512, "bf16")),
-    _q(3634, FINAL, **_lib("lib", 256, "bf16", graph=True)),
-    _q(3586, FINAL, **_lib("lib", 512, "bf16", graph=True)),
-    _q(3566, FINAL, **_lib("torch-compile", 256, "bf16", graph=True)),
-    _q(3580, FINAL, **_lib("torch-compile", 512, "bf16", graph=True)),
-    _q(3433, FINAL, **_lib("quack", 256, "bf16", graph=True)),
-    _q(3376, FINAL, **_lib("quack", 512, "bf16", graph=True)),
-    _q(3498, FINAL, **_lib("lib", 256, "fp32", graph=True)),
-    _q(3552, FINAL, **_lib("torch-compile", 256, "fp32", graph=True)),
+    _q(1023, FINAL, **_lib("lib", 256, "bf16")),
+    _q(1998, FINAL, **_lib("lib", 512, "bf16")),
+    _q(873, FINAL, **_lib("quack", 256, "bf16")),
+    _q(1725, FINAL, **_lib("quack", 512, "bf16")),
+    _q(3455, FINAL, **_lib("lib", 256, "bf16", graph=True)),
+    _q(3567, FINAL, **_lib("lib", 512, "bf16", graph=True)),
+    _q(3405, FINAL, **_lib("torch-compile", 256, "bf16", graph=True)),
+    _q(3545, FINAL, **_lib("torch-compile", 512, "bf16", graph=True)),
+    _q(3309, FINAL, **_lib("quack", 256, "bf16", graph=True)),
+    _q(3334, FINAL, **_lib("quack", 512, "bf16", graph=True)),
+    _q(3571, FINAL, **_lib("lib", 512, "fp32", graph=True)),
+    _q(3636, FINAL, **_lib("torch-compile", 512, "fp32", graph=True)),
+    # section 5: what the autotuner picked (the bench's rows of the tuning run)
+    _q(4353, TUNED, kernel="lib-tuned", N=65536, weight_dtype="bf16"),
+    _q(4158, TUNED, kernel="lib", N=65536, weight_dtype="bf16"),
 ]
 
 
@@ -227,7 +233,9 @@ def _recomputed06() -> dict[str, str]:
     plain = [e for e in v["bf16"]["shapes"] if not e["graph"]]
     copy = [_shape("bf16", N)["pct_copy"] for N in (4096, 8192, 16384, 32768, 65536)]
     from_4k = [_shape(w, N)["pct_copy"] for w in ("bf16", "fp32") for N in LONG]
-    fp32_loss = [100 * (1 - _shape("fp32", N)["fp32_vs_bf16"]) for N in BIG[1:]]
+    closest = sorted(
+        (e["fp32_vs_bf16"], e["N"], e["graph"]) for e in v["fp32"]["shapes"] if "fp32_vs_bf16" in e
+    )[:2]
     loss = [100 * (1 - a[("cpasync", N, "fp32")] / a[("cpasync", N, "bf16")]) for N in BIG]
     res65 = results.rows(RESIDUAL, kernel="lib", N=65536)[0]
     quack65 = results.rows(RESIDUAL, kernel="quack", N=65536)[0]
@@ -248,42 +256,40 @@ def _recomputed06() -> dict[str, str]:
         "94-98%": f"{min(ladder):.0f}-{max(ladder):.0f}%",
         "26-30%": f"{min(loss):.0f}-{max(loss):.0f}%",  # the fp32 weight's cost to cpasync
         "4263 GB/s": f"{results.load(CONFIGS)['copy_gbps']:.0f} GB/s",  # sweep A's copy
-        "(1.003-1.270x over the plain shapes)": "({:.3f}-{:.3f}x over the plain shapes)".format(
+        "(0.998-1.172x over the plain shapes)": "({:.3f}-{:.3f}x over the plain shapes)".format(
             min(e["vs_quack"] for e in plain), max(e["vs_quack"] for e in plain)
         ),
-        "98.3-101.3%": f"{min(copy):.1f}-{max(copy):.1f}%",
-        "101.2% at 131072 and 100.5% at 262144": "{} at 131072 and {} at 262144".format(
+        "98.0-101.2%": f"{min(copy):.1f}-{max(copy):.1f}%",
+        "101.0% at 131072 and 100.1% at 262144": "{} at 131072 and {} at 262144".format(
             pct(_shape("bf16", 131072)["pct_copy"]), pct(_shape("bf16", 262144)["pct_copy"])
         ),
-        "4227 (0.997x)": "{:.0f} ({})".format(
+        "4244 (0.996x)": "{:.0f} ({})".format(
             _shape("bf16", 8192)["gbps"], x(_shape("bf16", 8192)["vs_best_peer"])
         ),
-        "(1.181x, 1.227x, 1.325x)": "({})".format(
+        "(1.173x, 1.266x, 1.350x)": "({})".format(
             ", ".join(x(_shape("fp32", N)["vs_quack"]) for N in BIG)
         ),
-        "100.7%, 98.3% and 96.7% of the copy": "{} and {} of the copy".format(
+        "99.3%, 101.2% and 98.5% of the copy": "{} and {} of the copy".format(
             ", ".join(pct(_shape("fp32", N)["pct_copy"]) for N in BIG[:2]),
             pct(_shape("fp32", 262144)["pct_copy"]),
         ),
-        "3-4% below the bf16 weight's speed (0.971x, 0.961x)": (
-            "{:.0f}-{:.0f}% below the bf16 weight's speed ({})".format(
-                min(fp32_loss),
-                max(fp32_loss),
-                ", ".join(x(_shape("fp32", N)["fp32_vs_bf16"]) for N in BIG[1:]),
-            )
+        "(the closest: 0.980x at 256 through a graph, 0.983x at 262144)": "(the closest: "
+        + ", ".join(f"{x(r)} at {N}{' through a graph' if g else ''}" for r, N, g in closest)
+        + ")",
+        "3-4% below the bf16 weight at 131072 and 262144": (
+            f"{_before_weight_once()} below the bf16 weight at 131072 and 262144"
         ),
-        "3-4% below a bf16 one": f"{min(fp32_loss):.0f}-{max(fp32_loss):.0f}% below a bf16 one",
-        "3552 (0.985x)": "{:.0f} ({})".format(
-            _shape("fp32", 256, graph=True)["best_peer_gbps"],
-            x(_shape("fp32", 256, graph=True)["vs_best_peer"]),
+        "3636 (0.982x)": "{:.0f} ({})".format(
+            _shape("fp32", 512, graph=True)["best_peer_gbps"],
+            x(_shape("fp32", 512, graph=True)["vs_best_peer"]),
         ),
-        "96.7-101.6% of the copy from 4096 up": (
+        "97.9-101.2% of the copy from 4096 up": (
             f"{min(from_4k):.1f}-{max(from_4k):.1f}% of the copy from 4096 up"
         ),
-        "1.067x": x(v["bf16"]["geomean_vs_quack"]),
-        "1.062x": x(v["bf16"]["geomean_vs_quack_all"]),
-        "1.111x": x(v["fp32"]["geomean_vs_quack"]),
-        "1.096x": x(v["fp32"]["geomean_vs_quack_all"]),
+        "1.059x": x(v["bf16"]["geomean_vs_quack"]),
+        "1.058x": x(v["bf16"]["geomean_vs_quack_all"]),
+        "1.121x": x(v["fp32"]["geomean_vs_quack"]),
+        "1.104x": x(v["fp32"]["geomean_vs_quack_all"]),
         "16 KiB a CTA), and at 512 256 threads a CTA at +3.5%": (
             "16 KiB a CTA), and at 512 256 threads a CTA at {}".format(
                 _ab_gain("fwd", 32768, 512, "bf16", "num_threads=256", graph=True)
@@ -305,6 +311,18 @@ def _recomputed06() -> dict[str, str]:
         "131072 (+1.0%)": f"131072 ({_ab_gain('fwd', 16384, 131072, 'fp32', 'blocks_per_cta=8')})",
         "262144 (+8.7%)": f"262144 ({_ab_gain('fwd', 8192, 262144, 'fp32', 'blocks_per_cta=32')})",
         "+19% plain": f"{short(False)} plain",
+        # section 2: the register weight loaded once per CTA, then shorter CTA lives
+        "block measured -1.2% at 262144": "block measured {} at 262144".format(
+            _ab_gain("fwd", 8192, 262144, "fp32", "weight_once=False")
+        ),
+        "2 blocks at 131072 (+3.3%)": "2 blocks at 131072 ({})".format(
+            _ab_gain("fwd", 16384, 131072, "fp32", "blocks_per_cta=2")
+        ),
+        "and 4 at 262144 (+1.3%,": "and 4 at 262144 ({},".format(
+            _ab_gain("fwd", 8192, 262144, "fp32", "blocks_per_cta=4,hint_cluster_weights=True")
+        ),
+        # section 5: what the autotuner picked
+        **_tuned_quotes(),
         # x's copies under an L2 evict_last policy, against the kernel before
         "+2.4% to +5.3% at 13 of 14 rows": _l2hint_range(),
         "+3.7% at 8192": f"{_ab_gain('fwd', 32768, 8192, 'bf16', L2HINT)} at 8192",
@@ -323,6 +341,80 @@ SHORT_FP32 = "blocks_per_cta=2,buffers=2,weight_in_smem=False"
 SHORT_BF16 = "threads_per_row=16,num_threads=256,buffers=2,blocks_per_cta=2"
 LONG = (4096, 8192, 16384, 32768, 65536, 131072, 262144)
 L2HINT = "x evict_last"
+
+
+def _before_weight_once() -> str:
+    """How far the fp32 weight was below the bf16 one at 131072 and 262144 before the weight
+    was loaded once per CTA: the A/B run of weight_once, its variant (the old kernel) against
+    the bf16 weight's side A of the same run, as 'a-b%'."""
+    run = next(
+        r for r in results.load(AB)["runs"] if "weight_once (session 13)" in r.get("note", "")
+    )
+    rows = {(r["N"], r["weight_dtype"]): r["sides"] for r in run["rows"]}
+    loss = [
+        100 * (1 - rows[(N, "fp32")]["weight_once=False"]["gbps"] / rows[(N, "bf16")]["A"]["gbps"])
+        for N in (131072, 262144)
+    ]
+    return f"{min(loss):.0f}-{max(loss):.0f}%"
+
+
+def _tuned() -> dict:
+    """(N, weight dtype) -> the tuning runs' facts: the pick's and the heuristic's ms (by the
+    tuner's timing; 'None', the heuristic through the default path timed first, left out as the
+    lesson's cell leaves it), the heuristic's place, candidates, GB/s of lib and lib-tuned and
+    the tuned path's first call."""
+    out = {}
+    for name in TUNED_RUNS:
+        run = results.load(name)
+        for key, entry in run["autotune"].items():
+            f = dict(kv.split("=", 1) for kv in key.split(", "))
+            N, w = int(f["N"]), {"bfloat16": "bf16", "float32": "fp32"}[f["weight"]]
+            times = {c: ms for c, ms in entry["candidates"].items() if c != "None"}
+            order = sorted(times, key=times.get)
+            row = {
+                k: results.rows(name, kernel=k, N=N, weight_dtype=w)[0]
+                for k in ("lib", "lib-tuned")
+            }
+            out[(N, w)] = {
+                "behind": 100 * (times[entry["heuristic"]] / times[order[0]] - 1),
+                "place": order.index(entry["heuristic"]) + 1,
+                "n": len(order),
+                "bench": 100 * (row["lib-tuned"]["gbps"] / row["lib"]["gbps"] - 1),
+                "first_call": row["lib-tuned"]["first_call_s"],
+            }
+    return out
+
+
+def _tuned_quotes() -> dict[str, str]:
+    t = _tuned()
+    odd = (65536, "bf16")
+    rest = [v for k, v in t.items() if k != odd]
+    calls = [v["first_call"] for v in t.values()]
+    return {
+        "within 0.5-1.4% of the pick": "within {:.1f}-{:.1f}% of the pick".format(
+            min(v["behind"] for v in rest), max(v["behind"] for v in rest)
+        ),
+        "within -0.3% to +1.4%": "within {} to {}".format(
+            _fmt_gain(min(v["bench"] for v in rest)), _fmt_gain(max(v["bench"] for v in rest))
+        ),
+        "comes 38th of 87, 2.9% behind": "comes {}th of {}, {:.1f}% behind".format(
+            t[odd]["place"], t[odd]["n"], t[odd]["behind"]
+        ),
+        "(+4.7%). It is the one shape": f"({_fmt_gain(t[odd]['bench'])}). It is the one shape",
+        "plan 4.7% faster than the heuristic's": "plan {:.1f}% faster than the heuristic's".format(
+            t[odd]["bench"]
+        ),
+        "(26-59 s here)": f"({min(calls):.0f}-{max(calls):.0f} s here)",
+        "where the autotuner finds +4.7%": "where the autotuner finds "
+        + _fmt_gain(t[odd]["bench"]),
+    }
+
+
+def test_lesson06_the_tuner_beat_the_heuristic_at_one_key_only():
+    """Section 5: "at five of the six keys" within 1.5%; the sixth is 65536, bf16 weight."""
+    t = _tuned()
+    assert len(t) == 6 and "At five of the six keys" in _prose06()
+    assert [k for k, v in t.items() if v["behind"] > 1.5] == [(65536, "bf16")]
 
 
 def _fmt_gain(g: float) -> str:
@@ -422,23 +514,26 @@ def test_lesson06_claims_on_the_recorded_sweeps():
     for N in RES_NS:
         lib, quack = (results.rows(RESIDUAL, kernel=k, N=N)[0]["gbps"] for k in ("lib", "quack"))
         assert lib > quack
-    # section 8 and the summary: "ahead of QuACK at every shape with either weight"
+    # section 8 and the summary: ahead of QuACK at every shape with an fp32 weight, at all but
+    # one (65536) with a bf16 weight
     shapes = {w: _verdict()["by_weight_dtype"][w]["shapes"] for w in ("bf16", "fp32")}
-    assert "ahead of QuACK at every shape with either weight" in prose
-    assert all(e["vs_quack"] > 1 for w in shapes for e in shapes[w])
+    assert "ahead of QuACK at every shape but one" in prose
+    assert "ahead of QuACK at every shape with an fp32 weight and at all but one" in prose
+    assert all(e["vs_quack"] > 1 for e in shapes["fp32"])
+    assert [(e["N"], e["graph"]) for e in shapes["bf16"] if e["vs_quack"] <= 1] == [(65536, False)]
     # "within 1.5% of the best peer at every shape" with a bf16 weight; with an fp32 weight
-    # "the one row below the peer bar", the graph row at 256
+    # "the one row below the peer bar", the graph row at 512
     assert "Within 1.5% of the best peer at every shape" in prose
     assert all(e["vs_best_peer"] >= 0.985 for e in shapes["bf16"])
     below = [(e["N"], e["graph"]) for e in shapes["fp32"] if e["vs_best_peer"] < 0.985]
-    assert below == [(256, True)] and "the one row below the peer bar" in prose
-    # "with a bf16 weight every criterion is met", and which fp32 rows miss "within 2%"
+    assert below == [(512, True)] and "the one row below the peer bar" in prose
+    # "within 2% of the bf16 weight's speed at every shape"; "every other criterion is met"
+    assert all(e["fp32_vs_bf16"] >= 0.98 for e in shapes["fp32"])
+    assert "within 2% of the bf16 weight's speed at every shape" in prose
     checks = {c["name"]: c["status"] for c in _verdict()["checks"]}
-    assert all(st == "PASS" for name, st in checks.items() if "[w bf16]" in name)
-    assert "with a bf16 weight every criterion is met" in prose
-    miss = [(e["N"], e["graph"]) for e in shapes["fp32"] if e["fp32_vs_bf16"] < 0.98]
-    assert miss == [(1024, False), (131072, False), (262144, False), (256, True)]
-    assert "131072, 262144, 1024 (plain, host-bound) and 256 (graph)" in prose
+    failed = [name for name, st in checks.items() if st == "FAIL"]
+    assert failed == ["[w fp32] every shape >= best peer - 1.5%"]
+    assert "every other criterion is met with either weight" in prose
     # the verdict is FAIL, as the prose says
     assert _verdict()["overall"] == "FAIL" and "FAIL" in prose
 
@@ -522,32 +617,30 @@ def _readme_quotes() -> dict[str, str]:
         return results.rows(FINAL, kernel=kernel, N=N, weight_dtype=wdt, graph=graph)[0]["gbps"]
 
     bf16_copy = [_shape("bf16", N)["pct_copy"] for N in (4096, 8192, 16384, 32768, 65536)]
+    fp32_bf16 = [e["fp32_vs_bf16"] for e in v["fp32"]["shapes"]]
     return {
-        "(2026-12-01, D2D copy 4225 GB/s)": "({}, D2D copy {:.0f} GB/s)".format(
+        "(2026-12-01, D2D copy 4251 GB/s)": "({}, D2D copy {:.0f} GB/s)".format(
             run["date"], run["copy_gbps"]
         ),
-        "1.067x with a bf16 weight": f"{x(v['bf16']['geomean_vs_quack'])} with a bf16 weight",
-        "1.111x with an fp32": f"{x(v['fp32']['geomean_vs_quack'])} with an fp32",
-        "(1.062x and 1.096x counting": (
+        "1.059x with a bf16 weight": f"{x(v['bf16']['geomean_vs_quack'])} with a bf16 weight",
+        "1.121x with an fp32": f"{x(v['fp32']['geomean_vs_quack'])} with an fp32",
+        "(1.058x and 1.104x counting": (
             f"({x(v['bf16']['geomean_vs_quack_all'])} and "
             f"{x(v['fp32']['geomean_vs_quack_all'])} counting"
         ),
-        "is FAIL": f"is {run['verdict']['overall']}",
-        "98.3-101.3% of the copy from 4096 to 65536": (
+        "is FAIL by one row": f"is {run['verdict']['overall']} by one row",
+        "98.0-101.2% of the copy from 4096 to 65536": (
             f"{min(bf16_copy):.1f}-{max(bf16_copy):.1f}% of the copy from 4096 to 65536"
         ),
-        "(1.227x, 1.325x at 131072": (
+        "(1.266x, 1.350x at 131072": (
             f"({x(_shape('fp32', 131072)['vs_quack'])}, "
             f"{x(_shape('fp32', 262144)['vs_quack'])} at 131072"
         ),
-        "4% below its own bf16-weight speed there (0.971x and 0.961x)": (
-            "{:.0f}% below its own bf16-weight speed there ({} and {})".format(
-                100 * (1 - min(_shape("fp32", n)["fp32_vs_bf16"] for n in (131072, 262144))),
-                x(_shape("fp32", 131072)["fp32_vs_bf16"]),
-                x(_shape("fp32", 262144)["fp32_vs_bf16"]),
-            )
+        "within 2% of its own bf16-weight speed at every shape (0.980x at the closest)": (
+            ("within 2%" if min(fp32_bf16) >= 0.98 else "not within 2%")
+            + f" of its own bf16-weight speed at every shape ({x(min(fp32_bf16))} at the closest)"
         ),
-        "3634 GB/s (torch.compile 3566, QuACK 3433)": "{:.0f} GB/s (torch.compile {:.0f}, QuACK "
+        "3455 GB/s (torch.compile 3405, QuACK 3309)": "{:.0f} GB/s (torch.compile {:.0f}, QuACK "
         "{:.0f})".format(
             _shape("bf16", 256, graph=True)["gbps"],
             peer("torch-compile", 256, "bf16", True),
@@ -556,14 +649,20 @@ def _readme_quotes() -> dict[str, str]:
         "(+3.8% in an A/B)": "({} in an A/B)".format(
             _ab_gain("fwd", 32768, 256, "bf16", SHORT_BF16, graph=True)
         ),
-        "with an fp32 weight 3498 against torch.compile's 3552": "with an fp32 weight {:.0f} "
-        "against torch.compile's {:.0f}".format(
-            _shape("fp32", 256, graph=True)["gbps"], peer("torch-compile", 256, "fp32", True)
+        "3571 GB/s against torch.compile's 3636 (0.982x": "{:.0f} GB/s against torch.compile's "
+        "{:.0f} ({}".format(
+            _shape("fp32", 512, graph=True)["gbps"],
+            peer("torch-compile", 512, "fp32", True),
+            x(_shape("fp32", 512, graph=True)["vs_best_peer"]),
         ),
-        "8.6 us": f"{us(run, 'lib')} us",
-        "QuACK's 9.9": f"QuACK's {us(run, 'quack')}",
-        "took 0.71 s": f"took {first_call('lib')}",
-        "QuACK's 0.48 s": f"QuACK's {first_call('quack')}",
+        "(65536 with a bf16 weight, 0.998x;": "({} with a bf16 weight, {};".format(
+            *next((e["N"], x(e["vs_quack"])) for e in v["bf16"]["shapes"] if e["vs_quack"] <= 1)
+        ),
+        "pick there ran +4.7%": f"pick there ran {_fmt_gain(_tuned()[(65536, 'bf16')]['bench'])}",
+        "15.8 us": f"{us(run, 'lib')} us",
+        "QuACK's 18.8": f"QuACK's {us(run, 'quack')}",
+        "took 1.04 s": f"took {first_call('lib')}",
+        "QuACK's 0.80 s": f"QuACK's {first_call('quack')}",
         "(`fwd_final_residual.json`, the same day;": (
             "(`fwd_final_residual.json`, the same day;"
             if results.load(RESIDUAL)["date"] == run["date"]
