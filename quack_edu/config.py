@@ -182,8 +182,9 @@ class FinalConfig(RowConfig):
       block's copies are in flight while this one is reduced and stored; with 1, they go out
       after this block's stores (less shared memory, more CTAs per SM);
     * ``weight_in_smem``: the weight (and bias) slice staged once per CTA in shared memory
-      (True), or loaded into registers for every row block (False: no shared memory for it,
-      so more CTAs per SM; early when it fits 64 registers a thread, else after the sum);
+      (True), or loaded into registers (False: no shared memory for it, so more CTAs per SM;
+      once per CTA before its first block when it fits 64 registers a thread, else for every
+      row block after the sum);
     * ``exit_sync``: with a cluster, a last cluster barrier before a CTA exits (True), or none
       (False, the default): every remote store into a CTA's shared memory is one that CTA
       waits for (its mbarrier counts the bytes) before it stores its last block, so it may
