@@ -102,8 +102,7 @@ def test_the_plans_an_autotuner_tries_compile(fields):
 def test_x_comes_in_under_an_l2_evict_last_policy():
     """Every whole 16-byte cp.async of x (and of a weight slice that is one) goes under an L2
     evict_last policy (createpolicy, ``.L2::cache_hint``); a vector a predicate may switch off
-    keeps the plain, zero-filling copy; weights loaded into registers carry the policy too
-    (``hint_weight_loads``)."""
+    keeps the plain, zero-filling copy; weights loaded into registers carry the policy too."""
     bf16, fp32 = torch.bfloat16, torch.float32
 
     def report(N, wdt=bf16):

@@ -487,9 +487,11 @@ class FinalRMSNorm(ClusterRMSNorm):
             if m is None:
                 out.append(None)
                 continue
-            if self.hint_weight_loads():
+            if self.hint_copies:
                 # evict_last, as x's copies are: else the streamed x pushes the weight out of L2
-                # (without it, 32768 x 65536 bf16 ran 1% slower with x's hint than without)
+                # (without it, 32768 x 65536 bf16 ran 1% slower with x's hint than without; in
+                # the cluster plans of an fp32 weight, loaded once per CTA: +0.4% at 262144,
+                # within 0.5% either way at 73728-131072, ab_configs.json)
                 op = cute.nvgpu.CopyG2ROp()
                 copy_W = copy_utils.row_tiled_copy(
                     m.element_type, t.threads_per_row, t.num_threads, t.vec, op=op
@@ -509,17 +511,9 @@ class FinalRMSNorm(ClusterRMSNorm):
     #: block, rather than for every block (``scripts/ab_config.py --variant weight_once=False``)
     weight_once = True
 
-    #: the L2 evict_last policy on x's copies (``stage_in``); False: plain copies, as before it
-    #: (``scripts/ab_config.py --variant hint_copies=False``)
+    #: the L2 evict_last policy on x's copies (``stage_in``) and on a weight's loads into
+    #: registers; False: plain copies, as before it (``--variant hint_copies=False``)
     hint_copies = True
-
-    def hint_weight_loads(self) -> bool:
-        """Whether the weight (and bias) loads into registers carry the L2 evict_last policy
-        too, as x's copies do (``hint_copies``). Measured on the H200 (2026-12-01): the plans
-        without a cluster gained; the cluster plans of an fp32 weight in registers, loaded
-        once per CTA, +0.4% at 262144 (4 blocks), within 0.5% either way at 73728-131072
-        (``ab_configs.json``)."""
-        return self.hint_copies
 
     def stage_in(self, tiled, src: cute.Tensor, dst: cute.Tensor, pred, lo: int, hi: int):
         """Copy this thread's vectors ``lo..hi-1`` of ``src`` (global) into ``dst`` (shared);
