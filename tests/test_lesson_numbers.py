@@ -415,6 +415,32 @@ def test_lesson06_the_tuner_beat_the_heuristic_at_one_key_only():
     t = _tuned()
     assert len(t) == 6 and "At five of the six keys" in _prose06()
     assert [k for k, v in t.items() if v["behind"] > 1.5] == [(65536, "bf16")]
+    # what the prose says of the two plans at 65536: the heuristic's one CTA an SM (128 KiB of
+    # x), its weight too big to load before the sum (> 64 registers), the pick's three an SM
+    import torch
+
+    from quack_edu.config import FinalConfig
+    from quack_edu.stages import final
+
+    def config(text):  # "FinalConfig(threads_per_row=128, ..., weight_in_smem=True, ...)"
+        fields = dict(re.findall(r"(\w+)=(\w+)", text))
+        return FinalConfig(
+            **{k: v == "True" if v in ("True", "False") else int(v) for k, v in fields.items()}
+        )
+
+    entry = next(
+        e for k, e in results.load(TUNED)["autotune"].items() if "N=65536" in k and "weight=bf" in k
+    )
+    pick = min((ms, c) for c, ms in entry["candidates"].items() if c != "None")[1]
+    bf16 = torch.bfloat16
+    for text, ctas in ((entry["heuristic"], 1), (pick, 3)):
+        k = final.FinalRMSNorm(bf16, 65536, config(text), bf16)
+        assert k.ctas_per_sm() == ctas, (text, k.ctas_per_sm())
+    heur = final.FinalRMSNorm(bf16, 65536, config(entry["heuristic"]), bf16)
+    assert heur.tiling.rows_per_cta * heur.tiling.tile_cols * 2 == 128 << 10
+    assert not heur.config.weight_in_smem and heur.weight_regs() > 64
+    assert "128 KiB of `x` in shared memory so one CTA an SM" in _prose06()
+    assert "(three CTAs an SM)" in _prose06()
 
 
 def _fmt_gain(g: float) -> str:
