@@ -423,7 +423,7 @@ def test_lesson06_the_tuner_beat_the_heuristic_at_one_key_only():
     from quack_edu.stages import final
 
     def config(text):  # "FinalConfig(threads_per_row=128, ..., weight_in_smem=True, ...)"
-        fields = dict(re.findall(r"(\w+)=(\w+)", text))
+        fields = _plan(text)
         return FinalConfig(
             **{k: v == "True" if v in ("True", "False") else int(v) for k, v in fields.items()}
         )
