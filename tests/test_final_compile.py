@@ -114,7 +114,7 @@ def test_x_comes_in_under_an_l2_evict_last_policy():
     assert r.count("createpolicy.fractional.L2::evict_last") > 0
     ragged = report(8192 + 8)  # the last tile is partial: predicated copies, no hint
     assert ragged.count("L2::cache_hint") == 0 and ragged.count("cp.async.cg") > 0
-    alone = report(65536)  # no cluster, the weight in registers: its loads hinted too
+    alone = report(32768)  # no cluster, the weight in registers: its loads hinted too
     assert not alone.config.weight_in_smem and alone.config.cluster_n == 1
     assert alone.count(r"ld\.global\.L2::cache_hint\.v4", regex=True) > 0
     clustered = report(262144, fp32)  # clusters, an fp32 weight in registers: hinted too
