@@ -123,6 +123,27 @@ def test_x_comes_in_under_an_l2_evict_last_policy():
     assert clustered.count("cp.async.cg.shared.global.L2::cache_hint") > 0
 
 
+@pytest.mark.parametrize(
+    "N, wdt", [(512, torch.float32), (8192, torch.bfloat16), (262144, torch.float32)]
+)
+def test_the_grid_waits_for_the_previous_one_before_it_touches_global_memory(N, wdt):
+    """Programmatic dependent launch (``FinalRMSNorm.pdl``): the grid may start while the kernel
+    before it on the stream drains, so ``griddepcontrol.wait`` must come before the first global
+    load, copy or store; the switch off leaves neither instruction (so the check can fail)."""
+    bf16 = torch.bfloat16
+    ptx = compile_report("final", N, bf16, weight_dtype=wdt, sass=False).ptx
+    accesses = ("ld.global", "cp.async", "st.global", "red.global", "atom.global")
+    first = min(i for i in (ptx.find(a) for a in accesses) if i >= 0)
+    assert 0 < ptx.find("griddepcontrol.wait") < first
+    assert "griddepcontrol.launch_dependents" in ptx
+
+    class Serialized(final.FinalRMSNorm):
+        pdl = False
+
+    off = compile_report(Serialized, N, bf16, weight_dtype=wdt, sass=False).ptx
+    assert "griddepcontrol" not in off
+
+
 def _loop_bodies(ptx: str) -> list[str]:
     """The text of every loop of a PTX listing: from a label to a later branch back to it."""
     lines = ptx.splitlines()
