@@ -12,8 +12,9 @@ Method (the same for every kernel in a run):
 * Graph timing (``graph=True``): the calls over all buffers are captured in one CUDA graph; a
   replay is timed with events and divided by the number of calls. This removes launch overhead.
 * The ceiling is a device-to-device copy measured in the same run (bytes read + written).
-* ``--overhead``: host cost of tiny calls (wall clock over many calls, one synchronize) and the
-  first-call (compile) time of the library on row lengths the sweep does not use.
+* ``--overhead``: host cost of tiny calls (wall clock over many calls, in rounds) and the
+  first-call (compile) time of the library on row lengths the sweep does not use, in this
+  process and in fresh ones (``first_call_fresh``).
 
 Kernels: the stages (``cpasync``, ``cluster@hold``, ``block#1``: see ``split_name``), the library
 (``lib`` = ``quack_edu.rmsnorm.rmsnorm_fwd``, ``lib-tuned`` = ``rmsnorm_fwd_tuned``) and the peers
@@ -35,8 +36,11 @@ import functools
 import gc
 import json
 import math
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -631,34 +635,112 @@ def call_args(M: int, N: int, dtype, weight_dtype=None, pass_: str = "fwd") -> t
 
 
 def measure_overhead(
-    fns: dict, weight_dtypes, dtype, Ms=(1, 8), N=1024, calls=2000, log=print, pass_="fwd"
+    fns: dict,
+    weight_dtypes,
+    dtype,
+    Ms=(1, 8),
+    N=1024,
+    calls=2000,
+    log=print,
+    pass_="fwd",
+    rounds=5,
 ):
-    """µs per call of back-to-back tiny calls (wall clock, one synchronize at the end)."""
+    """µs per call of back-to-back tiny calls (wall clock, one synchronize at the end of each
+    round), in ``rounds`` rounds of ``calls / rounds`` calls with the kernels taking turns, as
+    the GB/s rounds do: a host that is slow for a moment then costs every kernel one round,
+    not one kernel its whole figure. The median round is reported (``us_rounds``: each)."""
     rows = []
     for wdt in weight_dtypes:
         wdt = wdt or dtype
         for M in Ms:
             args = call_args(M, N, dtype, wdt, pass_)
-            for name, fn in fns.items():
-                row = {"kernel": name, "M": M, "N": N, "dtype": _short(dtype)}
-                row.update(weight_dtype=_short(wdt), calls=calls)
-                try:
-                    with torch.no_grad():
-                        row["us_per_call"] = per_call_us(fn, args, calls)
-                except Exception as e:
-                    row["error"] = _why(e, 300)
+            mine = {}
+            for name in fns:
+                mine[name] = {"kernel": name, "M": M, "N": N, "dtype": _short(dtype)}
+                mine[name].update(weight_dtype=_short(wdt), calls=calls, us_rounds=[])
+            for _ in range(rounds):
+                for name, fn in fns.items():
+                    row = mine[name]
+                    if "error" in row:
+                        continue
+                    try:
+                        with torch.no_grad():
+                            row["us_rounds"].append(per_call_us(fn, args, calls // rounds))
+                    except Exception as e:
+                        row["error"] = _why(e, 300)
+            for name, row in mine.items():
+                if "error" not in row:
+                    row["us_per_call"] = statistics.median(row["us_rounds"])
                 rows.append(row)
                 what = f"{row['us_per_call']:7.1f} us/call" if "error" not in row else row["error"]
                 log(f"overhead {name:<14} {M:>3}x{N} w {row['weight_dtype']}  {what}")
     return rows
 
 
-def measure_compile(fns: dict, Ns, dtype, weight_dtype=None, M=1024, log=print, pass_="fwd"):
+def first_call_child(spec: str) -> int:
+    """In a fresh process (``first_call_fresh``): import kernel ``spec["kernel"]`` and CuTe DSL,
+    then time its first call at (M, N); print the seconds as JSON."""
+    a = json.loads(spec)
+    t = time.perf_counter()
+    fns, skipped = resolve_kernels([a["kernel"]], pass_=a["pass"])
+    import cutlass.cute  # noqa: F401  (QuACK imports it with its module; the library on first use)
+
+    import_s = time.perf_counter() - t
+    if skipped:
+        raise RuntimeError(f"{a['kernel']}: {skipped[a['kernel']]}")
+    dtype, wdt = (getattr(torch, a[k]) for k in ("dtype", "weight_dtype"))
+    args = call_args(a["M"], a["N"], dtype, wdt, a["pass"])
+    _sync()
+    t = time.perf_counter()
+    with torch.no_grad():
+        fns[a["kernel"]](*args)
+    _sync()
+    print(json.dumps({"first_call_s": time.perf_counter() - t, "import_s": import_s}))
+    return 0
+
+
+def first_call_fresh(name, N, dtype, weight_dtype, M=1024, pass_="fwd", repeats=3):
+    """The first call of kernel ``name`` at (M, N) in ``repeats`` fresh Python processes, each
+    with empty CuTe DSL and QuACK kernel caches on disk: what a user's process pays on a key it
+    meets first (QuACK keeps compiled kernels on disk, so a second process would load, not
+    compile, them). The imports (torch, the kernel's library, CuTe DSL) come before the clock
+    and are reported apart (``import_s``): QuACK imports CuTe DSL with its module, the library
+    on first use."""
+    spec = {"kernel": name, "M": M, "N": N, "pass": pass_}
+    spec.update(dtype=str(dtype).removeprefix("torch."))
+    spec.update(weight_dtype=str(weight_dtype).removeprefix("torch."))
+    calls, imports = [], []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as cache:
+            # empty caches: CuTe DSL's compiled modules, QuACK's compiled kernels
+            env = dict(os.environ)
+            for var, sub in (("CUTE_DSL_CACHE_DIR", "dsl"), ("QUACK_CACHE_DIR", "quack")):
+                env[var] = os.path.join(cache, sub)
+                os.makedirs(env[var])
+            cmd = [sys.executable, "-m", "quack_edu.bench", "--first-call-child", json.dumps(spec)]
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        if done.returncode:
+            raise RuntimeError(f"the fresh process failed: {done.stderr.strip()[-300:]}")
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        calls.append(round(got["first_call_s"], 3))
+        imports.append(round(got["import_s"], 3))
+    return {
+        "fresh_s": calls,
+        "fresh_median_s": statistics.median(calls),
+        "fresh_import_s": imports,
+    }
+
+
+def measure_compile(
+    fns: dict, Ns, dtype, weight_dtype=None, M=1024, log=print, pass_="fwd", fresh=3
+):
     """Wall time of the first call on a key no other call has used (compile + launch), and of
-    the second call for contrast. The first N pays the process's one-time costs too."""
+    the second call for contrast. The first N pays the process's one-time costs too. At the
+    first N, also the first call in ``fresh`` new processes (``first_call_fresh``): one wall
+    time of a noisy host is one sample, their median is the figure to quote."""
     rows = []
     wdt = weight_dtype or dtype
-    for N in Ns:
+    for i, N in enumerate(Ns):
         args = call_args(M, N, dtype, wdt, pass_)
         for name, fn in fns.items():
             row = {"kernel": name, "M": M, "N": N, "dtype": _short(dtype)}
@@ -671,15 +753,12 @@ def measure_compile(fns: dict, Ns, dtype, weight_dtype=None, M=1024, log=print, 
                         fn(*args)
                         _sync()
                         row[key] = time.perf_counter() - t
+                if i == 0 and fresh:
+                    row.update(first_call_fresh(name, N, dtype, wdt, M, pass_, fresh))
             except Exception as e:
                 row["error"] = _why(e, 300)
             rows.append(row)
-            what = (
-                f"first call {row['compile_s']:6.2f} s, second {1e3 * row['second_call_s']:.2f} ms"
-                if "error" not in row
-                else row["error"]
-            )
-            log(f"compile  {name:<14} {M}x{N}  {what}")
+            log(f"compile  {name:<14} {M}x{N}  {_first_call_words(row)}")
     return rows
 
 
@@ -898,21 +977,31 @@ def table(result: dict) -> str:
     return "\n".join(out)
 
 
+def _first_call_words(r: dict) -> str:
+    if "error" in r:
+        return r["error"][:80]
+    words = f"first call {r['compile_s']:.2f} s, second {1e3 * r['second_call_s']:.2f} ms"
+    if "fresh_s" in r:
+        each = "/".join(f"{v:.2f}" for v in r["fresh_s"])
+        words += f"; in fresh processes {each} s (median {r['fresh_median_s']:.2f})"
+    return words
+
+
 def host_table(result: dict) -> str:
     """The host costs of a run (``--overhead``): µs per tiny call, first-call seconds."""
     out = []
     for r in result.get("compile", []):
-        what = (
-            f"first call {r['compile_s']:.2f} s, second {1e3 * r['second_call_s']:.2f} ms"
-            if "error" not in r
-            else r["error"][:80]
-        )
+        what = _first_call_words(r)
         out.append(f"compile  {r['kernel']:<14} {r['M']}x{r['N']} w {r['weight_dtype']}: {what}")
     for r in result.get("overhead", []):
         what = f"{r['us_per_call']:.1f} us/call" if "error" not in r else r["error"][:80]
         out.append(
             f"overhead {r['kernel']:<14} {r['M']}x{r['N']} w {r['weight_dtype']}: {what}"
-            f" ({r['calls']} calls, one sync)"
+            + (
+                f" (median of {len(r['us_rounds'])} rounds, {r['calls']} calls in all)"
+                if r.get("us_rounds")
+                else f" ({r['calls']} calls, one sync)"
+            )
         )
     return "\n".join(out)
 
@@ -1297,7 +1386,10 @@ def main(argv=None) -> int:
         metavar="JSON",
         help="print the tables and one verdict of recorded runs (no GPU); --png plots them",
     )
+    p.add_argument("--first-call-child", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.first_call_child:
+        return first_call_child(a.first_call_child)
     if a.summarize:
         print(summarize(a.summarize, ours=a.ours, png=a.png))
         return 0

@@ -307,13 +307,15 @@ def test_summarize_recorded_runs_without_a_gpu(tmp_path, capsys):
     overhead = [{"kernel": "lib", "M": 1, "N": 1024, "weight_dtype": "bf16", "calls": 2000}]
     overhead[0]["us_per_call"] = 6.5
     compile_rows = [{"kernel": "lib", "M": 1024, "N": 3000, "weight_dtype": "bf16"}]
-    compile_rows[0].update(compile_s=1.25, second_call_s=1e-4)
+    compile_rows[0].update(compile_s=1.25, second_call_s=1e-4, fresh_s=[0.7, 0.9, 0.8])
+    compile_rows[0].update(fresh_median_s=0.8, fresh_import_s=[1.0, 1.1, 1.0])
     a.write_text(json.dumps({**result_of(rows), "overhead": overhead, "compile": compile_rows}))
     b.write_text(json.dumps(result_of(res_rows)))
     png = tmp_path / "all.png"
     assert bench.main(["--summarize", str(a), str(b), "--png", str(png)]) == 0
     out = capsys.readouterr().out
     assert "overall: PASS" in out and "6.5 us/call" in out and "first call 1.25 s" in out
+    assert "in fresh processes 0.70/0.90/0.80 s (median 0.80)" in out
     assert png.exists()
 
 
@@ -642,5 +644,8 @@ def test_backward_host_cost_and_first_call_are_measured():
     rows = bench.measure_overhead(fns, [torch.float32], torch.bfloat16, Ms=(1,), calls=20,
                                   pass_="bwd")  # fmt: skip
     assert rows[0]["us_per_call"] > 0 and "error" not in rows[0]
-    rows = bench.measure_compile(fns, [1000], torch.bfloat16, M=8, pass_="bwd")
+    assert len(rows[0]["us_rounds"]) == 5  # rounds, the kernels taking turns
+    rows = bench.measure_compile(fns, [1000], torch.bfloat16, M=8, pass_="bwd", fresh=2)
     assert rows[0]["compile_s"] > rows[0]["second_call_s"] > 0
+    # two new processes, each timing its first call (a compile: far above a launch)
+    assert len(rows[0]["fresh_s"]) == 2 and min(rows[0]["fresh_s"]) > 20 * rows[0]["second_call_s"]
