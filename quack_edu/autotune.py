@@ -61,25 +61,13 @@ def key_str(key) -> str:
     return ", ".join(f"{name}={value}" for name, value in key)
 
 
-def cuda_timer(
-    fn: Callable[[], object], warmup: int = 3, reps: int = 10, warm_s: float = 0.05
-) -> float:
+def cuda_timer(fn: Callable[[], object], warmup: int = 3, reps: int = 10) -> float:
     """Milliseconds per call of ``fn`` (one kernel launch): the median of ``reps`` calls, each
-    between its own pair of CUDA events on the current stream, after at least ``warmup``
-    calls and ``warm_s`` seconds of calls, each waited for. Why the time: with 3 warm-up calls
-    and no wait, the first candidate of a tuning run (after the longest pause of the GPU, while
-    the host built the candidate list) measured 9-11% slower at long rows on the H200 than the
-    same config timed later in the run (2026-12-01). Our reading, not yet checked: the GPU's
-    clocks had dropped while it waited."""
-    import time
-
+    between its own pair of CUDA events on the current stream, after ``warmup`` calls."""
     import torch
 
-    start, calls = time.perf_counter(), 0
-    while calls < warmup or time.perf_counter() - start < warm_s:
+    for _ in range(warmup):
         fn()
-        torch.cuda.synchronize()
-        calls += 1
     events = [
         (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         for _ in range(reps)
