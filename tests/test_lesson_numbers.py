@@ -8,7 +8,9 @@ results makes this fail until the prose is brought up to date."""
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 
 import pytest
 from conftest import ROOT
@@ -169,34 +171,34 @@ QUOTED_06 = [
     # section 4: the fused residual, and the plain forward it is compared with
     *(
         _q(v, RESIDUAL, kernel=k, N=N)
-        for k, vs in (("lib", (4221, 4282, 4335)), ("quack", (4059, 4126, 4141)))
+        for k, vs in (("lib", (4207, 4273, 4302)), ("quack", (4038, 4101, 4111)))
         for N, v in zip((4096, 16384, 65536), vs, strict=True)
     ),
     *(
         _q(v, FINAL, **_lib("lib", N, "bf16"))
-        for N, v in zip((4096, 16384, 65536), (4167, 4301, 4194), strict=True)
+        for N, v in zip((4096, 16384, 65536), (4168, 4300, 4352), strict=True)
     ),
     # section 8: the library against its peers
-    _q(4204, FINAL, **_lib("quack", 65536, "bf16")),
+    _q(4240, FINAL, **_lib("quack", 65536, "bf16")),
     _q(4262, FINAL, **_lib("torch-compile", 8192, "bf16")),
-    _q(4244, FINAL, **_lib("lib", 8192, "bf16")),
-    *(_q(v, FINAL, **_lib("lib", N, "fp32")) for N, v in zip(BIG, (4219, 4303, 4186), strict=True)),
+    _q(4240, FINAL, **_lib("lib", 8192, "bf16")),
+    _q(1631, FINAL, **_lib("quack", 256, "bf16")),
+    *(_q(v, FINAL, **_lib("lib", N, "fp32")) for N, v in zip(BIG, (4258, 4309, 4187), strict=True)),
     *(
         _q(v, FINAL, **_lib("quack", N, "fp32"))
-        for N, v in zip(BIG, (3596, 3398, 3100), strict=True)
+        for N, v in zip(BIG, (3613, 3397, 3099), strict=True)
     ),
-    _q(1023, FINAL, **_lib("lib", 256, "bf16")),
-    _q(1998, FINAL, **_lib("lib", 512, "bf16")),
-    _q(873, FINAL, **_lib("quack", 256, "bf16")),
-    _q(1725, FINAL, **_lib("quack", 512, "bf16")),
-    _q(3455, FINAL, **_lib("lib", 256, "bf16", graph=True)),
-    _q(3567, FINAL, **_lib("lib", 512, "bf16", graph=True)),
-    _q(3405, FINAL, **_lib("torch-compile", 256, "bf16", graph=True)),
-    _q(3545, FINAL, **_lib("torch-compile", 512, "bf16", graph=True)),
-    _q(3309, FINAL, **_lib("quack", 256, "bf16", graph=True)),
-    _q(3334, FINAL, **_lib("quack", 512, "bf16", graph=True)),
-    _q(3571, FINAL, **_lib("lib", 512, "fp32", graph=True)),
-    _q(3636, FINAL, **_lib("torch-compile", 512, "fp32", graph=True)),
+    _q(1521, FINAL, **_lib("lib", 256, "bf16")),
+    _q(2333, FINAL, **_lib("lib", 512, "bf16")),
+    _q(2057, FINAL, **_lib("quack", 512, "bf16")),
+    _q(3773, FINAL, **_lib("lib", 256, "bf16", graph=True)),
+    _q(3787, FINAL, **_lib("lib", 512, "bf16", graph=True)),
+    _q(3599, FINAL, **_lib("torch-compile", 256, "bf16", graph=True)),
+    _q(3641, FINAL, **_lib("torch-compile", 512, "bf16", graph=True)),
+    _q(3486, FINAL, **_lib("quack", 256, "bf16", graph=True)),
+    _q(3437, FINAL, **_lib("quack", 512, "bf16", graph=True)),
+    _q(3734, FINAL, **_lib("lib", 512, "fp32", graph=True)),
+    _q(3628, FINAL, **_lib("torch-compile", 512, "fp32", graph=True)),
     # section 5: what the autotuner picked (the bench's rows of the tuning run)
     _q(4353, TUNED, kernel="lib-tuned", N=65536, weight_dtype="bf16"),
     _q(4158, TUNED, kernel="lib", N=65536, weight_dtype="bf16"),
@@ -249,6 +251,12 @@ def _recomputed06() -> dict[str, str]:
     def short(graph):  # an fp32 weight in registers, N = 256: against the staged weight
         return _ab_gain("fwd", 32768, 256, "fp32", SHORT_FP32, graph=graph, digits=0)
 
+    from512 = [e["vs_quack"] for e in plain if e["N"] >= 512]
+
+    def pdl(N, wdt):
+        return _ab_gain("fwd", 32768, N, wdt, "pdl=True", graph=True)
+
+    short_pdl = [float(pdl(N, w).rstrip("%")) for N in (256, 512) for w in ("bf16", "fp32")]
     ladder = [  # lesson 05's cpasync at 32K-262K, where lesson 06 starts
         results.rows(RESULT, kernel="cpasync", N=N, graph=False)[0]["pct_copy"] for N in LARGE
     ]
@@ -256,40 +264,65 @@ def _recomputed06() -> dict[str, str]:
         "94-98%": f"{min(ladder):.0f}-{max(ladder):.0f}%",
         "26-30%": f"{min(loss):.0f}-{max(loss):.0f}%",  # the fp32 weight's cost to cpasync
         "4263 GB/s": f"{results.load(CONFIGS)['copy_gbps']:.0f} GB/s",  # sweep A's copy
-        "(0.998-1.172x over the plain shapes)": "({:.3f}-{:.3f}x over the plain shapes)".format(
-            min(e["vs_quack"] for e in plain), max(e["vs_quack"] for e in plain)
+        "(1.026-1.134x over the plain shapes from 512 up)": (
+            f"({min(from512):.3f}-{max(from512):.3f}x over the plain shapes from 512 up)"
         ),
-        "98.0-101.2%": f"{min(copy):.1f}-{max(copy):.1f}%",
-        "101.0% at 131072 and 100.1% at 262144": "{} at 131072 and {} at 262144".format(
+        "98.1-102.4%": f"{min(copy):.1f}-{max(copy):.1f}%",
+        "101.1% at 131072 and 100.5% at 262144": "{} at 131072 and {} at 262144".format(
             pct(_shape("bf16", 131072)["pct_copy"]), pct(_shape("bf16", 262144)["pct_copy"])
         ),
-        "4244 (0.996x)": "{:.0f} ({})".format(
+        "4240 (0.995x)": "{:.0f} ({})".format(
             _shape("bf16", 8192)["gbps"], x(_shape("bf16", 8192)["vs_best_peer"])
         ),
-        "(1.173x, 1.266x, 1.350x)": "({})".format(
+        "(1.179x, 1.268x, 1.351x)": "({})".format(
             ", ".join(x(_shape("fp32", N)["vs_quack"]) for N in BIG)
         ),
-        "99.3%, 101.2% and 98.5% of the copy": "{} and {} of the copy".format(
+        "100.2%, 101.4% and 98.5% of the copy": "{} and {} of the copy".format(
             ", ".join(pct(_shape("fp32", N)["pct_copy"]) for N in BIG[:2]),
             pct(_shape("fp32", 262144)["pct_copy"]),
         ),
-        "(the closest: 0.980x at 256 through a graph, 0.983x at 262144)": "(the closest: "
+        "(the closest: 0.978x at 65536, 0.980x at 1024)": "(the closest: "
         + ", ".join(f"{x(r)} at {N}{' through a graph' if g else ''}" for r, N, g in closest)
         + ")",
         "3-4% below the bf16 weight at 131072 and 262144": (
             f"{_before_weight_once()} below the bf16 weight at 131072 and 262144"
         ),
-        "3636 (0.982x)": "{:.0f} ({})".format(
-            _shape("fp32", 512, graph=True)["best_peer_gbps"],
-            x(_shape("fp32", 512, graph=True)["vs_best_peer"]),
-        ),
-        "97.9-101.2% of the copy from 4096 up": (
+        "97.9-102.4% of the copy from 4096 up": (
             f"{min(from_4k):.1f}-{max(from_4k):.1f}% of the copy from 4096 up"
         ),
-        "1.059x": x(v["bf16"]["geomean_vs_quack"]),
-        "1.058x": x(v["bf16"]["geomean_vs_quack_all"]),
-        "1.121x": x(v["fp32"]["geomean_vs_quack"]),
-        "1.104x": x(v["fp32"]["geomean_vs_quack_all"]),
+        "1.038x": x(v["bf16"]["geomean_vs_quack"]),
+        "1.047x": x(v["bf16"]["geomean_vs_quack_all"]),
+        "1.120x": x(v["fp32"]["geomean_vs_quack"]),
+        "1.108x": x(v["fp32"]["geomean_vs_quack_all"]),
+        "(1.049x without that row)": "({} without that row)".format(
+            x(math.exp(statistics.fmean(math.log(e["vs_quack"]) for e in plain if e["N"] >= 512)))
+        ),
+        "(1.049x without it)": "({} without it)".format(
+            x(math.exp(statistics.fmean(math.log(e["vs_quack"]) for e in plain if e["N"] >= 512)))
+        ),
+        "misses the 2% bar by 0.2%": "misses the 2% bar by {:.1f}%".format(
+            100 * (0.98 - min(e["fp32_vs_bf16"] for e in v["fp32"]["shapes"]))
+        ),
+        # short rows: the host's speed from round to round, plain timing at 256
+        "17.7 to 26.1 µs a call, QuACK's 20.1 to 27.3": "{} a call, QuACK's {}".format(
+            _rounds_us("lib", " µs"), _rounds_us("quack")
+        ),
+        # programmatic dependent launch, through CUDA graphs (A/B)
+        "+4.7% / +5.8% at N = 256": f"{pdl(256, 'bf16')} / {pdl(256, 'fp32')} at N = 256",
+        "+3.1% / +2.9% at 512": f"{pdl(512, 'bf16')} / {pdl(512, 'fp32')} at 512",
+        "+1.7% / +0.0% at 1024": f"{pdl(1024, 'bf16')} / {pdl(1024, 'fp32')} at 1024",
+        "(+3-6% through CUDA graphs at N = 256-512)": (
+            f"(+{min(short_pdl):.0f}-{max(short_pdl):.0f}% through CUDA graphs at N = 256-512)"
+        ),
+        # the 8192-vector plan that the autotuner had picked at 65536 (A/B)
+        "+12.1% over the old plan at 65536 where the pick's 128-thread CTAs ran +12.8%, and both "
+        "+9.2% at 49152": "{} over the old plan at 65536 where the pick's 128-thread CTAs ran {}, "
+        "and both {} at 49152".format(
+            _ab_gain("fwd", 32768, 65536, "bf16", C4),
+            _ab_gain("fwd", 32768, 65536, "bf16", T128),
+            " and ".join(sorted({_ab_gain("fwd", 32768, 49152, "bf16", c) for c in (C4, T128)})),
+        ),
+        **_tuned_after_quotes(),
         "16 KiB a CTA), and at 512 256 threads a CTA at +3.5%": (
             "16 KiB a CTA), and at 512 256 threads a CTA at {}".format(
                 _ab_gain("fwd", 32768, 512, "bf16", "num_threads=256", graph=True)
@@ -298,7 +331,7 @@ def _recomputed06() -> dict[str, str]:
         "2 row blocks and 2 buffers at +3.8%": "2 row blocks and 2 buffers at {}".format(
             _ab_gain("fwd", 32768, 256, "bf16", SHORT_BF16, graph=True)
         ),
-        "(1.047x at 65536)": f"({x(res65['gbps'] / quack65['gbps'])} at 65536)",
+        "(1.046x at 65536)": f"({x(res65['gbps'] / quack65['gbps'])} at 65536)",
         "(+2.4% over 4 blocks a CTA with a cluster barrier": "({} over 4 blocks a CTA with a "
         "cluster barrier".format(
             _ab_gain("fwd", 32768, 65536, "bf16", "exit_sync=False,blocks_per_cta=2", residual=True)
@@ -337,6 +370,47 @@ def _recomputed06() -> dict[str, str]:
 
 
 AB = "ab_configs"
+C4 = "cluster_n=4,weight_in_smem=True"
+T128 = "threads_per_row=128,num_threads=128,cluster_n=4,weight_in_smem=True"
+TUNED_AFTER = "fwd_tuned_65536"
+
+
+def _rounds_us(kernel, unit="") -> str:
+    """The lowest and highest of the per-round µs of one kernel's plain row at 256 (bf16)."""
+    (row,) = results.rows(FINAL, kernel=kernel, N=256, weight_dtype="bf16", graph=False)
+    return f"{min(row['us_rounds']):.1f} to {max(row['us_rounds']):.1f}{unit}"
+
+
+def _tuned_after_quotes() -> dict[str, str]:
+    """Section 5's re-tuning of 65536 (fwd_tuned_65536.json): the heuristic's place and how far
+    behind the pick; how much slower 'None' (timed first) measured than its explicit twin."""
+    facts, slow = {}, []
+    for key, entry in results.load(TUNED_AFTER)["autotune"].items():
+        w = "bf16" if "weight=bfloat16" in key else "fp32"
+        times = {c: ms for c, ms in entry["candidates"].items() if c != "None"}
+        order = sorted(times, key=times.get)
+        twin = times[entry["heuristic"]]
+        facts[w] = (
+            order.index(entry["heuristic"]) + 1,
+            len(order),
+            100 * (twin / times[order[0]] - 1),
+        )
+        slow.append(100 * (entry["candidates"]["None"] / twin - 1))
+    nth = {1: "st", 2: "nd", 3: "rd"}
+
+    def place(w):
+        p, n, behind = facts[w]
+        return f"{p}{nth.get(p, 'th')} of {n}, {behind:.1f}% behind"
+
+    return {
+        "3rd of 87, 0.1% behind the pick": f"{place('bf16')} the pick",
+        "4th of 78, 0.4% behind": place("fp32"),
+        "11-12% slower than its explicit twin": (
+            f"{min(slow):.0f}-{max(slow):.0f}% slower than its explicit twin"
+        ),
+    }
+
+
 SHORT_FP32 = "blocks_per_cta=2,buffers=2,weight_in_smem=False"
 SHORT_BF16 = "threads_per_row=16,num_threads=256,buffers=2,blocks_per_cta=2"
 LONG = (4096, 8192, 16384, 32768, 65536, 131072, 262144)
@@ -400,13 +474,8 @@ def _tuned_quotes() -> dict[str, str]:
         "comes 38th of 87, 2.9% behind": "comes {}th of {}, {:.1f}% behind".format(
             t[odd]["place"], t[odd]["n"], t[odd]["behind"]
         ),
-        "(+4.7%). It is the one shape": f"({_fmt_gain(t[odd]['bench'])}). It is the one shape",
-        "plan 4.7% faster than the heuristic's": "plan {:.1f}% faster than the heuristic's".format(
-            t[odd]["bench"]
-        ),
+        "(+4.7%). It was the one shape": f"({_fmt_gain(t[odd]['bench'])}). It was the one shape",
         "(26-59 s here)": f"({min(calls):.0f}-{max(calls):.0f} s here)",
-        "where the autotuner finds +4.7%": "where the autotuner finds "
-        + _fmt_gain(t[odd]["bench"]),
     }
 
 
@@ -541,27 +610,64 @@ def test_lesson06_claims_on_the_recorded_sweeps():
         lib, quack = (results.rows(RESIDUAL, kernel=k, N=N)[0]["gbps"] for k in ("lib", "quack"))
         assert lib > quack
     # section 8 and the summary: ahead of QuACK at every shape with an fp32 weight, at all but
-    # one (65536) with a bf16 weight
+    # one (the plain row at 256) with a bf16 weight
     shapes = {w: _verdict()["by_weight_dtype"][w]["shapes"] for w in ("bf16", "fp32")}
-    assert "ahead of QuACK at every shape but one" in prose
+    assert "Ahead of QuACK at every shape but one" in prose
     assert "ahead of QuACK at every shape with an fp32 weight and at all but one" in prose
     assert all(e["vs_quack"] > 1 for e in shapes["fp32"])
-    assert [(e["N"], e["graph"]) for e in shapes["bf16"] if e["vs_quack"] <= 1] == [(65536, False)]
-    # "within 1.5% of the best peer at every shape" with a bf16 weight; with an fp32 weight
-    # "the one row below the peer bar", the graph row at 512
-    assert "Within 1.5% of the best peer at every shape" in prose
-    assert all(e["vs_best_peer"] >= 0.985 for e in shapes["bf16"])
-    below = [(e["N"], e["graph"]) for e in shapes["fp32"] if e["vs_best_peer"] < 0.985]
-    assert below == [(512, True)] and "the one row below the peer bar" in prose
-    # "within 2% of the bf16 weight's speed at every shape"; "every other criterion is met"
-    assert all(e["fp32_vs_bf16"] >= 0.98 for e in shapes["fp32"])
-    assert "within 2% of the bf16 weight's speed at every shape" in prose
+    assert [(e["N"], e["graph"]) for e in shapes["bf16"] if e["vs_quack"] <= 1] == [(256, False)]
+    # "within 1.5% of the best peer at every shape but the same one"
+    assert "within 1.5% of the best peer at every shape but the same one" in prose
+    below = [(e["N"], e["graph"]) for e in shapes["bf16"] if e["vs_best_peer"] < 0.985]
+    assert below == [(256, False)]
+    assert all(e["vs_best_peer"] >= 0.985 for e in shapes["fp32"])
+    # "every CUDA-graph row is ahead of every peer"; "ahead of every peer through CUDA graphs"
+    assert "every CUDA-graph row is ahead of every peer" in prose
+    assert "ahead of every peer through CUDA graphs" in prose
+    assert all(e["vs_best_peer"] > 1 for w in shapes for e in shapes[w] if e["graph"])
+    # "within 2% of the bf16 weight's speed at every shape but one" (65536)
+    assert "within 2% of the bf16 weight's speed at every shape but one" in prose
+    assert [e["N"] for e in shapes["fp32"] if e["fp32_vs_bf16"] < 0.98] == [65536]
+    # "the fastest candidate with an fp32 weight is 1.5% slower than the fastest with a bf16 one,
+    # and the heuristic's plan is 0.4% behind it" (section 5's re-tuning of 65536)
+    best = {}
+    for key, entry in results.load(TUNED_AFTER)["autotune"].items():
+        best["bf16" if "weight=bfloat16" in key else "fp32"] = min(
+            ms for c, ms in entry["candidates"].items() if c != "None"
+        )
+    slower = f"{100 * (best['fp32'] / best['bf16'] - 1):.1f}%"
+    assert f"an fp32 weight is {slower} slower than the fastest with a bf16 one" in prose
+    assert "and the heuristic's plan is 0.4% behind it" in prose
+    assert "fp32 weight 4th of 78, 0.4% behind" in prose  # the same 0.4%, section 5's quote
+    # the host: "this host's speed moved by a third from round to round"; the tiny-call cost
+    # "puts the library's host cost below QuACK's"
+    assert "moved by a third from round to round" in prose
+    for kernel in ("lib", "quack"):
+        (row,) = results.rows(FINAL, kernel=kernel, N=256, weight_dtype="bf16", graph=False)
+        assert max(row["us_rounds"]) / min(row["us_rounds"]) > 1.3
+    host = {(o["kernel"], o["M"], o["weight_dtype"]): o["us_per_call"] for o in _run()["overhead"]}
+    assert all(
+        host[("lib", M, w)] < host[("quack", M, w)] for M in (1, 8) for w in ("bf16", "fp32")
+    )
+    assert "puts the library's host cost below QuACK's" in prose
+    # the graph rows: fp32 weight at 512 ahead of torch.compile now ("the row the record before
+    # this one had below the peer bar")
+    assert _shape("fp32", 512, graph=True)["vs_best_peer"] > 1
+    # the verdict: FAIL on exactly the three criteria the prose names; copy bands met
     checks = {c["name"]: c["status"] for c in _verdict()["checks"]}
     failed = [name for name, st in checks.items() if st == "FAIL"]
-    assert failed == ["[w fp32] every shape >= best peer - 1.5%"]
-    assert "every other criterion is met with either weight" in prose
-    # the verdict is FAIL, as the prose says
+    assert failed == [
+        "[w bf16] every shape >= best peer - 1.5%",
+        "[w bf16] geomean vs QuACK >= 1.05x (plain)",
+        "fp32 weights within 2% of bf16 weights",
+    ]
+    assert "on three criteria" in prose and "The copy bands are met with either weight" in prose
+    assert all(st == "PASS" for name, st in checks.items() if "% of copy" in name)
     assert _verdict()["overall"] == "FAIL" and "FAIL" in prose
+
+
+def _run() -> dict:
+    return results.load(FINAL)
 
 
 def _verdict() -> dict:
@@ -644,59 +750,93 @@ def _readme_quotes() -> dict[str, str]:
 
     bf16_copy = [_shape("bf16", N)["pct_copy"] for N in (4096, 8192, 16384, 32768, 65536)]
     fp32_bf16 = [e["fp32_vs_bf16"] for e in v["fp32"]["shapes"]]
+
+    def fresh(kernel):
+        c = next(c for c in run["compile"] if (c["kernel"], c["N"]) == (kernel, 3000))
+        return f"{c['fresh_median_s']:.2f} s"
+
+    failing = [
+        (w, e["N"], e["graph"])
+        for w in ("bf16", "fp32")
+        for e in v[w]["shapes"]
+        if e["vs_best_peer"] < 0.985 or e.get("fp32_vs_bf16", 1) < 0.98
+    ]
+    behind = [(w, e["N"], e["graph"]) for w in v for e in v[w]["shapes"] if e["vs_quack"] <= 1]
+    worst = min((e["fp32_vs_bf16"], e["N"]) for e in v["fp32"]["shapes"])
+    graph_ahead = all(e["vs_best_peer"] > 1 for w in v for e in v[w]["shapes"] if e["graph"])
     return {
-        "(2026-12-01, D2D copy 4251 GB/s)": "({}, D2D copy {:.0f} GB/s)".format(
-            run["date"], run["copy_gbps"]
+        "(2026-12-01, D2D copy 4250 GB/s, 5 rounds)": (
+            f"({run['date']}, D2D copy {run['copy_gbps']:.0f} GB/s, {run['rounds']} rounds)"
         ),
-        "1.059x with a bf16 weight": f"{x(v['bf16']['geomean_vs_quack'])} with a bf16 weight",
-        "1.121x with an fp32": f"{x(v['fp32']['geomean_vs_quack'])} with an fp32",
-        "(1.058x and 1.104x counting": (
+        "1.038x with a bf16 weight": f"{x(v['bf16']['geomean_vs_quack'])} with a bf16 weight",
+        "1.120x with an fp32": f"{x(v['fp32']['geomean_vs_quack'])} with an fp32",
+        "(1.047x and 1.108x counting": (
             f"({x(v['bf16']['geomean_vs_quack_all'])} and "
             f"{x(v['fp32']['geomean_vs_quack_all'])} counting"
         ),
-        "is FAIL by one row": f"is {run['verdict']['overall']} by one row",
-        "98.0-101.2% of the copy from 4096 to 65536": (
+        "is FAIL by two rows": "is {} by {} rows".format(
+            run["verdict"]["overall"], {1: "one", 2: "two"}.get(len(failing), len(failing))
+        ),
+        "the plain row at N = 256 with a bf16 weight, 0.933x QuACK": (
+            "the plain row at N = {} with a bf16 weight, {} QuACK".format(
+                *next(
+                    (e["N"], x(e["vs_best_peer"]))
+                    for e in v["bf16"]["shapes"]
+                    if e["vs_best_peer"] < 0.985
+                )
+            )
+        ),
+        "an fp32 weight at 65536, 0.978x": f"an fp32 weight at {worst[1]}, {x(worst[0])}",
+        "Every CUDA-graph row is ahead of every peer with either weight.": (
+            "Every CUDA-graph row is ahead of every peer with either weight."
+            if graph_ahead
+            else "Not every CUDA-graph row is ahead of every peer."
+        ),
+        "Ahead of QuACK at every shape but one (N = 256, plain, bf16 weight)": (
+            f"Ahead of QuACK at every shape but one (N = {behind[0][1]}, plain, bf16 weight)"
+            if len(behind) == 1 and behind[0][0] == "bf16" and not behind[0][2]
+            else str(behind)
+        ),
+        "98.1-102.4% of the copy from 4096 to 65536": (
             f"{min(bf16_copy):.1f}-{max(bf16_copy):.1f}% of the copy from 4096 to 65536"
         ),
-        "(1.266x, 1.350x at 131072": (
+        "(+12.1% in an A/B against the table's old one)": "({} in an A/B against the table's old "
+        "one)".format(_ab_gain("fwd", 32768, 65536, "bf16", "cluster_n=4,weight_in_smem=True")),
+        "(1.268x, 1.351x at 131072": (
             f"({x(_shape('fp32', 131072)['vs_quack'])}, "
             f"{x(_shape('fp32', 262144)['vs_quack'])} at 131072"
         ),
-        "within 2% of its own bf16-weight speed at every shape (0.980x at the closest)": (
+        "not within 2% of its own bf16-weight speed at every shape (0.978x at the closest)": (
             ("within 2%" if min(fp32_bf16) >= 0.98 else "not within 2%")
             + f" of its own bf16-weight speed at every shape ({x(min(fp32_bf16))} at the closest)"
         ),
-        "3455 GB/s (torch.compile 3405, QuACK 3309)": "{:.0f} GB/s (torch.compile {:.0f}, QuACK "
-        "{:.0f})".format(
+        "N = 256 gives 3773 GB/s (torch.compile 3599, QuACK 3486)": "N = 256 gives {:.0f} GB/s "
+        "(torch.compile {:.0f}, QuACK {:.0f})".format(
             _shape("bf16", 256, graph=True)["gbps"],
             peer("torch-compile", 256, "bf16", True),
             _shape("bf16", 256, graph=True)["quack_gbps"],
         ),
-        "(+3.8% in an A/B)": "({} in an A/B)".format(
-            _ab_gain("fwd", 32768, 256, "bf16", SHORT_BF16, graph=True)
+        "programmatic dependent launch (+4.7% in an A/B)": (
+            "programmatic dependent launch ({} in an A/B)".format(
+                _ab_gain("fwd", 32768, 256, "bf16", "pdl=True", graph=True)
+            )
         ),
-        "3571 GB/s against torch.compile's 3636 (0.982x": "{:.0f} GB/s against torch.compile's "
-        "{:.0f} ({}".format(
-            _shape("fp32", 512, graph=True)["gbps"],
-            peer("torch-compile", 512, "fp32", True),
-            x(_shape("fp32", 512, graph=True)["vs_best_peer"]),
+        "11.3 us": f"{us(run, 'lib')} us",
+        "QuACK's 13.8": f"QuACK's {us(run, 'quack')}",
+        "took 0.74 s in the benchmark's process, QuACK's 0.46 s": (
+            f"took {first_call('lib')} in the benchmark's process, QuACK's {first_call('quack')}"
         ),
-        "(65536 with a bf16 weight, 0.998x;": "({} with a bf16 weight, {};".format(
-            *next((e["N"], x(e["vs_quack"])) for e in v["bf16"]["shapes"] if e["vs_quack"] <= 1)
+        "0.59 s in fresh processes (median of 3, QuACK's 0.43 s)": (
+            f"{fresh('lib')} in fresh processes (median of 3, QuACK's {fresh('quack')})"
         ),
-        "pick there ran +4.7%": f"pick there ran {_fmt_gain(_tuned()[(65536, 'bf16')]['bench'])}",
-        "15.8 us": f"{us(run, 'lib')} us",
-        "QuACK's 18.8": f"QuACK's {us(run, 'quack')}",
-        "took 1.04 s": f"took {first_call('lib')}",
-        "QuACK's 0.80 s": f"QuACK's {first_call('quack')}",
         "(`fwd_final_residual.json`, the same day;": (
             "(`fwd_final_residual.json`, the same day;"
             if results.load(RESIDUAL)["date"] == run["date"]
             else "(`fwd_final_residual.json`, another day;"
         ),
         "+2.4% to +5.3% at 13 of 14 rows": _l2hint_range(),
-        "4221 / 4282 / 4335 GB/s": f"{res['lib']} GB/s",
-        "QuACK 4059 / 4126 / 4141": f"QuACK {res['quack']}",
+        "4207 / 4273 / 4302 GB/s": f"{res['lib']} GB/s",
+        "QuACK 4038 / 4101 / 4111": f"QuACK {res['quack']}",
     }
 
 
