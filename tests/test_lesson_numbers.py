@@ -384,24 +384,17 @@ def _rounds_us(kernel, unit="") -> str:
 def _tuned_after_quotes() -> dict[str, str]:
     """Section 5's re-tuning of 65536 (fwd_tuned_65536.json): the heuristic's place and how far
     behind the pick; how much slower 'None' (timed first) measured than its explicit twin."""
-    facts, slow = {}, []
-    for key, entry in results.load(TUNED_AFTER)["autotune"].items():
-        w = "bf16" if "weight=bfloat16" in key else "fp32"
-        times = {c: ms for c, ms in entry["candidates"].items() if c != "None"}
-        order = sorted(times, key=times.get)
-        twin = times[entry["heuristic"]]
-        facts[w] = (
-            order.index(entry["heuristic"]) + 1,
-            len(order),
-            100 * (twin / times[order[0]] - 1),
-        )
-        slow.append(100 * (entry["candidates"]["None"] / twin - 1))
+    t = _tuned((TUNED_AFTER,))
     nth = {1: "st", 2: "nd", 3: "rd"}
 
     def place(w):
-        p, n, behind = facts[w]
-        return f"{p}{nth.get(p, 'th')} of {n}, {behind:.1f}% behind"
+        f = t[(65536, w)]
+        return f"{f['place']}{nth.get(f['place'], 'th')} of {f['n']}, {f['behind']:.1f}% behind"
 
+    slow = [
+        100 * (e["candidates"]["None"] / e["candidates"][e["heuristic"]] - 1)
+        for e in results.load(TUNED_AFTER)["autotune"].values()
+    ]
     return {
         "3rd of 87, 0.1% behind the pick": f"{place('bf16')} the pick",
         "4th of 78, 0.4% behind": place("fp32"),
@@ -432,13 +425,13 @@ def _before_weight_once() -> str:
     return f"{min(loss):.0f}-{max(loss):.0f}%"
 
 
-def _tuned() -> dict:
+def _tuned(runs=TUNED_RUNS) -> dict:
     """(N, weight dtype) -> the tuning runs' facts: the pick's and the heuristic's ms (by the
     tuner's timing; 'None', the heuristic through the default path timed first, left out as the
     lesson's cell leaves it), the heuristic's place, candidates, GB/s of lib and lib-tuned and
     the tuned path's first call."""
     out = {}
-    for name in TUNED_RUNS:
+    for name in runs:
         run = results.load(name)
         for key, entry in run["autotune"].items():
             f = dict(kv.split("=", 1) for kv in key.split(", "))
@@ -645,7 +638,8 @@ def test_lesson06_claims_on_the_recorded_sweeps():
     for kernel in ("lib", "quack"):
         (row,) = results.rows(FINAL, kernel=kernel, N=256, weight_dtype="bf16", graph=False)
         assert max(row["us_rounds"]) / min(row["us_rounds"]) > 1.3
-    host = {(o["kernel"], o["M"], o["weight_dtype"]): o["us_per_call"] for o in _run()["overhead"]}
+    overhead = results.load(FINAL)["overhead"]
+    host = {(o["kernel"], o["M"], o["weight_dtype"]): o["us_per_call"] for o in overhead}
     assert all(
         host[("lib", M, w)] < host[("quack", M, w)] for M in (1, 8) for w in ("bf16", "fp32")
     )
@@ -664,10 +658,6 @@ def test_lesson06_claims_on_the_recorded_sweeps():
     assert "on three criteria" in prose and "The copy bands are met with either weight" in prose
     assert all(st == "PASS" for name, st in checks.items() if "% of copy" in name)
     assert _verdict()["overall"] == "FAIL" and "FAIL" in prose
-
-
-def _run() -> dict:
-    return results.load(FINAL)
 
 
 def _verdict() -> dict:
