@@ -668,7 +668,7 @@ def measure_overhead(
                         continue
                     try:
                         with torch.no_grad():
-                            row["us_rounds"].append(per_call_us(fn, args, calls // rounds))
+                            row["us_rounds"].append(per_call_us(fn, args, max(1, calls // rounds)))
                     except Exception as e:
                         row["error"] = _why(e, 300)
             for name, row in mine.items():

@@ -536,9 +536,13 @@ class FinalRMSNorm(ClusterRMSNorm):
         """Copy this thread's vectors ``lo..hi-1`` of ``src`` (global) into ``dst`` (shared);
         ``pred`` (atoms, 1, vecs) switches off the vectors past N (a cp.async then copies
         nothing and zero-fills). Through registers when cp.async cannot take them.
-        Unrolled while tracing, unlike the passes' loops: as a compiler-unrolled loop it
-        changed ptxas's schedule of the fp32-weight long-row kernels (91 -> 80 registers) and
-        cost 16% / 23% at N = 131072 / 262144 on the H200 (2026-12-01).
+        All of a thread's vectors go as one predicated copy, traced once (the first call at
+        N = 3000 compiles ~20% faster than vector by vector; the PTX differs by a few address
+        instructions in 8 of 67 configs, scripts/ptx_compare.py). A part of them (one of
+        several commit groups) goes vector by vector, unrolled while tracing, unlike the
+        passes' loops: as a compiler-unrolled loop it changed ptxas's schedule of the
+        fp32-weight long-row kernels (91 -> 80 registers) and cost 16% / 23% at N = 131072 /
+        262144 on the H200 (2026-12-01).
         A whole 16-byte vector goes by ``cp.async`` under an L2 evict_last policy (the module
         docstring says what it measured; ``hint_copies`` switches it off); vectors that a
         predicate may switch off (the zero fill) keep the unhinted copy."""
@@ -549,10 +553,7 @@ class FinalRMSNorm(ClusterRMSNorm):
                 copy_utils.cp_async_16(dst[None, None, v], src[None, None, v], policy)
             return
         if self.use_async and lo == 0 and hi == self.tiling.vecs:
-            # all of a thread's vectors in one predicated copy: traced once, not once a vector
-            # (the first call at N = 3000 compiles ~20% faster; the PTX differs by a few
-            # address instructions in 8 of 67 configs, scripts/ptx_compare.py)
-            cute.copy(tiled, src, dst, pred=pred)
+            cute.copy(tiled, src, dst, pred=pred)  # all of them: one copy
             return
         for v in range(lo, hi):
             p = None if pred is None else pred[None, None, v]
