@@ -765,6 +765,11 @@ def measure_compile(
     return rows
 
 
+#: rounds of a launch-bound shape per round asked for (``run``): the same calls in all, in
+#: shorter turns, so that a slow moment of the host lands on every kernel's median alike
+LAUNCH_BOUND_ROUNDS = 2
+
+
 def run(
     stages,
     shapes,
@@ -792,14 +797,17 @@ def run(
     ``residual``: the pre-norm benchmark (x + residual, both outputs; the backward: a
     dresidual_out added to dx, read as well; QuACK's the only peer). ``overhead``: also the
     host cost per tiny call and the first-call time of ``ours`` (before the sweep).
-    ``on_row(result)`` is called after every row (to save partial results); ``meta``: fields
+    ``on_row(result)`` is called after every shape (to save partial results); ``meta``: fields
     for the record (the command line). ``pass_``: "fwd", or "bwd" (the backward: the library's
     ``rmsnorm_bwd``, QuACK's, autograd of torch.compile / F.rms_norm / PyTorch ops).
-    ``rounds``: at each shape and weight dtype, every kernel is timed once a round, in turn, and
-    a row is the median of its rounds (``merge_rounds``): a launch-bound row measures the host
-    as much as the kernel, and the host's speed moves, so kernels are compared over the same
-    stretch of time. It damps, not removes, that noise: on the H200's host the plain rows at
-    32768 x 256 moved 20-60% between rounds of one process, for every kernel."""
+    ``rounds``: at each shape, every kernel with every weight dtype is timed once a round, in
+    turn, and a row is the median of its rounds (``merge_rounds``): a launch-bound row measures
+    the host as much as the kernel, and the host's speed moves, so kernels (and a kernel with
+    an fp32 weight against its bf16 one) are compared over the same stretch of time. It damps,
+    not removes, that noise: on the H200's host the plain rows at 32768 x 256 moved 20-60%
+    between rounds of one process, for every kernel. The shapes also timed through graphs
+    (``graph_max_n``) get ``LAUNCH_BOUND_ROUNDS`` times the rounds, each with that fraction of
+    ``budget_s``."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     if pass_ not in ("fwd", "bwd"):
@@ -821,6 +829,7 @@ def run(
         "residual": residual,
         "pass": pass_,
         "rounds": rounds,
+        "rounds_launch_bound": LAUNCH_BOUND_ROUNDS * rounds if graph and graph_max_n else rounds,
         **(meta or {}),
         "rows": rows,
     }
@@ -850,28 +859,36 @@ def run(
             on_row(result)
 
     for M, N in shapes:
-        for wdt in weight_dtypes:
-            tries: dict = {}  # (kernel, graph) -> its row of every round
-            for _ in range(rounds):
+        # (weight dtype, kernel, graph) -> its row of every round; the weight dtypes take turns
+        # inside a round too, so that "fp32 weight against bf16" compares the same stretch
+        tries: dict = {}
+        # a launch-bound shape (timed through graphs too): its plain rows time the host, so
+        # more rounds of fewer calls each (a round there costs milliseconds)
+        n_rounds, budget = rounds, budget_s
+        if graph and graph_max_n is not None and N <= graph_max_n:
+            n_rounds, budget = LAUNCH_BOUND_ROUNDS * rounds, budget_s / LAUNCH_BOUND_ROUNDS
+        for _ in range(n_rounds):
+            for wdt in weight_dtypes:
                 for name, fn in fns.items():
                     if N > max_n.get(name, N):
                         continue
                     small = graph_max_n is None or N <= graph_max_n
                     for g in [False, True] if graph and small else [False]:
-                        tries.setdefault((name, g), []).append(
-                            _try_one(fn, M, N, dtype, g, wdt, residual, budget_s, pass_)
+                        tries.setdefault((wdt, name, g), []).append(
+                            _try_one(fn, M, N, dtype, g, wdt, residual, budget, pass_)
                         )
                     torch.cuda.empty_cache()
-            for (name, _g), rounds_rows in tries.items():
-                row = merge_rounds(rounds_rows)
-                row["kernel"] = name
-                row["config"] = _config_of(name, N, dtype)
-                if "gbps" in row:
-                    row["pct_copy"] = 100 * row["gbps"] / copy
-                rows.append(row)
-                log(_fmt_row(row))
-                if on_row:
-                    on_row(result)
+        by_weight = sorted(tries.items(), key=lambda kv: weight_dtypes.index(kv[0][0]))
+        for (_w, name, _g), rounds_rows in by_weight:  # rows as before: a weight dtype's together
+            row = merge_rounds(rounds_rows)
+            row["kernel"] = name
+            row["config"] = _config_of(name, N, dtype)
+            if "gbps" in row:
+                row["pct_copy"] = 100 * row["gbps"] / copy
+            rows.append(row)
+            log(_fmt_row(row))
+        if on_row:
+            on_row(result)
     result["elapsed_s"] = time.perf_counter() - t_run
     result["verdict"] = verdict(rows, ours=ours, **thresholds_for(pass_))
     log(f"run took {result['elapsed_s']:.0f} s")

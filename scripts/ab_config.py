@@ -6,7 +6,7 @@ or more variants), timed in turn in one process, values checked first.
     source .gpu/env.sh; python3 scripts/ab_config.py --pass bwd --variant refill_early=True \\
         --variant cluster_n=8,weight_in_smem=True,refill_early=True \\
         [--shapes 16384x131072,8192x262144] [--weight-dtype bf16,fp32] [--reps 3] [--graph]
-        [--residual] [--json F]
+        [--residual] [--budget S] [--json F]
     source .gpu/env.sh; python3 scripts/ab_config.py --pass fwd --variant hint_copies=False
 
 A variant sets fields of the config, or on/off attributes of the kernel class (``hint_copies``:
@@ -161,6 +161,13 @@ def main(argv=None) -> int:
         help="with a residual in x's dtype: the forward's residual, the backward's "
         "dresidual_out (its bytes counted)",
     )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=0.5,
+        help="seconds of timed calls a side a round (the records use 0.15: at long rows the "
+        "H200 reaches its 700 W cap within half a second and its clocks then dip)",
+    )
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     variants = {text: parse_variant(text, a.pass_) for text in a.variant}
@@ -192,8 +199,9 @@ def main(argv=None) -> int:
                 for k, cfg in runnable.items():
                     fn = run_with(cfg, a.pass_, a.residual, classes.get(k))
                     r = bench.bench_one(
-                        fn, M, N, dtype, a.graph, wdt, residual=a.residual, pass_=a.pass_
-                    )
+                        fn, M, N, dtype, a.graph, wdt, residual=a.residual, pass_=a.pass_,
+                        budget_s=a.budget,
+                    )  # fmt: skip
                     got[k].append(r["gbps"])
             med = {k: statistics.median(v) for k, v in got.items()}
             row = {"pass": a.pass_, "M": M, "N": N, "weight_dtype": wname, "graph": a.graph}

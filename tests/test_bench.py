@@ -137,6 +137,67 @@ def test_rounds_take_turns_and_keep_each_kernels_median(monkeypatch):
         bench.run(["a"], [(8, 256)], rounds=0)
 
 
+def test_launch_bound_shapes_get_more_rounds_of_fewer_calls(monkeypatch):
+    """run(rounds=2, graph up to N = 2048): at N = 256 each kernel's plain and graph rows get
+    LAUNCH_BOUND_ROUNDS x 2 rounds, each timed with that fraction of the budget; at N = 4096
+    (plain only) 2 rounds of the whole budget; the record says how many."""
+    seen = []
+
+    def fake_bench_one(fn, M, N, dtype, graph=False, weight_dtype=None, budget_s=None, **kw):
+        seen.append((N, graph, budget_s))
+        return {"M": M, "N": N, "dtype": "bf16", "weight_dtype": "bf16", "residual": False,
+                "graph": graph, "bytes": 10**6, "us": 10.0, "first_call_s": 1.0}  # fmt: skip
+
+    fns = {"a": types.SimpleNamespace(__name__="a")}
+    monkeypatch.setattr(bench, "resolve_kernels", lambda names, *a, **k: (fns, {}))
+    monkeypatch.setattr(bench, "bench_one", fake_bench_one)
+    monkeypatch.setattr(bench, "copy_bandwidth", lambda: COPY)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake GPU")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    result = bench.run(
+        ["a"], [(8, 256), (8, 4096)], rounds=2, graph=True, graph_max_n=2048, budget_s=0.6,
+        log=lambda *a: None,
+    )  # fmt: skip
+    k = bench.LAUNCH_BOUND_ROUNDS
+    assert k >= 2
+    short = [(g, b) for n, g, b in seen if n == 256]
+    assert short == [(False, pytest.approx(0.6 / k)), (True, pytest.approx(0.6 / k))] * (2 * k)
+    assert [(g, b) for n, g, b in seen if n == 4096] == [(False, 0.6)] * 2
+    assert [len(r["us_rounds"]) for r in result["rows"]] == [2 * k, 2 * k, 2]
+    assert result["rounds"] == 2 and result["rounds_launch_bound"] == 2 * k
+
+
+def test_weight_dtypes_take_turns_inside_a_round(monkeypatch):
+    """run(rounds=2, two weight dtypes): a round times every kernel with each weight dtype
+    (bf16 a, b, fp32 a, b, then again), so that fp32 against bf16 compares the same stretch of
+    the host; the rows come out grouped by weight dtype, each the median of its own rounds."""
+    calls = []
+
+    def fake_bench_one(fn, M, N, dtype, graph=False, weight_dtype=None, **kw):
+        w = "fp32" if weight_dtype is torch.float32 else "bf16"
+        calls.append(w + fn.__name__)
+        us = {"bf16": 10.0, "fp32": 20.0}[w] + len(calls)  # distinct per call
+        return {"M": M, "N": N, "dtype": "bf16", "weight_dtype": w, "residual": False,
+                "graph": graph, "bytes": 10**6, "us": us, "first_call_s": 1.0}  # fmt: skip
+
+    fns = {n: types.SimpleNamespace(__name__=n) for n in "ab"}
+    monkeypatch.setattr(bench, "resolve_kernels", lambda names, *a, **k: (fns, {}))
+    monkeypatch.setattr(bench, "bench_one", fake_bench_one)
+    monkeypatch.setattr(bench, "copy_bandwidth", lambda: COPY)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake GPU")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    wdts = [torch.bfloat16, torch.float32]
+    result = bench.run(["a", "b"], [(8, 256)], rounds=2, weight_dtypes=wdts, log=lambda *a: None)
+    assert calls == ["bf16a", "bf16b", "fp32a", "fp32b"] * 2
+    got = [(r["weight_dtype"], r["kernel"], r["us_rounds"]) for r in result["rows"]]
+    assert got == [
+        ("bf16", "a", [11.0, 15.0]),
+        ("bf16", "b", [12.0, 16.0]),
+        ("fp32", "a", [23.0, 27.0]),
+        ("fp32", "b", [24.0, 28.0]),
+    ]
+
+
 # --- the verdict on synthetic rows ----------------------------------------------------------
 
 
