@@ -468,6 +468,18 @@ def test_ab_config_changes_only_the_fields_named():
     assert got["A"].invariant_loads and not got["plain"].invariant_loads
 
 
+def test_ncu_plans_parses_a_weight_dtype_and_config_fields():
+    ncu = _script("ncu_plans")
+    assert ncu.parse_plan("fp32:cluster_n=8,buffers=2,weight_in_smem=True") == (
+        "fp32",
+        {"cluster_n": 8, "buffers": 2, "weight_in_smem": True},
+    )
+    assert ncu.parse_plan("bf16") == ("bf16", {})  # the heuristic's plan
+    for bad in ("int8:buffers=2", "fp32:bufers=2", "fp32:buffers", "fp32:buffers=two"):
+        with pytest.raises(SystemExit, match="--plan"):
+            ncu.parse_plan(bad)
+
+
 def test_ab_config_switches_a_kernel_attribute():
     """--variant hint_copies=False: the same config, run by a subclass with the attribute off
     (its own compile key), whose x copies carry no L2 cache policy."""
