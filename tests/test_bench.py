@@ -108,6 +108,15 @@ def test_per_call_us_counts_every_call_with_the_collector_off():
     assert gc.isenabled()  # and on again after
 
 
+def _fake_gpu_run(monkeypatch, fns: dict, fake_bench_one) -> None:
+    """``bench.run`` without a GPU: ``fns`` as the kernels, ``fake_bench_one`` timing them."""
+    monkeypatch.setattr(bench, "resolve_kernels", lambda names, *a, **k: (fns, {}))
+    monkeypatch.setattr(bench, "bench_one", fake_bench_one)
+    monkeypatch.setattr(bench, "copy_bandwidth", lambda: COPY)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake GPU")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+
+
 def test_rounds_take_turns_and_keep_each_kernels_median(monkeypatch):
     """run(rounds=3): at each shape every kernel is timed once a round, in turn (A B A B A B,
     not A A A B B B), and a row is the median of its rounds; a failing round is the row."""
@@ -122,11 +131,7 @@ def test_rounds_take_turns_and_keep_each_kernels_median(monkeypatch):
                 "first_call_s": 1.0}  # fmt: skip
 
     fns = {n: types.SimpleNamespace(__name__=n) for n in "abc"}
-    monkeypatch.setattr(bench, "resolve_kernels", lambda names, *a, **k: (fns, {}))
-    monkeypatch.setattr(bench, "bench_one", fake_bench_one)
-    monkeypatch.setattr(bench, "copy_bandwidth", lambda: COPY)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake GPU")
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    _fake_gpu_run(monkeypatch, fns, fake_bench_one)
     result = bench.run(["a", "b", "c"], [(8, 256)], rounds=3, log=lambda *a: None)
     assert calls == list("abc" * 3) and result["rounds"] == 3
     by = {r["kernel"]: r for r in result["rows"]}
@@ -149,11 +154,7 @@ def test_launch_bound_shapes_get_more_rounds_of_fewer_calls(monkeypatch):
                 "graph": graph, "bytes": 10**6, "us": 10.0, "first_call_s": 1.0}  # fmt: skip
 
     fns = {"a": types.SimpleNamespace(__name__="a")}
-    monkeypatch.setattr(bench, "resolve_kernels", lambda names, *a, **k: (fns, {}))
-    monkeypatch.setattr(bench, "bench_one", fake_bench_one)
-    monkeypatch.setattr(bench, "copy_bandwidth", lambda: COPY)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake GPU")
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    _fake_gpu_run(monkeypatch, fns, fake_bench_one)
     result = bench.run(
         ["a"], [(8, 256), (8, 4096)], rounds=2, graph=True, graph_max_n=2048, budget_s=0.6,
         log=lambda *a: None,
@@ -181,11 +182,7 @@ def test_weight_dtypes_take_turns_inside_a_round(monkeypatch):
                 "graph": graph, "bytes": 10**6, "us": us, "first_call_s": 1.0}  # fmt: skip
 
     fns = {n: types.SimpleNamespace(__name__=n) for n in "ab"}
-    monkeypatch.setattr(bench, "resolve_kernels", lambda names, *a, **k: (fns, {}))
-    monkeypatch.setattr(bench, "bench_one", fake_bench_one)
-    monkeypatch.setattr(bench, "copy_bandwidth", lambda: COPY)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake GPU")
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    _fake_gpu_run(monkeypatch, fns, fake_bench_one)
     wdts = [torch.bfloat16, torch.float32]
     result = bench.run(["a", "b"], [(8, 256)], rounds=2, weight_dtypes=wdts, log=lambda *a: None)
     assert calls == ["bf16a", "bf16b", "fp32a", "fp32b"] * 2
