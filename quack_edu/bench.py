@@ -863,7 +863,7 @@ def run(
         # inside a round too, so that "fp32 weight against bf16" compares the same stretch
         tries: dict = {}
         # a launch-bound shape (timed through graphs too): its plain rows time the host, so
-        # more rounds of fewer calls each (a round there costs milliseconds)
+        # more rounds of fewer calls each (the inputs there are small: a round is cheap)
         n_rounds, budget = rounds, budget_s
         if graph and graph_max_n is not None and N <= graph_max_n:
             n_rounds, budget = LAUNCH_BOUND_ROUNDS * rounds, budget_s / LAUNCH_BOUND_ROUNDS
