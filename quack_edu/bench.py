@@ -864,15 +864,15 @@ def run(
         tries: dict = {}
         # a launch-bound shape (timed through graphs too): its plain rows time the host, so
         # more rounds of fewer calls each (the inputs there are small: a round is cheap)
+        small = graph_max_n is None or N <= graph_max_n  # also timed through graphs
         n_rounds, budget = rounds, budget_s
-        if graph and graph_max_n is not None and N <= graph_max_n:
+        if graph and graph_max_n is not None and small:
             n_rounds, budget = LAUNCH_BOUND_ROUNDS * rounds, budget_s / LAUNCH_BOUND_ROUNDS
         for _ in range(n_rounds):
             for wdt in weight_dtypes:
                 for name, fn in fns.items():
                     if N > max_n.get(name, N):
                         continue
-                    small = graph_max_n is None or N <= graph_max_n
                     for g in [False, True] if graph and small else [False]:
                         tries.setdefault((wdt, name, g), []).append(
                             _try_one(fn, M, N, dtype, g, wdt, residual, budget, pass_)
