@@ -7,8 +7,11 @@ Method (the same for every kernel in a run):
   an H200), so a timed call never finds its input in L2.
 * The first call of a kernel on a shape (its compile, or an autotuner's search) is made and
   checked against the fp32 reference before anything is timed; its wall time is recorded.
-* Plain timing: CUDA events around each call, after warm-up; the median is reported. This
-  includes the host's launch overhead when the kernel is shorter than it (small shapes).
+* Plain timing: CUDA events around batches of back-to-back calls (``PLAIN_BATCH_S`` each; a
+  call longer than that is a batch of its own), after warm-up; the median batch over its
+  calls is reported. A model launches its layers back to back, so this is the kernel's time,
+  or the host's launch overhead per call where that is longer (small shapes). Until
+  2026-12-01 the events went around each call (see ``time_calls``).
 * Graph timing (``graph=True``): the calls over all buffers are captured in one CUDA graph; a
   replay is timed with events and divided by the number of calls. This removes launch overhead.
 * The ceiling is a device-to-device copy measured in the same run (bytes read + written).
@@ -62,6 +65,9 @@ DEFAULT_SHAPES = [
 #: the pre-norm residual benchmark's shapes (``--residual`` without ``--shapes``)
 RESIDUAL_SHAPES = [(32768, 4096), (32768, 16384), (32768, 65536)]
 EPS = 1e-6
+#: plain timing: a batch of back-to-back calls between two CUDA events spans about this long
+#: (``time_calls``); the event's own host cost (~6 us on the H200's host) is then < 1% of it
+PLAIN_BATCH_S = 1e-3
 
 #: the library's entries, by kernel name (``quack_edu.rmsnorm``, QuACK's signature)
 LIBRARY = {"lib": "rmsnorm_fwd", "lib-tuned": "rmsnorm_fwd_tuned"}
@@ -116,16 +122,15 @@ def rotation_count(bytes_per_call: int, budget: int = 6 << 30) -> int:
     return max(2, min(need, max(1, budget // max(1, bytes_per_call)), 64))
 
 
-def _reps_for(fn, arg_sets, budget_s: float, lo: int, hi: int) -> int:
-    """As many repetitions as fit in ``budget_s`` (slow kernels get fewer), within [lo, hi]."""
+def _seconds_per_call(fn, arg_sets) -> float:
+    """A first estimate of one call's time (3 calls between two events), to size the timing."""
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s.record()
     for args in arg_sets[:3]:
         fn(*args)
     e.record()
     e.synchronize()
-    per_call = s.elapsed_time(e) / 1e3 / min(3, len(arg_sets))
-    return int(max(lo, min(hi, budget_s / max(per_call, 1e-7))))
+    return max(s.elapsed_time(e) / 1e3 / min(3, len(arg_sets)), 1e-7)
 
 
 @contextlib.contextmanager
@@ -144,25 +149,40 @@ def no_gc():
 
 
 def time_calls(
-    fn: Callable, arg_sets: list, warmup: int = 10, reps: int | None = None, budget_s: float = 0.5
+    fn: Callable,
+    arg_sets: list,
+    warmup: int = 10,
+    reps: int | None = None,
+    budget_s: float = 0.5,
+    batch_s: float = 0.0,
 ) -> float:
-    """Median microseconds of one call, CUDA events around each call, rotating inputs: as many
-    calls as fit in ``budget_s`` (5 to 5000). A launch-bound call's time is the host's, which
-    drifts: with at most 200 calls (until 2026-12-01) a round of a 20 µs call sampled 4 ms of
-    the host, and the rounds of one row moved by a third (fwd_final.json, N = 256)."""
-    reps = reps or _reps_for(fn, arg_sets, budget_s, 5, 5000)
+    """Median microseconds of one call, rotating inputs, after ``warmup`` calls.
+
+    CUDA events go around each call, or with ``batch_s`` around batches of back-to-back calls
+    that span about ``batch_s`` each (a call longer than that is a batch of its own), the
+    median batch divided by its calls. ``reps`` event pairs, or as many as fit in
+    ``budget_s`` (5 to 5000). Events around every call time one call on its own: when the
+    host's launch overhead is longer than the kernel, the host's time from the first event to
+    the launch plus the kernel, which moved by a third between rounds on the H200
+    (fwd_final.json until 2026-12-01, N = 512). A batch times what a model's layers see, calls
+    launched back to back: the kernel, or the host's time per call where that is longer."""
+    per_call = _seconds_per_call(fn, arg_sets)
+    batch = max(1, int(batch_s / per_call)) if batch_s > 0 else 1
+    reps = reps or int(max(5, min(5000, budget_s / (per_call * batch))))
     for i in range(warmup):
         fn(*arg_sets[i % len(arg_sets)])
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    n = len(arg_sets)
     with no_gc():
         for i in range(reps):
-            args = arg_sets[i % len(arg_sets)]
             starts[i].record()
-            fn(*args)
+            for j in range(i * batch, (i + 1) * batch):
+                fn(*arg_sets[j % n])
             ends[i].record()
         torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)) * 1e3
+    ms = statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
+    return ms * 1e3 / batch
 
 
 def time_graph(fn: Callable, arg_sets: list, replays: int = 20) -> float:
@@ -538,11 +558,13 @@ def bench_one(
     residual=False,
     budget_s=0.5,
     pass_="fwd",
+    batch_s=None,
 ) -> dict:
     """Time ``fn(x, w)`` (with ``residual``: ``fn(x, w, r) -> (out, residual_out)``; backward:
     ``fn(x, w, dout, rstd) -> (dx, dw)``, with ``residual`` ``fn(x, w, dout, rstd,
     dresidual_out)``) at M x N. The first call (a compile, an autotune, a peer's recorded
-    forward) runs, and is checked, before any timing."""
+    forward) runs, and is checked, before any timing. Plain timing times batches of
+    ``batch_s`` (default ``PLAIN_BATCH_S``; 0: events around each call)."""
     wdt = weight_dtype or dtype
     bwd = pass_ == "bwd"
     nbytes = (
@@ -585,7 +607,8 @@ def bench_one(
         if graph:
             us = time_graph(fn, sets)
         else:
-            us = time_calls(fn, sets, budget_s=budget_s)
+            batch = PLAIN_BATCH_S if batch_s is None else batch_s
+            us = time_calls(fn, sets, budget_s=budget_s, batch_s=batch)
     if hasattr(fn, "clear"):
         fn.clear()
     if hasattr(fn, "stream"):
@@ -830,6 +853,7 @@ def run(
         "pass": pass_,
         "rounds": rounds,
         "rounds_launch_bound": LAUNCH_BOUND_ROUNDS * rounds if graph and graph_max_n else rounds,
+        "plain_batch_s": PLAIN_BATCH_S,
         **(meta or {}),
         "rows": rows,
     }

@@ -108,6 +108,52 @@ def test_per_call_us_counts_every_call_with_the_collector_off():
     assert gc.isenabled()  # and on again after
 
 
+class _ClockEvent:
+    """A CUDA event on a fake clock (ms) that the timed calls advance: no GPU needed."""
+
+    now = 0.0
+
+    def __init__(self, enable_timing=False):
+        self.t = None
+
+    def record(self, stream=None):
+        self.t = _ClockEvent.now
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return end.t - self.t
+
+
+@pytest.mark.parametrize("call_us, batch", [(10.0, 100), (2000.0, 1)])
+def test_time_calls_times_batches_of_back_to_back_calls(monkeypatch, call_us, batch):
+    """time_calls(batch_s=1 ms): events around batches of calls spanning ~1 ms (a 2 ms call is
+    a batch of its own), inputs rotating through every batch in order; the median batch over
+    its calls. Without batch_s: events around each call, as before."""
+    monkeypatch.setattr(torch.cuda, "Event", _ClockEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    _ClockEvent.now = 0.0
+    seen = []
+
+    def fn(i):
+        seen.append(i)
+        # every 7th call of the 10 us kernel is slow: a batch's median, not a call's, is kept
+        slow = call_us < 100 and len(seen) % 7 == 0
+        _ClockEvent.now += (call_us * (3 if slow else 1)) / 1e3
+
+    sets = [(i,) for i in range(5)]
+    us = bench.time_calls(fn, sets, warmup=4, budget_s=0.05, batch_s=1e-3)
+    reps = int(0.05 / (call_us * 1e-6 * batch))
+    assert len(seen) == 3 + 4 + reps * batch  # estimate, warm-up, the timed batches
+    assert seen[7:] == [j % 5 for j in range(reps * batch)]
+    expect = call_us * (1 + 2 / 7) if batch > 1 else call_us  # slow calls spread over batches
+    assert us == pytest.approx(expect, rel=0.02)
+    seen.clear()
+    assert bench.time_calls(fn, sets, warmup=0, reps=6) == pytest.approx(call_us)  # per call
+    assert len(seen) == 3 + 6
+
+
 def _fake_gpu_run(monkeypatch, fns: dict, fake_bench_one) -> None:
     """``bench.run`` without a GPU: ``fns`` as the kernels, ``fake_bench_one`` timing them."""
     monkeypatch.setattr(bench, "resolve_kernels", lambda names, *a, **k: (fns, {}))
@@ -166,6 +212,7 @@ def test_launch_bound_shapes_get_more_rounds_of_fewer_calls(monkeypatch):
     assert [(g, b) for n, g, b in seen if n == 4096] == [(False, 0.6)] * 2
     assert [len(r["us_rounds"]) for r in result["rows"]] == [2 * k, 2 * k, 2]
     assert result["rounds"] == 2 and result["rounds_launch_bound"] == 2 * k
+    assert result["plain_batch_s"] == bench.PLAIN_BATCH_S  # the record says how plain rows time
 
 
 def test_weight_dtypes_take_turns_inside_a_round(monkeypatch):
