@@ -137,9 +137,10 @@ def final_config(N: int, dtype, weight_dtype=None, features: Features | None = N
       autotuner picked at N = 65536, fwd_tuned.json; against the 4096-vector plan +12% at
       65536, +9% at 49152, +1% at 40960: that plan's CTA held 128 KiB of x, one CTA an SM,
       and a weight too large for registers beside it, so loaded for every row; this one holds
-      32 KiB of x and 32 KiB of weight, three CTAs an SM); a wide one in shared memory,
-      clusters of 8, each CTA walking 4 row blocks with 2 staged at once (the weight read
-      once per 4 blocks). With a
+      32 KiB of x and 32 KiB of weight, three CTAs an SM); a wide one in registers, clusters
+      of 4, 2 blocks, 2 buffers (the 16384-vector wide plan's CTA, 16K columns: against
+      clusters of 8 walking 4 blocks with the weight in shared memory, +2.2% at 65536, +3.0%
+      at 49152, +9.7% / +12.7% / +15.8% at 57344 / 40960 / 36864, 2026-12-01). With a
       residual (a second tile a row, so no whole row in one CTA's registers) and a narrow
       weight: clusters of 4, 2 blocks, 2 buffers, the weight in shared memory;
     * 16384: a narrow weight in shared memory, clusters of 4, 2 blocks, 2 buffers; a wide one
@@ -186,7 +187,7 @@ def final_config(N: int, dtype, weight_dtype=None, features: Features | None = N
         # weight in smem)
         table = {
             4096: ((1, 1, 1, False), (1, 1, 1, False)),
-            8192: ((4, 1, 1, True), (8, 2, 4, True)),
+            8192: ((4, 1, 1, True), (4, 2, 2, False)),
             16384: ((4, 2, 2, True), (8, 2, 2, False)),
             32768: ((16, 2, 2, True), (16, 2, 4, False)),
         }
