@@ -126,12 +126,23 @@ def run_with(config, pass_: str = "bwd", residual: bool = False, kernel_cls=None
 
         return fwd_residual
     if pass_ == "fwd":
+        # the compiled kernel looked up once per kind of input, as the library's plain path
+        # does (``rmsnorm._plain``): through ``launch_fwd``'s lookup on every call, a side's
+        # host cost per call was near the kernel's time at N = 512 (17 us), and plain timing
+        # then measured the host
+        found: dict = {}
 
         def fwd(x, w):
             out = torch.empty_like(x)
-            mod.launch_fwd(
-                x, w, None, None, out, None, None, EPS, config=config, kernel_cls=kernel_cls
-            )
+            if x.numel() == 0:
+                return out
+            key = (x.dtype, w.dtype, x.shape[1:], x.stride(), (x.data_ptr() | w.data_ptr()) & 15)
+            kernel = found.get(key)
+            if kernel is None:
+                kernel = found[key] = mod.kernel_for(
+                    x, w, None, None, out, None, None, config=config, kernel_cls=kernel_cls
+                )
+            kernel.call(x, w, None, None, out, None, None, EPS)
             return out
 
         return fwd

@@ -512,6 +512,35 @@ def test_ab_config_changes_only_the_fields_named():
     assert got["A"].invariant_loads and not got["plain"].invariant_loads
 
 
+def test_ab_config_forward_looks_its_kernel_up_once(monkeypatch):
+    """A forward side finds its compiled kernel once per kind of input (as the library's plain
+    path does), with the side's config and class, then only launches it: a lookup per call
+    made the host the limit at N = 512."""
+    from quack_edu.stages import final
+
+    ab = _script("ab_config")
+    looked, launched = [], []
+
+    class Fake:
+        def call(self, x, w, b, r, out, ro, rstd, eps):
+            launched.append((x.data_ptr(), out.shape, eps))
+
+    def kernel_for(x, w, b, r, out, ro, rstd, config=None, kernel_cls=None):
+        looked.append((x.shape[-1], w.dtype, config, kernel_cls))
+        return Fake()
+
+    monkeypatch.setattr(final, "kernel_for", kernel_for)
+    fn = ab.run_with("CFG", "fwd", kernel_cls="K")
+    sets = [(torch.ones(4, 64), torch.ones(64)) for _ in range(3)]
+    for x, w in sets * 2:
+        assert fn(x, w).shape == x.shape
+    assert looked == [(64, torch.float32, "CFG", "K")]  # one kind of input: one lookup
+    assert [p for p, _, _ in launched] == [x.data_ptr() for x, _ in sets * 2]
+    fn(torch.ones(4, 64, dtype=torch.bfloat16), torch.ones(64))  # another kind: looked up
+    assert len(looked) == 2 and fn(torch.ones(0, 64), torch.ones(64)).shape == (0, 64)
+    assert len(launched) == 7  # M = 0: nothing launched
+
+
 def test_ncu_plans_parses_a_weight_dtype_and_config_fields():
     ncu = _script("ncu_plans")
     assert ncu.parse_plan("fp32:cluster_n=8,buffers=2,weight_in_smem=True") == (
