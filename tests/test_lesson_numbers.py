@@ -311,12 +311,23 @@ def _recomputed06() -> dict[str, str]:
         "graph".format(*(_row_us("lib", 256, "bf16", g) for g in (False, True))),
         "8.1-9.4 µs": f"{min(host):.1f}-{max(host):.1f} µs",
         # programmatic dependent launch for plain rows timed in batches (A/B)
-        "-4.9% / -3.1% at 512 and -4.0% / -4.8% at 1024": "{} / {} at 512 and {} / {} at "
+        "-9.3% / -7.9% at 512 and -4.3% / -5.1% at 1024": "{} / {} at 512 and {} / {} at "
         "1024".format(
             *(
                 _ab_gain("fwd", 32768, N, w, "pdl=False")
                 for N in (512, 1024)
                 for w in ("bf16", "fp32")
+            )
+        ),
+        # the fp32 weight's gap at 512 with and without PDL (A/B, plain, batched)
+        "the overlap it is 0.986x of the bf16 weight, with it 0.970x": "the overlap it is {} of "
+        "the bf16 weight, with it {}".format(
+            *(
+                x(
+                    _ab_side("fwd", 32768, 512, "fp32", side, PDL_OFF)
+                    / _ab_side("fwd", 32768, 512, "bf16", side, PDL_OFF)
+                )
+                for side in ("pdl=False", "A")
             )
         ),
         # section 2: the fp32 weight's register plan across the 8192-vector entry (A/B)
@@ -411,6 +422,7 @@ WIDE8192 = "cluster_n=4,buffers=2,blocks_per_cta=2,weight_in_smem=False"
 # the A/B that moved the narrow weight's short-row picks (later runs time the same variant
 # names against those picks)
 SHORT_AB = "Short rows (256-1024) through CUDA graphs, both weight dtypes, after the L2 policy"
+PDL_OFF = "with ab_config's fixed host path (c7bf8ea): programmatic dependent launch off, plain"
 
 
 def _tuned_after_quotes() -> dict[str, str]:
@@ -574,6 +586,17 @@ def _ab_gain(pass_, M, N, wdt, variant, graph=False, digits=1, residual=False, n
     ]
     assert gains, (variant, want)
     return f"{gains[-1]:+.{digits}f}%"
+
+
+def _ab_side(pass_, M, N, wdt, side, note, graph=False) -> float:
+    """GB/s of one side of the A/B run whose note contains ``note``."""
+    run = next(r for r in results.load(AB)["runs"] if note in r.get("note", ""))
+    row = next(
+        r
+        for r in run["rows"]
+        if (r["pass"], r["M"], r["N"], r["weight_dtype"], r["graph"]) == (pass_, M, N, wdt, graph)
+    )
+    return row["sides"][side]["gbps"]
 
 
 @pytest.mark.parametrize("quoted", list(_recomputed06()) if results.load(FINAL) else [])
@@ -899,17 +922,6 @@ def _readme_quotes() -> dict[str, str]:
         "4249 / 4281 / 4325 GB/s": f"{res['lib']} GB/s",
         "QuACK 4069 / 4120 / 4146": f"QuACK {res['quack']}",
     }
-
-
-def _ab_side(pass_, M, N, wdt, side, note, graph=False) -> float:
-    """GB/s of one side of the A/B run whose note contains ``note``."""
-    run = next(r for r in results.load(AB)["runs"] if note in r.get("note", ""))
-    row = next(
-        r
-        for r in run["rows"]
-        if (r["pass"], r["M"], r["N"], r["weight_dtype"], r["graph"]) == (pass_, M, N, wdt, graph)
-    )
-    return row["sides"][side]["gbps"]
 
 
 @pytest.mark.parametrize("quoted", list(_readme_quotes()) if results.load(FINAL) else [])
