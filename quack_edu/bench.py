@@ -164,7 +164,7 @@ def time_calls(
     ``budget_s`` (5 to 5000). Events around every call time one call on its own: when the
     host's launch overhead is longer than the kernel, the host's time from the first event to
     the launch plus the kernel, which moved by a third between rounds on the H200
-    (fwd_final.json until 2026-12-01, N = 512). A batch times what a model's layers see, calls
+    (fwd_final.json until 2026-12-01, N = 256). A batch times what a model's layers see, calls
     launched back to back: the kernel, or the host's time per call where that is longer."""
     per_call = _seconds_per_call(fn, arg_sets)
     batch = max(1, int(batch_s / per_call)) if batch_s > 0 else 1
