@@ -314,7 +314,7 @@ def _recomputed06() -> dict[str, str]:
         "-9.3% / -7.9% at 512 and -4.3% / -5.1% at 1024": "{} / {} at 512 and {} / {} at "
         "1024".format(
             *(
-                _ab_gain("fwd", 32768, N, w, "pdl=False")
+                _ab_gain("fwd", 32768, N, w, "pdl=False", note=PDL_OFF)
                 for N in (512, 1024)
                 for w in ("bf16", "fp32")
             )
