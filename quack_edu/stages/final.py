@@ -28,8 +28,10 @@ Delta over cpasync, in bytes, registers and bytes in flight:
   so its launch and CTA setup overlap the end of the kernel before it on the stream; once all
   its CTAs have started it lets the next one launch (``launch_dependents``). Through CUDA
   graphs of back-to-back calls on the H200: +4.7% / +5.8% at N = 256 (bf16 / fp32 weight),
-  +3.1% / +2.9% at 512, +1.7% / 0.0% at 1024, +0.9% / +0.1% at 2048; plain timing, where the
-  host launches one call at a time, +-0.1% (``ab_configs.json``, 2026-12-01).
+  +3.1% / +2.9% at 512, +1.7% / 0.0% at 1024, +0.9% / +0.1% at 2048; with events around
+  every call, where the host launched one call at a time, +-0.1% at 4096-262144. Calls timed
+  back to back (the bench's plain rows since 2026-12-01) lose 9.3% / 7.9% at 512 and 4.3% /
+  5.1% at 1024 without it (``ab_configs.json``, 2026-12-01).
 * The plan depends on the row length (``final_config``, from a sweep on the H200): short rows
   (<= 16K bf16) want many small CTAs per SM and one block each, as cpasync, except the
   shortest (256-512 bf16), whose CTAs of 4 rows were too small (256 threads a CTA now); long
@@ -526,7 +528,7 @@ class FinalRMSNorm(ClusterRMSNorm):
 
     #: programmatic dependent launch: the grid may be launched while the previous kernel on
     #: the stream drains, its CTAs waiting (``griddepcontrol.wait``) before any global access,
-    #: and it lets the next kernel launch once all its CTAs have started (``--variant pdl=True``)
+    #: and it lets the next kernel launch once all its CTAs have started (``--variant pdl=False``)
     pdl = True
 
     #: the L2 evict_last policy on x's copies (``stage_in``) and on a weight's loads into
