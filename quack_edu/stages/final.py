@@ -7,9 +7,13 @@ Delta over cpasync, in bytes, registers and bytes in flight:
   elements = 64 registers of bf16, but 128 of fp32, so with an fp32 weight (the weight
   ``nn.RMSNorm(dim)`` holds under bf16 activations) it loads the weight late, after the sum,
   with a round trip to L2 per row block (measured: -27..31% at N = 64K..262K bf16). Here the
-  CTA's slice of the weight can be copied to shared memory once (cp.async, in the first commit
-  group) and read back a vector at a time in the scaling pass: registers no longer depend on
-  the weight's dtype (~40), shared memory does (tile_cols x 4 B instead of x 2 B per CTA).
+  CTA's slice of the weight can be copied to shared memory once (cp.async, in a commit group
+  after the first block's, waited for only before the scaling pass: ``weight_after_x``) and
+  read back a vector at a time in the scaling pass: registers no longer depend on the
+  weight's dtype (~40), shared memory does (tile_cols x 4 B instead of x 2 B per CTA). Every
+  CTA reads the same slice, the first wave all at once after the PDL wait, from the few L2
+  lines that hold it: a slice wider than x's vectors (fp32) goes in 16 contiguous bytes a
+  thread, so that no request asks for sectors it does not use (``flat_weight_copy``).
 * A CTA walks ``blocks_per_cta`` row blocks, so that slice is read from L2 once per several
   blocks instead of once per block: at N = 262144 with an fp32 weight and one row per CTA,
   per-block loads move 1 MiB of weight from L2 for every 0.5 MiB of x. A slice small enough
@@ -126,14 +130,15 @@ def final_config(N: int, dtype, weight_dtype=None, features: Features | None = N
     * up to 2048 vectors (16K bf16): no cluster, >= 32 threads a row with <= 16 vectors each,
       one row block per CTA (many CTAs per SM beat deeper pipelines here), the weight slice in
       shared memory; a wide weight of > 32 KiB a CTA (fp32 at 16K) in registers instead. Up to
-      64 vectors (bf16 rows of <= 1 KiB), a wide weight in registers and 2 row blocks a CTA, 2
-      buffers, rather than 1-2 KiB of fp32 weight staged for every 2-4 KiB of x (+19% at
-      N = 256, +0.4% at 512; through CUDA graphs +54% and +10%: benchmarks/results/
-      ab_configs.json). A narrow weight next to rows of 17-32 vectors (bf16 N = 256): 16
-      threads a row, 256 a CTA, 2 row blocks, 2 buffers (+3.8-4.1% through CUDA graphs in two
-      runs); of 33-64 vectors (512): 256 threads a CTA (+3.5%). Such a CTA moves 16 KiB of
-      x at 256 (2 blocks of 16 rows) and 8 KiB at 512 (8 rows), where 128 threads moved 2 and
-      4 KiB: fewer, fuller CTAs for the launch to place;
+      32 vectors (bf16 rows of <= 512 B), a wide weight in registers and 2 row blocks a CTA, 2
+      buffers, rather than 1 KiB of fp32 weight staged for every 2 KiB of x (+19% at N = 256;
+      through CUDA graphs +54%: benchmarks/results/ab_configs.json). A narrow weight next to
+      rows of 17-32 vectors (bf16 N = 256): 16 threads a row, 256 a CTA, 2 row blocks, 2
+      buffers (+3.8-4.1% through CUDA graphs in two runs); either weight next to rows of 33-64
+      vectors (512): 256 threads a CTA (+3.5% with a bf16 weight; with an fp32 weight, once
+      its slice was copied flat, +1.1% / +1.2% in two runs over the registers plan, 2026-12-01).
+      Such a CTA moves 16 KiB of x at 256 (2 blocks of 16 rows) and 8 KiB at 512 (8 rows),
+      where 128 threads moved 2 and 4 KiB: fewer, fuller CTAs for the launch to place;
     * 4096 vectors: 256 threads, no cluster, the weight in registers;
     * 8192: a narrow weight in shared memory, clusters of 4, 1 buffer, 1 block (what the
       autotuner picked at N = 65536, fwd_tuned.json; against the 4096-vector plan +12% at
@@ -178,11 +183,11 @@ def final_config(N: int, dtype, weight_dtype=None, features: Features | None = N
             blocks_per_cta=1,
             weight_in_smem=not (wide and w_bytes > 32 << 10),
         )
-        if wide and nvec <= 64:  # see the docstring: a wide weight next to rows of <= 1 KiB
+        if wide and nvec <= 32:  # see the docstring: a wide weight next to rows of <= 512 B
             pick = replace(pick, buffers=2, blocks_per_cta=2, weight_in_smem=False)
         elif not wide and 16 < nvec <= 32:  # a narrow weight, rows of 17-32 vectors: see above
             pick = replace(pick, threads_per_row=16, num_threads=256, buffers=2, blocks_per_cta=2)
-        elif not wide and 32 < nvec <= 64:
+        elif 32 < nvec <= 64:
             pick = replace(pick, num_threads=256)
     else:
         # vectors: (narrow weight plan, wide weight plan); a plan: (cluster, buffers, blocks,
@@ -567,6 +572,79 @@ class FinalRMSNorm(ClusterRMSNorm):
                 cute.copy(tiled, src[None, None, v], r, pred=p)
                 dst[None, None, v].store(r.load())
 
+    #: a weight or bias slice wider than x's 16-byte vectors (fp32 next to bf16 x) is copied
+    #: to shared memory by all the CTA's threads, 16 contiguous bytes each, rather than by the
+    #: first row's threads in x's vector shape, two 16-byte halves 32 bytes apart, where every
+    #: cp.async instruction asked L2 for twice the sectors it used. Every CTA of the first wave
+    #: reads the same slice at once after the PDL wait, so those requests queue at the few L2
+    #: lines that hold it: on the H200 (2026-12-01, ab_configs.json) +1.5% / +1.2% at N = 1024 /
+    #: 2048 with an fp32 weight, and at 512 the shared-memory plan overtook the registers plan
+    #: (+1.2%). In a probe through CUDA graphs (not recorded), the same per-head kernel at
+    #: 32768 x 512 with 32 distinct weight rows spread over the first wave had no gap to a bf16
+    #: weight, and with one row broadcast to the 32 heads the whole gap
+    #: (``--variant flat_weight_copy=False``)
+    flat_weight_copy = True
+
+    #: the weight and bias slices (in shared memory) go out after the first row block's copies,
+    #: and the first pass waits for x only: the slices land while the row is summed and
+    #: reduced, off the path to the first sum (+0.2% at N = 512 with an fp32 weight, +0.0-0.2%
+    #: elsewhere up to 4096, +1.3-1.9% for CTAs of 512 threads; ``--variant
+    #: weight_after_x=False``)
+    weight_after_x = True
+
+    def flat_copy(self, dtype) -> bool:
+        """Does a slice of ``dtype`` go to shared memory by ``copy_slice_flat``?"""
+        return self.flat_weight_copy and self.use_async and self.tiling.vec * dtype.width > 128
+
+    def any_flat_copy(self, mW, mB) -> bool:
+        return any(m is not None and self.flat_copy(m.element_type) for m in (mW, mB))
+
+    @cute.jit
+    def copy_slice_flat(self, m: cute.Tensor, s_: cute.Tensor, rank):
+        """Copy this CTA's columns of the (N,) tensor ``m`` into ``s_`` (its shared-memory
+        slice, read back with row stride 0) in 16-byte pieces: piece ``p`` by thread
+        ``p % num_threads``, under an L2 evict_last policy (every CTA reads the slice). A piece
+        never straddles N (N * itemsize is a multiple of 16 when a vector is wider than 16
+        bytes); pieces past N are not copied, and nothing reads them."""
+        t = self.tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        per = 128 // m.element_type.width  # elements a piece
+        pieces = t.tile_cols // per
+        col0 = rank * t.tile_cols
+        policy = copy_utils.l2_evict_last()
+        for k in cutlass.range_constexpr(ceil_div(pieces, t.num_threads)):
+            p = k * t.num_threads + tidx
+            if p < pieces and col0 + p * per < self.N:
+                src = cute.make_tensor(m.iterator + col0 + p * per, cute.make_layout(per))
+                dst = cute.make_tensor(s_.iterator + p * per, cute.make_layout(per))
+                copy_utils.cp_async_16(dst, src, policy)
+
+    @cute.jit
+    def copy_slices(self, mW, mB, sW, sB, cX: cute.Tensor, rank, row_in_cta):
+        """Start the copies of the CTA's weight and bias slices into shared memory and commit
+        them as one group: a wide slice by all threads (``copy_slice_flat``), else by the
+        threads of the CTA's first row in x's vector shape (every row reads the same columns)."""
+        t = self.tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        for m, s_ in ((mW, sW), (mB, sB)):
+            if cutlass.const_expr(m is not None and self.flat_copy(m.element_type)):
+                self.copy_slice_flat(m, s_, rank)
+        if row_in_cta == 0:
+            for m, s_ in ((mW, sW), (mB, sB)):
+                if cutlass.const_expr(m is not None and not self.flat_copy(m.element_type)):
+                    copy_W = self.stage_copy(m.element_type, True)
+                    thr_W = copy_W.get_slice(tidx)
+                    gW = cute.local_tile(
+                        copy_utils.broadcast_rows(m, t.rows_per_cta), t.tiler, (0, rank)
+                    )
+                    # the weight's own predicate: an fp32 vector is two 16-byte atoms
+                    pW = self.col_pred(thr_W, cX)
+                    self.stage_in(
+                        copy_W, thr_W.partition_S(gW), thr_W.partition_D(s_), pW, 0, t.vecs
+                    )
+        if cutlass.const_expr(self.use_async):
+            cute.arch.cp_async_commit_group()
+
     @cute.jit
     def issue_block(
         self,
@@ -720,24 +798,13 @@ class FinalRMSNorm(ClusterRMSNorm):
             cute.arch.griddepcontrol_wait()
             cute.arch.griddepcontrol_launch_dependents()
 
-        # -- the weight and bias slices, once per CTA: the threads of the CTA's first row copy
-        # them (every row reads the same columns), in the first commit group
-        if cutlass.const_expr(smem_w and (mW is not None or mB is not None)):
-            if row_in_cta == 0:
-                for m, s_ in ((mW, sW), (mB, sB)):
-                    if cutlass.const_expr(m is not None):
-                        copy_W = self.stage_copy(m.element_type, True)
-                        thr_W = copy_W.get_slice(tidx)
-                        gW = cute.local_tile(
-                            copy_utils.broadcast_rows(m, t.rows_per_cta), t.tiler, (0, rank)
-                        )
-                        # the weight's own predicate: an fp32 vector is two 16-byte atoms
-                        pW = self.col_pred(thr_W, cX)
-                        self.stage_in(
-                            copy_W, thr_W.partition_S(gW), thr_W.partition_D(s_), pW, 0, t.vecs
-                        )
-            if cutlass.const_expr(self.use_async):
-                cute.arch.cp_async_commit_group()
+        # -- the weight and bias slices, once per CTA, in a commit group of their own: before
+        # the first block's (or, ``weight_after_x``, after it)
+        late_w = cutlass.const_expr(
+            self.weight_after_x and smem_w and self.use_async and (mW is not None or mB is not None)
+        )
+        if cutlass.const_expr(smem_w and (mW is not None or mB is not None) and not late_w):
+            self.copy_slices(mW, mB, sW, sB, cX, rank, row_in_cta)
 
         seq = cfg.blocks_per_cta
         blk0 = bidx * seq
@@ -745,6 +812,8 @@ class FinalRMSNorm(ClusterRMSNorm):
         # rows this CTA may load: its own blocks' (the next CTA's belong to the next CTA)
         row_end = cutlass.min(M, (blk0 + n_iter) * t.rows_per_cta)
         self.issue_block(mX, mRes, sX, sR, blk0, 0, rank, row_end)
+        if cutlass.const_expr(late_w):
+            self.copy_slices(mW, mB, sW, sB, cX, rank, row_in_cta)
         if cutlass.const_expr(clustered):
             # every peer's mbarriers are initialised and armed. Waited for here, after the first
             # block's copies went out. Measured on the H200 (2026-11-30): waiting instead just
@@ -791,9 +860,18 @@ class FinalRMSNorm(ClusterRMSNorm):
             sum_sq = Float32(0.0)
             for s in cutlass.range_constexpr(stages):
                 if cutlass.const_expr(self.use_async):
-                    cute.arch.cp_async_wait_group(stages - 1 - s + ahead)
+                    if cutlass.const_expr(late_w):  # block 0: the slices' group may be pending
+                        if it == 0:
+                            cute.arch.cp_async_wait_group(stages - s + ahead)
+                        else:
+                            cute.arch.cp_async_wait_group(stages - 1 - s + ahead)
+                    else:
+                        cute.arch.cp_async_wait_group(stages - 1 - s + ahead)
                 if cutlass.const_expr(
-                    s == 0 and t.rows_per_cta > 1 and (sW is not None or sB is not None)
+                    s == 0
+                    and not late_w
+                    and (sW is not None or sB is not None)
+                    and (t.rows_per_cta > 1 or self.any_flat_copy(mW, mB))
                 ):
                     if it == 0:  # the weight and bias slices, copied by the first row, landed
                         cute.arch.barrier()
@@ -834,6 +912,10 @@ class FinalRMSNorm(ClusterRMSNorm):
 
             if cutlass.const_expr(not smem_w and not early):
                 rW, rB = self.load_weights(mW, mB, tXsX, cX, rank)
+            if cutlass.const_expr(late_w):
+                if it == 0:  # the slices landed (only the next block's groups may be pending)
+                    cute.arch.cp_async_wait_group(ahead)
+                    cute.arch.barrier()
             # second pass, from shared memory a vector at a time
             if row < M:
                 pred = self.col_pred(thr_X, cX)
