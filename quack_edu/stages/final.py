@@ -8,12 +8,13 @@ Delta over cpasync, in bytes, registers and bytes in flight:
   ``nn.RMSNorm(dim)`` holds under bf16 activations) it loads the weight late, after the sum,
   with a round trip to L2 per row block (measured: -27..31% at N = 64K..262K bf16). Here the
   CTA's slice of the weight can be copied to shared memory once (cp.async, in a commit group
-  after the first block's, waited for only before the scaling pass: ``weight_after_x``) and
-  read back a vector at a time in the scaling pass: registers no longer depend on the
-  weight's dtype (~40), shared memory does (tile_cols x 4 B instead of x 2 B per CTA). Every
-  CTA reads the same slice, the first wave all at once after the PDL wait, from the few L2
-  lines that hold it: a slice wider than x's vectors (fp32) goes in 16 contiguous bytes a
-  thread, so that no request asks for sectors it does not use (``flat_weight_copy``).
+  of its own) and read back a vector at a time in the scaling pass: registers no longer
+  depend on the weight's dtype (~40), shared memory does (tile_cols x 4 B instead of x 2 B
+  per CTA). Every CTA reads the same slice, the first wave all at once after the PDL wait,
+  from the few L2 lines that hold it: a slice wider than x's vectors (fp32) goes in 16
+  contiguous bytes a thread, so that no request asks for sectors it does not use
+  (``flat_weight_copy``), and after the first block's x, waited for only before the scaling
+  pass (``weight_after_x``).
 * A CTA walks ``blocks_per_cta`` row blocks, so that slice is read from L2 once per several
   blocks instead of once per block: at N = 262144 with an fp32 weight and one row per CTA,
   per-block loads move 1 MiB of weight from L2 for every 0.5 MiB of x. A slice small enough
@@ -577,7 +578,7 @@ class FinalRMSNorm(ClusterRMSNorm):
     #: first row's threads in x's vector shape, two 16-byte halves 32 bytes apart, where every
     #: cp.async instruction asked L2 for twice the sectors it used. Every CTA of the first wave
     #: reads the same slice at once after the PDL wait, so those requests queue at the few L2
-    #: lines that hold it: on the H200 (2026-12-01, ab_configs.json) +1.5% / +1.2% at N = 1024 /
+    #: lines that hold it: on the H200 (2026-12-01, ab_configs.json) +1.5% / +1.3% at N = 1024 /
     #: 2048 with an fp32 weight, and at 512 the shared-memory plan overtook the registers plan
     #: (+1.2%). In a probe through CUDA graphs (not recorded), the same per-head kernel at
     #: 32768 x 512 with 32 distinct weight rows spread over the first wave had no gap to a bf16
@@ -585,11 +586,11 @@ class FinalRMSNorm(ClusterRMSNorm):
     #: (``--variant flat_weight_copy=False``)
     flat_weight_copy = True
 
-    #: the weight and bias slices (in shared memory) go out after the first row block's copies,
-    #: and the first pass waits for x only: the slices land while the row is summed and
-    #: reduced, off the path to the first sum (+0.2% at N = 512 with an fp32 weight, +0.0-0.2%
-    #: elsewhere up to 4096, +1.3-1.9% for CTAs of 512 threads; ``--variant
-    #: weight_after_x=False``)
+    #: a slice copied flat goes out after the first row block's copies, and the first pass
+    #: waits for x only: the slice lands while the row is summed and reduced (+0.4% at
+    #: N = 512 with an fp32 weight, +0.1% at 1024 and 2048; ``--variant weight_after_x=False``).
+    #: A narrow slice (one whole vector a thread) keeps the order of every earlier record,
+    #: first: after x it measured -0.5..+0.1% (bf16 weight, 512-2048 and with a residual)
     weight_after_x = True
 
     def flat_copy(self, dtype) -> bool:
@@ -799,9 +800,9 @@ class FinalRMSNorm(ClusterRMSNorm):
             cute.arch.griddepcontrol_launch_dependents()
 
         # -- the weight and bias slices, once per CTA, in a commit group of their own: before
-        # the first block's (or, ``weight_after_x``, after it)
+        # the first block's (a slice copied flat, ``weight_after_x``: after it)
         late_w = cutlass.const_expr(
-            self.weight_after_x and smem_w and self.use_async and (mW is not None or mB is not None)
+            self.weight_after_x and smem_w and self.use_async and self.any_flat_copy(mW, mB)
         )
         if cutlass.const_expr(smem_w and (mW is not None or mB is not None) and not late_w):
             self.copy_slices(mW, mB, sW, sB, cX, rank, row_in_cta)
