@@ -169,34 +169,34 @@ QUOTED_06 = [
     # section 4: the fused residual, and the plain forward it is compared with
     *(
         _q(v, RESIDUAL, kernel=k, N=N)
-        for k, vs in (("lib", (4249, 4281, 4325)), ("quack", (4069, 4120, 4146)))
+        for k, vs in (("lib", (4231, 4271, 4306)), ("quack", (4051, 4104, 4116)))
         for N, v in zip((4096, 16384, 65536), vs, strict=True)
     ),
     *(
         _q(v, FINAL, **_lib("lib", N, "bf16"))
-        for N, v in zip((4096, 16384, 65536), (4245, 4300, 4351), strict=True)
+        for N, v in zip((4096, 16384, 65536), (4229, 4279, 4332), strict=True)
     ),
     # section 8: the library against its peers
-    _q(4217, FINAL, **_lib("quack", 65536, "bf16")),
-    _q(4272, FINAL, **_lib("torch-compile", 8192, "bf16")),
-    _q(4275, FINAL, **_lib("lib", 8192, "bf16")),
-    _q(2929, FINAL, **_lib("quack", 256, "bf16")),
-    *(_q(v, FINAL, **_lib("lib", N, "fp32")) for N, v in zip(BIG, (4327, 4315, 4185), strict=True)),
+    _q(4184, FINAL, **_lib("quack", 65536, "bf16")),
+    _q(4250, FINAL, **_lib("torch-compile", 8192, "bf16")),
+    _q(4261, FINAL, **_lib("lib", 8192, "bf16")),
+    _q(1783, FINAL, **_lib("quack", 256, "bf16")),
+    *(_q(v, FINAL, **_lib("lib", N, "fp32")) for N, v in zip(BIG, (4312, 4290, 4173), strict=True)),
     *(
         _q(v, FINAL, **_lib("quack", N, "fp32"))
-        for N, v in zip(BIG, (3614, 3397, 3102), strict=True)
+        for N, v in zip(BIG, (3604, 3385, 3083), strict=True)
     ),
-    _q(3666, FINAL, **_lib("lib", 256, "bf16")),
-    _q(4036, FINAL, **_lib("lib", 512, "bf16")),
-    _q(3373, FINAL, **_lib("quack", 512, "bf16")),
-    _q(3812, FINAL, **_lib("lib", 256, "bf16", graph=True)),
-    _q(3844, FINAL, **_lib("lib", 512, "bf16", graph=True)),
-    _q(3627, FINAL, **_lib("torch-compile", 256, "bf16", graph=True)),
-    _q(3678, FINAL, **_lib("torch-compile", 512, "bf16", graph=True)),
-    _q(3493, FINAL, **_lib("quack", 256, "bf16", graph=True)),
-    _q(3480, FINAL, **_lib("quack", 512, "bf16", graph=True)),
-    _q(3776, FINAL, **_lib("lib", 512, "fp32", graph=True)),
-    _q(3669, FINAL, **_lib("torch-compile", 512, "fp32", graph=True)),
+    _q(2172, FINAL, **_lib("lib", 256, "bf16")),
+    _q(4003, FINAL, **_lib("lib", 512, "bf16")),
+    _q(3360, FINAL, **_lib("quack", 512, "bf16")),
+    _q(3671, FINAL, **_lib("lib", 256, "bf16", graph=True)),
+    _q(3767, FINAL, **_lib("lib", 512, "bf16", graph=True)),
+    _q(3492, FINAL, **_lib("torch-compile", 256, "bf16", graph=True)),
+    _q(3611, FINAL, **_lib("torch-compile", 512, "bf16", graph=True)),
+    _q(3336, FINAL, **_lib("quack", 256, "bf16", graph=True)),
+    _q(3379, FINAL, **_lib("quack", 512, "bf16", graph=True)),
+    _q(3758, FINAL, **_lib("lib", 512, "fp32", graph=True)),
+    _q(3591, FINAL, **_lib("torch-compile", 512, "fp32", graph=True)),
     # section 5: what the autotuner picked (the bench's rows of the tuning run)
     _q(4353, TUNED, kernel="lib-tuned", N=65536, weight_dtype="bf16"),
     _q(4158, TUNED, kernel="lib", N=65536, weight_dtype="bf16"),
@@ -256,6 +256,7 @@ def _recomputed06() -> dict[str, str]:
         return _ab_gain("fwd", 32768, N, wdt, "pdl=True", graph=True)
 
     short_pdl = [float(pdl(N, w).rstrip("%")) for N in (256, 512) for w in ("bf16", "fp32")]
+    smem512 = _smem512_over_regs()
     ladder = [  # lesson 05's cpasync at 32K-262K, where lesson 06 starts
         results.rows(RESULT, kernel="cpasync", N=N, graph=False)[0]["pct_copy"] for N in LARGE
     ]
@@ -263,53 +264,65 @@ def _recomputed06() -> dict[str, str]:
         "94-98%": f"{min(ladder):.0f}-{max(ladder):.0f}%",
         "26-30%": f"{min(loss):.0f}-{max(loss):.0f}%",  # the fp32 weight's cost to cpasync
         "4263 GB/s": f"{results.load(CONFIGS)['copy_gbps']:.0f} GB/s",  # sweep A's copy
-        "(1.023-1.197x over the plain shapes from 512 up)": (
+        "(1.028-1.191x over the plain shapes from 512 up)": (
             f"({min(from512):.3f}-{max(from512):.3f}x over the plain shapes from 512 up)"
         ),
-        "99.9-102.4%": f"{min(copy):.1f}-{max(copy):.1f}%",
-        "101.0% at 131072 and 100.4% at 262144": "{} at 131072 and {} at 262144".format(
+        "100.2-102.6%": f"{min(copy):.1f}-{max(copy):.1f}%",
+        "101.3% at 131072 and 100.7% at 262144": "{} at 131072 and {} at 262144".format(
             pct(_shape("bf16", 131072)["pct_copy"]), pct(_shape("bf16", 262144)["pct_copy"])
         ),
-        "4275 (1.001x)": "{:.0f} ({})".format(
+        "4261 (1.003x)": "{:.0f} ({})".format(
             _shape("bf16", 8192)["gbps"], x(_shape("bf16", 8192)["vs_best_peer"])
         ),
-        "(1.197x, 1.270x, 1.349x)": "({})".format(
+        "(1.196x, 1.267x, 1.354x)": "({})".format(
             ", ".join(x(_shape("fp32", N)["vs_quack"]) for N in BIG)
         ),
-        "101.8%, 101.5% and 98.5% of the copy": "{} and {} of the copy".format(
+        "102.1%, 101.6% and 98.9% of the copy": "{} and {} of the copy".format(
             ", ".join(pct(_shape("fp32", N)["pct_copy"]) for N in BIG[:2]),
             pct(_shape("fp32", 262144)["pct_copy"]),
         ),
-        "(the closest: 0.970x at 512, 0.981x at 262144)": "(the closest: "
+        "(the closest: 0.966x at 2048 through a graph, 0.980x at 256 through a graph)": (
+            "(the closest: "
+        )
         + ", ".join(f"{x(r)} at {N}{' through a graph' if g else ''}" for r, N, g in closest)
         + ")",
         "3-4% below the bf16 weight at 131072 and 262144": (
             f"{_before_weight_once()} below the bf16 weight at 131072 and 262144"
         ),
-        "98.5-102.4% of the copy from 4096 up": (
+        "98.9-102.6% of the copy from 4096 up": (
             f"{min(from_4k):.1f}-{max(from_4k):.1f}% of the copy from 4096 up"
         ),
-        "1.081x": x(v["bf16"]["geomean_vs_quack"]),
-        "1.080x": x(v["bf16"]["geomean_vs_quack_all"]),
-        "1.148x": x(v["fp32"]["geomean_vs_quack"]),
-        "1.130x": x(v["fp32"]["geomean_vs_quack_all"]),
-        "through a graph the fp32 weight reads 0.982x": "through a graph the fp32 weight reads "
+        "1.080x": x(v["bf16"]["geomean_vs_quack"]),
+        "1.081x": x(v["bf16"]["geomean_vs_quack_all"]),
+        "1.154x": x(v["fp32"]["geomean_vs_quack"]),
+        "1.136x": x(v["fp32"]["geomean_vs_quack_all"]),
+        "through a graph the fp32 weight reads 0.998x": "through a graph the fp32 weight reads "
         + x(_shape("fp32", 512, graph=True)["fp32_vs_bf16"]),
-        "0.994x of the bf16 weight now": f"{x(_shape('fp32', 65536)['fp32_vs_bf16'])} of the bf16 "
+        "0.995x of the bf16 weight now": f"{x(_shape('fp32', 65536)['fp32_vs_bf16'])} of the bf16 "
         "weight now",
-        "(0.970x at the plain row at 512, a gap of the kernel's; 0.981x at 262144": "({} at the "
-        "plain row at {}, a gap of the kernel's; {} at 262144".format(
-            x(closest[0][0]), closest[0][1], x(_shape("fp32", 262144)["fp32_vs_bf16"])
+        "(0.966x at the graph row at 2048, two levels of rounds; the kernel's own gap is at "
+        "262144, 0.982x here and 0.977x in the day's other run": "({} at the graph row at {}, "
+        "two levels of rounds; the kernel's own gap is at 262144, {} here and {} in the day's "
+        "other run".format(
+            x(closest[0][0]),
+            closest[0][1],
+            x(_shape("fp32", 262144)["fp32_vs_bf16"]),
+            x(_other_run_262144()),
+        ),
+        "0.982x in this record and 0.977x in the same": "{} in this record and {} in the "
+        "same".format(x(_shape("fp32", 262144)["fp32_vs_bf16"]), x(_other_run_262144())),
+        "(0.986x), and through a graph": "({}), and through a graph".format(
+            x(_shape("fp32", 512)["fp32_vs_bf16"])
         ),
         # the plain row at 512: each weight's rounds (batched timing: the kernel's time)
-        "16.60 to 16.67 µs a call, the fp32 weight's 17.07 to 17.86": "{} µs a call, the fp32 "
+        "16.70 to 16.82 µs a call, the fp32 weight's 16.95 to 17.05": "{} µs a call, the fp32 "
         "weight's {}".format(
             _rounds_us("lib", N=512, wdt="bf16"), _rounds_us("lib", N=512, wdt="fp32")
         ),
         # N = 256: plain (batched) against a graph, and the tiny-call host cost
-        "(9.2 µs a call plain, 8.8 through a graph": "({:.1f} µs a call plain, {:.1f} through a "
+        "(15.4 µs a call plain, 9.1 through a graph": "({:.1f} µs a call plain, {:.1f} through a "
         "graph".format(*(_row_us("lib", 256, "bf16", g) for g in (False, True))),
-        "8.1-9.4 µs": f"{min(host):.1f}-{max(host):.1f} µs",
+        "13.3-15.1 µs": f"{min(host):.1f}-{max(host):.1f} µs",
         # programmatic dependent launch for plain rows timed in batches (A/B)
         "-9.3% / -7.9% at 512 and -4.3% / -5.1% at 1024": "{} / {} at 512 and {} / {} at "
         "1024".format(
@@ -363,7 +376,7 @@ def _recomputed06() -> dict[str, str]:
         "2 row blocks and 2 buffers at +3.8%": "2 row blocks and 2 buffers at {}".format(
             _ab_gain("fwd", 32768, 256, "bf16", SHORT_BF16, graph=True)
         ),
-        "(1.043x at 65536)": f"({x(res65['gbps'] / quack65['gbps'])} at 65536)",
+        "(1.046x at 65536)": f"({x(res65['gbps'] / quack65['gbps'])} at 65536)",
         "(+2.4% over 4 blocks a CTA with a cluster barrier": "({} over 4 blocks a CTA with a "
         "cluster barrier".format(
             _ab_gain("fwd", 32768, 65536, "bf16", "exit_sync=False,blocks_per_cta=2", residual=True)
@@ -398,7 +411,75 @@ def _recomputed06() -> dict[str, str]:
             f"{_ab_gain('fwd', 32768, 65536, 'bf16', L2HINT)} at 32768 x 65536"
         ),
         "+54% through a graph": f"{short(True)} through a graph",
+        # section 8: the flat copy of an fp32 weight's slice (session 17's A/B runs)
+        "+1.5% at 1024 and +1.3% at 2048": "{} at 1024 and {} at 2048".format(
+            *(
+                _ab_gain("fwd", 32768, N, "fp32", "flat_weight_copy=True", note=FLAT)
+                for N in (1024, 2048)
+            )
+        ),
+        "passed the registers plan by 1.1-1.6% in three runs": "passed the registers plan by "
+        f"{min(smem512):.1f}-{max(smem512):.1f}% in three runs",
+        "(`weight_after_x`, +0.4% at 512)": "(`weight_after_x`, {:+.1f}% at 512)".format(
+            100
+            * (
+                _ab_side("fwd", 32768, 512, "fp32", "A", SWITCHES)
+                / _ab_side("fwd", 32768, 512, "fp32", "weight_after_x=False", SWITCHES)
+                - 1
+            )
+        ),
+        "one CTA an SM (-22%, `ab_configs.json`)": "one CTA an SM ({}, `ab_configs.json`)".format(
+            _ab_gain("fwd", 8192, 262144, "fp32", "weight_in_smem=True", digits=0, note=P262144)
+        ),
+        "has the fp32 weight's plan 2.25% longer": "has the fp32 weight's plan "
+        f"{100 * (_ncu262('fp32', 0) / _ncu262('bf16', 0) - 1):.2f}% longer",
+        "about as much (1.9%)": "about as much ({:.1f}%)".format(
+            100 * (_ncu262("bf16", 1) / _ncu262("bf16", 0) - 1)
+        ),
     }
+
+
+FLAT = "Session 17, branch wip/flat-weight (afa9ba5"
+SWITCHES = "Session 17, the kernel of fd46a96"
+P262144 = "Session 17, 8192 x 262144, plans for either weight"
+SMEM512 = "num_threads=256,buffers=1,blocks_per_cta=1,weight_in_smem=True,flat_weight_copy=True"
+REGS512 = "num_threads=128,buffers=2,blocks_per_cta=2,weight_in_smem=False"
+
+
+def _smem512_over_regs() -> list[float]:
+    """The fp32 weight at 32768 x 512, plain: the 256-thread shared-memory plan with the flat
+    copy over the registers plan, % in each of session 17's three runs that timed both."""
+    flat_runs = (FLAT, "Session 17, branch wip/flat-weight (53b4598")
+    out = [
+        100
+        * (
+            _ab_side("fwd", 32768, 512, "fp32", SMEM512, n)
+            / _ab_side("fwd", 32768, 512, "fp32", "A", n)
+            - 1
+        )
+        for n in flat_runs
+    ]
+    out.append(
+        100
+        * (
+            _ab_side("fwd", 32768, 512, "fp32", "A", SWITCHES)
+            / _ab_side("fwd", 32768, 512, "fp32", REGS512, SWITCHES)
+            - 1
+        )
+    )
+    return out  # fmt: skip
+
+
+def _ncu262(wdt, nth) -> float:
+    """Kernel time (ns) of the ``nth`` plan with weight ``wdt`` in fwd_ncu_262144.json."""
+    rows = [r for r in results.load("fwd_ncu_262144")["rows"] if r["weight_dtype"] == wdt]
+    return rows[nth]["metrics"]["gpu__time_duration.sum"]
+
+
+def _other_run_262144() -> float:
+    """fp32 / bf16 weight at 8192 x 262144 in the day's other run (fwd_final_after_x.json)."""
+    shapes = results.load("fwd_final_after_x")["verdict"]["by_weight_dtype"]["fp32"]["shapes"]
+    return next(e for e in shapes if e["N"] == 262144 and not e["graph"])["fp32_vs_bf16"]
 
 
 AB = "ab_configs"
@@ -664,7 +745,7 @@ def test_lesson06_claims_on_the_recorded_sweeps():
         assert lib > quack
     # section 8 and the summary: ahead of QuACK at every shape with either weight
     shapes = {w: _verdict()["by_weight_dtype"][w]["shapes"] for w in ("bf16", "fp32")}
-    assert "Ahead of QuACK at every shape (1.023" in prose
+    assert "Ahead of QuACK at every shape (1.028" in prose
     assert "ahead of QuACK at every shape with either weight" in prose
     assert all(e["vs_quack"] > 1 for w in shapes for e in shapes[w])
     # "and within 1.5% of the best peer at every shape"
@@ -674,20 +755,50 @@ def test_lesson06_claims_on_the_recorded_sweeps():
     assert "every CUDA-graph row is ahead of every peer" in prose
     assert "ahead of every peer through CUDA graphs" in prose
     assert all(e["vs_best_peer"] > 1 for w in shapes for e in shapes[w] if e["graph"])
-    # "within 2% of the bf16 weight's speed at every shape but one" (512, plain: "the kernel's":
-    # every round of the fp32 weight slower than every round of the bf16 one), and the long
-    # rows' gap "the link between the two halves of the L2, busy 92%" (the
-    # record's note, from ncu)
+    # "within 2% of the bf16 weight's speed at every shape but one": the graph row at 2048,
+    # "the timing's, not the kernel's": its rounds at two levels for either weight, and plain
+    # 2048 within 2%; "the gap left is the kernel's own, at 262144": in the day's other run
+    # every fp32 round slower than every bf16 one (there the failing row)
     assert "within 2% of the bf16 weight's speed at every shape but one" in prose
     assert [(e["N"], e["graph"]) for e in shapes["fp32"] if e["fp32_vs_bf16"] < 0.98] == [
-        (512, False)
+        (2048, True)
     ]
-    assert "The one row left is the plain row at 512, and it is the kernel's" in prose
+    assert "row is the timing's, not the kernel's: through a graph at 2048" in prose
+    for w in ("bf16", "fp32"):
+        (row,) = results.rows(FINAL, kernel="lib", N=2048, weight_dtype=w, graph=True)
+        low = [u for u in row["us_rounds"] if u < 69]
+        high = [u for u in row["us_rounds"] if u >= 69]
+        assert low and high and min(high) > 1.04 * max(low), row["us_rounds"]
+    assert _shape("fp32", 2048)["fp32_vs_bf16"] >= 0.98
+    other = results.load("fwd_final_after_x")
+    v_other = other["verdict"]["by_weight_dtype"]["fp32"]["shapes"]
+    assert [(e["N"], e["graph"]) for e in v_other if e["fp32_vs_bf16"] < 0.98] == [(262144, False)]
+    rounds = {
+        w: next(
+            r["us_rounds"]
+            for r in other["rows"]
+            if (r["kernel"], r["N"], r["weight_dtype"], r["graph"]) == ("lib", 262144, w, False)
+        )
+        for w in ("bf16", "fp32")
+    }
+    assert max(rounds["bf16"]) < min(rounds["fp32"])
+    assert (
+        "where every round of the fp32 weight was slower than every round of the bf16 one" in prose
+    )
+    # at 512: "the bf16 weight's ten rounds there ran ... (0.986x)": every fp32 round slower
     rounds = {
         w: results.rows(FINAL, kernel="lib", N=512, weight_dtype=w, graph=False)[0]["us_rounds"]
         for w in ("bf16", "fp32")
     }
     assert max(rounds["bf16"]) < min(rounds["fp32"])
+    # fwd_ncu_262144.json: "with the same L2 sectors and two CTAs an SM each"
+    b, f = (r["metrics"] for r in results.load("fwd_ncu_262144")["rows"][:2])  # the heuristics'
+    sectors = "lts__t_sectors_srcunit_tex_op_read.sum"
+    assert abs(f[sectors] / b[sectors] - 1) < 0.01
+    assert b["launch__registers_per_thread"] < 64 < f["launch__registers_per_thread"]
+    occupancy = ("launch__occupancy_limit_registers", "launch__occupancy_limit_shared_mem")
+    assert min(b[k] for k in occupancy) == min(f[k] for k in occupancy) == 2
+    assert "with the same L2 sectors and two CTAs an SM each" in prose
     # fwd_ncu_65536.json: "the four fastest plans ... the link between the two halves of the
     # L2, busy 92% of the kernel's time"; "locked at their base, the fp32 weight's two plans take
     # 12-14% longer and the bf16 weight's 0-1%"
@@ -729,9 +840,10 @@ def test_lesson06_claims_on_the_recorded_sweeps():
     assert all(
         host[("lib", M, w)] < host[("quack", M, w)] for M in (1, 8) for w in ("bf16", "fp32")
     )
-    assert "at 512 it is the kernel's" in prose and "At 256 the two are close" in prose
-    assert _row_us("lib", 512, "bf16", False) > max(v for (k, *_), v in host.items() if k == "lib")
-    assert abs(_row_us("lib", 256, "bf16", False) / _row_us("lib", 256, "bf16", True) - 1) < 0.1
+    lib_host = [v for (k, *_), v in host.items() if k == "lib"]
+    assert "At 512 it is the kernel's" in prose and "At 256 in this run it is the host's" in prose
+    assert _row_us("lib", 512, "bf16", False) > max(lib_host)
+    assert _row_us("lib", 256, "bf16", False) >= max(lib_host) > _row_us("lib", 256, "bf16", True)
     # the verdict: FAIL on exactly the one criterion the prose names; the rest met
     checks = {c["name"]: c["status"] for c in _verdict()["checks"]}
     failed = [name for name, st in checks.items() if st == "FAIL"]
@@ -743,12 +855,10 @@ def test_lesson06_claims_on_the_recorded_sweeps():
     )
     assert all(st == "PASS" for name, st in checks.items() if name != failed[0] and "[w" in name)
     assert _verdict()["overall"] == "FAIL" and "FAIL" in prose
-    # "The same command, run earlier that day before the new plan at 65536, failed the same
-    # criterion at three rows": the record's note names them
-    assert "failed the same criterion at three rows" in prose
-    assert (
-        "(call 2)" in run["note"] and "512 plain 0.969, 65536 0.975, 512 graph 0.979" in run["note"]
-    )
+    # "The same command, run earlier that day on a kernel that also put a bf16 weight's slice
+    # after x, failed the same criterion at 262144 instead" (checked above); the note says so
+    assert "failed the same criterion at 262144 instead" in prose
+    assert "fwd_final_after_x.json" in run["note"] and "0.977x" in run["note"]
 
 
 def _verdict() -> dict:
@@ -846,20 +956,20 @@ def _readme_quotes() -> dict[str, str]:
     worst = min((e["fp32_vs_bf16"], e["N"], e["graph"]) for e in v["fp32"]["shapes"])
     graph_ahead = all(e["vs_best_peer"] > 1 for w in v for e in v[w]["shapes"] if e["graph"])
     return {
-        "(2026-12-01, D2D copy 4251 GB/s, 5 rounds, 10 at N <= 2048)": (
+        "(2026-12-01, D2D copy 4221 GB/s, 5 rounds, 10 at N <= 2048)": (
             f"({run['date']}, D2D copy {run['copy_gbps']:.0f} GB/s, {run['rounds']} rounds, "
             f"{run['rounds_launch_bound']} at N <= 2048)"
         ),
-        "1.081x with a bf16 weight": f"{x(v['bf16']['geomean_vs_quack'])} with a bf16 weight",
-        "1.148x with an fp32": f"{x(v['fp32']['geomean_vs_quack'])} with an fp32",
-        "(1.080x and 1.130x counting": (
+        "1.080x with a bf16 weight": f"{x(v['bf16']['geomean_vs_quack'])} with a bf16 weight",
+        "1.154x with an fp32": f"{x(v['fp32']['geomean_vs_quack'])} with an fp32",
+        "(1.081x and 1.136x counting": (
             f"({x(v['bf16']['geomean_vs_quack_all'])} and "
             f"{x(v['fp32']['geomean_vs_quack_all'])} counting"
         ),
         "is FAIL by one row": "is {} by {}".format(
             run["verdict"]["overall"], {1: "one row", 2: "two rows"}.get(len(failing), failing)
         ),
-        "an fp32 weight at N = 512 (plain), 0.970x of the bf16 weight's speed": (
+        "an fp32 weight at N = 2048 (graph), 0.966x of the bf16 weight's speed": (
             "an fp32 weight at N = {} ({}), {} of the bf16 weight's speed".format(
                 worst[1], "graph" if worst[2] else "plain", x(worst[0])
             )
@@ -872,29 +982,38 @@ def _readme_quotes() -> dict[str, str]:
         "Ahead of QuACK at every shape with either weight.": (
             "Ahead of QuACK at every shape with either weight." if not behind else str(behind)
         ),
-        "99.9-102.4% of the copy from 4096 to 65536": (
+        "100.2-102.6% of the copy from 4096 to 65536": (
             f"{min(bf16_copy):.1f}-{max(bf16_copy):.1f}% of the copy from 4096 to 65536"
         ),
         "(+12.1% in an A/B against the table's old one)": "({} in an A/B against the table's old "
         "one)".format(_ab_gain("fwd", 32768, 65536, "bf16", "cluster_n=4,weight_in_smem=True")),
-        "(1.270x, 1.349x at 131072": (
+        "(1.267x, 1.354x at 131072": (
             f"({x(_shape('fp32', 131072)['vs_quack'])}, "
             f"{x(_shape('fp32', 262144)['vs_quack'])} at 131072"
         ),
-        "not within 2% of its own bf16-weight speed at every shape (0.970x at the closest)": (
+        "not within 2% of its own bf16-weight speed at every shape (0.966x at the closest)": (
             ("within 2%" if min(fp32_bf16) >= 0.98 else "not within 2%")
             + f" of its own bf16-weight speed at every shape ({x(min(fp32_bf16))} at the closest)"
         ),
-        "0.994x at 65536, where it now has a plan of its own": "{} at 65536, where it now has a "
+        "0.995x at 65536, where it now has a plan of its own": "{} at 65536, where it now has a "
         "plan of its own".format(x(_shape("fp32", 65536)["fp32_vs_bf16"])),
         "(clusters of 4, the weight in registers: +2.2% in an A/B": "(clusters of 4, the weight in "
         "registers: {} in an A/B".format(_ab_gain("fwd", 32768, 65536, "fp32", WIDE8192)),
-        "and 0.981x at 262144, where the long rows meet": "and {} at 262144, where the long rows "
-        "meet".format(x(_shape("fp32", 262144)["fp32_vs_bf16"])),
-        "0.982x through a graph": (
-            f"{x(_shape('fp32', 512, graph=True)['fp32_vs_bf16'])} through a graph"
+        "0.982x at 262144, where the long rows meet": (
+            f"{x(_shape('fp32', 262144)['fp32_vs_bf16'])} at 262144, where the long rows meet"
         ),
-        "N = 256 gives 3812 GB/s (torch.compile 3627, QuACK 3493)": "N = 256 gives {:.0f} GB/s "
+        "0.986x at 512 plain and 0.998x through a graph": "{} at 512 plain and {} through a "
+        "graph".format(*(x(_shape("fp32", 512, graph=g)["fp32_vs_bf16"]) for g in (False, True))),
+        "(+1.3-1.5% at 1024-2048 in an A/B)": "(+{:.1f}-{:.1f}% at 1024-2048 in an A/B)".format(
+            *sorted(
+                float(_ab_gain("fwd", 32768, N, "fp32", "flat_weight_copy=True", note=FLAT)[:-1])
+                for N in (1024, 2048)
+            )
+        ),
+        "failed the same criterion at 262144 instead (0.977x,": (
+            f"failed the same criterion at 262144 instead ({x(_other_run_262144())},"
+        ),
+        "N = 256 gives 3671 GB/s (torch.compile 3492, QuACK 3336)": "N = 256 gives {:.0f} GB/s "
         "(torch.compile {:.0f}, QuACK {:.0f})".format(
             _shape("bf16", 256, graph=True)["gbps"],
             peer("torch-compile", 256, "bf16", True),
@@ -905,12 +1024,12 @@ def _readme_quotes() -> dict[str, str]:
                 _ab_gain("fwd", 32768, 256, "bf16", "pdl=True", graph=True)
             )
         ),
-        "9.4 us": f"{us(run, 'lib')} us",
-        "QuACK's 11.7": f"QuACK's {us(run, 'quack')}",
-        "took 0.45 s in the benchmark's process, QuACK's 0.40 s": (
+        "13.4 us": f"{us(run, 'lib')} us",
+        "QuACK's 16.6": f"QuACK's {us(run, 'quack')}",
+        "took 0.83 s in the benchmark's process, QuACK's 0.47 s": (
             f"took {first_call('lib')} in the benchmark's process, QuACK's {first_call('quack')}"
         ),
-        "0.55 s in fresh processes (median of 3, QuACK's 0.41 s)": (
+        "0.70 s in fresh processes (median of 3, QuACK's 0.52 s)": (
             f"{fresh('lib')} in fresh processes (median of 3, QuACK's {fresh('quack')})"
         ),
         "(`fwd_final_residual.json`, the same day;": (
@@ -919,8 +1038,8 @@ def _readme_quotes() -> dict[str, str]:
             else "(`fwd_final_residual.json`, another day;"
         ),
         "+2.4% to +5.3% at 13 of 14 rows": _l2hint_range(),
-        "4249 / 4281 / 4325 GB/s": f"{res['lib']} GB/s",
-        "QuACK 4069 / 4120 / 4146": f"QuACK {res['quack']}",
+        "4231 / 4271 / 4306 GB/s": f"{res['lib']} GB/s",
+        "QuACK 4051 / 4104 / 4116": f"QuACK {res['quack']}",
     }
 
 
