@@ -216,9 +216,10 @@ def test_launch_bound_shapes_get_more_rounds_of_fewer_calls(monkeypatch):
 
 
 def test_weight_dtypes_take_turns_inside_a_round(monkeypatch):
-    """run(rounds=2, two weight dtypes): a round times every kernel with each weight dtype
-    (bf16 a, b, fp32 a, b, then again), so that fp32 against bf16 compares the same stretch of
-    the host; the rows come out grouped by weight dtype, each the median of its own rounds."""
+    """run(rounds=2, two weight dtypes): a round times every kernel with each weight dtype,
+    a kernel's two next to each other (bf16 a, fp32 a, bf16 b, fp32 b, then again), so that
+    fp32 against bf16 compares the same few seconds of the GPU; the rows come out grouped by
+    weight dtype, each the median of its own rounds."""
     calls = []
 
     def fake_bench_one(fn, M, N, dtype, graph=False, weight_dtype=None, **kw):
@@ -232,14 +233,34 @@ def test_weight_dtypes_take_turns_inside_a_round(monkeypatch):
     _fake_gpu_run(monkeypatch, fns, fake_bench_one)
     wdts = [torch.bfloat16, torch.float32]
     result = bench.run(["a", "b"], [(8, 256)], rounds=2, weight_dtypes=wdts, log=lambda *a: None)
-    assert calls == ["bf16a", "bf16b", "fp32a", "fp32b"] * 2
+    assert calls == ["bf16a", "fp32a", "bf16b", "fp32b"] * 2
     got = [(r["weight_dtype"], r["kernel"], r["us_rounds"]) for r in result["rows"]]
     assert got == [
         ("bf16", "a", [11.0, 15.0]),
-        ("bf16", "b", [12.0, 16.0]),
-        ("fp32", "a", [23.0, 27.0]),
+        ("bf16", "b", [13.0, 17.0]),
+        ("fp32", "a", [22.0, 26.0]),
         ("fp32", "b", [24.0, 28.0]),
     ]
+
+
+def test_a_kernels_weight_dtypes_are_timed_next_to_each_other_in_each_mode(monkeypatch):
+    """With graph rows too: bf16 then fp32 weight plain, then both through a graph, kernel by
+    kernel (the pair the fp32-against-bf16 criterion compares is never seconds apart)."""
+    calls = []
+
+    def fake_bench_one(fn, M, N, dtype, graph=False, weight_dtype=None, **kw):
+        w = "fp32" if weight_dtype is torch.float32 else "bf16"
+        calls.append((fn.__name__, "graph" if graph else "plain", w))
+        return {"M": M, "N": N, "dtype": "bf16", "weight_dtype": w, "residual": False,
+                "graph": graph, "bytes": 10**6, "us": 10.0, "first_call_s": 1.0}  # fmt: skip
+
+    fns = {n: types.SimpleNamespace(__name__=n) for n in "ab"}
+    _fake_gpu_run(monkeypatch, fns, fake_bench_one)
+    wdts = [torch.bfloat16, torch.float32]
+    bench.run(["a", "b"], [(8, 256)], rounds=1, weight_dtypes=wdts, graph=True, graph_max_n=2048,
+              log=lambda *a: None)  # fmt: skip
+    one_round = [(k, m, w) for k in "ab" for m in ("plain", "graph") for w in ("bf16", "fp32")]
+    assert calls == one_round * bench.LAUNCH_BOUND_ROUNDS
 
 
 # --- the verdict on synthetic rows ----------------------------------------------------------
