@@ -834,9 +834,8 @@ def run(
     (fwd_final.json of 2026-12-01: the bf16 weight's median at the fast level, the fp32
     weight's between, 0.966x). So a kernel's two weight dtypes are timed next to each other
     (bf16 then fp32 weight, plain then graph): the pair the fp32-against-bf16 criterion
-    compares. The shapes also timed through graphs
-    (``graph_max_n``) get ``LAUNCH_BOUND_ROUNDS`` times the rounds, each with that fraction of
-    ``budget_s``."""
+    compares. The shapes also timed through graphs (``graph_max_n``) get
+    ``LAUNCH_BOUND_ROUNDS`` times the rounds, each with that fraction of ``budget_s``."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     if pass_ not in ("fwd", "bwd"):

@@ -861,20 +861,21 @@ class FinalRMSNorm(ClusterRMSNorm):
             sum_sq = Float32(0.0)
             for s in cutlass.range_constexpr(stages):
                 if cutlass.const_expr(self.use_async):
-                    if cutlass.const_expr(late_w):  # block 0: the slices' group may be pending
-                        if it == 0:
-                            cute.arch.cp_async_wait_group(stages - s + ahead)
+                    pending = stages - 1 - s + ahead  # groups that may stay in flight
+                    if cutlass.const_expr(late_w):
+                        if it == 0:  # block 0: the slices' group, after x's, may be pending too
+                            cute.arch.cp_async_wait_group(pending + 1)
                         else:
-                            cute.arch.cp_async_wait_group(stages - 1 - s + ahead)
+                            cute.arch.cp_async_wait_group(pending)
                     else:
-                        cute.arch.cp_async_wait_group(stages - 1 - s + ahead)
+                        cute.arch.cp_async_wait_group(pending)
                 if cutlass.const_expr(
                     s == 0
                     and not late_w
                     and (sW is not None or sB is not None)
                     and (t.rows_per_cta > 1 or self.any_flat_copy(mW, mB))
                 ):
-                    if it == 0:  # the weight and bias slices, copied by the first row, landed
+                    if it == 0:  # the weight and bias slices landed (copied by other threads)
                         cute.arch.barrier()
                 if row < M:
                     pred = self.col_pred(thr_X, cX)  # (1, 1, vecs); made here: see issue_block
