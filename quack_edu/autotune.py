@@ -99,22 +99,24 @@ def outputs_match(got: Sequence, expected: Sequence) -> bool:
     return True
 
 
-class _Progress:
-    """tqdm when it is installed, else one line on stderr rewritten in place."""
+class Progress:
+    """A progress bar: tqdm when it is installed, else one line on stderr rewritten in place
+    (``unit``: what is counted). Also the benchmark's (``quack_edu.bench``)."""
 
-    def __init__(self, total: int, desc: str, enabled: bool):
+    def __init__(self, total: int, desc: str, enabled: bool, unit: str = "configs"):
         self.total, self.desc, self.enabled, self.done = total, desc, enabled, 0
+        self.unit = unit
         self._bar = None
         if enabled:
             try:
                 from tqdm.auto import tqdm
 
-                self._bar = tqdm(total=total, desc=desc, leave=False)
+                self._bar = tqdm(total=total, desc=desc, unit=f" {unit}", leave=False)
             except ImportError:
                 self._show()
 
     def _show(self):
-        print(f"\r{self.desc}: {self.done}/{self.total} configs", end="", file=sys.stderr)
+        print(f"\r{self.desc}: {self.done}/{self.total} {self.unit}", end="", file=sys.stderr)
 
     def update(self):
         self.done += 1
@@ -196,7 +198,7 @@ class Autotuner:
         base = candidates[0]
         expected = [t.clone() for t in run(base)]  # the heuristic must work: errors propagate
         timings = []
-        bar = _Progress(len(candidates), f"tuning {key_str(key)}", self.progress)
+        bar = Progress(len(candidates), f"tuning {key_str(key)}", self.progress)
         try:
             for config in candidates:
                 try:

@@ -25,6 +25,11 @@ Kernels: the stages (``cpasync``, ``cluster@hold``, ``block#1``: see ``split_nam
 ``torch-eager`` = ``F.rms_norm``, ``torch-ops``). A run ends with a verdict: our kernel
 (``--ours``) against QuACK, the best peer and the copy (``verdict``).
 
+``--pass both`` times the whole ladder in one record: the forward (its stages naive ... final,
+the library, the peers), then the backward (final_bwd, the library, the peers), against one copy
+measured first; its plots add the ladder at one shape (``plot_ladder``) and the speed-up over
+PyTorch (``plot_speedup``).
+
 Usage: ``python -m quack_edu.bench --stages lib,lib-tuned --peers quack,liger --weight-dtype
 bf16,fp32 --graph --graph-max-n 2048 --json F``; ``--summarize F [G ...]`` prints the tables and
 the verdict of recorded runs (no GPU needed).
@@ -48,6 +53,8 @@ import time
 from collections.abc import Callable
 
 import torch
+
+from .stages import BACKWARD_STAGES, STAGE_ORDER
 
 DEFAULT_SHAPES = [
     (32768, 256),
@@ -213,6 +220,45 @@ def time_graph(fn: Callable, arg_sets: list, replays: int = 20) -> float:
     return statistics.median(times)
 
 
+#: what ``gpu_clocks`` asks nvidia-smi for, and the record's names for them
+CLOCK_FIELDS = {
+    "clocks.sm": "sm_mhz",
+    "clocks.mem": "mem_mhz",
+    "clocks.max.sm": "max_sm_mhz",
+    "clocks.max.mem": "max_mem_mhz",
+    "power.draw": "power_w",
+    "power.limit": "power_limit_w",
+    "temperature.gpu": "temperature_c",
+}
+
+
+def gpu_clocks(device: int = 0, smi: str = "nvidia-smi") -> dict:
+    """The GPU's clocks, power and temperature now, for the record (a run keeps them from
+    before and after its timings: a memory-bound kernel's speed follows the memory clock, and
+    the SM clock dips under the power cap). Read with nvidia-smi, found by the device's PCI
+    bus id; {} where that is not possible."""
+    try:
+        p = torch.cuda.get_device_properties(device)
+        bus = f"{p.pci_domain_id:08X}:{p.pci_bus_id:02X}:{p.pci_device_id:02X}.0"
+        done = subprocess.run(
+            [smi, f"--id={bus}", f"--query-gpu={','.join(CLOCK_FIELDS)}",
+             "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    except Exception:  # no CUDA device, no nvidia-smi: the record goes without
+        return {}
+    if done.returncode or not done.stdout.strip():
+        return {}
+    values = [v.strip() for v in done.stdout.strip().splitlines()[0].split(",")]
+    if len(values) != len(CLOCK_FIELDS):
+        return {}
+    out = {}
+    for name, v in zip(CLOCK_FIELDS.values(), values, strict=True):
+        with contextlib.suppress(ValueError):
+            out[name] = float(v)
+    return out
+
+
 def copy_bandwidth(nbytes: int = 1 << 30, reps: int = 30) -> float:
     """Device-to-device copy GB/s (bytes read + bytes written), the ceiling that counts."""
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
@@ -255,17 +301,22 @@ def kernel_kind(name: str) -> str:
     return "stage"
 
 
-def resolve_config(name: str, N: int, dtype):
+def resolve_config(name: str, N: int, dtype, weight_dtype=None):
     """The config a stage kernel ``name`` runs with at N: its heuristic's, or with ``name#k`` the
     k-th entry of the stage's ``configs(N, dtype)`` (the alternatives the heuristic chooses
-    between), so that they can be timed side by side."""
+    between), so that they can be timed side by side. A stage whose heuristic knows the
+    weight's dtype (final: an fp32 weight has plans of its own) is given ``weight_dtype``."""
+    import inspect
+
     from .stages import get_stage
 
     stage, _, index = split_name(name)
     mod = get_stage(stage)
+    by_weight = "weight_dtype" in inspect.signature(mod.configs).parameters
+    extra = {"weight_dtype": weight_dtype} if by_weight and weight_dtype is not None else {}
     if not index:
-        return mod.default_config(N, dtype)
-    options = mod.configs(N, dtype)
+        return mod.default_config(N, dtype, **extra)
+    options = mod.configs(N, dtype, **extra)
     if int(index) >= len(options):
         raise ValueError(f"{stage} has {len(options)} configs at N={N}: {options}")
     return options[int(index)]
@@ -286,12 +337,48 @@ def stage_fn(name: str, config=None):
         if variant not in variants:
             raise ValueError(f"{stage} has no variant {variant!r}; it has: {sorted(variants)}")
         kernel = variants[variant]
-    forced = functools.cache(lambda N, dtype: resolve_config(name, N, dtype))
+    forced = functools.cache(lambda N, dtype, wdt: resolve_config(name, N, dtype, wdt))
 
     def fwd(x, w, eps=1e-6):
-        return run_forward(kernel, x, w, eps, config or forced(x.shape[1], x.dtype))
+        wdt = None if w is None else w.dtype
+        return run_forward(kernel, x, w, eps, config or forced(x.shape[1], x.dtype, wdt))
 
     return fwd
+
+
+def stage_bwd_fn(name: str) -> Callable:
+    """A backward stage (``BACKWARD_STAGES``: final_bwd) as ``fn(x, w, dout, rstd) -> (dx,
+    dw)``: its launch with its heuristic's config, or ``#k`` the k-th of its ``configs`` for
+    the weight's dtype (``@variant``: a kernel class of its ``VARIANTS``), then dw's partial
+    sums added. The library's ``rmsnorm_bwd`` runs the same kernel behind its checks."""
+    from .stages import get_stage
+
+    stage, variant, index = split_name(name)
+    mod = get_stage(stage)
+    kernel = None
+    if variant:
+        variants = getattr(mod, "VARIANTS", {})
+        if variant not in variants:
+            raise ValueError(f"{stage} has no variant {variant!r}; it has: {sorted(variants)}")
+        kernel = variants[variant]
+
+    @functools.cache
+    def pick(N, dtype, wdt):
+        if not index:
+            return None  # launch_bwd's own: the heuristic's
+        options = mod.configs(N, dtype, wdt)
+        if int(index) >= len(options):
+            raise ValueError(f"{stage} has {len(options)} configs at N={N}: {options}")
+        return options[int(index)]
+
+    def bwd(x, w, dout, rstd):
+        dx = torch.empty_like(x)
+        config = pick(x.shape[1], x.dtype, w.dtype)
+        dw_p, _ = mod.launch_bwd(x, w, dout, None, rstd, dx, None, False, config=config,
+                                 kernel_cls=kernel)  # fmt: skip
+        return dx, mod.sum_partials(dw_p, w.dtype)
+
+    return bwd
 
 
 def library_fn(name: str, residual: bool = False, pass_: str = "fwd") -> Callable:
@@ -495,8 +582,14 @@ def resolve_kernels(
                 fns[name] = library_fn(name, residual, pass_)
             elif residual:
                 raise NotImplementedError("stage kernels take no residual")
+            elif (split_name(name)[0] in BACKWARD_STAGES) != (pass_ == "bwd"):
+                raise NotImplementedError(
+                    "a forward stage: the backward is timed through final_bwd and the library"
+                    if pass_ == "bwd"
+                    else "a backward stage: time it with --pass bwd"
+                )
             elif pass_ == "bwd":
-                raise NotImplementedError("the backward is timed through the library (lib)")
+                fns[name] = stage_bwd_fn(name)
             else:
                 fns[name] = stage_fn(name)
         except Exception as e:
@@ -812,6 +905,8 @@ def run(
     meta=None,
     pass_="fwd",
     rounds=1,
+    copy_gbps=None,
+    progress=False,
 ) -> dict:
     """Time every kernel at every shape and weight dtype. ``stages``: kernel names (stages,
     ``lib``, ``lib-tuned``, also peers); ``peers``: True/"all" or a comma list. ``graph``: also
@@ -835,7 +930,10 @@ def run(
     weight's between, 0.966x). So a kernel's two weight dtypes are timed next to each other
     (bf16 then fp32 weight, plain then graph): the pair the fp32-against-bf16 criterion
     compares. The shapes also timed through graphs (``graph_max_n``) get
-    ``LAUNCH_BOUND_ROUNDS`` times the rounds, each with that fraction of ``budget_s``."""
+    ``LAUNCH_BOUND_ROUNDS`` times the rounds, each with that fraction of ``budget_s``.
+    ``copy_gbps``: the copy ceiling measured earlier in this process (``run_both``), else
+    measured first; ``progress``: a progress bar of the timings on stderr. The GPU's clocks
+    are recorded before and after (``gpu_clocks``)."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     if pass_ not in ("fwd", "bwd"):
@@ -843,7 +941,8 @@ def run(
     t_run = time.perf_counter()
     max_n = max_n or {}
     weight_dtypes = list(weight_dtypes or [None])
-    copy = copy_bandwidth()
+    clocks = {"start": gpu_clocks()}
+    copy = copy_bandwidth() if copy_gbps is None else copy_gbps
     log(f"D2D copy: {copy:.0f} GB/s")
     rows = []
     result = {
@@ -851,6 +950,7 @@ def run(
         "date": _dt.date.today().isoformat(),
         "torch": torch.__version__,
         "dsl": _version("nvidia-cutlass-dsl"),
+        "clocks": clocks,
         "copy_gbps": copy,
         "dtype": _short(dtype),
         "weight_dtypes": [_short(w or dtype) for w in weight_dtypes],
@@ -887,6 +987,21 @@ def run(
         if on_row:
             on_row(result)
 
+    def plan(N):  # (rounds, budget a round, graph modes) of a shape
+        small = graph_max_n is None or N <= graph_max_n  # also timed through graphs
+        if graph and graph_max_n is not None and small:
+            return LAUNCH_BOUND_ROUNDS * rounds, budget_s / LAUNCH_BOUND_ROUNDS, [False, True]
+        return rounds, budget_s, [False, True] if graph and small else [False]
+
+    def timed(N):  # the kernels timed at N
+        return {name: fn for name, fn in fns.items() if N <= max_n.get(name, N)}
+
+    total = sum(
+        plan(N)[0] * len(plan(N)[2]) * len(timed(N)) * len(weight_dtypes) for _, N in shapes
+    )
+    from .autotune import Progress
+
+    bar = Progress(total, f"bench {pass_}", progress, unit="timings")
     for M, N in shapes:
         # (weight dtype, kernel, graph) -> its row of every round; a kernel's weight dtypes
         # take turns next to each other, so that "fp32 weight against bf16" compares the same
@@ -894,35 +1009,82 @@ def run(
         tries: dict = {}
         # a launch-bound shape (timed through graphs too): its plain rows time the host, so
         # more rounds of fewer calls each (the inputs there are small: a round is cheap)
-        small = graph_max_n is None or N <= graph_max_n  # also timed through graphs
-        n_rounds, budget = rounds, budget_s
-        if graph and graph_max_n is not None and small:
-            n_rounds, budget = LAUNCH_BOUND_ROUNDS * rounds, budget_s / LAUNCH_BOUND_ROUNDS
+        n_rounds, budget, modes = plan(N)
         for _ in range(n_rounds):
-            for name, fn in fns.items():
-                if N > max_n.get(name, N):
-                    continue
-                for g in [False, True] if graph and small else [False]:
+            for name, fn in timed(N).items():
+                for g in modes:
                     for wdt in weight_dtypes:
                         tries.setdefault((wdt, name, g), []).append(
                             _try_one(fn, M, N, dtype, g, wdt, residual, budget, pass_)
                         )
+                        bar.update()
                 torch.cuda.empty_cache()
         by_weight = sorted(tries.items(), key=lambda kv: weight_dtypes.index(kv[0][0]))
-        for (_w, name, _g), rounds_rows in by_weight:  # rows as before: a weight dtype's together
+        for (wdt, name, _g), rounds_rows in by_weight:  # rows as before: a weight dtype's together
             row = merge_rounds(rounds_rows)
             row["kernel"] = name
-            row["config"] = _config_of(name, N, dtype)
+            row["config"] = _config_of(name, N, dtype, wdt)
             if "gbps" in row:
                 row["pct_copy"] = 100 * row["gbps"] / copy
             rows.append(row)
             log(_fmt_row(row))
         if on_row:
             on_row(result)
+    bar.close()
+    clocks["end"] = gpu_clocks()
     result["elapsed_s"] = time.perf_counter() - t_run
     result["verdict"] = verdict(rows, ours=ours, **thresholds_for(pass_))
     log(f"run took {result['elapsed_s']:.0f} s")
     return result
+
+
+def split_stages(kernels) -> dict[str, list[str]]:
+    """The kernels of ``--pass both`` by pass: the forward gets the forward stages, the
+    library and the peers; the backward the backward stages (``BACKWARD_STAGES``), the library
+    and the peers. Each pass times ``lib``, named or not: the ladder ends with it."""
+    fwd = [k for k in kernels if split_name(k)[0] not in BACKWARD_STAGES]
+    bwd = [k for k in kernels if kernel_kind(k) != "stage" or split_name(k)[0] in BACKWARD_STAGES]
+    return {p: ks + ["lib"] * ("lib" not in ks) for p, ks in (("fwd", fwd), ("bwd", bwd))}
+
+
+def run_both(stages, shapes, log=print, on_row=None, meta=None, **kw) -> dict:
+    """The forward and the backward in one record (``--pass both``): ``{"pass": "both",
+    "gpu", "date", ..., "copy_gbps", "fwd": <run's result>, "bwd": <run's result>}``, the copy
+    measured once, first, for both. ``stages``: kernels of either pass (``split_stages``);
+    ``kw``: ``run``'s options. ``on_row(record)`` after every shape of either pass."""
+    kernels = split_stages(stages)
+    copy = copy_bandwidth()
+    record: dict = {"pass": "both", **(meta or {})}
+
+    def saving(pass_):
+        def on(result):
+            record[pass_] = result
+            if on_row:
+                on_row(record)
+
+        return on
+
+    for pass_ in ("fwd", "bwd"):
+        log(f"--- {'forward' if pass_ == 'fwd' else 'backward'}: {', '.join(kernels[pass_])}")
+        record[pass_] = run(kernels[pass_], shapes, log=log, on_row=saving(pass_), meta=meta,
+                            pass_=pass_, copy_gbps=copy, **kw)  # fmt: skip
+    fwd, bwd = record["fwd"], record["bwd"]
+    for key in ("gpu", "date", "torch", "dsl", "copy_gbps", "dtype", "weight_dtypes", "rounds"):
+        record[key] = fwd[key]
+    record["peers"] = {**fwd["peers"], **bwd["peers"]}
+    record["clocks"] = {"start": fwd["clocks"]["start"], "end": bwd["clocks"]["end"]}
+    record["elapsed_s"] = fwd["elapsed_s"] + bwd["elapsed_s"]
+    # the keys first, the passes last (the file reads top down)
+    return {k: record[k] for k in sorted(record, key=lambda k: k in ("fwd", "bwd"))}
+
+
+def passes(result: dict) -> list[dict]:
+    """A record's single-pass results: itself, or a ``--pass both`` record's two."""
+    return (
+        [result[p] for p in ("fwd", "bwd") if p in result]
+        if result.get("pass") == "both"
+        else [result]
+    )
 
 
 def _try_one(fn, M, N, dtype, graph, wdt, residual, budget_s, pass_) -> dict:
@@ -971,14 +1133,12 @@ def _version(package: str) -> str:
     return f"{package} {installed_version(package) or '(not installed)'}"
 
 
-def _config_of(name: str, N: int, dtype) -> str | None:
+def _config_of(name: str, N: int, dtype, weight_dtype=None) -> str | None:
     """The config a stage kernel runs at N, for the record (None for peers and the library)."""
-    from .stages import STAGE_ORDER
-
     if kernel_kind(name) != "stage" or split_name(name)[0] not in STAGE_ORDER:
         return None
     try:
-        return repr(resolve_config(name, N, dtype))
+        return repr(resolve_config(name, N, dtype, weight_dtype))
     except Exception:
         return None
 
@@ -1291,55 +1451,211 @@ def format_verdict(v: dict) -> str:
 # --- plots and the command line -------------------------------------------------------------
 
 
-def plot(result: dict, path: str) -> None:
-    """GB/s against N, one panel per weight dtype (and residual mode), copy ceiling dotted,
-    graph rows dashed; a kernel keeps its colour in every panel."""
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = result["rows"]
-    panels = list(dict.fromkeys((_wdt(r), bool(r.get("residual"))) for r in rows))
+    return plt
+
+
+def _colors(plt, kernels) -> dict:
+    """A colour per kernel, kept in every panel: matplotlib's ten, or twenty (paired shades)
+    for a longer ladder."""
+    if len(kernels) <= 10:
+        return {k: f"C{i}" for i, k in enumerate(kernels)}
+    cmap = plt.get_cmap("tab20")
+    return {k: cmap(i % 20) for i, k in enumerate(kernels)}
+
+
+def _pass_name(part: dict) -> str:
+    return "backward" if part.get("pass") == "bwd" else "forward"
+
+
+def plot(result: dict, path: str) -> None:
+    """GB/s against N, one panel per weight dtype (and residual mode), copy ceiling dotted,
+    graph rows dashed; a kernel keeps its colour in every panel. A record of both passes: the
+    forward's panels above the backward's."""
+    plt = _pyplot()
+    parts = passes(result)
+    grid = [
+        list(dict.fromkeys((_wdt(r), bool(r.get("residual"))) for r in p["rows"])) for p in parts
+    ]
+    ncols = max(len(g) for g in grid)
     fig, axes = plt.subplots(
-        1, len(panels), figsize=(9 * len(panels), 5), squeeze=False, sharey=True
+        len(parts), ncols, figsize=(9 * ncols, 5 * len(parts)), squeeze=False, sharey=True
     )
-    kernels = list(dict.fromkeys(r["kernel"] for r in rows))
-    colors = {k: f"C{i % 10}" for i, k in enumerate(kernels)}
-    for ax, (w, res) in zip(axes[0], panels, strict=True):
-        mine = [r for r in rows if (_wdt(r), bool(r.get("residual"))) == (w, res)]
-        for g in sorted({r["graph"] for r in mine}):
-            for k in kernels:
-                pts = sorted(
-                    (r["N"], r["gbps"])
-                    for r in mine
-                    if r["kernel"] == k and r["graph"] == g and "gbps" in r
-                )
-                if pts:
-                    ax.plot(
-                        *zip(*pts, strict=True),
-                        marker="o" if not g else "s",
-                        color=colors[k],
-                        ls="-" if not g else "--",
-                        label=f"{k}{' (graph)' if g else ''}",
+    kernels = list(dict.fromkeys(r["kernel"] for p in parts for r in p["rows"]))
+    colors = _colors(plt, kernels)
+    for ax_row, part, panels in zip(axes, parts, grid, strict=True):
+        for ax in ax_row[len(panels) :]:
+            ax.set_visible(False)
+        for ax, (w, res) in zip(ax_row, panels, strict=False):
+            mine = [r for r in part["rows"] if (_wdt(r), bool(r.get("residual"))) == (w, res)]
+            for g in sorted({r["graph"] for r in mine}):
+                for k in kernels:
+                    pts = sorted(
+                        (r["N"], r["gbps"])
+                        for r in mine
+                        if r["kernel"] == k and r["graph"] == g and "gbps" in r
                     )
-        ax.axhline(
-            result["copy_gbps"],
-            color="k",
-            ls=":",
-            label=f"D2D copy {result['copy_gbps']:.0f} GB/s",
-        )
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("N (row length)")
-        ax.set_ylabel("GB/s")
-        what = f"x {mine[0]['dtype']}, weights {w}" + (", with residual" if res else "")
-        name = "backward" if result.get("pass") == "bwd" else "forward"
-        ax.set_title(f"RMSNorm {name}, {what} - {result['gpu']}, {result['date']}", fontsize=10)
-        ax.legend(fontsize=8, ncol=2)
-        ax.grid(alpha=0.3)
+                    if pts:
+                        ax.plot(
+                            *zip(*pts, strict=True),
+                            marker="o" if not g else "s",
+                            color=colors[k],
+                            ls="-" if not g else "--",
+                            label=f"{k}{' (graph)' if g else ''}",
+                        )
+            copy = part["copy_gbps"]
+            ax.axhline(copy, color="k", ls=":", label=f"D2D copy {copy:.0f} GB/s")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("N (row length)")
+            ax.set_ylabel("GB/s")
+            what = f"x {mine[0]['dtype']}, weights {w}" + (", with residual" if res else "")
+            title = f"RMSNorm {_pass_name(part)}, {what} - {part['gpu']}, {part['date']}"
+            ax.set_title(title, fontsize=10)
+            ax.legend(fontsize=8, ncol=2)
+            ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def ladder_shape(result: dict) -> tuple[int, int]:
+    """The shape ``plot_ladder`` shows: 32768 x 16384 when the run has it (QuACK's post's
+    running example of a long row), else the largest N at which most kernels ran."""
+    rows = [r for p in passes(result) for r in p["rows"] if "gbps" in r and not r["graph"]]
+    shapes = {(r["M"], r["N"]) for r in rows}
+    if (32768, 16384) in shapes:
+        return 32768, 16384
+    count = {s: len({r["kernel"] for r in rows if (r["M"], r["N"]) == s}) for s in shapes}
+    return max(shapes, key=lambda s: (count[s], s[1]))
+
+
+def _ladder_order(kernels) -> list[str]:
+    """Stages in lesson order, then the library, then the peers."""
+    rank = {k: i for i, k in enumerate(STAGE_ORDER + BACKWARD_STAGES + tuple(LIBRARY))}
+    return sorted(kernels, key=lambda k: (rank.get(split_name(k)[0], len(rank)), k))
+
+
+def plot_ladder(result: dict, path: str, shape=None) -> None:
+    """The ladder at one shape (``ladder_shape``): each kernel's plain GB/s as % of the run's
+    copy, a bar per weight dtype, one panel per pass; stages in lesson order, then the
+    library, then the peers."""
+    plt = _pyplot()
+    M, N = shape or ladder_shape(result)
+    parts = passes(result)
+    fig, axes = plt.subplots(1, len(parts), figsize=(8 * len(parts), 5.5), squeeze=False)
+    for ax, part in zip(axes[0], parts, strict=True):
+        mine = [
+            r
+            for r in part["rows"]
+            if (r["M"], r["N"]) == (M, N) and not r["graph"] and not r.get("residual")
+        ]
+        kernels = _ladder_order(dict.fromkeys(r["kernel"] for r in mine))
+        wdts = list(dict.fromkeys(_wdt(r) for r in mine))
+        width = 0.8 / max(1, len(wdts))
+        for j, w in enumerate(wdts):
+            pct = []
+            for k in kernels:
+                hit = [r for r in mine if r["kernel"] == k and _wdt(r) == w and "gbps" in r]
+                pct.append(100 * hit[0]["gbps"] / part["copy_gbps"] if hit else 0.0)
+            xs = [i + (j - (len(wdts) - 1) / 2) * width for i in range(len(kernels))]
+            bars = ax.bar(xs, pct, width, label=f"weights {w}", color=f"C{j}")
+            ax.bar_label(bars, fmt="%.0f", fontsize=7)
+        ax.axhline(100, color="k", ls=":", label=f"D2D copy {part['copy_gbps']:.0f} GB/s")
+        ax.set_xticks(range(len(kernels)), kernels, rotation=30, ha="right")
+        ax.set_ylim(0, 118)  # room above the bars for the legend
+        ax.set_ylabel("% of the copy's GB/s")
+        ax.set_title(
+            f"RMSNorm {_pass_name(part)}, {M} x {N}, x {part['dtype']} - {part['gpu']}, "
+            f"{part['date']}",
+            fontsize=10,
+        )
+        ax.legend(fontsize=8, loc="upper center", ncol=3)
+        ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+#: the baseline of ``plot_speedup``: RMSNorm as model code writes it in PyTorch ops, else
+#: PyTorch's fused ``F.rms_norm``
+SPEEDUP_BASES = ("torch-ops", "torch-eager")
+
+
+def speedups(part: dict, base: str | None = None) -> tuple[str, list[dict]]:
+    """(the base, [{kernel, N, weight_dtype, speedup}]) of one pass's plain rows: each
+    kernel's time against the base's at the same shape and weight dtype."""
+    rows = [r for r in part["rows"] if "us" in r and not r["graph"] and not r.get("residual")]
+    have = {r["kernel"] for r in rows}
+    base = base or next((b for b in SPEEDUP_BASES if b in have), None)
+    if base is None:
+        return "", []
+    ref = {(r["N"], _wdt(r)): r["us"] for r in rows if r["kernel"] == base}
+    out = [
+        {"kernel": r["kernel"], "N": r["N"], "weight_dtype": _wdt(r),
+         "speedup": ref[(r["N"], _wdt(r))] / r["us"]}
+        for r in rows
+        if r["kernel"] != base and (r["N"], _wdt(r)) in ref
+    ]  # fmt: skip
+    return base, out
+
+
+def plot_speedup(result: dict, path: str) -> None:
+    """Speed-up over PyTorch (``SPEEDUP_BASES``) against N, as QuACK's README reports it: a
+    line per kernel, a row of panels per pass, a panel per weight dtype."""
+    plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter
+
+    parts = passes(result)
+    grid = [[(p, w) for w in dict.fromkeys(_wdt(r) for r in p["rows"])] for p in parts]
+    ncols = max(len(g) for g in grid)
+    fig, axes = plt.subplots(len(parts), ncols, figsize=(8 * ncols, 5 * len(parts)), squeeze=False)
+    kernels = _ladder_order(dict.fromkeys(r["kernel"] for p in parts for r in p["rows"]))
+    colors = _colors(plt, kernels)
+    for ax_row, panels in zip(axes, grid, strict=True):
+        for ax in ax_row[len(panels) :]:
+            ax.set_visible(False)
+    for ax, (part, w) in zip(
+        [ax for ax_row, g in zip(axes, grid, strict=True) for ax in ax_row[: len(g)]],
+        [pw for g in grid for pw in g],
+        strict=True,
+    ):
+        base, ups = speedups(part)
+        for k in kernels:
+            pts = sorted(
+                (u["N"], u["speedup"]) for u in ups if u["kernel"] == k and u["weight_dtype"] == w
+            )
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", color=colors[k], label=k)
+        ax.axhline(1, color="k", ls=":", label=base or "no PyTorch row")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+        ax.set_xlabel("N (row length)")
+        ax.set_ylabel(f"speed-up over {base}")
+        ax.set_title(f"RMSNorm {_pass_name(part)}, weights {w} - {part['gpu']}", fontsize=10)
+        ax.legend(fontsize=8, ncol=2)
+        ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_all(result: dict, path: str) -> list[str]:
+    """``plot`` into ``path``; a record of both passes also gets its ladder and its speed-ups
+    (``<stem>_ladder.png``, ``<stem>_speedup.png``). Returns the paths written."""
+    plot(result, path)
+    if result.get("pass") != "both":
+        return [path]
+    stem, ext = os.path.splitext(path)
+    more = [f"{stem}_ladder{ext}", f"{stem}_speedup{ext}"]
+    plot_ladder(result, more[0])
+    plot_speedup(result, more[1])
+    return [path, *more]
 
 
 def parse_shapes(text: str):
@@ -1347,22 +1663,35 @@ def parse_shapes(text: str):
 
 
 def summarize(paths, ours: str = "lib", png: str | None = None, **thresholds) -> str:
-    """The tables of recorded runs and one verdict over all their rows (later files win)."""
-    results = [json.loads(open(p).read()) for p in paths]
-    parts = []
-    for p, res in zip(paths, results, strict=True):
-        parts += [f"== {p}", table(res)]
-        if res.get("compile") or res.get("overhead"):
-            parts.append(host_table(res))
-    rows = [r for res in results for r in res["rows"]]
-    passes = {res.get("pass", "fwd") for res in results}
-    if len(passes) > 1:
-        raise ValueError(f"summarize runs of one pass at a time, got {sorted(passes)}")
-    thresholds = {**thresholds_for(passes.pop()), **thresholds}
-    parts.append(format_verdict(verdict(rows, ours=ours, **thresholds)))
+    """The tables of recorded runs and a verdict per pass over all their rows (later files
+    win); a record of both passes counts as its two. ``png``: the plots of the rows
+    (``plot_all``: with both passes, the ladder and the speed-ups too)."""
+    records = [json.loads(open(p).read()) for p in paths]
+    out, by_pass = [], {}
+    for p, res in zip(paths, records, strict=True):
+        for part in passes(res):
+            pass_ = part.get("pass", "fwd")
+            out += [f"== {p}" + (f" ({_pass_name(part)})" if res.get("pass") == "both" else ""),
+                    table(part)]  # fmt: skip
+            if part.get("compile") or part.get("overhead"):
+                out.append(host_table(part))
+            by_pass.setdefault(pass_, []).append(part)
+    merged = {}
+    for pass_, parts in by_pass.items():
+        rows = [r for part in parts for r in part["rows"]]
+        if len(by_pass) > 1:
+            out.append(f"== verdict of the {_pass_name(parts[0])}")
+        out.append(
+            format_verdict(verdict(rows, ours=ours, **{**thresholds_for(pass_), **thresholds}))
+        )
+        merged[pass_] = {**parts[0], "rows": rows}
     if png:
-        plot({**results[0], "rows": rows}, png)
-    return "\n".join(parts)
+        both = len(merged) > 1
+        plot_all(
+            {**merged["fwd"], "pass": "both", **merged} if both else next(iter(merged.values())),
+            png,
+        )
+    return "\n".join(out)
 
 
 def main(argv=None) -> int:
@@ -1370,18 +1699,20 @@ def main(argv=None) -> int:
     p.add_argument(
         "--stages",
         default="all",
-        help="comma-separated kernels, or 'all' (the stages); stage@variant (a stage's VARIANTS, "
-        "e.g. cluster@hold) and stage#k (the k-th of its configs(N)) are kernels too, and so are "
-        "lib (quack_edu.rmsnorm.rmsnorm_fwd) and lib-tuned (rmsnorm_fwd_tuned)",
+        help="comma-separated kernels, or 'all' (the stages of the pass: naive ... final forward, "
+        "final_bwd backward); stage@variant (a stage's VARIANTS, e.g. cluster@hold) and stage#k "
+        "(the k-th of its configs(N)) are kernels too, and so are lib (quack_edu.rmsnorm's "
+        "rmsnorm_fwd / rmsnorm_bwd) and lib-tuned (their autotuned forms)",
     )
     p.add_argument("--shapes", default=None, help="e.g. 32768x4096,8192x262144 (default: sweep)")
     p.add_argument(
         "--pass",
         dest="pass_",
-        choices=("fwd", "bwd"),
+        choices=("fwd", "bwd", "both"),
         default="fwd",
-        help="the forward, or the backward (dx and dw from x, dout, rstd: the library's "
-        "rmsnorm_bwd against QuACK's and autograd's; kernels: lib, lib-tuned and peers)",
+        help="the forward, the backward (dx and dw from x, dout, rstd: the library's "
+        "rmsnorm_bwd against QuACK's and autograd's), or both in one record (the copy measured "
+        "once, lib timed in each; --png also writes the ladder and the speed-ups over PyTorch)",
     )
     p.add_argument("--dtype", default="bf16")
     p.add_argument(
@@ -1430,6 +1761,12 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--png", default=None)
     p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a progress bar on stderr (default: when stderr is a terminal)",
+    )
+    p.add_argument(
         "--summarize",
         nargs="+",
         default=None,
@@ -1450,9 +1787,9 @@ def main(argv=None) -> int:
         )
         return 2
     from .runtime import torch_dtype
-    from .stages import STAGE_ORDER
 
-    stages = list(STAGE_ORDER) if a.stages == "all" else [s for s in a.stages.split(",") if s]
+    every = {"fwd": STAGE_ORDER, "bwd": BACKWARD_STAGES, "both": STAGE_ORDER + BACKWARD_STAGES}
+    stages = list(every[a.pass_]) if a.stages == "all" else [s for s in a.stages.split(",") if s]
     default = RESIDUAL_SHAPES if a.residual else DEFAULT_SHAPES
     shapes = parse_shapes(a.shapes) if a.shapes else default
     max_n = {k: int(v) for k, v in (kv.split("=") for kv in a.max_n.split(",") if kv)}
@@ -1462,10 +1799,11 @@ def main(argv=None) -> int:
             with open(a.json, "w") as f:
                 json.dump(result, f, indent=1)
 
-    result = run(
+    runner = run_both if a.pass_ == "both" else functools.partial(run, pass_=a.pass_)
+    result = runner(
         stages,
         shapes,
-        torch_dtype(a.dtype),
+        dtype=torch_dtype(a.dtype),
         peers=a.peers,
         graph=a.graph,
         graph_max_n=a.graph_max_n,
@@ -1478,16 +1816,20 @@ def main(argv=None) -> int:
         budget_s=a.rep_budget,
         compile_ns=[int(n) for n in a.compile_n.split(",") if n],
         meta={"command": " ".join(["python -m quack_edu.bench", *(argv or sys.argv[1:])])},
-        pass_=a.pass_,
         rounds=a.rounds,
+        progress=sys.stderr.isatty() if a.progress is None else a.progress,
     )
     save(result)
     if a.png:
-        plot(result, a.png)
-    print(table(result))
-    if a.overhead:
-        print(host_table(result))
-    print(format_verdict(result["verdict"]))
+        for path in plot_all(result, a.png):
+            print(f"wrote {path}")
+    for part in passes(result):
+        if result.get("pass") == "both":
+            print(f"\n=== {_pass_name(part)}")
+        print(table(part))
+        if a.overhead:
+            print(host_table(part))
+        print(format_verdict(part["verdict"]))
     return 0
 
 

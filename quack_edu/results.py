@@ -39,11 +39,16 @@ def load(name: str) -> dict | None:
 
 
 def rows(name: str, **where) -> list[dict]:
-    """Rows of a recorded result matching every ``field=value`` given (empty when absent)."""
+    """Rows of a recorded result matching every ``field=value`` given (empty when absent). A
+    record of both passes (``quack-edu bench --pass both``) holds a result per pass, under
+    ``fwd`` and ``bwd``: its rows are theirs, each with its ``pass``."""
     data = load(name)
     if not data:
         return []
-    return [r for r in data.get("rows", []) if all(r.get(k) == v for k, v in where.items())]
+    every = data.get("rows", [])
+    if data.get("pass") == "both":
+        every = [r for p in ("fwd", "bwd") for r in data.get(p, {}).get("rows", [])]
+    return [r for r in every if all(r.get(k) == v for k, v in where.items())]
 
 
 def missing_message(name: str) -> str:
