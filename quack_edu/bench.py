@@ -322,6 +322,17 @@ def resolve_config(name: str, N: int, dtype, weight_dtype=None):
     return options[int(index)]
 
 
+def _variant(mod, stage: str, variant: str):
+    """The kernel class a stage lists under ``variant`` in its ``VARIANTS`` (None: none
+    asked for)."""
+    if not variant:
+        return None
+    variants = getattr(mod, "VARIANTS", {})
+    if variant not in variants:
+        raise ValueError(f"{stage} has no variant {variant!r}; it has: {sorted(variants)}")
+    return variants[variant]
+
+
 def stage_fn(name: str, config=None):
     """A stage's forward with ``config``, or with the config ``resolve_config`` names.
     ``stage@variant`` runs the kernel class the stage lists under that name in ``VARIANTS``
@@ -331,12 +342,7 @@ def stage_fn(name: str, config=None):
 
     stage, variant, _ = split_name(name)
     mod = get_stage(stage)
-    kernel = mod.KERNEL
-    if variant:
-        variants = getattr(mod, "VARIANTS", {})
-        if variant not in variants:
-            raise ValueError(f"{stage} has no variant {variant!r}; it has: {sorted(variants)}")
-        kernel = variants[variant]
+    kernel = _variant(mod, stage, variant) or mod.KERNEL
     forced = functools.cache(lambda N, dtype, wdt: resolve_config(name, N, dtype, wdt))
 
     def fwd(x, w, eps=1e-6):
@@ -355,21 +361,11 @@ def stage_bwd_fn(name: str) -> Callable:
 
     stage, variant, index = split_name(name)
     mod = get_stage(stage)
-    kernel = None
-    if variant:
-        variants = getattr(mod, "VARIANTS", {})
-        if variant not in variants:
-            raise ValueError(f"{stage} has no variant {variant!r}; it has: {sorted(variants)}")
-        kernel = variants[variant]
+    kernel = _variant(mod, stage, variant)
 
     @functools.cache
-    def pick(N, dtype, wdt):
-        if not index:
-            return None  # launch_bwd's own: the heuristic's
-        options = mod.configs(N, dtype, wdt)
-        if int(index) >= len(options):
-            raise ValueError(f"{stage} has {len(options)} configs at N={N}: {options}")
-        return options[int(index)]
+    def pick(N, dtype, wdt):  # None: launch_bwd's own, the heuristic's for the call's features
+        return resolve_config(name, N, dtype, wdt) if index else None
 
     def bwd(x, w, dout, rstd):
         dx = torch.empty_like(x)

@@ -246,3 +246,9 @@ def test_the_final_stage_runs_the_plan_of_its_weights_dtype():
     assert bench.resolve_config("final#1", N, bf16, fp32) == final.configs(N, bf16, fp32)[1]
     assert bench.resolve_config("cpasync", 4096, bf16, fp32) == cpasync.default_config(4096, bf16)
     assert "weight_in_smem=False" in bench._config_of("final", N, bf16, fp32)
+    from quack_edu.stages import final_bwd  # the backward stage's #k (stage_bwd_fn) the same way
+
+    assert (
+        bench.resolve_config("final_bwd#1", 4096, bf16, fp32)
+        == final_bwd.configs(4096, bf16, fp32)[1]
+    )
