@@ -1448,12 +1448,24 @@ def format_verdict(v: dict) -> str:
 
 
 def _pyplot():
+    """pyplot, on the Agg backend unless a caller (a notebook) imported it first with its own."""
     import matplotlib
 
-    matplotlib.use("Agg")
+    if "matplotlib.pyplot" not in sys.modules:
+        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _finish(plt, fig, path):
+    """Save ``fig`` to ``path`` and close it; without a path return it (a notebook shows it)."""
+    fig.tight_layout()
+    if path is None:
+        return fig
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
 
 
 def _colors(plt, kernels) -> dict:
@@ -1469,10 +1481,10 @@ def _pass_name(part: dict) -> str:
     return "backward" if part.get("pass") == "bwd" else "forward"
 
 
-def plot(result: dict, path: str) -> None:
+def plot(result: dict, path: str | None = None):
     """GB/s against N, one panel per weight dtype (and residual mode), copy ceiling dotted,
     graph rows dashed; a kernel keeps its colour in every panel. A record of both passes: the
-    forward's panels above the backward's."""
+    forward's panels above the backward's. Saved to ``path``, else the figure is returned."""
     plt = _pyplot()
     parts = passes(result)
     grid = [
@@ -1514,9 +1526,7 @@ def plot(result: dict, path: str) -> None:
             ax.set_title(title, fontsize=10)
             ax.legend(fontsize=8, ncol=2)
             ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return _finish(plt, fig, path)
 
 
 def ladder_shape(result: dict) -> tuple[int, int]:
@@ -1536,10 +1546,10 @@ def _ladder_order(kernels) -> list[str]:
     return sorted(kernels, key=lambda k: (rank.get(split_name(k)[0], len(rank)), k))
 
 
-def plot_ladder(result: dict, path: str, shape=None) -> None:
+def plot_ladder(result: dict, path: str | None = None, shape=None):
     """The ladder at one shape (``ladder_shape``): each kernel's plain GB/s as % of the run's
     copy, a bar per weight dtype, one panel per pass; stages in lesson order, then the
-    library, then the peers."""
+    library, then the peers. Saved to ``path``, else the figure is returned."""
     plt = _pyplot()
     M, N = shape or ladder_shape(result)
     parts = passes(result)
@@ -1572,9 +1582,7 @@ def plot_ladder(result: dict, path: str, shape=None) -> None:
         )
         ax.legend(fontsize=8, loc="upper center", ncol=3)
         ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return _finish(plt, fig, path)
 
 
 #: the baseline of ``plot_speedup``: RMSNorm as model code writes it in PyTorch ops, else
@@ -1600,9 +1608,10 @@ def speedups(part: dict, base: str | None = None) -> tuple[str, list[dict]]:
     return base, out
 
 
-def plot_speedup(result: dict, path: str) -> None:
+def plot_speedup(result: dict, path: str | None = None):
     """Speed-up over PyTorch (``SPEEDUP_BASES``) against N, as QuACK's README reports it: a
-    line per kernel, a row of panels per pass, a panel per weight dtype."""
+    line per kernel, a row of panels per pass, a panel per weight dtype. Saved to ``path``,
+    else the figure is returned."""
     plt = _pyplot()
     from matplotlib.ticker import FuncFormatter
 
@@ -1636,9 +1645,7 @@ def plot_speedup(result: dict, path: str) -> None:
         ax.set_title(f"RMSNorm {_pass_name(part)}, weights {w} - {part['gpu']}", fontsize=10)
         ax.legend(fontsize=8, ncol=2)
         ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return _finish(plt, fig, path)
 
 
 def plot_all(result: dict, path: str) -> list[str]:
