@@ -1477,7 +1477,7 @@ def _colors(plt, kernels) -> dict:
     return {k: cmap(i % 20) for i, k in enumerate(kernels)}
 
 
-def _pass_name(part: dict) -> str:
+def pass_name(part: dict) -> str:
     return "backward" if part.get("pass") == "bwd" else "forward"
 
 
@@ -1522,7 +1522,7 @@ def plot(result: dict, path: str | None = None):
             ax.set_xlabel("N (row length)")
             ax.set_ylabel("GB/s")
             what = f"x {mine[0]['dtype']}, weights {w}" + (", with residual" if res else "")
-            title = f"RMSNorm {_pass_name(part)}, {what} - {part['gpu']}, {part['date']}"
+            title = f"RMSNorm {pass_name(part)}, {what} - {part['gpu']}, {part['date']}"
             ax.set_title(title, fontsize=10)
             ax.legend(fontsize=8, ncol=2)
             ax.grid(alpha=0.3)
@@ -1540,7 +1540,7 @@ def ladder_shape(result: dict) -> tuple[int, int]:
     return max(shapes, key=lambda s: (count[s], s[1]))
 
 
-def _ladder_order(kernels) -> list[str]:
+def ladder_order(kernels) -> list[str]:
     """Stages in lesson order, then the library, then the peers."""
     rank = {k: i for i, k in enumerate(STAGE_ORDER + BACKWARD_STAGES + tuple(LIBRARY))}
     return sorted(kernels, key=lambda k: (rank.get(split_name(k)[0], len(rank)), k))
@@ -1560,7 +1560,7 @@ def plot_ladder(result: dict, path: str | None = None, shape=None):
             for r in part["rows"]
             if (r["M"], r["N"]) == (M, N) and not r["graph"] and not r.get("residual")
         ]
-        kernels = _ladder_order(dict.fromkeys(r["kernel"] for r in mine))
+        kernels = ladder_order(dict.fromkeys(r["kernel"] for r in mine))
         wdts = list(dict.fromkeys(_wdt(r) for r in mine))
         width = 0.8 / max(1, len(wdts))
         for j, w in enumerate(wdts):
@@ -1576,7 +1576,7 @@ def plot_ladder(result: dict, path: str | None = None, shape=None):
         ax.set_ylim(0, 118)  # room above the bars for the legend
         ax.set_ylabel("% of the copy's GB/s")
         ax.set_title(
-            f"RMSNorm {_pass_name(part)}, {M} x {N}, x {part['dtype']} - {part['gpu']}, "
+            f"RMSNorm {pass_name(part)}, {M} x {N}, x {part['dtype']} - {part['gpu']}, "
             f"{part['date']}",
             fontsize=10,
         )
@@ -1619,7 +1619,7 @@ def plot_speedup(result: dict, path: str | None = None):
     grid = [[(p, w) for w in dict.fromkeys(_wdt(r) for r in p["rows"])] for p in parts]
     ncols = max(len(g) for g in grid)
     fig, axes = plt.subplots(len(parts), ncols, figsize=(8 * ncols, 5 * len(parts)), squeeze=False)
-    kernels = _ladder_order(dict.fromkeys(r["kernel"] for p in parts for r in p["rows"]))
+    kernels = ladder_order(dict.fromkeys(r["kernel"] for p in parts for r in p["rows"]))
     colors = _colors(plt, kernels)
     for ax_row, panels in zip(axes, grid, strict=True):
         for ax in ax_row[len(panels) :]:
@@ -1642,7 +1642,7 @@ def plot_speedup(result: dict, path: str | None = None):
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
         ax.set_xlabel("N (row length)")
         ax.set_ylabel(f"speed-up over {base}")
-        ax.set_title(f"RMSNorm {_pass_name(part)}, weights {w} - {part['gpu']}", fontsize=10)
+        ax.set_title(f"RMSNorm {pass_name(part)}, weights {w} - {part['gpu']}", fontsize=10)
         ax.legend(fontsize=8, ncol=2)
         ax.grid(alpha=0.3, which="both")
     return _finish(plt, fig, path)
@@ -1674,7 +1674,7 @@ def summarize(paths, ours: str = "lib", png: str | None = None, **thresholds) ->
     for p, res in zip(paths, records, strict=True):
         for part in passes(res):
             pass_ = part.get("pass", "fwd")
-            out += [f"== {p}" + (f" ({_pass_name(part)})" if res.get("pass") == "both" else ""),
+            out += [f"== {p}" + (f" ({pass_name(part)})" if res.get("pass") == "both" else ""),
                     table(part)]  # fmt: skip
             if part.get("compile") or part.get("overhead"):
                 out.append(host_table(part))
@@ -1683,7 +1683,7 @@ def summarize(paths, ours: str = "lib", png: str | None = None, **thresholds) ->
     for pass_, parts in by_pass.items():
         rows = [r for part in parts for r in part["rows"]]
         if len(by_pass) > 1:
-            out.append(f"== verdict of the {_pass_name(parts[0])}")
+            out.append(f"== verdict of the {pass_name(parts[0])}")
         out.append(
             format_verdict(verdict(rows, ours=ours, **{**thresholds_for(pass_), **thresholds}))
         )
@@ -1828,7 +1828,7 @@ def main(argv=None) -> int:
             print(f"wrote {path}")
     for part in passes(result):
         if result.get("pass") == "both":
-            print(f"\n=== {_pass_name(part)}")
+            print(f"\n=== {pass_name(part)}")
         print(table(part))
         if a.overhead:
             print(host_table(part))

@@ -134,7 +134,7 @@ def test_the_ladder_shape_and_order():
     rows.append({"M": 8, "N": 65536, "kernel": "a", "gbps": 1.0, "graph": False})
     assert bench.ladder_shape({"rows": rows}) == (8, 4096)  # most kernels ran there
     names = ["quack", "lib", "final", "naive", "final_bwd", "cpasync", "torch-ops"]
-    assert bench._ladder_order(names) == [
+    assert bench.ladder_order(names) == [
         "naive", "cpasync", "final", "final_bwd", "lib", "quack", "torch-ops",
     ]  # fmt: skip
 
