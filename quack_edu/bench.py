@@ -939,7 +939,7 @@ def run(
     weight_dtypes = list(weight_dtypes or [None])
     clocks = {"start": gpu_clocks()}
     copy = copy_bandwidth() if copy_gbps is None else copy_gbps
-    log(f"D2D copy: {copy:.0f} GB/s")
+    log(f"D2D copy: {copy:.0f} GB/s" + ("" if copy_gbps is None else " (measured before)"))
     rows = []
     result = {
         "gpu": torch.cuda.get_device_name(0),
