@@ -15,7 +15,10 @@
 3. the benchmark of every stage (and peers) with the D2D copy ceiling measured in the same run;
 4. with ``--bench-pass bwd|both``, the backward's benchmark (the library against QuACK and
    torch.compile; with ``--residual`` the prenorm backward, a dresidual_out added, against
-   QuACK), bench_bwd.json/png.
+   QuACK), bench_bwd.json/png; ``--bench-pass ladder`` instead: the whole ladder in one record
+   (``quack_edu.bench --pass both``: every stage forward and backward, the library and every
+   installed peer, a bf16 and an fp32 weight unless ``--weight-dtype``), ladder.json and its
+   three PNGs (~5 minutes on an H200 at ``--rounds 2``).
 Writes doctor.txt, tests.log, bench.log, bench.json, bench.png under $OUT (default ./out) and
 prints a short table and the bench's verdict (``--ours`` against QuACK, the best peer and the
 copy) last. The device tool stops a command after 10 minutes, and the whole suite took ~8 on
@@ -80,6 +83,13 @@ def bench_commands(a, out: Path, py: str) -> list[tuple[str, list[str], Path]]:
     common += ["--residual"] if a.residual else []
     common += ["--rounds", str(a.rounds)]
     runs = []
+    if a.bench_pass == "ladder":  # the bench's own sweep unless --shapes; no residual kind
+        cmd = [py, "-m", "quack_edu.bench", "--pass", "both", "--stages", "all", "--peers"]
+        cmd += ["--weight-dtype", a.weight_dtype or "bf16,fp32", "--rep-budget", "0.08"]
+        cmd += ["--shapes", a.shapes] if a.shapes else []
+        cmd += ["--graph", "--graph-max-n", a.graph_max_n] if a.graph else []
+        cmd += ["--rounds", str(a.rounds), "--no-progress"]
+        runs.append(("ladder", cmd, out / "ladder.json"))
     if a.bench_pass in ("fwd", "both"):
         cmd = [py, "-m", "quack_edu.bench", "--stages", a.stages, "--ours", a.ours]
         cmd += ["--peers", a.peers] if a.peers else []
@@ -102,12 +112,15 @@ def bench_summary(path: Path, ours: str) -> str:
     if not path.exists():
         return f"(no {path.name})"
     sys.path.insert(0, str(ROOT))
-    from quack_edu.bench import format_verdict, host_table, table, thresholds_for, verdict
+    from quack_edu.bench import format_verdict, host_table, passes, table, thresholds_for, verdict
 
-    result = json.loads(path.read_text())
-    parts = [table(result), host_table(result)]
-    thresholds = thresholds_for(result.get("pass", "fwd"))  # the backward has its own bar
-    parts.append(format_verdict(verdict(result["rows"], ours=ours, **thresholds)))
+    record, parts = json.loads(path.read_text()), []
+    for result in passes(record):  # a ladder record (--pass both) holds one result a pass
+        if "rows" not in result:
+            continue  # a ladder cut off in its forward has no backward yet
+        parts += [table(result), host_table(result)]
+        thresholds = thresholds_for(result.get("pass", "fwd"))  # the backward has its own bar
+        parts.append(format_verdict(verdict(result["rows"], ours=ours, **thresholds)))
     return "\n".join(p for p in parts if p)
 
 
@@ -205,10 +218,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--bench-pass",
-        choices=("fwd", "bwd", "both"),
+        choices=("fwd", "bwd", "both", "ladder"),
         default="fwd",
         help="bench the forward (--stages, --peers), the backward (lib against QuACK and "
-        "torch.compile, bench_bwd.json/png), or both",
+        "torch.compile, bench_bwd.json/png), both, or the whole ladder in one record "
+        "(bench --pass both: ladder.json/png)",
     )
     p.add_argument(
         "--tests", default="tests", help="pytest paths for the other gpu tests (none: skip)"

@@ -661,6 +661,13 @@ def test_gpu_check_bench_commands(tmp_path):
     assert all("--residual" in cmd and "--shapes" not in cmd for cmd in got.values())
     assert got["bench bwd"][got["bench bwd"].index("--peers") + 1] == "quack"
     assert commands("--skip-bench") == {}
+    # the whole ladder in one record: bench --pass both over the bench's own sweep
+    got = commands("--bench-pass", "ladder", "--rounds", "2")
+    assert set(got) == {"ladder"}
+    cmd = got["ladder"]
+    assert cmd[cmd.index("--pass") + 1] == "both" and cmd[cmd.index("--stages") + 1] == "all"
+    assert cmd[cmd.index("--weight-dtype") + 1] == "bf16,fp32" and "--shapes" not in cmd
+    assert cmd[cmd.index("--rounds") + 1] == "2" and cmd[-1] == str(tmp_path / "ladder.png")
 
 
 def test_gpu_check_summary_prints_the_verdict(tmp_path):
@@ -676,6 +683,14 @@ def test_gpu_check_summary_prints_the_verdict(tmp_path):
     path.write_text(json.dumps({**result_of(passing_rows(residual=False)), "pass": "bwd"}))
     text = gpu_check.bench_summary(path, "lib")
     assert "85% at N 4096-32768" in text and "residual" not in text.split("Verdict")[1]
+    # a ladder record (--pass both): a table and a verdict a pass; cut off in its forward, one
+    fwd = {**result_of(passing_rows(residual=False)), "pass": "fwd"}
+    bwd = {**result_of(passing_rows(residual=False)), "pass": "bwd"}
+    path.write_text(json.dumps({"pass": "both", "fwd": fwd, "bwd": bwd}))
+    text = gpu_check.bench_summary(path, "lib")
+    assert text.count("Verdict for lib") == 2 and "85% at N 4096-32768" in text
+    path.write_text(json.dumps({"pass": "both", "fwd": fwd}))
+    assert gpu_check.bench_summary(path, "lib").count("Verdict for lib") == 1
 
 
 @pytest.mark.gpu
