@@ -1613,8 +1613,6 @@ def plot_speedup(result: dict, path: str | None = None):
     line per kernel, a row of panels per pass, a panel per weight dtype. Saved to ``path``,
     else the figure is returned."""
     plt = _pyplot()
-    from matplotlib.ticker import FuncFormatter
-
     parts = passes(result)
     grid = [[(p, w) for w in dict.fromkeys(_wdt(r) for r in p["rows"])] for p in parts]
     ncols = max(len(g) for g in grid)
@@ -1624,28 +1622,31 @@ def plot_speedup(result: dict, path: str | None = None):
     for ax_row, panels in zip(axes, grid, strict=True):
         for ax in ax_row[len(panels) :]:
             ax.set_visible(False)
-    for ax, (part, w) in zip(
-        [ax for ax_row, g in zip(axes, grid, strict=True) for ax in ax_row[: len(g)]],
-        [pw for g in grid for pw in g],
-        strict=True,
-    ):
-        base, ups = speedups(part)
-        for k in kernels:
-            pts = sorted(
-                (u["N"], u["speedup"]) for u in ups if u["kernel"] == k and u["weight_dtype"] == w
-            )
-            if pts:
-                ax.plot(*zip(*pts, strict=True), marker="o", color=colors[k], label=k)
-        ax.axhline(1, color="k", ls=":", label=base or "no PyTorch row")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log", base=2)
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
-        ax.set_xlabel("N (row length)")
-        ax.set_ylabel(f"speed-up over {base}")
-        ax.set_title(f"RMSNorm {pass_name(part)}, weights {w} - {part['gpu']}", fontsize=10)
-        ax.legend(fontsize=8, ncol=2)
-        ax.grid(alpha=0.3, which="both")
+        for ax, (part, w) in zip(ax_row, panels, strict=False):
+            _speedup_panel(ax, part, w, kernels, colors)
     return _finish(plt, fig, path)
+
+
+def _speedup_panel(ax, part: dict, w: str, kernels, colors) -> None:
+    """One panel of ``plot_speedup``: one pass, one weight dtype."""
+    from matplotlib.ticker import FuncFormatter
+
+    base, ups = speedups(part)
+    for k in kernels:
+        pts = sorted(
+            (u["N"], u["speedup"]) for u in ups if u["kernel"] == k and u["weight_dtype"] == w
+        )
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker="o", color=colors[k], label=k)
+    ax.axhline(1, color="k", ls=":", label=base or "no PyTorch row")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.set_xlabel("N (row length)")
+    ax.set_ylabel(f"speed-up over {base}")
+    ax.set_title(f"RMSNorm {pass_name(part)}, weights {w} - {part['gpu']}", fontsize=10)
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(alpha=0.3, which="both")
 
 
 def plot_all(result: dict, path: str) -> list[str]:

@@ -115,9 +115,9 @@ def bench_summary(path: Path, ours: str) -> str:
     from quack_edu.bench import format_verdict, host_table, passes, table, thresholds_for, verdict
 
     record, parts = json.loads(path.read_text()), []
-    for result in passes(record):  # a ladder record (--pass both) holds one result a pass
-        if "rows" not in result:
-            continue  # a ladder cut off in its forward has no backward yet
+    # a ladder record (--pass both) holds one result a pass (only the forward's while the run
+    # is cut off in its forward)
+    for result in passes(record):
         parts += [table(result), host_table(result)]
         thresholds = thresholds_for(result.get("pass", "fwd"))  # the backward has its own bar
         parts.append(format_verdict(verdict(result["rows"], ours=ours, **thresholds)))
