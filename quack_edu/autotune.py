@@ -101,7 +101,7 @@ def outputs_match(got: Sequence, expected: Sequence) -> bool:
 
 class Progress:
     """A progress bar: tqdm when it is installed, else one line on stderr rewritten in place
-    (``unit``: what is counted). Also the benchmark's (``quack_edu.bench``)."""
+    (``unit``: what is counted). Also the benchmark's (``quack_edu.tools.bench``)."""
 
     def __init__(self, total: int, desc: str, enabled: bool, unit: str = "configs"):
         self.total, self.desc, self.enabled, self.done = total, desc, enabled, 0

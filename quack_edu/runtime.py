@@ -4,7 +4,7 @@ Every kernel is compiled the same way on a laptop and on an H200: ``cute.compile
 tensors (a dtype, a shape whose row count M is symbolic, and a row stride with a known
 divisibility), with the TVM-FFI calling convention. The compiled function is then called with
 torch tensors directly, on torch's current stream. On a machine without a Hopper GPU the same
-compile yields the PTX/SASS that `quack_edu.inspect` reads; it just cannot be launched.
+compile yields the PTX/SASS that `quack_edu.tools.inspect` reads; it just cannot be launched.
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ def check_inputs(x, weight, *, stage: str, row_align: int = 1, max_N: int | None
         x,
         ("weight", weight),
         ("out", out),
-        without_gpu="use quack_edu.inspect.compile_report() to compile and read them",
+        without_gpu="use quack_edu.tools.inspect.compile_report() to compile and read them",
     )
 
 

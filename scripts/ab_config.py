@@ -112,7 +112,7 @@ def run_with(config, pass_: str = "bwd", residual: bool = False, kernel_cls=None
     times them; ``kernel_cls`` (``kernel_class``) in place of the stage's kernel."""
     import torch
 
-    from quack_edu.bench import EPS
+    from quack_edu.tools.bench import EPS
 
     mod = _stage(pass_)
     if pass_ == "fwd" and residual:
@@ -186,8 +186,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from quack_edu import bench
     from quack_edu.runtime import torch_dtype
+    from quack_edu.tools import bench
 
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)

@@ -27,8 +27,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from quack_edu import bench
     from quack_edu.stages import final_bwd as fb
+    from quack_edu.tools import bench
 
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)

@@ -26,8 +26,8 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     import torch
 
-    from quack_edu import bench
     from quack_edu.stages import final_bwd as fb
+    from quack_edu.tools import bench
 
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)

@@ -16,9 +16,10 @@
 4. with ``--bench-pass bwd|both``, the backward's benchmark (the library against QuACK and
    torch.compile; with ``--residual`` the prenorm backward, a dresidual_out added, against
    QuACK), bench_bwd.json/png; ``--bench-pass ladder`` instead: the whole ladder in one record
-   (``quack_edu.bench --pass both``: every stage forward and backward, the library and every
-   installed peer, a bf16 and an fp32 weight unless ``--weight-dtype``), ladder.json and its
-   three PNGs (~5 minutes on an H200 at ``--rounds 2``).
+   (``quack-edu bench --pass both``: every stage forward and backward and lesson 04's cluster
+   variants, the library and every installed peer, a bf16 and an fp32 weight unless
+   ``--weight-dtype``, CUDA-graph rows up to N = 2048), ladder.json and its three PNGs (~7
+   minutes on an H200 at ``--rounds 2``).
 Writes doctor.txt, tests.log, bench.log, bench.json, bench.png under $OUT (default ./out) and
 prints a short table and the bench's verdict (``--ours`` against QuACK, the best peer and the
 copy) last. The device tool stops a command after 10 minutes, and the whole suite took ~8 on
@@ -42,6 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SHAPES = "32768x256,32768x1024,32768x4096,32768x8192,32768x16384"
 # gpu test files that only check values (nothing timed): they share the GPU under xdist.
 # The rest (the bench's tests, the grader's speed tier) run alone.
+#: the ladder's stages (--bench-pass ladder): every stage of both passes and lesson 04's two
+#: cluster variants
+LADDER_STAGES = "all,cluster@hold,cluster@late"
 VALUE_ONLY = (
     "tests/test_grading_exercises.py",
     "tests/test_rmsnorm_gpu.py",
@@ -83,21 +87,23 @@ def bench_commands(a, out: Path, py: str) -> list[tuple[str, list[str], Path]]:
     common += ["--residual"] if a.residual else []
     common += ["--rounds", str(a.rounds)]
     runs = []
-    if a.bench_pass == "ladder":  # the bench's own sweep unless --shapes; no residual kind
-        cmd = [py, "-m", "quack_edu.bench", "--pass", "both", "--stages", "all", "--peers"]
-        cmd += ["--weight-dtype", a.weight_dtype or "bf16,fp32", "--rep-budget", "0.08"]
+    if a.bench_pass == "ladder":  # the record's command (ladder.json): the bench's own sweep
+        # unless --shapes, every stage and lesson 04's cluster variants, CUDA-graph rows up to
+        # 2048; no residual kind
+        cmd = [py, "-m", "quack_edu", "bench", "--pass", "both", "--stages", LADDER_STAGES]
+        cmd += ["--peers", "--weight-dtype", a.weight_dtype or "bf16,fp32"]
         cmd += ["--shapes", a.shapes] if a.shapes else []
-        cmd += ["--graph", "--graph-max-n", a.graph_max_n] if a.graph else []
-        cmd += ["--rounds", str(a.rounds), "--no-progress"]
+        cmd += ["--graph", "--graph-max-n", "2048", "--rounds", str(a.rounds)]
+        cmd += ["--rep-budget", "0.08", "--no-progress"]
         runs.append(("ladder", cmd, out / "ladder.json"))
     if a.bench_pass in ("fwd", "both"):
-        cmd = [py, "-m", "quack_edu.bench", "--stages", a.stages, "--ours", a.ours]
+        cmd = [py, "-m", "quack_edu.tools.bench", "--stages", a.stages, "--ours", a.ours]
         cmd += ["--peers", a.peers] if a.peers else []
         cmd += ["--weight-dtype", a.weight_dtype] if a.weight_dtype else []
         cmd += ["--overhead"] if a.overhead else []
         runs.append(("bench", cmd + common, out / "bench.json"))
     if a.bench_pass in ("bwd", "both"):
-        cmd = [py, "-m", "quack_edu.bench", "--pass", "bwd", "--stages", "lib", "--peers"]
+        cmd = [py, "-m", "quack_edu.tools.bench", "--pass", "bwd", "--stages", "lib", "--peers"]
         cmd += ["quack" if a.residual else "quack,torch-compile"]
         cmd += ["--weight-dtype", a.weight_dtype or "bf16,fp32"]
         runs.append(("bench bwd", cmd + common, out / "bench_bwd.json"))
@@ -112,7 +118,14 @@ def bench_summary(path: Path, ours: str) -> str:
     if not path.exists():
         return f"(no {path.name})"
     sys.path.insert(0, str(ROOT))
-    from quack_edu.bench import format_verdict, host_table, passes, table, thresholds_for, verdict
+    from quack_edu.tools.bench import (
+        format_verdict,
+        host_table,
+        passes,
+        table,
+        thresholds_for,
+        verdict,
+    )
 
     record, parts = json.loads(path.read_text()), []
     # a ladder record (--pass both) holds one result a pass (only the forward's while the run

@@ -41,9 +41,9 @@ def cases():
 
 
 def dump(folder: str) -> None:
-    from quack_edu.inspect import _read_artifact
     from quack_edu.runtime import compile_kernel
     from quack_edu.stages import final, final_bwd
+    from quack_edu.tools.inspect import _read_artifact
 
     Path(folder).mkdir(parents=True, exist_ok=True)
     meta = {"cases": [], "times": {}}

@@ -875,7 +875,7 @@ def _lib_bwd_case(case: Case, device: str):
 
     def launch():
         if atomic:
-            from quack_edu import bwd_strategies
+            from quack_edu.lessons import bwd_strategies
 
             got["dx"] = torch.empty_like(x)
             got["dw"] = bwd_strategies.run("atomic", x, w, dout, rstd, got["dx"])

@@ -15,8 +15,8 @@ import types
 import pytest
 import torch
 
-from quack_edu import bench
-from quack_edu.bench import (
+from quack_edu.tools import bench
+from quack_edu.tools.bench import (
     format_verdict,
     kernel_kind,
     parse_weight_dtypes,
@@ -448,7 +448,15 @@ def test_summarize_recorded_runs_without_a_gpu(tmp_path, capsys):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_bench_module_without_a_gpu_exits_2(subprocess_env):
     done = subprocess.run(
-        [sys.executable, "-m", "quack_edu.bench", "--stages", "lib", "--weight-dtype", "bf16,fp32"],
+        [
+            sys.executable,
+            "-m",
+            "quack_edu.tools.bench",
+            "--stages",
+            "lib",
+            "--weight-dtype",
+            "bf16,fp32",
+        ],
         capture_output=True,
         text=True,
         env=subprocess_env,
@@ -577,8 +585,8 @@ def test_ncu_plans_parses_a_weight_dtype_and_config_fields():
 def test_ab_config_switches_a_kernel_attribute():
     """--variant hint_copies=False: the same config, run by a subclass with the attribute off
     (its own compile key), whose x copies carry no L2 cache policy."""
-    from quack_edu.inspect import compile_report
     from quack_edu.stages.final import FinalRMSNorm
+    from quack_edu.tools.inspect import compile_report
 
     ab = _script("ab_config")
     bf16 = torch.bfloat16
@@ -665,7 +673,9 @@ def test_gpu_check_bench_commands(tmp_path):
     got = commands("--bench-pass", "ladder", "--rounds", "2")
     assert set(got) == {"ladder"}
     cmd = got["ladder"]
-    assert cmd[cmd.index("--pass") + 1] == "both" and cmd[cmd.index("--stages") + 1] == "all"
+    assert cmd[cmd.index("--pass") + 1] == "both"
+    assert cmd[cmd.index("--stages") + 1] == "all,cluster@hold,cluster@late"
+    assert cmd[cmd.index("--graph-max-n") + 1] == "2048"  # the record's command (ladder.json)
     assert cmd[cmd.index("--weight-dtype") + 1] == "bf16,fp32" and "--shapes" not in cmd
     assert cmd[cmd.index("--rounds") + 1] == "2" and cmd[-1] == str(tmp_path / "ladder.png")
 

@@ -15,8 +15,9 @@ import matplotlib.image
 import pytest
 import torch
 
-from quack_edu import bench, results
+from quack_edu.lessons import results
 from quack_edu.stages import BACKWARD_STAGES, STAGE_ORDER
+from quack_edu.tools import bench
 
 COPY = 4000.0
 #: a fake kernel's GB/s by name (the library fastest, PyTorch's ops slowest)
@@ -173,6 +174,9 @@ def test_pass_all_names_each_pass_its_stages(monkeypatch):
         bench.main(["--pass", p, "--no-progress"])
     assert seen["fwd"] == list(STAGE_ORDER) and seen["bwd"] == list(BACKWARD_STAGES)
     assert seen["both"] == list(STAGE_ORDER + BACKWARD_STAGES)
+    # 'all' in a list: the pass's stages where it stands, with the others named around it
+    bench.main(["--pass", "both", "--stages", "all,cluster@hold", "--no-progress"])
+    assert seen["both"] == [*STAGE_ORDER, *BACKWARD_STAGES, "cluster@hold"]
 
 
 def test_the_progress_bar_counts_every_timing(monkeypatch):

@@ -1,4 +1,4 @@
-"""Lesson 07's helpers (quack_edu/bwd_strategies.py): the float64 autograd reference, the
+"""Lesson 07's helpers (quack_edu/lessons/bwd_strategies.py): the float64 autograd reference, the
 partial rows and bytes of the three dw strategies, and the record's table (which says "not
 recorded yet" rather than inventing numbers). The strategies' values and the recording itself
 need a Hopper GPU (marked ``gpu``)."""
@@ -10,10 +10,10 @@ import json
 import pytest
 import torch
 
-from quack_edu import bwd_strategies as bs
-from quack_edu import results
-from quack_edu.bench import rmsnorm_bwd_bytes
+from quack_edu.lessons import bwd_strategies as bs
+from quack_edu.lessons import results
 from quack_edu.reference import rmsnorm_bwd_ref
+from quack_edu.tools.bench import rmsnorm_bwd_bytes
 
 
 @pytest.mark.parametrize("offset", [0.0, 1.0])

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from quack_edu._env import MODE
-from quack_edu.cli import main
+from quack_edu.tools.cli import main
 
 
 def test_ptx_command_prints_ptx(capsys):
@@ -41,7 +41,7 @@ def test_doctor_fails_on_a_broken_install(tmp_path, subprocess_env):
     # Hide the CuTe DSL behind a module that cannot be imported: the doctor must say so and exit 1.
     (tmp_path / "cutlass").mkdir()
     (tmp_path / "cutlass" / "__init__.py").write_text("raise ImportError('simulated broken DSL')")
-    code = "import sys; from quack_edu.doctor import run_doctor; sys.exit(run_doctor())"
+    code = "import sys; from quack_edu.tools.doctor import run_doctor; sys.exit(run_doctor())"
     env = {**subprocess_env, "PYTHONPATH": f"{tmp_path}:{subprocess_env['PYTHONPATH']}"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -55,7 +55,7 @@ def test_bench_without_gpu_says_why(capsys):
 
 
 def test_bench_table_formats_recorded_results():
-    from quack_edu.bench import table
+    from quack_edu.tools.bench import table
 
     result = {
         "gpu": "NVIDIA H200",
@@ -89,8 +89,8 @@ def test_bench_kernel_names_variants_and_configs():
     import pytest
     import torch
 
-    from quack_edu.bench import resolve_config, split_name, stage_fn
     from quack_edu.stages import cluster
+    from quack_edu.tools.bench import resolve_config, split_name, stage_fn
 
     assert split_name("cluster@hold#1") == ("cluster", "hold", "1")
     assert split_name("cpasync") == ("cpasync", "", "")

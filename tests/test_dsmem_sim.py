@@ -11,9 +11,9 @@ import torch
 
 from quack_edu.config import RowConfig
 from quack_edu.grading.dsmem_sim import exchange_from_ptx, judge_exchange
-from quack_edu.inspect import compile_report
 from quack_edu.primitives.reduce import f32_bits
 from quack_edu.stages.cluster import ClusterRMSNorm
+from quack_edu.tools.inspect import compile_report
 
 
 def _verdict(stage, N, cfg, base=0):

@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from quack_edu import stages
-from quack_edu.inspect import compile_report, kernel_report
 from quack_edu.primitives.tiling import ceil_div
 from quack_edu.stages import final_bwd
 from quack_edu.stages.final import widest_vec
+from quack_edu.tools.inspect import compile_report, kernel_report
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 NS = [256, 1000, 4096, 65536, 262144]
@@ -354,8 +354,8 @@ def test_partial_sum_issues_its_loads_together(tmp_path, dtype, groups):
     (a guarded load per row, as a plain unrolled loop compiles, waits for the one before), and
     a row past the last is selected away, not branched around; the groups meet through one
     barrier; the result is converted to the output's dtype."""
-    from quack_edu.inspect import _read_artifact
     from quack_edu.runtime import compile_kernel
+    from quack_edu.tools.inspect import _read_artifact
 
     k = final_bwd.PartialSum(dtype, groups)
     ptx = _read_artifact(compile_kernel(k, f"--keep-ptx --dump-dir {tmp_path}").__ptx__)

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from quack_edu.config import FinalConfig
-from quack_edu.inspect import compile_report, kernel_report
 from quack_edu.primitives.tiling import ceil_div
 from quack_edu.stages import final
+from quack_edu.tools.inspect import compile_report, kernel_report
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 NS = [1, 7, 256, 1000, 4096, 65536, 262144]

@@ -112,10 +112,10 @@ def engine(request):
     return request.param
 
 
-def _grade_broken(tmp_path, lesson, answers):
+def _grade_broken(tmp_path, lesson, answers, timeout="6"):
     path = _broken(tmp_path, lesson, answers)
     out = tmp_path / "grade.json"
-    rc = grade_main([str(path), "--json", str(out), "--timeout", "6", "--no-hidden"])
+    rc = grade_main([str(path), "--json", str(out), "--timeout", timeout, "--no-hidden"])
     data = json.loads(out.read_text())
     assert rc == 1 and not data["passed"]
     nb = data["notebooks"][0]
@@ -207,6 +207,9 @@ def test_grade_replaces_a_process_whose_gpu_faulted(tmp_path, engine):
             **{i: _solution_cell(le, i) for i in ("00.roofline_time_us", "00.eager_rmsnorm")},
             "00.eager_bytes": _solution_cell(le, "00.eager_bytes"),
         },
+        # the checks after the fault run in a new process, which imports torch's profiler and
+        # dynamo cold: on the H200, among other tests, that took more than 6 s (2026-12-01)
+        timeout="60",
     )
     assert ex["00.bytes_moved"]["status"] == "fail", ex["00.bytes_moved"]
     for i in ("00.roofline_time_us", "00.eager_rmsnorm", "00.eager_bytes"):

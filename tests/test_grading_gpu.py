@@ -28,9 +28,9 @@ def _speed_exercise(fraction):
 
 
 def test_copy_bandwidth_is_plausible():
-    from quack_edu.measure import copy_gbps
+    from quack_edu.tools.bench import copy_bandwidth
 
-    assert 1000 < copy_gbps() < 6000  # an H200 copies at about 4300 GB/s
+    assert 1000 < copy_bandwidth() < 6000  # an H200 copies at about 4300 GB/s
 
 
 def test_speed_check_fails_a_slow_kernel_against_the_copy_bandwidth_now():

@@ -265,7 +265,7 @@ def test_to_student_refuses_unmarked_regions():
 
 # ---- recorded results, traffic ----------------------------------------------------------------
 def test_results_load_and_show(tmp_path, monkeypatch, capsys):
-    from quack_edu import results
+    from quack_edu.lessons import results
 
     monkeypatch.setenv("QUACK_EDU_RESULTS", str(tmp_path))
     assert results.load("ladder_fwd") is None
@@ -304,18 +304,36 @@ def test_results_load_and_show(tmp_path, monkeypatch, capsys):
 
 
 def test_recorded_results_are_there_for_the_lessons():
-    from quack_edu import results
+    from quack_edu.lessons import results
+    from quack_edu.stages import BACKWARD_STAGES, STAGE_ORDER
 
-    data = results.load("fwd_bf16")
+    data = results.load("ladder")  # lessons 02-05 and 08 read its forward without a GPU
     assert data and data["gpu"].startswith("NVIDIA H200") and data["copy_gbps"] > 3000
-    kernels = {r["kernel"] for r in data["rows"]}
-    assert {"naive", "warp", "block", "cluster", "cpasync", "quack", "torch-ops"} <= kernels
-    for r in data["rows"]:  # every GB/s is the byte count over the time
-        assert abs(r["gbps"] - r["bytes"] / (r["us"] * 1e-6) / 1e9) < 1e-6 * r["gbps"]
+    assert data["pass"] == "both" and {"date", "command", "clocks", "torch", "dsl"} <= set(data)
+    for p, stages in (("fwd", STAGE_ORDER), ("bwd", BACKWARD_STAGES)):
+        part = data[p]
+        kernels = {r["kernel"] for r in part["rows"]}
+        assert {*stages, "lib", "quack", "torch-compile", "torch-ops"} <= kernels, p
+        assert {r["weight_dtype"] for r in part["rows"]} == {"bf16", "fp32"}
+        assert part["verdict"]["by_weight_dtype"] and part["copy_gbps"] == data["copy_gbps"]
+        for r in part["rows"]:  # every GB/s is the byte count over the time
+            assert {"M", "N", "graph", "dtype", "weight_dtype", "kernel"} <= set(r)
+            if "error" in r:  # a peer that does not run at a shape says why
+                continue
+            assert r["pass"] == p
+            assert abs(r["gbps"] - r["bytes"] / (r["us"] * 1e-6) / 1e9) < 1e-6 * r["gbps"]
+    # a pass picked by name: the forward's warp rows with a bf16 weight, plain and graph
+    warp = results.rows("ladder", "fwd", kernel="warp", weight_dtype="bf16")
+    assert warp and all(r["pass"] == "fwd" for r in warp)
+    assert {r["graph"] for r in warp} == {False, True}
+    assert not results.rows("ladder", "bwd", kernel="warp")
+    # a row that says why a peer did not run is found by its pass too (Liger above 65536)
+    (liger,) = results.rows("ladder", "fwd", kernel="liger", N=262144, weight_dtype="bf16")
+    assert "error" in liger and "gbps" not in liger
 
 
 def test_traffic_counts_kernels_and_bytes():
-    from quack_edu.roofline import traffic
+    from quack_edu.lessons.roofline import traffic
 
     x = torch.empty(8, 16, dtype=torch.bfloat16, device="meta")
     ops = traffic(lambda t: (t.float() * 2).view(-1), x)
@@ -409,8 +427,8 @@ def test_a_notebook_cell_error_names_the_rule_without_colours():
     from cutlass.cute.nvgpu import cpasync
 
     from quack_edu.grading.notebook import CellEvent
-    from quack_edu.inspect import compile_report
     from quack_edu.stages.cpasync import CpAsyncRMSNorm
+    from quack_edu.tools.inspect import compile_report
 
     class Cg64(CpAsyncRMSNorm):
         def make_g2s_atom(self):

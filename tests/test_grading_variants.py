@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 import torch
 
-from quack_edu import viz
 from quack_edu.config import RowConfig, block_config, vector_elems
 from quack_edu.grading import hints
 from quack_edu.grading.checks import EPS, POISON, rmsnorm_inputs
 from quack_edu.grading.exercises import lesson02, lesson03
-from quack_edu.inspect import tv_coords
+from quack_edu.lessons import viz
 from quack_edu.primitives.copy import row_tiled_copy
 from quack_edu.reference import TOLERANCES, rmsnorm_ref
 from quack_edu.runtime import cute_dtype
+from quack_edu.tools.inspect import tv_coords
 
 DT = torch.bfloat16
 
@@ -197,8 +197,8 @@ def test_grad_in_variants_give_their_hints(variant, dtype):
 def test_dx_row_tolerance_passes_fp32_orders_and_fails_every_variant():
     """DX_RTOL (1e-4 of the row's scale): the formula in fp32 in two orders of evaluation passes
     against float64 autograd; every known wrong formula fails, and is the one diagnosed."""
-    from quack_edu.bwd_strategies import autograd_bwd
     from quack_edu.grading.exercises import lesson07 as L
+    from quack_edu.lessons.bwd_strategies import autograd_bwd
 
     g = torch.Generator().manual_seed(0)
     results = []

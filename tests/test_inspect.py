@@ -5,8 +5,8 @@ import re
 import pytest
 import torch
 
-from quack_edu.inspect import compile_report
 from quack_edu.stages.naive import configs
+from quack_edu.tools.inspect import compile_report
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
@@ -48,11 +48,11 @@ def test_config_override_and_validation():
 
 @pytest.mark.parametrize("tpr, nt, dtype", [(32, 128, "bf16"), (8, 128, "fp32"), (4, 64, "fp16")])
 def test_tv_coords_of_the_row_copy_match_the_numpy_model(tpr, nt, dtype):
-    from quack_edu import viz
     from quack_edu.config import vector_elems
-    from quack_edu.inspect import tv_coords
+    from quack_edu.lessons import viz
     from quack_edu.primitives.copy import row_tiled_copy
     from quack_edu.runtime import cute_dtype
+    from quack_edu.tools.inspect import tv_coords
 
     vec = vector_elems(dtype)
     m = tv_coords(lambda: row_tiled_copy(cute_dtype(dtype), tpr, nt, vec))

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from quack_edu.nbexec import run_notebook
+from quack_edu.lessons.nbexec import run_notebook
 
 nbformat = pytest.importorskip("nbformat")
 

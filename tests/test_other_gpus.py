@@ -10,7 +10,8 @@ import types
 import pytest
 import torch
 
-from quack_edu import _env, doctor, runtime
+from quack_edu import _env, runtime
+from quack_edu.tools import doctor
 
 #: (name, compute capability, cluster launch, opt-in shared memory per block in KiB)
 GPUS = [

@@ -27,7 +27,7 @@ def test_environment_yml_matches_pyproject():
 
 def test_console_script_and_makefile_targets():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["scripts"]["quack-edu"] == "quack_edu.cli:main"
+    assert project["scripts"]["quack-edu"] == "quack_edu.tools.cli:main"
     make = (ROOT / "Makefile").read_text()
     for target in ("lab:", "test:", "student:"):
         assert target in make

@@ -27,7 +27,6 @@ import pytest
 import torch
 
 from quack_edu.config import RowConfig, vector_elems
-from quack_edu.inspect import compile_report
 from quack_edu.primitives.reduce import f32_bits, row_reduce
 from quack_edu.primitives.tiling import ceil_div
 from quack_edu.stages import STAGE_ORDER, get_stage
@@ -35,6 +34,7 @@ from quack_edu.stages.block import BlockRMSNorm
 from quack_edu.stages.cluster import ClusterRMSNorm
 from quack_edu.stages.cpasync import CpAsyncRMSNorm
 from quack_edu.stages.warp import WarpRMSNorm
+from quack_edu.tools.inspect import compile_report
 
 VECTOR_STAGES = ("warp", "block", "cluster", "cpasync")
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]

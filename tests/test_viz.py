@@ -2,7 +2,7 @@ import matplotlib
 import numpy as np
 import pytest
 
-from quack_edu import viz
+from quack_edu.lessons import viz
 
 matplotlib.use("Agg")
 

@@ -8,7 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from quack_edu.viz_cluster import (  # noqa: E402
+from quack_edu.lessons.viz_cluster import (  # noqa: E402
     MBarrier,
     exchange_slots,
     plot_cluster_exchange,

@@ -24,7 +24,7 @@ def serve(requests, replies) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from ..nbexec import _display, exec_cell
+    from ..lessons.nbexec import _display, exec_cell
 
     ns = {"__name__": "__main__", "display": _display}
     for line in requests:

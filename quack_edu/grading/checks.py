@@ -221,7 +221,7 @@ class Context:
 
     def report(self, hole: KernelHole, N: int, dtype="bf16", config=None, sass=False):
         """Compile the learner's kernel (cached per N, dtype, config) and report on it."""
-        from ..inspect import kernel_report
+        from ..tools.inspect import kernel_report
 
         key = ("report", hole, N, _dtype_key(dtype), config, sass)
         if key not in self.cache:
@@ -951,9 +951,8 @@ def gpu_speed(
     def fn(ctx: Context):
         import torch
 
-        from ..bench import rmsnorm_bytes
-        from ..measure import copy_gbps, cuda_time_us, gbps
         from ..runtime import torch_dtype
+        from ..tools.bench import copy_bandwidth, cuda_time_us, gbps, rmsnorm_bytes
 
         dt = torch_dtype(dtype)
         kernel, launch = ctx.launcher(hole, N, dt)
@@ -963,7 +962,7 @@ def gpu_speed(
         nbytes = rmsnorm_bytes(M, N, x.dtype, w.dtype)
         us = cuda_time_us(lambda: launch(x, w, out, EPS))
         got = gbps(nbytes, us)
-        copy = copy_gbps()
+        copy = copy_bandwidth()
         if got < fraction * copy:
             raise CheckFailed(
                 f"{got:.0f} GB/s at {M}x{N} {dtype} = {100 * got / copy:.0f}% of the copy "

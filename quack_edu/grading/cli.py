@@ -8,8 +8,8 @@
 exercise of its lesson, prints a table with points (and a summary for several notebooks),
 writes JSON with ``--json`` and exits 1 unless every exercise that can run here passed.
 
-The package's ``quack_edu.cli`` wires these in with ``add_commands(subparsers)``; they also run
-on their own: ``python -m quack_edu.grading.cli grade ...``.
+The package's ``quack_edu.tools.cli`` wires these in with ``add_commands(subparsers)``; they
+also run on their own: ``python -m quack_edu.grading.cli grade ...``.
 """
 
 from __future__ import annotations

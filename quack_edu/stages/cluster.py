@@ -29,8 +29,8 @@ as block s is summed, so a block is always arriving while the previous one is ex
 Two blocks of x (2 x 32 registers, kept 16-bit: ``opaque_registers`` stops the compiler
 from holding the fp32 copy) plus the weight (32, loaded once for all blocks: they share
 columns) fit the 128 registers of two CTAs per SM; ``min_blocks_per_mp`` holds ptxas to it.
-Measured (``fwd_bf16_sweep.json``): 3.95 TB/s at 131072 and 3.85 at 262144, against 3.41 and
-3.12 for ``hold``. Four blocks ran ~1.5% faster in an exploratory run but spill 16 bytes at
+Measured (``ladder.json``, bf16): 3.96 TB/s at 131072 and 3.87 at 262144, against 3.42 and
+3.13 for ``hold``. Four blocks ran ~1.5% faster in an exploratory run but spill 16 bytes at
 some configs (odd N, 16-CTA clusters); three spill nowhere. A CTA owns ``seq_rows``
 mbarriers and reduction buffers, one per block, so no buffer is reused and the protocol below
 is the one-row protocol, repeated.

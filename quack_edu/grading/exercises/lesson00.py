@@ -43,7 +43,7 @@ def _shape_cases(ctx: Context, hidden: bool):
 
 # ---- 00.bytes_moved ---------------------------------------------------------------------------
 def bytes_moved_ref(M, N, dtype):
-    from ...bench import rmsnorm_bytes  # the byte count every GB/s in the project uses
+    from ...tools.bench import rmsnorm_bytes  # the byte count every GB/s in the project uses
 
     return rmsnorm_bytes(M, N, dtype)
 
@@ -307,7 +307,7 @@ eager.check("values vs rmsnorm_ref (M in 1/37/199, N=1000, 3 dtypes)")(
 
 @eager.check("launches separate kernels (eager, not a library call)")
 def _eager_is_eager(ctx: Context):
-    from ...roofline import traffic
+    from ...lessons.roofline import traffic
 
     # the first dispatch-mode run imports torch's meta kernels: do it outside the call guard
     traffic(torch.add, torch.empty(1, device="meta"), 1)
@@ -344,7 +344,7 @@ eager.check("ragged shapes (grading seed)", hidden=True)(
 # ---- 00.eager_bytes ---------------------------------------------------------------------------
 def eager_bytes_ref(M, N, dtype):
     """Measured, not derived: the traffic of eager_rmsnorm_ref on meta tensors."""
-    from ...roofline import traffic
+    from ...lessons.roofline import traffic
 
     x = torch.empty(M, N, dtype=dtype, device="meta")
     w = torch.empty(N, dtype=dtype, device="meta")

@@ -232,8 +232,8 @@ NEIGHBOURS = (
 
 def tv_map(answer, threads_per_row: int, num_threads: int, dtype) -> dict:
     """The learner's layouts traced (no kernel is built): the (row, col) each value of each
-    thread addresses in one tile of the tiled copy (``quack_edu.inspect.tv_coords``)."""
-    from ...inspect import tv_coords
+    thread addresses in one tile of the tiled copy (``quack_edu.tools.inspect.tv_coords``)."""
+    from ...tools.inspect import tv_coords
 
     return tv_coords(lambda: tiled_copy_of(answer, threads_per_row, num_threads, dtype, dtype))
 

@@ -74,8 +74,8 @@ def _features(bias: bool = True, offset: float = OFFSET):
 def _epilogue_report(ctx, N: int):
     """The final kernel with the learner's ``scale``, compiled for x fp32, weight bf16, bias fp16
     and weight_offset=1.0 at ``N`` (cached for the answer, like ``ctx.report``)."""
-    from ...inspect import kernel_report
     from ...runtime import torch_dtype
+    from ...tools.inspect import kernel_report
     from ..checks import _shared_get, _shared_put, shortcut_failure, shortcut_guard
 
     key = ("epilogue report", N)

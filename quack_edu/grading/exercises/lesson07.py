@@ -233,7 +233,7 @@ def _check_dx(ctx, cases, device: str):
     CheckFailed with the case, the worst element and a hint."""
     import torch
 
-    from ...bwd_strategies import autograd_bwd
+    from ...lessons.bwd_strategies import autograd_bwd
 
     gen = torch.Generator().manual_seed(ctx.rng("dx inputs").getrandbits(62))
     results = []
@@ -440,8 +440,8 @@ def report_for(answer, N: int = 1000, weighted: bool = True):
     for the answer object: the report the grader read, without compiling again."""
     import torch
 
-    from ...inspect import kernel_report
     from ...stages.final_bwd import BwdFeatures
+    from ...tools.inspect import kernel_report
 
     key = ("07.grad_in report", N, weighted)
     rep = _shared_get(answer, key)

@@ -34,7 +34,7 @@ def _size(dtype) -> int:
 
 
 def predict_ref(M, N, dtype, weight_dtype, copy_gbps, pass_="fwd"):
-    from ...bench import rmsnorm_bwd_bytes, rmsnorm_bytes
+    from ...tools.bench import rmsnorm_bwd_bytes, rmsnorm_bytes
 
     count = rmsnorm_bytes if pass_ == "fwd" else rmsnorm_bwd_bytes
     return count(M, N, dtype, weight_dtype) / (copy_gbps * 1e9) * 1e6
@@ -178,11 +178,10 @@ predict.add(
 
 @predict.check("within 10% of the library timed now at 32768 x 16384, both passes", tier=GPU)
 def _measured(ctx: Context):
-    from ... import bench
-    from ...measure import copy_gbps
+    from ...tools import bench
 
     M, N, bf16, fp32 = 32768, 16384, torch.bfloat16, torch.float32
-    copy = copy_gbps()
+    copy = bench.copy_bandwidth()
     for pass_ in ("fwd", "bwd"):
         fn = bench.library_fn("lib", pass_=pass_)
         us = bench.bench_one(fn, M, N, bf16, False, fp32, pass_=pass_, budget_s=0.2)["us"]

@@ -30,7 +30,7 @@ the library, the peers), then the backward (final_bwd, the library, the peers), 
 measured first; its plots add the ladder at one shape (``plot_ladder``) and the speed-up over
 PyTorch (``plot_speedup``).
 
-Usage: ``python -m quack_edu.bench --stages lib,lib-tuned --peers quack,liger --weight-dtype
+Usage: ``quack-edu bench --stages lib,lib-tuned --peers quack,liger --weight-dtype
 bf16,fp32 --graph --graph-max-n 2048 --json F``; ``--summarize F [G ...]`` prints the tables and
 the verdict of recorded runs (no GPU needed).
 """
@@ -54,7 +54,7 @@ from collections.abc import Callable
 
 import torch
 
-from .stages import BACKWARD_STAGES, STAGE_ORDER
+from ..stages import BACKWARD_STAGES, STAGE_ORDER
 
 DEFAULT_SHAPES = [
     (32768, 256),
@@ -267,6 +267,19 @@ def copy_bandwidth(nbytes: int = 1 << 30, reps: int = 30) -> float:
     return 2 * nbytes / (us * 1e-6) / 1e9
 
 
+def cuda_time_us(fn: Callable, *, warmup: int = 3, reps: int = 20) -> float:
+    """Median microseconds of ``fn()``, with CUDA events around each call: the lessons' and
+    the grader's timer for one callable on one input (``time_calls`` rotates input sets)."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("cuda_time_us needs a CUDA GPU")
+    return time_calls(fn, [()], warmup=warmup, reps=reps)
+
+
+def gbps(nbytes: int, us: float) -> float:
+    """GB/s (10^9 bytes a second) of ``nbytes`` moved in ``us`` microseconds."""
+    return nbytes / (us * 1e-6) / 1e9
+
+
 def per_call_us(fn: Callable, args: tuple, calls: int = 2000, sync=None, warmup: int = 20):
     """Wall-clock microseconds per call over ``calls`` back-to-back calls on one input set,
     synchronizing once at the end: the host's cost per call when the kernel is tiny."""
@@ -308,7 +321,7 @@ def resolve_config(name: str, N: int, dtype, weight_dtype=None):
     weight's dtype (final: an fp32 weight has plans of its own) is given ``weight_dtype``."""
     import inspect
 
-    from .stages import get_stage
+    from ..stages import get_stage
 
     stage, _, index = split_name(name)
     mod = get_stage(stage)
@@ -337,8 +350,8 @@ def stage_fn(name: str, config=None):
     """A stage's forward with ``config``, or with the config ``resolve_config`` names.
     ``stage@variant`` runs the kernel class the stage lists under that name in ``VARIANTS``
     (the same tiling with another plan, e.g. ``cluster@hold``)."""
-    from .runtime import run_forward
-    from .stages import get_stage
+    from ..runtime import run_forward
+    from ..stages import get_stage
 
     stage, variant, _ = split_name(name)
     mod = get_stage(stage)
@@ -357,7 +370,7 @@ def stage_bwd_fn(name: str) -> Callable:
     dw)``: its launch with its heuristic's config, or ``#k`` the k-th of its ``configs`` for
     the weight's dtype (``@variant``: a kernel class of its ``VARIANTS``), then dw's partial
     sums added. The library's ``rmsnorm_bwd`` runs the same kernel behind its checks."""
-    from .stages import get_stage
+    from ..stages import get_stage
 
     stage, variant, index = split_name(name)
     mod = get_stage(stage)
@@ -385,7 +398,7 @@ def library_fn(name: str, residual: bool = False, pass_: str = "fwd") -> Callabl
     holding dresidual_out added. Raises ImportError/AttributeError while the library lacks it."""
     import importlib
 
-    mod = importlib.import_module(f"{__package__}.rmsnorm")
+    mod = importlib.import_module("quack_edu.rmsnorm")
     if pass_ == "bwd":
         b = getattr(mod, LIBRARY_BWD[name])
         if residual:
@@ -609,7 +622,7 @@ def _sync():
 def _check_outputs(got, args, dtype, residual: bool) -> None:
     """The outputs of a call on ``args`` against the fp32 reference (whose temporaries, 8 GB at
     the largest shapes, are gone when this returns)."""
-    from .reference import assert_close, rmsnorm_ref
+    from ..reference import assert_close, rmsnorm_ref
 
     x, w, *r = args
     if residual:
@@ -624,7 +637,7 @@ def _check_grads(got, args, dtype) -> None:
     """(dx, dw) of a backward on (x, w, dout, rstd[, dresidual_out]) against the fp32
     reference. dw is a sum over the M rows of terms ~1 with random signs: its tolerance grows
     like sqrt(M)."""
-    from .reference import TOLERANCES, assert_close, rmsnorm_bwd_ref
+    from ..reference import TOLERANCES, assert_close, rmsnorm_bwd_ref
 
     x, w, dout, rstd, *dres_out = args
     dx, dw, _ = rmsnorm_bwd_ref(x, w, dout, rstd, *dres_out)
@@ -729,7 +742,7 @@ def _short(dtype) -> str:
 
 def parse_weight_dtypes(text: str | None) -> list:
     """``bf16,fp32`` -> [torch.bfloat16, torch.float32]; ``same`` -> None (x's dtype)."""
-    from .runtime import torch_dtype
+    from ..runtime import torch_dtype
 
     out = []
     for part in (text or "same").split(","):
@@ -832,7 +845,13 @@ def first_call_fresh(name, N, dtype, weight_dtype, M=1024, pass_="fwd", repeats=
             for var, sub in (("CUTE_DSL_CACHE_DIR", "dsl"), ("QUACK_CACHE_DIR", "quack")):
                 env[var] = os.path.join(cache, sub)
                 os.makedirs(env[var])
-            cmd = [sys.executable, "-m", "quack_edu.bench", "--first-call-child", json.dumps(spec)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "quack_edu.tools.bench",
+                "--first-call-child",
+                json.dumps(spec),
+            ]
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         if done.returncode:
             raise RuntimeError(f"the fresh process failed: {done.stderr.strip()[-300:]}")
@@ -995,7 +1014,7 @@ def run(
     total = sum(
         plan(N)[0] * len(plan(N)[2]) * len(timed(N)) * len(weight_dtypes) for _, N in shapes
     )
-    from .autotune import Progress
+    from ..autotune import Progress
 
     bar = Progress(total, f"bench {pass_}", progress, unit="timings")
     for M, N in shapes:
@@ -1096,6 +1115,7 @@ def _try_one(fn, M, N, dtype, graph, wdt, residual, budget_s, pass_) -> dict:
             "dtype": _short(dtype),
             "weight_dtype": _short(wdt or dtype),
             "residual": residual,
+            "pass": pass_,
             "error": _why(e, 300),
             "graph": graph,
         }
@@ -1266,7 +1286,7 @@ def verdict(
     for r in rows:
         last[(bool(r.get("residual")), _wdt(r), r["M"], r["N"], bool(r["graph"]), r["kernel"])] = r
 
-    def gbps(r):
+    def row_gbps(r):
         return r.get("gbps") if r is not None else None
 
     def entries(residual: bool, wdt: str) -> list[dict]:
@@ -1274,17 +1294,17 @@ def verdict(
         for (res, w, M, N, g, k), r in last.items():
             if (res, w, k) != (residual, wdt, ours):
                 continue
-            e = {"M": M, "N": N, "graph": g, "gbps": gbps(r), "pct_copy": r.get("pct_copy")}
+            e = {"M": M, "N": N, "graph": g, "gbps": row_gbps(r), "pct_copy": r.get("pct_copy")}
             if "error" in r:
                 e["error"] = r["error"][:120]
-            q = gbps(last.get((res, w, M, N, g, quack)))
+            q = row_gbps(last.get((res, w, M, N, g, quack)))
             e["quack_gbps"] = q
             e["vs_quack"] = e["gbps"] / q if q and e["gbps"] else None
             best = max(
                 (
-                    (gbps(last.get((res, w, M, N, g, p))) or 0, p)
+                    (row_gbps(last.get((res, w, M, N, g, p))) or 0, p)
                     for p in peers
-                    if p != ours and gbps(last.get((res, w, M, N, g, p)))
+                    if p != ours and row_gbps(last.get((res, w, M, N, g, p)))
                 ),
                 default=(None, None),
             )
@@ -1703,10 +1723,10 @@ def main(argv=None) -> int:
     p.add_argument(
         "--stages",
         default="all",
-        help="comma-separated kernels, or 'all' (the stages of the pass: naive ... final forward, "
-        "final_bwd backward); stage@variant (a stage's VARIANTS, e.g. cluster@hold) and stage#k "
-        "(the k-th of its configs(N)) are kernels too, and so are lib (quack_edu.rmsnorm's "
-        "rmsnorm_fwd / rmsnorm_bwd) and lib-tuned (their autotuned forms)",
+        help="comma-separated kernels; 'all' among them is every stage of the pass (naive ... "
+        "final forward, final_bwd backward); stage@variant (a stage's VARIANTS, e.g. "
+        "cluster@hold) and stage#k (the k-th of its configs(N)) are kernels too, and so are lib "
+        "(quack_edu.rmsnorm's rmsnorm_fwd / rmsnorm_bwd) and lib-tuned (their autotuned forms)",
     )
     p.add_argument("--shapes", default=None, help="e.g. 32768x4096,8192x262144 (default: sweep)")
     p.add_argument(
@@ -1785,15 +1805,21 @@ def main(argv=None) -> int:
         print(summarize(a.summarize, ours=a.ours, png=a.png))
         return 0
     if not torch.cuda.is_available():
+        from ..lessons.results import results_dir
+
+        ladder = results_dir() / "ladder.json"
         print(
-            "bench needs a CUDA GPU; recorded H200 results are in benchmarks/results/",
+            "bench needs a CUDA GPU, and PyTorch sees none here. The results recorded on an "
+            f"H200 are in {results_dir()}/ (the whole ladder: {ladder.name}); print one with\n"
+            f"    quack-edu bench --summarize {ladder}",
             file=sys.stderr,
         )
         return 2
-    from .runtime import torch_dtype
+    from ..runtime import torch_dtype
 
     every = {"fwd": STAGE_ORDER, "bwd": BACKWARD_STAGES, "both": STAGE_ORDER + BACKWARD_STAGES}
-    stages = list(every[a.pass_]) if a.stages == "all" else [s for s in a.stages.split(",") if s]
+    stages = [s for name in a.stages.split(",") if name
+              for s in (every[a.pass_] if name == "all" else [name])]  # fmt: skip
     default = RESIDUAL_SHAPES if a.residual else DEFAULT_SHAPES
     shapes = parse_shapes(a.shapes) if a.shapes else default
     max_n = {k: int(v) for k, v in (kv.split("=") for kv in a.max_n.split(",") if kv)}
@@ -1819,7 +1845,7 @@ def main(argv=None) -> int:
         ours=a.ours,
         budget_s=a.rep_budget,
         compile_ns=[int(n) for n in a.compile_n.split(",") if n],
-        meta={"command": " ".join(["python -m quack_edu.bench", *(argv or sys.argv[1:])])},
+        meta={"command": " ".join(["quack-edu bench", *(argv or sys.argv[1:])])},
         rounds=a.rounds,
         progress=sys.stderr.isatty() if a.progress is None else a.progress,
     )

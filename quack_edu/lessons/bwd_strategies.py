@@ -20,7 +20,7 @@ count for a backward), checks determinism over 3 runs on the same inputs and the
 against a float64 sum, and returns the record that ``benchmarks/results/bwd_dw_strategies.json``
 holds. One command writes it::
 
-    python -m quack_edu.bwd_strategies --json benchmarks/results/bwd_dw_strategies.json
+    python -m quack_edu.lessons.bwd_strategies --json benchmarks/results/bwd_dw_strategies.json
 
 Lesson 07 reads it (``results.load("bwd_dw_strategies")``) where there is no GPU.
 """
@@ -34,7 +34,7 @@ import sys
 
 import torch
 
-from .bench import rmsnorm_bwd_bytes
+from ..tools.bench import rmsnorm_bwd_bytes
 
 RESULT = "bwd_dw_strategies"
 STRATEGIES = ("atomic", "row_blocks", "persistent")
@@ -93,7 +93,7 @@ def partial_rows(
     ``row_blocks``, the persistent grid for ``persistent`` (on GPU ``device`` when given:
     the clusters it holds at once; else estimated from ``sm_count``, the H200's by
     default)."""
-    from .stages import final_bwd
+    from ..stages import final_bwd
 
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
@@ -127,7 +127,7 @@ def partial_bytes(
 
 def run(strategy: str, x, w, dout, rstd, dx, weight_offset: float = 0.0, grid=None):
     """dw in fp32 by ``strategy`` (dx written into ``dx``): the kernel, then its reduction."""
-    from .stages import final_bwd
+    from ..stages import final_bwd
 
     if strategy == "atomic":
         dw_p, _ = final_bwd.launch_bwd(
@@ -168,9 +168,9 @@ def measure_one(
     """One row of the record: GB/s of the kernel + its dw reduction (QuACK's byte count for a
     backward: read x, dout, the weight and rstd, write dx), whether ``runs`` runs on the same
     inputs give bitwise the same dw, and dw's error against a float64 sum."""
-    from . import bench
-    from .reference import assert_close, rmsnorm_bwd_ref
-    from .stages import final_bwd
+    from ..reference import assert_close, rmsnorm_bwd_ref
+    from ..stages import final_bwd
+    from ..tools import bench
 
     wdt = weight_dtype or dtype
     nbytes = rmsnorm_bwd_bytes(M, N, dtype, wdt)
@@ -238,7 +238,7 @@ def measure(
 ) -> dict:
     """Every strategy at every N (on an sm_90 GPU), with the copy bandwidth of the same run:
     the record of ``benchmarks/results/bwd_dw_strategies.json``."""
-    from . import bench
+    from ..tools import bench
 
     if not torch.cuda.is_available():
         raise RuntimeError("measuring the strategies needs a CUDA GPU (sm_90)")
@@ -266,7 +266,7 @@ def measure(
 # ---- reading the record -------------------------------------------------------------------------
 NOT_RECORDED = (
     "not recorded yet: benchmarks/results/bwd_dw_strategies.json does not exist (it is "
-    "recorded on an H200 with `python -m quack_edu.bwd_strategies --json ...`); no numbers "
+    "recorded on an H200 with `python -m quack_edu.lessons.bwd_strategies --json ...`); no numbers "
     "are shown rather than invented ones"
 )
 
@@ -294,7 +294,7 @@ def table(record: dict | None) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m quack_edu.bwd_strategies",
+        prog="python -m quack_edu.lessons.bwd_strategies",
         description="Time the three ways of summing dw (lesson 07) on an sm_90 GPU.",
     )
     p.add_argument(
@@ -306,7 +306,7 @@ def main(argv=None) -> int:
     p.add_argument("--M", type=int, default=RECORD_M)
     p.add_argument("--runs", type=int, default=3, help="runs on the same inputs (determinism)")
     args = p.parse_args(argv)
-    command = "python -m quack_edu.bwd_strategies " + " ".join(
+    command = "python -m quack_edu.lessons.bwd_strategies " + " ".join(
         sys.argv[1:] if argv is None else argv
     )
     rec = measure(

@@ -31,7 +31,7 @@ H200 = GPUSpec(
     name="NVIDIA H200 SXM",
     sms=132,
     hbm_gbps=4800.0,
-    copy_gbps=4270.0,
+    copy_gbps=4221.0,
     l2_mb=60.0,
     smem_kb_per_sm=228,
     regs_per_sm=65536,
@@ -41,7 +41,8 @@ H200 = GPUSpec(
         "NVIDIA H200 datasheet (4.8 TB/s HBM3e, 989 TFLOPS dense BF16, 67 TFLOPS FP32); "
         "Hopper tuning guide (228 KB shared memory per SM, 64K registers); L2: 60 MB as "
         "torch.cuda.get_device_properties reported on an H200 here on 2026-10-28 (an H100 SXM "
-        "enables 50 MB of the GH100 die's 60); copy: D2D torch copy measured 2026-11-29"
+        "enables 50 MB of the GH100 die's 60); copy: the D2D torch copy measured first in the run "
+        "of benchmarks/results/ladder.json (2026-12-01; other runs that day: 4221-4251 GB/s)"
     ),
 )
 

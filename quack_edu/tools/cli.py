@@ -59,7 +59,7 @@ def main(argv=None) -> int:
             from .bench import main as bench_main
 
             return bench_main(rest)
-        from .grading import cli as grading_cli
+        from ..grading import cli as grading_cli
 
         return (grading_cli.student_main if cmd == "student" else grading_cli.grade_main)(rest)
 

@@ -1,16 +1,21 @@
 """Recorded GPU results, so that lessons read on a machine without a Hopper GPU still show the
 measured numbers (from an H200) instead of failing.
 
-They are recorded on the H200 with ``quack_edu.bench`` (``scripts/gpu_check.py``) into
-``benchmarks/results/NAME.json``, e.g. ``fwd_bf16.json``::
+They are recorded on the H200 with ``quack-edu bench`` (``scripts/gpu_check.py``) into
+``benchmarks/results/NAME.json``. A record of one pass::
 
-    {"gpu": "NVIDIA H200", "date": "2026-11-29", "copy_gbps": 4225.0,
-     "rows": [{"kernel": "naive", "M": 32768, "N": 4096, "dtype": "bf16", "graph": false,
-               "us": 2662.8, "gbps": 201.6, "pct_copy": 4.8}, ...]}
+    {"gpu": "NVIDIA H200", "date": "2026-12-01", "copy_gbps": 4221.5, "pass": "fwd",
+     "rows": [{"kernel": "naive", "M": 32768, "N": 4096, "dtype": "bf16",
+               "weight_dtype": "bf16", "graph": false, "us": 2670.5, "gbps": 201.0,
+               "pct_copy": 4.8}, ...]}
 
-``kernel`` is a stage name (naive, warp, block, cluster, cpasync) or a peer: quack, liger,
-torch-compile, torch-eager (``F.rms_norm``, fused in PyTorch) and torch-ops (the same maths as
-separate PyTorch ops: the "eager" RMSNorm of most model code).
+and one of both (``--pass both``, e.g. ``ladder.json``, the whole ladder) holds such a record
+under ``fwd`` and one under ``bwd``.
+
+``kernel`` is a stage name (naive, warp, block, cluster, cpasync, final, final_bwd), the
+library (lib) or a peer: quack, liger, torch-compile, torch-eager (``F.rms_norm``, fused in
+PyTorch) and torch-ops (the same maths as separate PyTorch ops: the "eager" RMSNorm of most
+model code).
 
 ``load(name)`` returns that dict, or None when nothing is recorded yet; ``show`` prints a table
 or says clearly that there is no recorded result. ``QUACK_EDU_RESULTS`` points elsewhere.
@@ -27,7 +32,7 @@ def results_dir() -> Path:
     env = os.environ.get("QUACK_EDU_RESULTS")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+    return Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
 def load(name: str) -> dict | None:
@@ -38,23 +43,26 @@ def load(name: str) -> dict | None:
         return json.load(f)
 
 
-def rows(name: str, **where) -> list[dict]:
+def rows(name: str, pass_: str | None = None, **where) -> list[dict]:
     """Rows of a recorded result matching every ``field=value`` given (empty when absent). A
-    record of both passes (``quack-edu bench --pass both``) holds a result per pass, under
-    ``fwd`` and ``bwd``: its rows are theirs, each with its ``pass``."""
+    record of both passes (``quack-edu bench --pass both``, e.g. ``ladder``) holds a result per
+    pass, under ``fwd`` and ``bwd``: its rows are theirs, each with its ``pass`` (``pass_``
+    picks one: ``rows("ladder", "fwd", kernel="warp", weight_dtype="bf16")``)."""
     data = load(name)
     if not data:
         return []
     every = data.get("rows", [])
     if data.get("pass") == "both":
-        every = [r for p in ("fwd", "bwd") for r in data.get(p, {}).get("rows", [])]
+        every = [{"pass": p, **r} for p in ("fwd", "bwd") for r in data.get(p, {}).get("rows", [])]
+    if pass_ is not None:
+        where["pass"] = pass_
     return [r for r in every if all(r.get(k) == v for k, v in where.items())]
 
 
 def missing_message(name: str) -> str:
     return (
         f"no recorded result yet: {results_dir() / (name + '.json')} does not exist. It is "
-        "recorded on an H200 with quack_edu.bench; on a Hopper GPU this cell measures instead."
+        "recorded on an H200 with `quack-edu bench`; on a Hopper GPU this cell measures instead."
     )
 
 

@@ -7,7 +7,7 @@ defined in a cell. Cells run in one shared namespace, in order, each with a time
 cell is recorded and the run goes on. IPython magics (``%...``, ``!...``) are skipped; the
 notebooks avoid them. ``display`` prints, and matplotlib draws off-screen.
 
-    python -m quack_edu.nbexec solutions/01_naive.ipynb [--timeout 300]
+    python -m quack_edu.lessons.nbexec solutions/01_naive.ipynb [--timeout 300]
 """
 
 from __future__ import annotations

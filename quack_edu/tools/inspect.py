@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
-from . import runtime
-from .runtime import LaunchShape, compile_kernel, torch_dtype
-from .stages import get_stage
+from .. import runtime
+from ..runtime import LaunchShape, compile_kernel, torch_dtype
+from ..stages import get_stage
 
 _PTXAS_RE = re.compile(
     r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads.*?"

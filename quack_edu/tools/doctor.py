@@ -108,7 +108,7 @@ def doctor_report(compile_check: bool = True) -> DoctorReport:
     cuda_build = torch.version.cuda
     rep.add("PyTorch", f"{torch.__version__} (CUDA build: {cuda_build or 'none, CPU-only'})")
 
-    from ._env import MODE
+    from .._env import MODE
 
     rep.mode, rep.mode_reason = MODE.name, MODE.reason
     if torch.cuda.is_available():
@@ -132,7 +132,7 @@ def doctor_report(compile_check: bool = True) -> DoctorReport:
                 ok=attrs["cluster_launch"] or not hopper,
             )
             if attrs["cluster_launch"]:
-                from .runtime import _RESIDENT_ERRORS, resident_clusters
+                from ..runtime import _RESIDENT_ERRORS, resident_clusters
 
                 held = {n: resident_clusters(0, n, 256, 1) for n in (2, 4, 8, 16)}
                 if None in held.values():
