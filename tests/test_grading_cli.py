@@ -248,13 +248,17 @@ CHILD_ENGINE_LESSONS = [le for le in LESSONS if le[:2] in ("00", "04", "07")]
 @pytest.mark.slow
 @pytest.mark.parametrize("lesson", CHILD_ENGINE_LESSONS)
 def test_grade_without_jupyter(lesson, tmp_path, capsys, without_jupyter):
-    # the solution and the student notebook in one run: the totals add up over notebooks
+    # the solution and the student notebook in one run: the totals add up over notebooks. The
+    # solution's every cell runs cleanly in the child Python (the H200's path; for lesson 04,
+    # @cute.jit defined in a cell): no cell problem, no exercise failure or note
     paths = [solutions_dir() / f"{lesson}.ipynb", notebooks_dir() / f"{lesson}.ipynb"]
     rc, data = _grade(paths, tmp_path)
     points = _points(lesson, data["mode"])
     solution, student = data["notebooks"]
     table = capsys.readouterr().out
     assert solution["score"] == solution["max_score"] == points, table
+    assert solution["problems"] == [], solution["problems"]
+    assert not [f for ex in solution["exercises"] for f in ex["failures"]], table
     assert "summary" in table  # several notebooks: a summary table
     assert student["score"] == 0 and student["max_score"] == points
     assert rc == 1 and data["score"] == points and data["max_score"] == 2 * points
