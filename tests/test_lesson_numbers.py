@@ -8,6 +8,7 @@ fail until the prose is brought up to date."""
 
 from __future__ import annotations
 
+import functools
 import re
 import statistics
 
@@ -357,6 +358,7 @@ def _ladder_quotes() -> list[tuple[str, str, str]]:
     ]
 
 
+@functools.cache  # the committed notebook, read once a process (not once a quote)
 def _prose(lesson: str) -> str:
     nb = read(solutions_dir() / f"{lesson}.ipynb")
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
@@ -574,6 +576,7 @@ def _sweep_a() -> dict:
     }
 
 
+@functools.cache  # ~0.5 s of reading the records, once a process instead of once a quote
 def _recomputed06() -> dict[str, str]:
     """Every ratio, percentage and range lesson 06 quotes -> the same, recomputed from the files
     and formatted as the prose writes it."""
@@ -1311,6 +1314,7 @@ def _three(run) -> str:
     return ", ".join(each[:-1]) + f" and {each[-1]} s"
 
 
+@functools.cache  # read the records once a process, not once a quote
 def _readme_quotes() -> dict[str, str]:
     """Every other number the README quotes from the library's runs -> recomputed."""
     from quack_edu.tools import bench
@@ -1561,6 +1565,7 @@ def _grid_gains() -> str:
     return f"{min(gains):.0f}-{max(gains):.0f}%"
 
 
+@functools.cache  # read the records once a process, not once a quote
 def _recomputed07() -> dict[str, str]:
     """Every number lesson 07's prose quotes -> the same, recomputed from bwd_final.json (the
     recorded run) or from the package (byte counts, partial rows), formatted as the prose does."""
