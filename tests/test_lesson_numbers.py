@@ -25,6 +25,7 @@ L04, L05 = "04_cluster_reduction", "05_cp_async_pipelining"
 LARGE = (32768, 65536, 131072, 262144)
 
 
+@functools.cache  # ladder.json read once a row, not once a quote
 def _row(kernel, N, graph=False, wdt="bf16") -> dict:
     (row,) = results.rows(LADDER, "fwd", kernel=kernel, N=N, graph=graph, weight_dtype=wdt)
     return row
@@ -57,6 +58,7 @@ def _span(values, fmt="{:.0f}") -> str:
     return lo if lo == hi else f"{lo}-{hi}"
 
 
+@functools.cache
 def _ladder_quotes() -> list[tuple[str, str, str]]:
     """(lesson, quoted, recomputed from ladder.json): every speed lessons 02-05 quote."""
     copy = f"{results.load(LADDER)['copy_gbps']:.0f} GB/s"

@@ -52,8 +52,8 @@ def test_a_cute_kernel_defined_in_a_cell_compiles(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["01_naive"])
 def test_a_solution_notebook_runs_without_jupyter(name, monkeypatch):
-    # `python -m quack_edu.nbexec` on a whole lesson. Lesson 04 (@cute.jit defined in a cell)
-    # runs cell by cell through the same exec_cell in test_grading_cli's
+    # `python -m quack_edu.lessons.nbexec` on a whole lesson. Lesson 04 (@cute.jit defined in a
+    # cell) runs cell by cell through the same exec_cell in test_grading_cli's
     # test_grade_without_jupyter (the grader's child Python, the H200's path), every cell clean
     from quack_edu.grading.notebook import solutions_dir
 
