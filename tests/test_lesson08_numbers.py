@@ -3,6 +3,8 @@ ladder of `quack-edu bench --pass both` on an H200), and the claims its prose ma
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -16,6 +18,7 @@ LADDER = "ladder"
 SHAPE = (32768, 16384)
 
 
+@functools.cache  # the committed notebook, read once a process (not once a quote)
 def _prose() -> str:
     nb = read(solutions_dir() / "08_speed_of_light.ipynb")
     text = " ".join(c.source for c in nb.cells if c.cell_type == "markdown")
@@ -77,6 +80,7 @@ def _same(values) -> str:
     return value
 
 
+@functools.cache  # the record read once a process, not once a quote
 def _recomputed() -> dict[str, str]:
     """Quoted -> the same, recomputed from ladder.json and formatted as the prose writes it."""
     f = "fwd"
