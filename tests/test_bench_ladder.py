@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import stat
 import types
+from pathlib import Path
 
 import matplotlib.image
 import pytest
@@ -256,3 +257,18 @@ def test_the_final_stage_runs_the_plan_of_its_weights_dtype():
         bench.resolve_config("final_bwd#1", 4096, bf16, fp32)
         == final_bwd.configs(4096, bf16, fp32)[1]
     )
+
+
+def test_every_committed_plot_can_be_drawn_again_from_its_record(tmp_path):
+    """Each PNG under benchmarks/results/ beside a bench record is drawn again from that JSON on
+    the CPU: the records hold every field the plots need."""
+    pngs = sorted(p for p in results.results_dir().glob("*.png")
+                  if (p.with_suffix(".json")).exists())  # fmt: skip
+    assert {"ladder.png", "fwd_final.png", "bwd_final.png"} <= {p.name for p in pngs}
+    for png in pngs:
+        record = results.load(png.stem)
+        paths = bench.plot_all(record, str(tmp_path / png.name))
+        assert paths and all(Path(p).stat().st_size > 10_000 for p in paths), png.name
+        extra = {Path(p).name for p in paths} - {png.name}
+        # the ladder's extra plots are committed beside it too
+        assert all((png.parent / name).exists() for name in extra), (png.name, extra)
