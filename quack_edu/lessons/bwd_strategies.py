@@ -195,7 +195,7 @@ def measure_one(
     err = (dws[0].double() - ref).abs().max().item()
     distinct = len({d.cpu().numpy().tobytes() for d in dws})
     us = bench.time_calls(call, sets, budget_s=budget_s)
-    gbps = nbytes / (us * 1e-6) / 1e9
+    gbps = bench.gbps(nbytes, us)
     k = final_bwd.FinalBwdRMSNorm(dtype, N, None, wdt)
     dev = x.get_device()
     row = {

@@ -264,7 +264,7 @@ def copy_bandwidth(nbytes: int = 1 << 30, reps: int = 30) -> float:
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
     dst = torch.empty_like(src)
     us = time_calls(lambda: dst.copy_(src), [()], warmup=5, reps=reps)
-    return 2 * nbytes / (us * 1e-6) / 1e9
+    return gbps(2 * nbytes, us)
 
 
 def cuda_time_us(fn: Callable, *, warmup: int = 3, reps: int = 20) -> float:
@@ -724,7 +724,7 @@ def bench_one(
         "residual": residual,
         "pass": pass_,
         "us": us,
-        "gbps": nbytes / (us * 1e-6) / 1e9,
+        "gbps": gbps(nbytes, us),
         "bytes": nbytes,
         "graph": graph,
         "first_call_s": first_s,
@@ -1132,7 +1132,7 @@ def merge_rounds(tries: list[dict]) -> dict:
     if len(tries) > 1:
         row["us_rounds"] = [t["us"] for t in tries]
         row["us"] = statistics.median(row["us_rounds"])
-        row["gbps"] = row["bytes"] / (row["us"] * 1e-6) / 1e9
+        row["gbps"] = gbps(row["bytes"], row["us"])
     return row
 
 
