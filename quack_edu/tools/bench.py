@@ -1719,7 +1719,18 @@ def summarize(paths, ours: str = "lib", png: str | None = None, **thresholds) ->
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--model" in argv:  # the model benchmark has its own flags
+        from .model_bench import main as model_main
+
+        return model_main([v for v in argv if v != "--model"])
     p = argparse.ArgumentParser(prog="quack-edu bench", description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--model",
+        action="store_true",
+        help="the model benchmark instead: a decoder with each RMSNorm, eager and compiled "
+        "(quack-edu bench --model -h; quack_edu.tools.model_bench)",
+    )
     p.add_argument(
         "--stages",
         default="all",

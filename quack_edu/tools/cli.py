@@ -47,7 +47,9 @@ def main(argv=None) -> int:
         "--set", action="append", metavar="FIELD=VALUE", help="override a config field"
     )
 
-    sub.add_parser("bench", help="benchmark stages (and peers) on the GPU", add_help=False)
+    sub.add_parser(
+        "bench", help="benchmark stages (and peers) on the GPU; --model: a decoder", add_help=False
+    )
     sub.add_parser("student", help="regenerate notebooks/ from solutions/", add_help=False)
     sub.add_parser("grade", help="execute and grade notebooks", add_help=False)
 
