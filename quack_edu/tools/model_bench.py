@@ -4,10 +4,8 @@ Why: the library's kernels win in isolation (``quack-edu bench``), but in a mode
 few percent of the GPU's time and its host cost lands on every call. This measures the model.
 
 The model (``quack_edu.tools.decoder``): a Llama/Qwen3-style decoder, fp32 parameters, bf16
-autocast, AdamW, every RMSNorm in the residual-passing form ``x, residual = norm(h, residual)``
-of serving engines, by name: ``torch`` (the add, then nn.RMSNorm), ``quack_edu`` (QuackRMSNorm:
-fused when its forward takes a residual, else the add then the norm: the record's ``norms``
-says which ran), ``quack`` (QuACK's rmsnorm, prenorm=True). One state dict runs with each.
+autocast, AdamW, its norms by name (``torch``, ``quack_edu``, ``quack``: ``decoder.NORMS``), one
+state dict for all; the record's ``norms`` says in which form each ran (fused add, or not).
 
 Method:
 * Workloads: ``train`` (forward and loss, backward, AdamW step), ``prefill`` (B x S tokens, no
@@ -26,11 +24,7 @@ Method:
   slower), within the group.
 * GPU time: one step of each row under torch.profiler. ``gpu_busy_ms`` sums every kernel,
   memcpy and memset; ``norm_gpu_ms`` the kernels whose names match ``NORM_KERNEL_RULE`` (the row
-  lists the largest). The CuTe kernels (ours, QuACK's) have RMSNorm in their names; eager torch
-  runs ATen's layer_norm kernels, or separate pow/rsqrt/mean/mul kernels when the input's dtype
-  is not the weight's (the QK-norms under autocast: only pow and rsqrt match); inductor fuses the
-  torch norm with its neighbours (the residual add, casts) into triton kernels named after their
-  ops, counted when the name has rsqrt (forward) or pow (backward). A rule on names, not a proof.
+  lists the largest): a rule on names, not a proof.
 * Gradient check (eager, before any timing): one training forward/backward of every norm's model
   against a float64 copy of the same weights with nn.RMSNorm and no autocast, on one sequence of
   ``check_seq`` tokens: the relative error of every parameter's gradient and of the logits, and
@@ -72,7 +66,11 @@ GOAL = 1.1
 #: errors below this count as this in the ratios: in fp32 (the CPU tests) the roundoff moves
 #: by 2x with the order of the ops alone; bf16 errors are far above any floor
 ERR_FLOOR = {"bf16": 0.0, "fp32": 1e-5}
-#: a kernel belongs to a norm when its name matches (see the module's docstring)
+#: a kernel belongs to a norm when its name matches this. The CuTe kernels (ours, QuACK's) have
+#: RMSNorm in their names; eager torch runs ATen's layer_norm kernels, or separate pow, mean,
+#: rsqrt, mul kernels when x's dtype is not the weight's (the QK-norms under autocast: only pow
+#: and rsqrt match); inductor fuses the torch norm with its neighbours (the residual add, casts)
+#: into triton kernels named after their ops: rsqrt (forward) or pow (backward) in the name.
 NORM_KERNEL_RULE = re.compile(r"RMSNorm|rms_norm|layer_norm|GammaBeta|rsqrt|pow")
 #: how a run on each kind of device times a step (the record's method.timing)
 TIMING = {
@@ -123,21 +121,18 @@ class Device:
         if self.kind == "cuda":
             torch.cuda.synchronize()
 
-    def autocast(self, dtype: str):
-        if dtype == "fp32":
-            return contextlib.nullcontext()
-        return torch.autocast(self.kind, dtype=torch.bfloat16)
+    def wall_ms(self, step: Callable) -> float:
+        """Milliseconds of one step, synced: a first call, a warm-up, a step on the CPU."""
+        t = time.perf_counter()
+        step()
+        self.sync()
+        return (time.perf_counter() - t) * 1e3
 
     def time_steps(self, step: Callable, n: int) -> list[float]:
         """Milliseconds of each of ``n`` steps run back to back."""
         with no_gc():
             if self.kind != "cuda":
-                out = []
-                for _ in range(n):
-                    t = time.perf_counter()
-                    step()
-                    out.append((time.perf_counter() - t) * 1e3)
-                return out
+                return [self.wall_ms(step) for _ in range(n)]
             events = [[torch.cuda.Event(enable_timing=True) for _ in range(2)] for _ in range(n)]
             for start, end in events:
                 start.record()
@@ -164,12 +159,6 @@ class Device:
 
 
 # --- one run --------------------------------------------------------------------------------
-
-
-def compile_model(model, mode: str, fullgraph: bool, backend: str):
-    if backend != "inductor":  # the tests' backends have no modes
-        return torch.compile(model, backend=backend, fullgraph=fullgraph)
-    return torch.compile(model, mode=None if mode == "default" else mode, fullgraph=fullgraph)
 
 
 def make_inputs(cfg: ModelConfig, workload: str, device) -> tuple:
@@ -296,7 +285,9 @@ class Run:
         self._save(self.result)
 
     def autocast(self):
-        return self.device.autocast(self.opts.autocast)
+        if self.opts.autocast == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.kind, dtype=torch.bfloat16)
 
     def go(self) -> dict:
         with warnings.catch_warnings():  # nn.RMSNorm on a bf16 q with an fp32 weight, each call
@@ -407,7 +398,10 @@ class Run:
             row["tokens_per_s"] = row["tokens"] / (row["step_ms"] / 1e3)
             if self.opts.profile:
                 try:
-                    row.update(norm_gpu_time(self.device.kernels(step)))
+                    kernels = self.device.kernels(step)
+                    row.update(
+                        norm_gpu_time(kernels) if kernels else {"profile_error": "none seen"}
+                    )
                 except Exception as e:
                     row["profile_error"] = _why(e)
         base = rows.get("torch", {}).get("step_ms")
@@ -424,42 +418,36 @@ class Run:
 
         for fullgraph in [None] if mode == "eager" else [True, False]:
             fn = self.models[name]
-            if mode != "eager":
-                fn = compile_model(fn, mode, fullgraph, self.opts.backend)
+            if mode != "eager":  # the tests' backends (not inductor) have no modes
+                how = (
+                    {"mode": mode} if mode != "default" and self.opts.backend == "inductor" else {}
+                )
+                fn = torch.compile(fn, backend=self.opts.backend, fullgraph=fullgraph, **how)
             step = make_step(workload, fn, self.optims[name], batch, self.autocast,
                              graphs=mode == "reduce-overhead")  # fmt: skip
             skips = counters["inductor"]["cudagraph_skips"]
-            t = time.perf_counter()
             try:
-                step()
-                self.device.sync()
+                first_ms = self.device.wall_ms(step)
             except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as e:
                 if fullgraph is not True:  # a graph break: again without fullgraph
                     raise
                 row["fullgraph_error"] = _why(e)
                 continue
-            row["compile_s"], row["fullgraph"] = time.perf_counter() - t, fullgraph
+            row["compile_s"], row["fullgraph"] = first_ms / 1e3, fullgraph
             self.log(f"{workload} / {mode} / {name}: first call {row['compile_s']:.1f} s")
-            warm = []
-            for _ in range(self.opts.warmup):
-                t = time.perf_counter()
-                step()
-                self.device.sync()
-                warm.append((time.perf_counter() - t) * 1e3)
-            row["warmup_ms"] = warm
+            row["warmup_ms"] = warm = [self.device.wall_ms(step) for _ in range(self.opts.warmup)]
             if mode == "reduce-overhead":  # inductor's count of graphs it would not capture
                 row["cudagraph_skips"] = counters["inductor"]["cudagraph_skips"] - skips
-            return step, warm or [row["compile_s"] * 1e3]
+            return step, warm or [first_ms]
         raise AssertionError("unreachable")
 
 
 def predicted_s(mode: str, workload: str, spent: list) -> float:
-    """A group's cost: the dearest measured group of its mode and kind (train, or not), else of
-    its mode, else ``PRIOR_S``."""
-    kind = "eager" if mode == "eager" else ("train" if workload == "train" else "other")
-    same = [s for m, w, s in spent if m == mode and (w == "train") == (workload == "train")]
-    like = [s for m, _, s in spent if m == mode]
-    return max(same or like or [PRIOR_S[kind]])
+    """A group's cost: the last measured group of its kind (eager or compiled, a training step
+    or not: the compiler's caches make later groups cheaper), else ``PRIOR_S``."""
+    kind = lambda m, w: "eager" if m == "eager" else "train" if w == "train" else "other"  # noqa: E731
+    seen = [s for m, w, s in spent if kind(m, w) == kind(mode, workload)]
+    return seen[-1] if seen else PRIOR_S[kind(mode, workload)]
 
 
 def check_ratios(check: dict, floor: float) -> None:
@@ -620,12 +608,7 @@ def main(argv=None) -> int:
     p.add_argument("--budget-s", type=float, default=420.0, help="skip groups past this (s)")
     p.add_argument("--check-seq", type=int, default=None, help="gradient check tokens; 0: none")
     p.add_argument("--no-profile", action="store_true", help="no profiled step (GPU time)")
-    p.add_argument(
-        "--autocast",
-        choices=("bf16", "fp32"),
-        default="bf16",
-        help="fp32: no autocast, fp32 everywhere (a sharper gradient check)",
-    )
+    p.add_argument("--autocast", choices=("bf16", "fp32"), default="bf16", help="fp32: none")
     p.add_argument("--quick", action="store_true", help="2 layers, 1 x 1024 tokens, 3 rounds")
     p.add_argument("--json", default=None)
     p.add_argument("--png", default=None)
