@@ -50,7 +50,7 @@ def makers(**extra):
 
 def options(**kw):
     base = dict(model=TINY, modes=("eager",), decode_m=(1, 4), rounds=2, round_s=0.0, warmup=1,
-                check_seq=8, autocast="fp32", budget_s=1e6)  # fmt: skip
+                check_seq=8, precision="fp32", budget_s=1e6)  # fmt: skip
     return mb.Options(**{**base, **kw})
 
 
@@ -117,10 +117,11 @@ def test_gradient_check_numbers():
 
 
 @pytest.mark.parametrize(
-    "wrong, autocast", [(ForgetsWeight, "bf16"), (ForgetsEps, "fp32")], ids=["weight", "eps"]
+    "wrong, precision", [(ForgetsWeight, "amp"), (ForgetsEps, "fp32")], ids=["weight", "eps"]
 )
-def test_a_wrong_norm_fails_the_gradient_check(wrong, autocast):
-    opts = options(autocast=autocast, norms=("torch", "wrong"))
+def test_a_wrong_norm_fails_the_gradient_check(wrong, precision):
+    # amp: bf16 matmul errors (~1e-2) hide a dropped eps (~1e-3 here), not a dropped weight
+    opts = options(precision=precision, norms=("torch", "wrong"))
     run = mb.Run(opts, mb.Device("cpu"), makers=makers(wrong=wrong), log=str)
     c = run.grad_check()["norms"]["wrong"]
     assert not c["within_goal"]
@@ -171,6 +172,16 @@ def test_compiled_mode_traces_fullgraph():
     result = mb.Run(opts, mb.Device("cpu"), makers=makers(quack_edu=FakeQuackRMSNorm)).go()
     rows = result["rows"]
     assert len(rows) == 4 and all(r["fullgraph"] is True and "step_ms" in r for r in rows)
+
+
+def test_a_bf16_model():
+    opts = options(precision="bf16", workloads=("train", "prefill"))
+    run = mb.Run(opts, mb.Device("cpu"), makers=makers(quack_edu=FakeQuackRMSNorm), log=str)
+    assert all(p.dtype == torch.bfloat16 for m in run.models.values() for p in m.parameters())
+    result = run.go()
+    assert result["method"]["precision"].startswith("bf16")
+    assert all("step_ms" in r for r in result["rows"])
+    assert result["grad_check"]["norms"]["quack_edu"]["ratio_max"] < 2  # bf16 weights: noisy
 
 
 def test_budget_skips_groups_and_says_why():
@@ -225,7 +236,7 @@ def test_options_presets_and_quick():
     a = dict(hidden=4096, layers=None, heads=None, ffn=None, seq=None, batch=None, vocab=32000,
              no_rope=False, workloads="train,decode", modes="eager", norms="torch",
              decode_m=None, rounds=None, round_s=None, warmup=3, budget_s=420.0,
-             check_seq=None, no_profile=False, autocast="bf16", backend="inductor", progress=False,
+             check_seq=None, no_profile=False, precision="amp", backend="inductor", progress=False,
              quick=False)  # fmt: skip
     full = mb.options_from(p(**a), [])
     assert (full.model.heads, full.model.ffn, full.model.head_dim) == (32, 11008, 128)

@@ -3,9 +3,10 @@
 Why: the library's kernels win in isolation (``quack-edu bench``), but in a model a norm is a
 few percent of the GPU's time and its host cost lands on every call. This measures the model.
 
-The model (``quack_edu.tools.decoder``): a Llama/Qwen3-style decoder, fp32 parameters, bf16
-autocast, AdamW, its norms by name (``torch``, ``quack_edu``, ``quack``: ``decoder.NORMS``), one
-state dict for all; the record's ``norms`` says in which form each ran (fused add, or not).
+The model (``quack_edu.tools.decoder``): a Llama/Qwen3-style decoder, AdamW, fp32 parameters
+under bf16 autocast (``--precision bf16``: a bf16 model, as a server runs one), its norms by name
+(``torch``, ``quack_edu``, ``quack``: ``decoder.NORMS``), one state dict for all; the record's
+``norms`` says in which form each ran (the add fused into the norm, or not).
 
 Method:
 * Workloads: ``train`` (forward and loss, backward, AdamW step), ``prefill`` (B x S tokens, no
@@ -65,7 +66,7 @@ WORKLOADS = ("train", "prefill", "decode")
 GOAL = 1.1
 #: errors below this count as this in the ratios: in fp32 (the CPU tests) the roundoff moves
 #: by 2x with the order of the ops alone; bf16 errors are far above any floor
-ERR_FLOOR = {"bf16": 0.0, "fp32": 1e-5}
+ERR_FLOOR = {"amp": 0.0, "bf16": 0.0, "fp32": 1e-5}
 #: a kernel belongs to a norm when its name matches this. The CuTe kernels (ours, QuACK's) have
 #: RMSNorm in their names; eager torch runs ATen's layer_norm kernels, or separate pow, mean,
 #: rsqrt, mul kernels when x's dtype is not the weight's (the QK-norms under autocast: only pow
@@ -76,6 +77,13 @@ NORM_KERNEL_RULE = re.compile(r"RMSNorm|rms_norm|layer_norm|GammaBeta|rsqrt|pow"
 TIMING = {
     "cuda": "CUDA events around each step; a turn's steps back to back, one sync at its end",
     "cpu": "perf_counter around each step (the CPU tests' stand-in: plumbing only)",
+}
+#: what ``--precision`` runs (the record's method.precision); fp32 makes the gradient check
+#: sharp: the matmuls' bf16 errors no longer hide a norm's (a wrong eps, say)
+PRECISION = {
+    "amp": "fp32 parameters, bf16 autocast (the residual stream is fp32: the embedding's dtype)",
+    "bf16": "bf16 parameters and activations, no autocast (AdamW on bf16 parameters)",
+    "fp32": "fp32 parameters and activations, no autocast",
 }
 #: the cost of a first group of its kind, before one has been measured (seconds, guesses)
 PRIOR_S = {"eager": 15.0, "train": 120.0, "other": 60.0}
@@ -96,7 +104,7 @@ class Options:
     budget_s: float = 420.0
     check_seq: int = 1024  # tokens of the gradient check; 0: no check
     profile: bool = True
-    autocast: str = "bf16"  # or "fp32": no autocast (the CPU tests: a wrong eps then shows)
+    precision: str = "amp"  # fp32 weights, bf16 autocast; "bf16": bf16 weights; "fp32": neither
     backend: str = "inductor"
     progress: bool = False
     command: str = ""
@@ -243,6 +251,8 @@ class Run:
                 skipped[name] = "unknown norm" if name not in makers else _why(e)
                 log(f"skipped norm {name}: {skipped[name]}")
         self.models = build_models(opts.model, self.classes, device.torch)
+        for m in self.models.values() if opts.precision == "bf16" else ():
+            m.to(torch.bfloat16)
         self.optims = {
             k: torch.optim.AdamW(m.parameters(), lr=1e-5) for k, m in self.models.items()
         }
@@ -266,7 +276,7 @@ class Run:
             "options": options,
             "method": {
                 "timing": TIMING[device.kind],
-                "weights": "fp32 parameters; bf16 autocast unless options.autocast is fp32",
+                "precision": PRECISION[opts.precision],
                 "decode": "M rows of one token, no KV cache: attention over the token itself",
                 "prefill": "B x S tokens, no grad, logits of the last position only",
                 "compile_s": "wall time of the first call (compilation included), synced",
@@ -285,7 +295,7 @@ class Run:
         self._save(self.result)
 
     def autocast(self):
-        if self.opts.autocast == "fp32":
+        if self.opts.precision != "amp":
             return contextlib.nullcontext()
         return torch.autocast(self.device.kind, dtype=torch.bfloat16)
 
@@ -356,7 +366,7 @@ class Run:
                 out["norms"][name] = {"error": _why(e)}
             model.zero_grad(set_to_none=True)
         del ref, grads_ref, logits_ref
-        check_ratios(out, ERR_FLOOR[self.opts.autocast])
+        check_ratios(out, ERR_FLOOR[self.opts.precision])
         self.log("\n".join(check_lines(out)))
         return out
 
@@ -581,7 +591,7 @@ def options_from(a: argparse.Namespace, argv: list) -> Options:
         model=cfg, workloads=names(a.workloads), modes=names(a.modes), norms=names(a.norms),
         decode_m=ints(pick(a.decode_m, "1,8,64", "1,64")), rounds=pick(a.rounds, 5, 3),
         round_s=pick(a.round_s, 0.25, 0.1), warmup=a.warmup, budget_s=a.budget_s,
-        check_seq=pick(a.check_seq, 1024, 256), profile=not a.no_profile, autocast=a.autocast,
+        check_seq=pick(a.check_seq, 1024, 256), profile=not a.no_profile, precision=a.precision,
         backend=a.backend, progress=sys.stderr.isatty() if a.progress is None else a.progress,
         command=" ".join(["quack-edu bench --model", *argv]),
     )  # fmt: skip
@@ -608,7 +618,12 @@ def main(argv=None) -> int:
     p.add_argument("--budget-s", type=float, default=420.0, help="skip groups past this (s)")
     p.add_argument("--check-seq", type=int, default=None, help="gradient check tokens; 0: none")
     p.add_argument("--no-profile", action="store_true", help="no profiled step (GPU time)")
-    p.add_argument("--autocast", choices=("bf16", "fp32"), default="bf16", help="fp32: none")
+    p.add_argument(
+        "--precision",
+        choices=tuple(PRECISION),
+        default="amp",
+        help="amp: fp32 weights, bf16 autocast",
+    )
     p.add_argument("--quick", action="store_true", help="2 layers, 1 x 1024 tokens, 3 rounds")
     p.add_argument("--json", default=None)
     p.add_argument("--png", default=None)
