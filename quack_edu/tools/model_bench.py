@@ -463,6 +463,7 @@ def predicted_s(mode: str, workload: str, spent: list) -> float:
 def check_ratios(check: dict, floor: float) -> None:
     """Each norm's worst gradient error and, against torch's, its ratios (errors below
     ``floor`` count as the floor) and whether they are within ``GOAL``."""
+    floor = max(floor, 1e-30)  # an exact gradient (0 error) must not divide by zero
     base = check["norms"].get("torch", {})
     for c in check["norms"].values():
         if "error" in c:
