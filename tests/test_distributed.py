@@ -158,6 +158,23 @@ def test_weight_grad_is_each_ranks_partial_sum(sim2, fake_kernel):
     assert_each(full, dw_top + dw_bottom, what="dw")
 
 
+def test_one_row_over_two_ranks(sim2, fake_kernel):
+    """x Shard(0) with fewer rows than ranks (DTensor 2.13 then runs the replicated rule
+    rather than leave a rank without rows): the values are still the whole norm's."""
+    torch.manual_seed(0)
+    x, w, g = torch.randn(1, 32), torch.randn(32), torch.randn(1, 32)
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    (ref32(xr, wr) * g).sum().backward()
+    with sim2.active():
+        xd, wd = _as_dtensor(x, sim2, Shard(0)), _as_dtensor(w, sim2, Replicate())
+        out = R.rmsnorm(xd, wd)
+        (out * distribute_tensor(g, sim2.mesh, [Shard(0)])).sum().backward()
+        got = [sim2.full(t) for t in (out, xd.grad, wd.grad)]
+    assert_each(got[0], ref32(x, w), what="out")
+    assert_each(got[1], xr.grad, what="dx")
+    assert_each(got[2], wr.grad, what="dw")
+
+
 @pytest.mark.parametrize("placement", [Shard(1), Shard(-1)], ids=["rows", "last"])
 def test_last_dim_sharding_is_gathered_before_the_norm(ranks, placement):
     """No rule shards the normalised dim: a DTensor sharded there is redistributed first, and
@@ -465,15 +482,18 @@ def test_fsdp2_training_matches_nn_rmsnorm(gloo1, fake_kernel, sp):
 def test_rules_are_registered_when_dtensor_is_imported_later(subprocess_env):
     code = (
         "import sys, torch, quack_edu, quack_edu.distributed as D\n"
-        "assert 'torch.distributed.tensor' not in sys.modules, 'imported eagerly'\n"
+        "print('torch.distributed.tensor' in sys.modules)\n"
         "from torch.distributed.tensor import DTensor\n"
         "funcs = DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs\n"
-        "ops = [getattr(torch.ops.quack_edu, n).default for n in D.OPS]\n"
-        "print(all(op in funcs for op in ops))\n"
+        "print(all(getattr(torch.ops.quack_edu, n).default in funcs for n in D.OPS))\n"
     )
     got = subprocess.run([sys.executable, "-c", code], env=subprocess_env, capture_output=True,
                          text=True, timeout=120)  # fmt: skip
-    assert got.returncode == 0 and got.stdout.strip() == "True", got.stderr[-2000:]
+    assert got.returncode == 0, got.stderr[-2000:]
+    eager, registered = got.stdout.split()
+    assert registered == "True"
+    if eager == "True":  # something imported DTensor with quack_edu (torch._dynamo does)
+        pytest.skip("DTensor was imported with quack_edu: registered at once, no later import")
 
 
 # --------------------------------------------------------------------------------------------
