@@ -1379,3 +1379,6 @@ class QuackRMSNorm(torch.nn.RMSNorm):
         if k > 1:
             out, res_out = out.view(shape_in), res_out.view(shape_in)
         return out, res_out
+
+
+from . import distributed  # noqa: E402,F401  (DTensor sharding rules of the ops above)
