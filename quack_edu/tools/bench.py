@@ -1671,7 +1671,13 @@ def _speedup_panel(ax, part: dict, w: str, kernels, colors) -> None:
 
 def plot_all(result: dict, path: str) -> list[str]:
     """``plot`` into ``path``; a record of both passes also gets its ladder and its speed-ups
-    (``<stem>_ladder.png``, ``<stem>_speedup.png``). Returns the paths written."""
+    (``<stem>_ladder.png``, ``<stem>_speedup.png``); a model benchmark's record its own plot.
+    Returns the paths written."""
+    if result.get("kind") == "model_bench":
+        from .model_bench import plot as plot_model
+
+        plot_model(result, path)
+        return [path]
     plot(result, path)
     if result.get("pass") != "both":
         return [path]
