@@ -192,13 +192,17 @@ def _final():
     return _final_mod
 
 
+def _rows_shape(x, weight, bias) -> tuple:
+    """The kernel's view of x: (-1, N) rows, or (-1, H, D) with a per-head weight or bias."""
+    p = weight if weight is not None else bias
+    return (-1, *x.shape[-2:]) if p is not None and p.dim() == 2 else (-1, x.shape[-1])
+
+
 def _launch(x, weight, bias, residual, out, res_out, rstd, eps, weight_offset, config):
     """Launch on x's rows: (M, N), or (M, H, D) with a per-head weight; other leading shapes
     are flattened (a view when x's strides allow it, else a copy)."""
-    p = weight if weight is not None else bias
-    nd = 3 if p is not None and p.dim() == 2 else 2
-    if x.dim() != nd:
-        rows = (-1, *x.shape[1 - nd :])
+    rows = _rows_shape(x, weight, bias)
+    if x.dim() != len(rows):
         x, out = x.reshape(rows), out.view(rows)
         residual = None if residual is None else residual.reshape(rows)
         res_out = None if res_out is None else res_out.view(rows)
@@ -227,16 +231,9 @@ def _forward(
 def _fwd_body(
     x, weight, bias, residual, out_dtype, residual_out_dtype, eps, store_rstd, weight_offset
 ):
-    """The op's body (what inductor's code and the eager wrappers run): the call's launch plan
-    when its key has one, else ``_fwd_first``."""
-    key = _fwd_key(
-        x, weight, bias, residual, out_dtype, residual_out_dtype, store_rstd, weight_offset
-    )
-    plan = _FWD_PLANS.get(key)
-    if plan is not None and (residual is None or residual.shape == x.shape):
-        return plan.run(x, weight, bias, residual, eps)
-    return _fwd_first(
-        key, None, x, weight, bias, residual, out_dtype, residual_out_dtype, eps, store_rstd,
+    """The op's body (what inductor's code and the eager wrappers run)."""
+    return _fwd_planned_body(
+        None, x, weight, bias, residual, out_dtype, residual_out_dtype, eps, store_rstd,
         weight_offset,
     )  # fmt: skip
 
@@ -244,20 +241,26 @@ def _fwd_body(
 def _fwd_tuned_body(
     x, weight, bias, residual, out_dtype, residual_out_dtype, eps, store_rstd, weight_offset
 ):
-    """``_fwd_body`` with the autotuner's config: one plan per key and power of two of rows
-    (the tuning key's M)."""
-    key = _fwd_key(
-        x, weight, bias, residual, out_dtype, residual_out_dtype, store_rstd, weight_offset
-    )
-    if key is not None:
+    """The tuned op's body: the autotuner's config."""
+    return _fwd_planned_body(
+        _tuned_config, x, weight, bias, residual, out_dtype, residual_out_dtype, eps,
+        store_rstd, weight_offset,
+    )  # fmt: skip
+
+
+def _fwd_planned_body(tune, x, weight, bias, residual, out_dtype, res_out_dtype, eps, store_rstd,
+                      wo):  # fmt: skip
+    """Either body: the call's launch plan when its key has one, else ``_fwd_first``. A tuned
+    call (``tune``: the tuner) has a plan per key and power of two of rows, the tuning key's M."""
+    key = _fwd_key(x, weight, bias, residual, out_dtype, res_out_dtype, store_rstd, wo)
+    if key is not None and tune is not None:
         key = (key, max(0, x.numel() // x.shape[-1] - 1).bit_length())
     plan = _FWD_PLANS.get(key)
     if plan is not None and (residual is None or residual.shape == x.shape):
         return plan.run(x, weight, bias, residual, eps)
     return _fwd_first(
-        key, _tuned_config, x, weight, bias, residual, out_dtype, residual_out_dtype, eps,
-        store_rstd, weight_offset,
-    )  # fmt: skip
+        key, tune, x, weight, bias, residual, out_dtype, res_out_dtype, eps, store_rstd, wo
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -384,9 +387,7 @@ def _fwd_first(key, tune, x, weight, bias, residual, out_dtype, res_out_dtype, e
         x, weight, bias, residual, out_dtype, res_out_dtype, eps, store_rstd, wo, config
     )
     if key is not None and x.numel():  # a plan holds a kernel: only for a call that ran one
-        p = weight if weight is not None else bias
-        nd = 3 if p is not None and p.dim() == 2 else 2
-        rows = (-1, *x.shape[1 - nd :])
+        rows = _rows_shape(x, weight, bias)
 
         def view(t):
             return None if t is None else t.view(rows)
@@ -743,28 +744,30 @@ def _backward(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, weight_offs
 
 
 def _bwd_body(x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset):
-    """The op's body: the call's launch plan when its key has one, else ``_bwd_first``."""
-    key = _bwd_key(x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset)
-    plan = _BWD_PLANS.get(key)
-    if plan is not None and _bwd_shapes_agree(x, dout, rstd, dresidual_out):
-        return plan.run(x, weight, dout, rstd, dresidual_out)
-    return _bwd_first(
-        key, None, x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset
+    """The op's body."""
+    return _bwd_planned_body(
+        None, x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset
     )
 
 
 def _bwd_tuned_body(x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset):
-    """``_bwd_body`` with the autotuner's config (a plan per key and power of two of rows)."""
-    key = _bwd_key(x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset)
-    if key is not None:
-        key = (key, max(0, x.numel() // x.shape[-1] - 1).bit_length())
-    plan = _BWD_PLANS.get(key)
-    if plan is not None and _bwd_shapes_agree(x, dout, rstd, dresidual_out):
-        return plan.run(x, weight, dout, rstd, dresidual_out)
-    return _bwd_first(
-        key, _tuned_bwd_config, x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype,
+    """The tuned op's body: the autotuner's config."""
+    return _bwd_planned_body(
+        _tuned_bwd_config, x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype,
         weight_offset,
     )  # fmt: skip
+
+
+def _bwd_planned_body(tune, x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
+    """Either body: the call's launch plan when its key has one, else ``_bwd_first`` (a plan
+    per key and power of two of rows for a tuned call, as the forward's)."""
+    key = _bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo)
+    if key is not None and tune is not None:
+        key = (key, max(0, x.numel() // x.shape[-1] - 1).bit_length())
+    plan = _BWD_PLANS.get(key)
+    if plan is not None and _bwd_shapes_agree(x, dout, rstd, dres_out):
+        return plan.run(x, weight, dout, rstd, dres_out)
+    return _bwd_first(key, tune, x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo)
 
 
 #: key -> ``_BwdPlan``, as the forward's ``_FWD_PLANS``: made after a call with that key passed

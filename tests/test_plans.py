@@ -344,3 +344,18 @@ def test_the_plain_backward_key_is_the_full_key():
         want = R._bwd_key(x, weight, dout, rstd, None, False, None, 0.0)
         assert want is not None and R._plain_bwd_key(x, weight, dout, rstd) == want
     assert R._plain_bwd_key(x[:, :32], w[:32], dout[:, :32], rstd) is None  # strided rows
+
+
+def test_tuned_entries_have_a_plan_per_power_of_two_of_rows(fake_kernel, monkeypatch):
+    tuned = []
+
+    def tune(x, *args):
+        tuned.append(x.shape[0])
+        return None  # the heuristic's config
+
+    monkeypatch.setattr(R, "_tuned_config", tune)
+    w = torch.randn(40)
+    for M in (37, 50, 199, 37):  # 37 and 50 share 64 rows' plan; 199 has 256's
+        x = torch.randn(M, 40, dtype=BF16)
+        assert torch.equal(R.rmsnorm_fwd_tuned(x, w)[0], ref32(x, w).to(BF16))
+    assert tuned == [37, 199] and len(R._FWD_PLANS) == 2
