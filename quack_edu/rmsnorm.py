@@ -1041,15 +1041,7 @@ def _tuned_bwd_config(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo)
         return None
     fb = _final_bwd()
     wdtype = weight.dtype if weight is not None else None
-    features = fb.BwdFeatures(
-        weight=weight is not None,
-        dout_dtype=dout.dtype if dout.dtype != x.dtype else None,
-        dres_out_dtype=None if dres_out is None else dres_out.dtype,
-        dw=weight is not None,
-        db=bool(has_bias),
-        weight_offset=wo,
-        dres_dtype=dres_dtype,
-    )
+    features = fb.features_for(x, weight, dout, dres_out, dres_dtype, has_bias, wo)
 
     def candidates():
         return [None, *fb.configs(x.shape[-1], x.dtype, wdtype, features)]

@@ -359,3 +359,24 @@ def test_tuned_entries_have_a_plan_per_power_of_two_of_rows(fake_kernel, monkeyp
         x = torch.randn(M, 40, dtype=BF16)
         assert torch.equal(R.rmsnorm_fwd_tuned(x, w)[0], ref32(x, w).to(BF16))
     assert tuned == [37, 199] and len(R._FWD_PLANS) == 2
+
+
+def test_backward_features_of_a_call():
+    fb = pytest.importorskip("quack_edu.stages.final_bwd")
+    x, w, dout = _bwd_inputs(4, 64)
+    f = fb.features_for(x, w, dout.float(), x.half(), torch.float32, True, 1.0)
+    assert f == fb.BwdFeatures(
+        weight=True, dout_dtype=torch.float32, dres_out_dtype=torch.float16, dw=True, db=True,
+        weight_offset=1.0, dres_dtype=torch.float32,
+    )  # fmt: skip
+    plain = fb.features_for(x, None, dout, None, None, False)
+    assert plain == fb.BwdFeatures(weight=False, dw=False, db=False)
+
+
+def test_host_cost_says_it_needs_a_gpu(capsys):
+    from quack_edu.tools import host_cost
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the tool would run")
+    assert host_cost.main([]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err

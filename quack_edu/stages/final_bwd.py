@@ -840,6 +840,19 @@ def compiled_for(
     return hit
 
 
+def features_for(x, weight, dout, dres_out, dres_dtype, db: bool, weight_offset=0.0):
+    """The ``BwdFeatures`` of a backward call: what its tensors (dres as its dtype) ask for."""
+    return BwdFeatures(
+        weight=weight is not None,
+        dout_dtype=dout.dtype if dout.dtype != x.dtype else None,
+        dres_out_dtype=None if dres_out is None else dres_out.dtype,
+        dw=weight is not None,
+        db=bool(db),
+        weight_offset=float(weight_offset),
+        dres_dtype=dres_dtype,
+    )
+
+
 def kernel_for(x, weight, dout, dres_out, dx, dres, db: bool, weight_offset=0.0, config=None,
                kernel_cls=None):  # fmt: skip
     """(kernel object, compiled kernel) that ``launch_bwd`` runs for these tensors (rows, as
@@ -847,15 +860,8 @@ def kernel_for(x, weight, dout, dres_out, dx, dres, db: bool, weight_offset=0.0,
     from .final import _vec_limit
 
     N = x.shape[-1]
-    features = BwdFeatures(
-        weight=weight is not None,
-        dout_dtype=dout.dtype if dout.dtype != x.dtype else None,
-        dres_out_dtype=None if dres_out is None else dres_out.dtype,
-        dw=weight is not None,
-        db=bool(db),
-        weight_offset=float(weight_offset),
-        dres_dtype=None if dres is None else dres.dtype,
-    )
+    dres_dtype = None if dres is None else dres.dtype
+    features = features_for(x, weight, dout, dres_out, dres_dtype, db, weight_offset)
     vec = widest_vec(N, x.dtype)
     for t in (x, weight, dout, dres_out, dx, dres):
         vec = min(vec, _vec_limit(t))
@@ -1027,6 +1033,7 @@ __all__ = [
     "default_config",
     "configs",
     "compiled_for",
+    "features_for",
     "kernel_for",
     "launch_bwd",
     "sm_count",

@@ -64,14 +64,10 @@ def _chain(norm):
 
 
 def _per_call_us(fn, calls: int) -> float:
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / calls * 1e6
+    """``bench.per_call_us`` of a callable without arguments, after a short warm-up."""
+    from .bench import per_call_us
+
+    return per_call_us(fn, (), calls, warmup=5)
 
 
 def chain_rows(Ms, Ns, rounds, calls, modes, passes, rows, names, save=None, log=print):
@@ -183,13 +179,15 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("host_cost needs a CUDA GPU, and PyTorch sees none here", file=sys.stderr)
         return 2
-    from .bench import gpu_clocks
+    from .bench import _version, gpu_clocks
 
     t = time.perf_counter()
     record = {
         "gpu": torch.cuda.get_device_name(0),
         "date": _dt.date.today().isoformat(),
         "torch": torch.__version__,
+        "dsl": _version("nvidia-cutlass-dsl"),
+        "quack": _version("quack-kernels"),
         "command": "python -m quack_edu.tools.host_cost " + " ".join(argv or sys.argv[1:]),
         "chain": CHAIN,
         "clocks": {"start": gpu_clocks()},
