@@ -76,6 +76,51 @@ def test_one_forward_plan_per_key_shared_by_every_path(fake_kernel, counted_chec
     assert empty.shape == (0, 40)
 
 
+def test_module_call_takes_the_short_way_only_without_hooks(fake_kernel, counted_checks):
+    """The module's inference call skips nn.Module's call only when that would do nothing:
+    hooks (its own or global), autograd and a compiled module go the whole way."""
+    torch.manual_seed(2)
+    module = R.QuackRMSNorm(48)
+    x = torch.randn(37, 48, dtype=BF16)
+    want = ref32(x, module.weight.detach()).to(BF16)
+    with torch.no_grad():
+        assert torch.equal(module(x), want)  # the first call: checks, then the plan
+    whole = []
+    real = R._module_call
+    R_call = lambda *a, **k: whole.append(1) or real(*a, **k)  # noqa: E731
+    R._module_call, restore = R_call, real
+    try:
+        with torch.no_grad():
+            counted_checks["fwd"] = 0
+            assert torch.equal(module(x), want) and not whole  # the short way
+            seen = []
+            handle = module.register_forward_hook(lambda m, args, out: seen.append(out) or out * 2)
+            assert torch.equal(module(x), want * 2) and seen and len(whole) == 1
+            handle.remove()
+            handle = module.register_forward_pre_hook(lambda m, args: (args[0] * 0,))
+            assert torch.equal(module(x), torch.zeros_like(x)) and len(whole) == 2
+            handle.remove()
+            handle = torch.nn.modules.module.register_module_forward_hook(
+                lambda m, args, out: out + 1
+            )
+            try:
+                assert torch.equal(module(x), want + 1) and len(whole) == 3
+            finally:
+                handle.remove()
+            assert torch.equal(module(x), want) and len(whole) == 3  # short again
+            assert torch.equal(module(x=x), want) and len(whole) == 4  # a keyword: whole way
+        assert counted_checks["fwd"] == 0  # every call above was the plan's
+        y = module(x)  # autograd on: the whole way, and differentiable
+        assert y.requires_grad and len(whole) == 5
+    finally:
+        R._module_call = restore
+    with torch.no_grad():  # no weight: the plan does not know the module's N, the call checks it
+        x = torch.randn(5, 48, dtype=BF16)
+        assert torch.equal(R.QuackRMSNorm(48, elementwise_affine=False)(x), ref32(x, None).to(BF16))
+        with pytest.raises(ValueError, match="expects x of shape"):
+            R.QuackRMSNorm(40, elementwise_affine=False)(x)
+
+
 def test_every_feature_is_its_own_plan_and_right(fake_kernel):
     torch.manual_seed(1)
     x = torch.randn(3, 7, 2, 48, dtype=BF16)
