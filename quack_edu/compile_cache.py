@@ -476,6 +476,20 @@ def clear(directory: Path | None) -> int:
     return trim(directory, max_bytes=-1)
 
 
+def describe() -> str:
+    """One line: where the cache is, whether it is used, what it holds."""
+    from ._env import MODE
+
+    directory = cache_dir()
+    if directory is None:
+        return f"off ({ENV_VAR}=0): every process compiles the kernels it uses"
+    n, size = usage(directory)
+    held = f"{n} kernels, {size / 2**20:.1f} MiB of at most {MAX_BYTES // 2**20} MiB"
+    if not MODE.gpu:
+        return f"{directory} ({held}; used in GPU mode only)"
+    return f"{directory} ({held})"
+
+
 # -- the way in -----------------------------------------------------------------------------------
 def cached_compile(kernel, options: str, compile: Callable[[], object], directory=None):
     """``compile()`` (``cute.compile`` of ``kernel`` with ``options``), or the function stored

@@ -310,6 +310,20 @@ def test_the_folder_is_kept_under_its_bound(tmp_path, monkeypatch):
     assert cc.clear(tmp_path) == 3 and cc.usage(tmp_path) == (0, 0)
 
 
+def test_the_cache_command_shows_and_clears_it(stored, tmp_path, monkeypatch, capsys):
+    from quack_edu.tools.cli import main
+
+    _copy_entry(stored, tmp_path)
+    monkeypatch.setenv(cc.ENV_VAR, str(tmp_path))
+    assert main(["cache"]) == 0
+    out = capsys.readouterr().out
+    assert str(tmp_path) in out and "1 kernels" in out
+    assert main(["cache", "--clear"]) == 0
+    assert "deleted 1" in capsys.readouterr().out and cc.usage(tmp_path) == (0, 0)
+    monkeypatch.setenv(cc.ENV_VAR, "0")
+    assert main(["cache"]) == 0 and "off" in capsys.readouterr().out
+
+
 # -- on the GPU -----------------------------------------------------------------------------------
 _GPU_RUN = """
 import json, sys, time
