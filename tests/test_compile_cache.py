@@ -216,6 +216,16 @@ def test_compile_kernel_goes_through_the_cache(monkeypatch, tmp_path):
     again = compile_kernel(final_bwd.PartialSum(torch.bfloat16, 2))
     assert cc.STATS.hits == 1 and type(again) is tvm_ffi.Function
     assert direct_call(again) is again  # called as the compiled kernel's function inside is
+    # the same signature and checks as that function: a CPU sees them in its errors (the
+    # call stops at the tensors' device, checked before the launch)
+    partial, out = torch.zeros(3, 64), torch.zeros(64, dtype=torch.bfloat16)
+    for args in ((partial, out), (partial,), (out, out)):
+        errors = []
+        for fn in (direct_call(first), again):
+            with pytest.raises((TypeError, ValueError)) as e:
+                fn(*args)
+            errors.append((type(e.value), str(e.value)))
+        assert errors[0] == errors[1] and "mP: Tensor([n0, n1], float32)" in errors[0][1]
     # a compile that asks for artifacts is a fresh one, and is not stored
     ptx = compile_kernel(kernel, f"--keep-ptx --dump-dir {tmp_path}").__ptx__
     assert ptx and (cc.STATS.hits, cc.STATS.misses, cc.STATS.writes) == (1, 1, 1)
