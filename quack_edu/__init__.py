@@ -16,7 +16,9 @@ project's fp32 references, used by the tests, lessons and grader, are in ``quack
 from ._env import MODE  # noqa: F401  (must come before anything that imports cutlass)
 from .reference import assert_close, rstd_ref  # noqa: F401
 from .rmsnorm import (  # noqa: E402  (the library: QuACK's API over the final kernels)
+    CompilePolicy,
     QuackRMSNorm,
+    compile_policy,
     rmsnorm,
     rmsnorm_bwd,
     rmsnorm_bwd_ref,
@@ -24,6 +26,7 @@ from .rmsnorm import (  # noqa: E402  (the library: QuACK's API over the final k
     rmsnorm_fwd,
     rmsnorm_fwd_tuned,
     rmsnorm_ref,
+    set_compile_policy,
 )
 
 __version__ = "0.1.0"
@@ -38,6 +41,9 @@ __all__ = [
     "rmsnorm_bwd_tuned",
     "rmsnorm_bwd_ref",
     "QuackRMSNorm",
+    "CompilePolicy",
+    "compile_policy",
+    "set_compile_policy",
     "rstd_ref",
     "assert_close",
     "__version__",

@@ -24,12 +24,17 @@ What this layer adds over the kernel (``quack_edu.stages.final.launch_fwd``):
   It returns a list: ``out``, then ``residual_out`` if ``residual_out_dtype`` is given, then
   ``rstd`` if ``store_rstd``. The "``residual_out`` is ``x`` itself" case of QuACK's API is an
   alias, which a custom op may not return: it is made here, in Python, outside the op.
-* **Host overhead.** Going through the dispatcher costs tens of microseconds a call, more than
-  the kernel at small shapes. In eager mode the wrappers call the op's body directly (as QuACK's
-  ``cute_op`` does); under ``torch.compile``, a ``TorchDispatchMode`` (``FakeTensorMode``,
-  ``make_fx``) or with tensor subclasses, they call the registered op. Outputs are allocated
-  with torch on the current device and the kernel runs on torch's current stream, with no host
-  synchronisation: the eager path can be captured in a CUDA graph.
+* **Host overhead.** Every path (eager, the ops' bodies that inductor's code and CUDA-graph
+  capture call, the tuned entries, the backward) runs a call through one cached launch plan
+  per key (``_FWD_PLANS``, ``_BWD_PLANS``): the checks, the kernel lookup and its grid are
+  done on a key's first call only. Eager calls skip the dispatcher; under ``torch.compile``,
+  a ``TorchDispatchMode`` (``FakeTensorMode``, ``make_fx``) or with tensor subclasses the
+  registered op is called, a plain ``torch.library.Library`` op (benchmarks/results/
+  host_cost.json: ~5 us a norm in a compiled chain, against ~20 us eager). Outputs are
+  allocated with torch on the current device and the kernel runs on torch's current stream,
+  with no host synchronisation: the eager path can be captured in a CUDA graph.
+* **torch.compile policy.** Inside a compiled model ``rmsnorm`` and ``QuackRMSNorm`` hand
+  short rows to inductor and call the kernels for long ones (``CompilePolicy``).
 
 The backward is the ``final_bwd`` kernel behind the op ``quack_edu::rmsnorm_bwd`` (functional,
 with a fake, like the forward's): ``rmsnorm`` and ``QuackRMSNorm`` are differentiable through
@@ -40,7 +45,9 @@ keeps nothing alive.
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
+import os
 
 import torch
 from torch import Tensor
@@ -58,6 +65,9 @@ __all__ = [
     "rmsnorm_bwd_ref",
     "RMSNormFunction",
     "QuackRMSNorm",
+    "CompilePolicy",
+    "compile_policy",
+    "set_compile_policy",
     "MAX_N",
     "SUPPORTED_DTYPES",
 ]
@@ -182,13 +192,17 @@ def _final():
     return _final_mod
 
 
+def _rows_shape(x, weight, bias) -> tuple:
+    """The kernel's view of x: (-1, N) rows, or (-1, H, D) with a per-head weight or bias."""
+    p = weight if weight is not None else bias
+    return (-1, *x.shape[-2:]) if p is not None and p.dim() == 2 else (-1, x.shape[-1])
+
+
 def _launch(x, weight, bias, residual, out, res_out, rstd, eps, weight_offset, config):
     """Launch on x's rows: (M, N), or (M, H, D) with a per-head weight; other leading shapes
     are flattened (a view when x's strides allow it, else a copy)."""
-    p = weight if weight is not None else bias
-    nd = 3 if p is not None and p.dim() == 2 else 2
-    if x.dim() != nd:
-        rows = (-1, *x.shape[1 - nd :])
+    rows = _rows_shape(x, weight, bias)
+    if x.dim() != len(rows):
         x, out = x.reshape(rows), out.view(rows)
         residual = None if residual is None else residual.reshape(rows)
         res_out = None if res_out is None else res_out.view(rows)
@@ -217,24 +231,174 @@ def _forward(
 def _fwd_body(
     x, weight, bias, residual, out_dtype, residual_out_dtype, eps, store_rstd, weight_offset
 ):
-    _check_device(x, ("weight", weight), ("bias", bias), ("residual", residual))
-    return _forward(
-        x, weight, bias, residual, out_dtype, residual_out_dtype, eps, store_rstd, weight_offset,
-        None,
+    """The op's body (what inductor's code and the eager wrappers run)."""
+    return _fwd_planned_body(
+        None, x, weight, bias, residual, out_dtype, residual_out_dtype, eps, store_rstd,
+        weight_offset,
     )  # fmt: skip
 
 
 def _fwd_tuned_body(
     x, weight, bias, residual, out_dtype, residual_out_dtype, eps, store_rstd, weight_offset
 ):
-    _check_device(x, ("weight", weight), ("bias", bias), ("residual", residual))
-    config = _tuned_config(
-        x, weight, bias, residual, out_dtype, residual_out_dtype, eps, store_rstd, weight_offset
-    )
-    return _forward(
-        x, weight, bias, residual, out_dtype, residual_out_dtype, eps, store_rstd, weight_offset,
-        config,
+    """The tuned op's body: the autotuner's config."""
+    return _fwd_planned_body(
+        _tuned_config, x, weight, bias, residual, out_dtype, residual_out_dtype, eps,
+        store_rstd, weight_offset,
     )  # fmt: skip
+
+
+def _fwd_planned_body(tune, x, weight, bias, residual, out_dtype, res_out_dtype, eps, store_rstd,
+                      wo):  # fmt: skip
+    """Either body: the call's launch plan when its key has one, else ``_fwd_first``. A tuned
+    call (``tune``: the tuner) has a plan per key and power of two of rows, the tuning key's M."""
+    key = _fwd_key(x, weight, bias, residual, out_dtype, res_out_dtype, store_rstd, wo)
+    if key is not None and tune is not None:
+        key = (key, max(0, x.numel() // x.shape[-1] - 1).bit_length())
+    plan = _FWD_PLANS.get(key)
+    if plan is not None and (residual is None or residual.shape == x.shape):
+        return plan.run(x, weight, bias, residual, eps)
+    return _fwd_first(
+        key, tune, x, weight, bias, residual, out_dtype, res_out_dtype, eps, store_rstd, wo
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Launch plans: what a key of the call decides, found once
+# --------------------------------------------------------------------------------------------
+
+#: The tensor types a plan takes: a parameter is a tensor. Subclasses that must see the op
+#: (DTensor, FakeTensor, FunctionalTensor) are not in it, and go through the op.
+_PLAIN_TYPES = (Tensor, torch.nn.Parameter)
+
+#: key -> ``_FwdPlan``. A key holds every fact of a call that decides its kernel and its
+#: checks: dtypes, N (and H for a per-head weight), the weight's and bias's shapes, devices,
+#: contiguity, the 16-byte alignment of the pointers (a contiguous tensor's rows are N elements
+#: apart: a fact of dtype and N), the outputs asked for. An entry is made only after a call
+#: with that key went through every check and ran (``_fwd_first``), so a hit needs none of
+#: them again. What a key cannot hold (a residual's shape) is compared on every hit.
+_FWD_PLANS: dict = {}
+
+
+def _fwd_key(x, weight, bias, residual, out_dtype, res_out_dtype, store_rstd, wo):
+    """The call's plan key, or None when the call cannot have a plan (a tensor subclass, a
+    strided tensor, an argument of an unexpected type): then every call is checked."""
+    if type(x) not in _PLAIN_TYPES or not x.is_contiguous() or not x.dim():
+        return None
+    if type(out_dtype) is not torch.dtype or type(wo) is not float or type(store_rstd) is not bool:
+        return None
+    if res_out_dtype is not None and type(res_out_dtype) is not torch.dtype:
+        return None
+    bits = x.data_ptr()
+    parts = []
+    for t in (weight, bias, residual):
+        if t is None:
+            parts.append(None)
+            continue
+        if type(t) not in _PLAIN_TYPES or not t.is_contiguous():
+            return None
+        bits |= t.data_ptr()
+        parts.append((t.dtype, t.shape if t is not residual else None, t.get_device()))
+    p = weight if weight is not None else bias
+    head = 0
+    if p is not None and p.dim() == 2:
+        if x.dim() < 3:
+            return None
+        head = x.shape[-2]
+    return (
+        x.dtype, x.shape[-1], head, x.get_device(), *parts, out_dtype, res_out_dtype,
+        store_rstd, wo, bits & 15,
+    )  # fmt: skip
+
+
+def _plain_key(x, w):
+    """``_fwd_key`` of the plain call ``(x, w)`` (nothing else, out in x's dtype): the same
+    tuple, with less work, for the module's inference call."""
+    if not x.dim() or not x.is_contiguous():
+        return None
+    if w is not None and (type(w) not in _PLAIN_TYPES or w.dim() != 1):
+        return None
+    if w is None:
+        return (x.dtype, x.shape[-1], 0, x.get_device(), None, None, None, x.dtype, None,
+                False, 0.0, x.data_ptr() & 15)  # fmt: skip
+    if not w.is_contiguous():
+        return None
+    return (
+        x.dtype, x.shape[-1], 0, x.get_device(), (w.dtype, w.shape, w.get_device()), None, None,
+        x.dtype, None, False, 0.0, (x.data_ptr() | w.data_ptr()) & 15,
+    )  # fmt: skip
+
+
+class _FwdPlan:
+    """A key's launch: the compiled kernel's call, the rows' shape, the outputs to allocate."""
+
+    __slots__ = ("fn", "rows", "out_dtype", "res_out_dtype", "store_rstd")
+
+    def __init__(self, fn, rows, out_dtype, res_out_dtype, store_rstd):
+        self.fn, self.rows, self.out_dtype = fn, rows, out_dtype
+        self.res_out_dtype, self.store_rstd = res_out_dtype, store_rstd
+
+    def run_plain(self, x, weight, eps):
+        """``out`` of a plain call's plan (``_plain_key``): ``run`` with nothing to decide."""
+        out = torch.empty_like(x)
+        if x.dim() == 2:
+            if x.shape[0]:
+                self.fn(x, weight, None, None, out, None, None, eps)
+        elif x.numel():
+            rows = self.rows
+            self.fn(x.view(rows), weight, None, None, out.view(rows), None, None, eps)
+        return out
+
+    def run(self, x, weight, bias, residual, eps):
+        """[out, residual_out if asked, rstd if asked], as ``_forward``; x contiguous."""
+        out = torch.empty_like(x, dtype=self.out_dtype)
+        outs = [out]
+        res_out = rstd = None
+        if self.res_out_dtype is not None:
+            res_out = torch.empty_like(x, dtype=self.res_out_dtype)
+            outs.append(res_out)
+        if self.store_rstd:
+            rstd = x.new_empty(x.shape[:-1], dtype=torch.float32)
+            outs.append(rstd)
+        if not x.numel():
+            return outs
+        rows = self.rows
+        if x.dim() != len(rows):
+            x, out = x.view(rows), out.view(rows)
+            if residual is not None:
+                residual = residual.view(rows)
+            if res_out is not None:
+                res_out = res_out.view(rows)
+            if rstd is not None:
+                rstd = rstd.view(rows[:-1])
+        self.fn(x, weight, bias, residual, out, res_out, rstd, eps)
+        return outs
+
+
+def _fwd_first(key, tune, x, weight, bias, residual, out_dtype, res_out_dtype, eps, store_rstd, wo):
+    """A call without a plan: every check (the op may be called directly), the kernel compiled
+    on first use and run; then the key's plan is made, for a call with rows."""
+    _check_args(x, weight, bias, residual, out_dtype, res_out_dtype, wo)
+    _check_device(x, ("weight", weight), ("bias", bias), ("residual", residual))
+    config = None
+    if tune is not None:
+        config = tune(x, weight, bias, residual, out_dtype, res_out_dtype, eps, store_rstd, wo)
+    outs = _forward(
+        x, weight, bias, residual, out_dtype, res_out_dtype, eps, store_rstd, wo, config
+    )
+    if key is not None and x.numel():  # a plan holds a kernel: only for a call that ran one
+        rows = _rows_shape(x, weight, bias)
+
+        def view(t):
+            return None if t is None else t.view(rows)
+
+        res_out = outs[1] if res_out_dtype is not None else None
+        rstd = outs[-1].view(rows[:-1]) if store_rstd else None
+        kernel = _final().kernel_for(
+            view(x), weight, bias, view(residual), view(outs[0]), view(res_out), rstd, wo, config
+        )  # the kernel the call above ran
+        _FWD_PLANS[key] = _FwdPlan(kernel.call, rows, out_dtype, res_out_dtype, store_rstd)
+    return outs
 
 
 def _fwd_fake(
@@ -248,11 +412,23 @@ def _fwd_fake(
     return outs
 
 
+#: One library for the package's ops. ``torch.library.custom_op`` would add ~25 µs of Python
+#: layers to every call of an op (its autograd and aliasing wrappers), which is what inductor's
+#: compiled code and CUDA-graph capture call; a plain ``Library`` registration costs the
+#: dispatcher alone (~4 µs against ~28 µs a call on the project's CPU machine, 2026-12-02;
+#: in a compiled graph on the H200: benchmarks/results/host_cost.json).
+#: The ops have no autograd kernel: ``rmsnorm`` / ``RMSNormFunction`` make them differentiable,
+#: as QuACK's ops are through its autograd.Function.
+_LIB = torch.library.Library("quack_edu", "DEF")
+
+
 def _define(name: str, body, schema: str, fake):
-    """A functional custom op ``quack_edu::name`` (nothing mutated) with its fake."""
-    op = torch.library.custom_op(f"quack_edu::{name}", body, mutates_args=(), schema=schema)
-    op.register_fake(fake)
-    return op
+    """A functional op ``quack_edu::name`` (nothing mutated, every output new) with its fake.
+    Returns the ``OpOverload`` that inductor and the wrappers call."""
+    _LIB.define(name + schema)
+    _LIB.impl(name, body, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"quack_edu::{name}", fake, lib=_LIB)
+    return getattr(torch.ops.quack_edu, name).default
 
 
 _FWD_SCHEMA = (
@@ -269,26 +445,51 @@ def _through_op(x) -> bool:
     return (
         torch.compiler.is_compiling()
         or torch._C._len_torch_dispatch_stack() > 0
-        or type(x) is not Tensor
+        or type(x) not in _PLAIN_TYPES
     )
+
+
+def _res_out_dtype(x, residual, residual_dtype):
+    """residual_out's dtype; None where residual_out is x itself (no residual, and no other
+    dtype asked for)."""
+    if residual is not None:
+        return residual.dtype if residual_dtype is None else residual_dtype
+    if residual_dtype is not None and residual_dtype != x.dtype:
+        return residual_dtype
+    return None
+
+
+def _fwd_outputs(outs, x, res_out_dtype, store_rstd):
+    """The op's list as QuACK's ``(out, residual_out, rstd)``."""
+    if res_out_dtype is None:
+        return outs[0], x, outs[1] if store_rstd else None
+    return outs[0], outs[1], outs[2] if store_rstd else None
+
+
+def _planned(x, weight, bias, residual, out_dtype, residual_dtype, eps, store_rstd, wo):
+    """``rmsnorm_fwd``'s result through the call's plan, or None (then the checked path). A
+    plan exists only for a key that passed every check, so a hit skips them all."""
+    if type(eps) is not float or type(x) not in _PLAIN_TYPES or _through_op(x):
+        return None
+    if residual is not None and (type(residual) not in _PLAIN_TYPES or residual.shape != x.shape):
+        return None
+    out_dtype = x.dtype if out_dtype is None else out_dtype
+    rod = _res_out_dtype(x, residual, residual_dtype)
+    plan = _FWD_PLANS.get(_fwd_key(x, weight, bias, residual, out_dtype, rod, store_rstd, wo))
+    if plan is None:
+        return None
+    return _fwd_outputs(plan.run(x, weight, bias, residual, eps), x, rod, store_rstd)
 
 
 def _fwd(op, body, x, weight, bias, residual, out_dtype, residual_dtype, eps, store_rstd, wo):
     eps, wo = _check_number(eps, "eps"), _check_number(wo, "weight_offset")
     _check_args(x, weight, bias, residual, out_dtype, residual_dtype, wo)
     out_dtype = x.dtype if out_dtype is None else out_dtype
-    if residual is not None and residual_dtype is None:
-        residual_dtype = residual.dtype
-    # residual_out is x itself unless there is a residual or a different dtype is asked for
-    res_out_dtype = None
-    if residual is not None or (residual_dtype is not None and residual_dtype != x.dtype):
-        res_out_dtype = residual_dtype
+    res_out_dtype = _res_out_dtype(x, residual, residual_dtype)
     call = op if _through_op(x) else body
-    store_rstd, wo = bool(store_rstd), float(wo)
-    outs = call(x, weight, bias, residual, out_dtype, res_out_dtype, float(eps), store_rstd, wo)
-    if res_out_dtype is None:
-        return outs[0], x, outs[1] if store_rstd else None
-    return outs[0], outs[1], outs[2] if store_rstd else None
+    store_rstd = bool(store_rstd)
+    outs = call(x, weight, bias, residual, out_dtype, res_out_dtype, eps, store_rstd, wo)
+    return _fwd_outputs(outs, x, res_out_dtype, store_rstd)
 
 
 def rmsnorm_fwd(
@@ -317,71 +518,25 @@ def rmsnorm_fwd(
         and residual is None
         and out_dtype is None
         and residual_dtype is None
-        and not store_rstd
-        and weight_offset == 0
-        and weight is not None
-        and type(eps) is float  # the common case; anything else goes through the checks
-    ):
-        out = _plain(x, weight, eps)
-        if out is not None:
-            return out, x, None
+        and store_rstd is False
+        and type(x) in _PLAIN_TYPES
+        and type(eps) is float
+        and type(weight_offset) is float
+        and not weight_offset
+        and not _through_op(x)
+    ):  # the plain call, a model's in every layer
+        plan = _FWD_PLANS.get(_plain_key(x, weight))
+        if plan is not None:
+            return plan.run_plain(x, weight, eps), x, None
+    got = _planned(
+        x, weight, bias, residual, out_dtype, residual_dtype, eps, store_rstd, weight_offset
+    )
+    if got is not None:
+        return got
     return _fwd(
         _fwd_op, _fwd_body, x, weight, bias, residual, out_dtype, residual_dtype, eps,
         store_rstd, weight_offset,
     )  # fmt: skip
-
-
-#: The plain call (x, weight: nothing else), the one a model makes in every layer, by what
-#: decides its kernel and its checks: dtypes, N, contiguity, devices, 16-byte alignment of the
-#: pointers (rows of a contiguous x are N elements apart, a fact of the key's dtype and N). An
-#: entry is made only after that call went once through every check (``_fwd``), so a hit
-#: needs none of them again: the host cost per call is a few attribute reads, one
-#: allocation and the launch (measured on the H200: see ``quack-edu bench --overhead``).
-_PLAIN: dict = {}
-
-
-def _plain(x, weight, eps):
-    """``out`` of the plain call through the cache above, or None (then the checked path)."""
-    if type(x) is not Tensor or type(weight) is not Tensor or weight.ndim != 1 or x.ndim < 2:
-        return None
-    if _through_op(x):
-        return None
-    shape = x.shape
-    key = (
-        x.dtype,
-        weight.dtype,
-        shape[-1],
-        weight.numel(),
-        x.is_contiguous(),
-        weight.is_contiguous(),
-        x.get_device(),
-        weight.get_device(),
-        (x.data_ptr() | weight.data_ptr()) & 15,
-    )
-    fn = _PLAIN.get(key)
-    if fn is None:
-        return _first_plain(x, weight, eps, key)
-    out = torch.empty_like(x)
-    if len(shape) == 2:
-        if shape[0]:
-            fn(x, weight, None, None, out, None, None, eps)
-    elif x.numel():
-        N = shape[-1]
-        fn(x.view(-1, N), weight, None, None, out.view(-1, N), None, None, eps)
-    return out
-
-
-def _first_plain(x, weight, eps, key):
-    """A plain call whose key is not cached: every check and the kernel compiled, then the
-    entry made if the call qualifies (16-byte aligned rows, contiguous, on a GPU)."""
-    aligned = not key[-1] and (key[2] * x.element_size()) % 16 == 0
-    if not (aligned and key[4] and key[5] and key[6] >= 0):
-        return None
-    out, _, _ = _fwd(_fwd_op, _fwd_body, x, weight, None, None, None, None, eps, False, 0.0)
-    rows = x.view(-1, x.shape[-1])  # the kernel the call above ran
-    fn = _final().kernel_for(rows, weight, None, None, out.view(rows.shape), None, None)
-    _PLAIN[key] = fn.call
-    return out
 
 
 def rmsnorm_fwd_tuned(
@@ -589,24 +744,156 @@ def _backward(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, weight_offs
 
 
 def _bwd_body(x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset):
-    _check_device(
-        x, ("weight", weight), ("dout", dout), ("rstd", rstd), ("dresidual_out", dresidual_out)
-    )
-    return _backward(
-        x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset, None
+    """The op's body."""
+    return _bwd_planned_body(
+        None, x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset
     )
 
 
 def _bwd_tuned_body(x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset):
+    """The tuned op's body: the autotuner's config."""
+    return _bwd_planned_body(
+        _tuned_bwd_config, x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype,
+        weight_offset,
+    )  # fmt: skip
+
+
+def _bwd_planned_body(tune, x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
+    """Either body: the call's launch plan when its key has one, else ``_bwd_first`` (a plan
+    per key and power of two of rows for a tuned call, as the forward's)."""
+    key = _bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo)
+    if key is not None and tune is not None:
+        key = (key, max(0, x.numel() // x.shape[-1] - 1).bit_length())
+    plan = _BWD_PLANS.get(key)
+    if plan is not None and _bwd_shapes_agree(x, dout, rstd, dres_out):
+        return plan.run(x, weight, dout, rstd, dres_out)
+    return _bwd_first(key, tune, x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo)
+
+
+#: key -> ``_BwdPlan``, as the forward's ``_FWD_PLANS``: made after a call with that key passed
+#: every check and ran. A per-head weight has none (one launch a head).
+_BWD_PLANS: dict = {}
+
+
+def _bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
+    """The backward call's plan key, or None (see ``_fwd_key``)."""
+    if type(x) not in _PLAIN_TYPES or not x.is_contiguous() or not x.numel():
+        return None
+    if type(has_bias) is not bool or type(wo) is not float:
+        return None
+    if dres_dtype is not None and type(dres_dtype) is not torch.dtype:
+        return None
+    bits = x.data_ptr()
+    parts = []
+    for t in (weight, dout, rstd, dres_out):
+        if t is None:
+            parts.append(None)
+            continue
+        if type(t) not in _PLAIN_TYPES or not t.is_contiguous():
+            return None
+        bits |= t.data_ptr()
+        parts.append((t.dtype, t.get_device()))
+    if weight is not None:
+        if weight.dim() != 1:
+            return None
+        parts.append(weight.shape[0])
+    return (x.dtype, x.shape[-1], x.get_device(), *parts, has_bias, dres_dtype, wo, bits & 15)
+
+
+def _plain_bwd_key(x, w, dout, rstd):
+    """``_bwd_key`` of the plain backward ``(x, w, dout, rstd)``: the same tuple, less work."""
+    if not x.numel() or not (x.is_contiguous() and dout.is_contiguous() and rstd.is_contiguous()):
+        return None
+    if w is None:
+        return (x.dtype, x.shape[-1], x.get_device(), None, (dout.dtype, dout.get_device()),
+                (rstd.dtype, rstd.get_device()), None, False, None, 0.0,
+                (x.data_ptr() | dout.data_ptr() | rstd.data_ptr()) & 15)  # fmt: skip
+    if type(w) not in _PLAIN_TYPES or w.dim() != 1 or not w.is_contiguous():
+        return None
+    return (
+        x.dtype, x.shape[-1], x.get_device(), (w.dtype, w.get_device()),
+        (dout.dtype, dout.get_device()), (rstd.dtype, rstd.get_device()), None, w.shape[0],
+        False, None, 0.0, (x.data_ptr() | w.data_ptr() | dout.data_ptr() | rstd.data_ptr()) & 15,
+    )  # fmt: skip
+
+
+def _bwd_shapes_agree(x, dout, rstd, dres_out) -> bool:
+    """What a backward key cannot hold: the per-call shapes (rows) of the other tensors."""
+    shape = x.shape
+    return (
+        dout.shape == shape
+        and rstd.shape == shape[:-1]
+        and (dres_out is None or dres_out.shape == shape)
+    )
+
+
+class _BwdPlan:
+    """A backward key's launch: the compiled kernel's call, its rows a CTA and the most CTAs
+    (P = the rows of the partials), the dtype the partials are summed into, the outputs."""
+
+    __slots__ = ("fn", "N", "rows", "most", "pdtype", "dw", "db", "dres_dtype")
+
+    def __init__(self, fn, N, rows, most, pdtype, dw, db, dres_dtype):
+        self.fn, self.N, self.rows, self.most, self.pdtype = fn, N, rows, most, pdtype
+        self.dw, self.db, self.dres_dtype = dw, db, dres_dtype
+
+    def run(self, x, weight, dout, rstd, dres_out):
+        """[dx, dw if a weight, db if a bias, dresidual if its own dtype], as ``_backward``."""
+        N = self.N
+        M = x.numel() // N
+        P = min(-(-M // self.rows), self.most)
+        dx = torch.empty_like(x)
+        dres = None if self.dres_dtype is None else torch.empty_like(x, dtype=self.dres_dtype)
+        f32 = torch.float32
+        dw_p = x.new_empty((P, N), dtype=f32) if self.dw else None
+        db_p = x.new_empty((P, N), dtype=f32) if self.db else None
+        rows = (M, N)
+        dro = None if dres_out is None else dres_out.view(rows)
+        dr = None if dres is None else dres.view(rows)
+        self.fn(
+            x.view(rows), weight, dout.view(rows), dro, rstd.view(M), dx.view(rows), dr, dw_p,
+            db_p, P,
+        )  # fmt: skip
+        outs = [dx]
+        fb = _final_bwd()
+        if self.dw:
+            outs.append(fb.sum_partials(dw_p, self.pdtype))
+        if self.db:
+            outs.append(fb.sum_partials(db_p, self.pdtype))
+        if dres is not None:
+            outs.append(dres)
+        return outs
+
+
+def _bwd_first(key, tune, x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
+    """A backward call without a plan: every check, the kernel compiled on first use and run;
+    then the key's plan."""
+    _check_bwd_args(x, weight, dout, rstd, dres_out, wo)
     _check_device(
-        x, ("weight", weight), ("dout", dout), ("rstd", rstd), ("dresidual_out", dresidual_out)
+        x, ("weight", weight), ("dout", dout), ("rstd", rstd), ("dresidual_out", dres_out)
     )
-    config = _tuned_bwd_config(
-        x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset
-    )
-    return _backward(
-        x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset, config
-    )
+    config = None
+    if tune is not None:
+        config = tune(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo)
+    outs = _backward(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo, config)
+    if key is not None:  # x.numel() > 0: the call ran a kernel
+        fb, N, dev = _final_bwd(), x.shape[-1], x.get_device()
+        rows = (-1, N)
+        dres = outs[-1].view(rows) if dres_dtype is not None else None
+        dro = None if dres_out is None else dres_out.view(rows)
+        kernel, fn = fb.kernel_for(  # the kernel the call above ran
+            x.view(rows), weight, dout.view(rows), dro, outs[0].view(rows), dres, has_bias, wo,
+            config,
+        )  # fmt: skip
+        most = kernel.grid_x(1 << 40, fb.sm_count(dev), kernel.resident(dev))
+        from .runtime import direct_call
+
+        pdtype = weight.dtype if weight is not None else torch.float32
+        _BWD_PLANS[key] = _BwdPlan(
+            direct_call(fn), N, kernel.tiling.rows_per_cta, most, pdtype, weight is not None,
+            has_bias, dres_dtype,
+        )  # fmt: skip
+    return outs
 
 
 def _bwd_fake(x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset):
@@ -640,13 +927,19 @@ def _bwd(op, body, x, weight, dout, rstd, dresidual_out, has_bias, has_residual,
     call = op if _through_op(x) else body
     has_bias, wo = bool(has_bias), float(weight_offset)
     outs = call(x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, wo)
+    return _bwd_outputs(outs, weight, has_bias, dresidual_out, has_residual, x)
+
+
+def _bwd_outputs(outs, weight, has_bias, dres_out, has_residual, x):
+    """The op's list as QuACK's ``(dx, dw, db, dresidual)``."""
     dx, k = outs[0], 1
     dw = db = None
     if weight is not None:
         dw, k = outs[k], k + 1
     if has_bias:
         db, k = outs[k], k + 1
-    dresidual = outs[k] if dres_dtype is not None else (dx if has_residual else None)
+    own = dres_out is not None and dres_out.dtype != x.dtype  # dresidual of its own dtype
+    dresidual = outs[k] if own else (dx if has_residual else None)
     return dx, dw, db, dresidual
 
 
@@ -672,88 +965,44 @@ def rmsnorm_bwd(
     dw and db are summed over rows in fp32 without atomics: each CTA stores its partial sums,
     which are added in a fixed order, so two runs on the same inputs give the same bits.
     """
-    if dresidual_out is None and not has_bias and weight_offset == 0 and weight is not None:
-        got = _plain_bwd(x, weight, dout, rstd)
-        if got is not None:
-            return got[0], got[1], None, got[0] if has_residual else None
+    if (
+        dresidual_out is None
+        and has_bias is False
+        and type(weight_offset) is float
+        and not weight_offset
+        and type(x) in _PLAIN_TYPES
+        and type(dout) in _PLAIN_TYPES
+        and type(rstd) in _PLAIN_TYPES
+        and not _through_op(x)
+    ):  # the plain backward, autograd's in every layer
+        plan = _BWD_PLANS.get(_plain_bwd_key(x, weight, dout, rstd))
+        if plan is not None and dout.shape == x.shape and rstd.shape == x.shape[:-1]:
+            dx, *rest = plan.run(x, weight, dout, rstd, None)
+            return dx, rest[0] if rest else None, None, dx if has_residual else None
+    got = _bwd_planned(x, weight, dout, rstd, dresidual_out, has_bias, weight_offset)
+    if got is not None:
+        return _bwd_outputs(got, weight, has_bias, dresidual_out, has_residual, x)
     return _bwd(
         _bwd_op, _bwd_body, x, weight, dout, rstd, dresidual_out, has_bias, has_residual,
         weight_offset,
     )  # fmt: skip
 
 
-#: The plain backward call (x, weight, dout, rstd: what autograd makes in every layer), by what
-#: decides its kernel and its checks: dtypes, N, contiguity, devices, 16-byte alignment. As
-#: the forward's ``_PLAIN``: an entry is made only after such a call passed every check, and
-#: holds the compiled kernel with what its grid needs (rows a CTA, the most CTAs).
-_PLAIN_BWD: dict = {}
-
-
-def _plain_bwd_key(x, weight, dout, rstd):
-    if type(x) is not Tensor or type(weight) is not Tensor or weight.dim() != 1:
+def _bwd_planned(x, weight, dout, rstd, dres_out, has_bias, wo):
+    """The op's list through the call's plan, or None (then the checked path)."""
+    if type(x) not in _PLAIN_TYPES or _through_op(x) or type(dout) not in _PLAIN_TYPES:
         return None
-    if type(dout) is not Tensor or type(rstd) is not Tensor:
+    if type(rstd) not in _PLAIN_TYPES or (
+        dres_out is not None and type(dres_out) not in _PLAIN_TYPES
+    ):
         return None
-    return (
-        x.dtype,
-        weight.dtype,
-        dout.dtype,
-        rstd.dtype,
-        x.shape[-1] if x.dim() else None,
-        weight.shape[0],
-        x.is_contiguous() and dout.is_contiguous() and rstd.is_contiguous(),
-        weight.stride(0),
-        x.get_device(),
-        weight.get_device(),
-        dout.get_device(),
-        rstd.get_device(),
-        (x.data_ptr() | weight.data_ptr() | dout.data_ptr()) & 15,
-    )
-
-
-def _plain_bwd(x, weight, dout, rstd):
-    """``(dx, dw)`` of the plain backward through the cache above, or None (the checked path)."""
-    if _through_op(x):
+    dres_dtype = None
+    if dres_out is not None and dres_out.dtype != x.dtype:
+        dres_dtype = dres_out.dtype
+    plan = _BWD_PLANS.get(_bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo))
+    if plan is None or not _bwd_shapes_agree(x, dout, rstd, dres_out):
         return None
-    key = _plain_bwd_key(x, weight, dout, rstd)
-    if key is None:
-        return None
-    hit = _PLAIN_BWD.get(key)
-    if hit is None:
-        if key[-1] or not key[6] or key[8] < 0 or not x.numel():  # misaligned, strided, CPU
-            return None
-        dx, dw, _, _ = _bwd(_bwd_op, _bwd_body, x, weight, dout, rstd, None, False, False, 0.0)
-        fb, N = _final_bwd(), x.shape[-1]
-        features = fb.BwdFeatures(dout_dtype=dout.dtype if dout.dtype != x.dtype else None)
-        vec = _final().widest_vec(N, x.dtype)
-        kernel, fn = fb.compiled_for(x.dtype, N, weight.dtype, features, vec)  # what ran
-        dev = x.get_device()
-        most = kernel.grid_x(1 << 40, fb.sm_count(dev), kernel.resident(dev))
-        from .runtime import direct_call
-
-        _PLAIN_BWD[key] = (direct_call(fn), kernel.tiling.rows_per_cta, most)
-        return dx, dw
-    if dout.shape != x.shape or rstd.shape != x.shape[:-1] or not x.numel():
-        return None  # the checked path says what is wrong (or returns zeros for no rows)
-    fn, rows, most = hit
-    N = x.shape[-1]
-    M = x.numel() // N
-    P = min(-(-M // rows), most)
-    dx = torch.empty_like(x)
-    dw_p = x.new_empty((P, N), dtype=torch.float32)
-    fn(
-        x.view(M, N),
-        weight,
-        dout.view(M, N),
-        None,
-        rstd.view(M),
-        dx.view(M, N),
-        None,
-        dw_p,
-        None,
-        P,
-    )
-    return dx, _final_bwd().sum_partials(dw_p, weight.dtype)
+    return plan.run(x, weight, dout, rstd, dres_out)
 
 
 def rmsnorm_bwd_tuned(
@@ -792,15 +1041,7 @@ def _tuned_bwd_config(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo)
         return None
     fb = _final_bwd()
     wdtype = weight.dtype if weight is not None else None
-    features = fb.BwdFeatures(
-        weight=weight is not None,
-        dout_dtype=dout.dtype if dout.dtype != x.dtype else None,
-        dres_out_dtype=None if dres_out is None else dres_out.dtype,
-        dw=weight is not None,
-        db=bool(has_bias),
-        weight_offset=wo,
-        dres_dtype=dres_dtype,
-    )
+    features = fb.features_for(x, weight, dout, dres_out, dres_dtype, has_bias, wo)
 
     def candidates():
         return [None, *fb.configs(x.shape[-1], x.dtype, wdtype, features)]
@@ -883,6 +1124,120 @@ class RMSNormFunction(torch.autograd.Function):
         )
 
 
+# --------------------------------------------------------------------------------------------
+# Under torch.compile: which norms the CuTe kernels run and which inductor generates
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class CompilePolicy:
+    """Which path a norm takes inside a ``torch.compile``d model, decided when it is traced.
+
+    * ``"kernel"``: always the CuTe kernels (the ops ``quack_edu::rmsnorm_fwd``/``_bwd``).
+    * ``"inductor"``: always the formula in torch ops, which inductor fuses with the norm's
+      neighbours (the residual add, casts, RoPE after a QK-norm) into its own kernels.
+    * ``"auto"`` (default): inductor for rows of at most ``inductor_max_n`` elements, where
+      its fused norm is as fast as the kernels' and saves the passes the op cannot fuse (a
+      cast after the norm, RoPE after a QK-norm), and for calls of at most
+      ``inductor_max_elems`` elements (decoding a few rows, where the op's host cost, a few
+      microseconds, is longer than the kernel); the kernels for longer rows, where inductor's
+      reductions fall behind (65536: 2959 against 4336 GB/s forward, ladder.json). Measured in
+      the decoder of ``quack_edu.tools.model_bench`` (hidden 2048): with the kernels on its
+      2048-element rows it trained at 0.99x and prefilled at 0.94x of nn.RMSNorm's speed
+      (model_h2048.json), with this rule at 1.00x (model_h2048_compiled.json).
+
+    Eager calls always run the kernels. Set it with ``set_compile_policy`` or the environment
+    (``QUACK_EDU_COMPILE_POLICY=auto|kernel|inductor``, ``QUACK_EDU_INDUCTOR_MAX_N``,
+    ``QUACK_EDU_INDUCTOR_MAX_ELEMS``); it is read when a model is traced, so a model compiled
+    before a change keeps its path until it is traced again (``torch._dynamo.reset()``).
+    """
+
+    mode: str = "auto"
+    inductor_max_n: int = 16384
+    inductor_max_elems: int = 1 << 20
+
+    def __post_init__(self):
+        if self.mode not in ("auto", "kernel", "inductor"):
+            raise ValueError(
+                f"compile policy mode must be 'auto', 'kernel' or 'inductor', got {self.mode!r}"
+            )
+        for name in ("inductor_max_n", "inductor_max_elems"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+
+    def path(self, x: Tensor) -> str:
+        """``"kernel"`` or ``"inductor"`` for a norm over ``x`` (..., N)."""
+        if self.mode != "auto":
+            return self.mode
+        N = x.shape[-1]
+        if N <= self.inductor_max_n:
+            return "inductor"
+        numel = x.numel()
+        # a symbolic row count (dynamic shapes) is not known small: the kernels
+        if isinstance(numel, int) and numel <= self.inductor_max_elems:
+            return "inductor"
+        return "kernel"
+
+
+def _policy_from_env() -> CompilePolicy:
+    env = os.environ
+    try:
+        return CompilePolicy(
+            env.get("QUACK_EDU_COMPILE_POLICY", "auto").strip().lower() or "auto",
+            int(env.get("QUACK_EDU_INDUCTOR_MAX_N", CompilePolicy.inductor_max_n)),
+            int(env.get("QUACK_EDU_INDUCTOR_MAX_ELEMS", CompilePolicy.inductor_max_elems)),
+        )
+    except ValueError as e:
+        raise ValueError(f"QUACK_EDU_COMPILE_POLICY / QUACK_EDU_INDUCTOR_MAX_*: {e}") from None
+
+
+_POLICY = _policy_from_env()
+
+
+def compile_policy() -> CompilePolicy:
+    """The policy in force (see ``CompilePolicy``)."""
+    return _POLICY
+
+
+def set_compile_policy(
+    mode: str | None = None,
+    *,
+    inductor_max_n: int | None = None,
+    inductor_max_elems: int | None = None,
+) -> CompilePolicy:
+    """Change the compile policy (``None`` keeps a field); returns the previous one. Models
+    traced afterwards follow it (``torch._dynamo.reset()`` retraces the ones compiled before)."""
+    global _POLICY
+    old = _POLICY
+    _POLICY = dataclasses.replace(
+        old,
+        **{
+            k: v
+            for k, v in dict(
+                mode=mode, inductor_max_n=inductor_max_n, inductor_max_elems=inductor_max_elems
+            ).items()
+            if v is not None
+        },
+    )
+    return old
+
+
+def _inductor_rmsnorm(x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm, wo):
+    """``rmsnorm`` in torch ops, for inductor to fuse: the project's fp32 reference formula,
+    with the library's output dtypes (out in ``out_dtype`` or x's; residual_out as
+    ``rmsnorm_fwd`` gives it)."""
+    got = _rmsnorm_ref32(x, weight, bias, residual, eps, weight_offset=wo)
+    rod = _res_out_dtype(x, residual, residual_dtype)
+    if residual is None:
+        out, res_out = got, (x if rod is None else x.to(rod))
+    else:
+        out, h = got
+        res_out = h.to(rod)
+    out = out.to(x.dtype if out_dtype is None else out_dtype)
+    return (out, res_out) if prenorm else out
+
+
 def rmsnorm(
     x: Tensor,
     weight: Tensor | None = None,
@@ -902,6 +1257,12 @@ def rmsnorm(
     record (grad mode off, or no input requiring grad) the autograd.Function is skipped.
     """
     x, residual = _contiguous_last(x), _contiguous_last(residual)
+    if torch.compiler.is_compiling() and _POLICY.path(x) == "inductor":
+        eps, wo = _check_number(eps, "eps"), _check_number(weight_offset, "weight_offset")
+        _check_args(x, weight, bias, residual, out_dtype, residual_dtype, wo)
+        return _inductor_rmsnorm(
+            x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm, wo
+        )
     if not torch.is_grad_enabled() or not any(
         isinstance(t, Tensor) and t.requires_grad for t in (x, weight, bias, residual)
     ):
@@ -933,6 +1294,10 @@ def rmsnorm_bwd_ref(x, w, dout, rstd, eps=1e-6, weight_offset=0.0):
     return dx.to(x.dtype), None if w is None else dw.to(w.dtype)
 
 
+def _requires_grad(t) -> bool:
+    return t is not None and t.requires_grad
+
+
 class QuackRMSNorm(torch.nn.RMSNorm):
     """A drop-in ``torch.nn.RMSNorm`` whose forward is the quack_edu kernel.
 
@@ -951,8 +1316,29 @@ class QuackRMSNorm(torch.nn.RMSNorm):
         dtype=None,
     ):  # fmt: skip
         super().__init__(dim, eps, elementwise_affine, device=device, dtype=dtype)
+        # N of a one-dim row: the inference call's fast path (0: the general path)
+        self._row_n = self.normalized_shape[0] if len(self.normalized_shape) == 1 else 0
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, residual: Tensor | None = None):
+        """``norm(x)``; with a ``residual``, the pre-norm form of serving engines: ``(out,
+        residual_out)`` with ``residual_out = x + residual`` and ``out = norm(residual_out)``,
+        both in the dtype of ``x + residual`` (what adding them and then calling
+        ``nn.RMSNorm`` gives), in one kernel; differentiable in x, residual and the weight."""
+        if residual is None and type(x) is Tensor and self._row_n:
+            w = self._parameters["weight"]  # (not through nn.Module's __getattr__: host cost)
+            if (
+                x.dim()
+                and x.shape[-1] == self._row_n
+                and not (torch.is_grad_enabled() and (x.requires_grad or _requires_grad(w)))
+                and type(self.eps) is float
+                and not _through_op(x)
+            ):  # inference's call: straight to the plan, when there is one
+                plan = _FWD_PLANS.get(_plain_key(x, w))
+                if plan is not None:
+                    return plan.run_plain(x, w, self.eps)
+        return self._forward(x, residual)
+
+    def _forward(self, x, residual):
         shape = self.normalized_shape
         k = len(shape)
         if not isinstance(x, Tensor):
@@ -965,8 +1351,29 @@ class QuackRMSNorm(torch.nn.RMSNorm):
         eps = self.eps
         if eps is None:  # nn.RMSNorm's default: x's machine epsilon (an int x: rmsnorm says why)
             eps = torch.finfo(x.dtype).eps if x.is_floating_point() else 0.0
-        if k == 1:
-            return rmsnorm(x, self.weight, eps=eps)
-        weight = None if self.weight is None else self.weight.reshape(-1)
-        out = rmsnorm(x.reshape(*x.shape[:-k], -1), weight, eps=eps)
-        return out.view(x.shape)
+        weight, shape_in = self.weight, x.shape
+        if residual is not None:
+            if not isinstance(residual, Tensor) or residual.shape != x.shape:
+                got = getattr(residual, "shape", type(residual).__name__)
+                raise ValueError(
+                    f"residual must be a tensor of x's shape {tuple(x.shape)}, got {got}"
+                )
+            dtype = torch.promote_types(x.dtype, residual.dtype)
+        if k > 1:  # the last k dims are one row
+            rows = (*x.shape[:-k], -1)
+            x = x.reshape(rows)
+            residual = None if residual is None else residual.reshape(rows)
+            weight = None if weight is None else weight.reshape(-1)
+        if residual is None:
+            out = rmsnorm(x, weight, eps=eps)
+            return out if k == 1 else out.view(shape_in)
+        out, res_out = rmsnorm(
+            x, weight, residual=residual, out_dtype=dtype, residual_dtype=dtype, eps=eps,
+            prenorm=True,
+        )  # fmt: skip
+        if k > 1:
+            out, res_out = out.view(shape_in), res_out.view(shape_in)
+        return out, res_out
+
+
+from . import distributed  # noqa: E402,F401  (DTensor sharding rules of the ops above)

@@ -213,18 +213,72 @@ def _reference_sum(partial, dtype, out=None):
     return got if out is None else out.copy_(got)
 
 
+def _reference_kernel_for(launch_fwd):
+    """``final.kernel_for`` over the reference launcher: what a launch plan keeps and calls."""
+
+    def kernel_for(x, weight, bias, residual, out, residual_out, rstd, weight_offset=0.0,
+                   config=None):  # fmt: skip
+        def call(x, w, b, res, out, res_out, rstd, eps):
+            launch_fwd(x, w, b, res, out, res_out, rstd, eps, weight_offset, config)
+
+        return types.SimpleNamespace(call=call)
+
+    return kernel_for
+
+
+#: the fake backward kernel's rows a CTA and most CTAs (the plan's P = min(ceil(M / 4), 3))
+FAKE_BWD_ROWS, FAKE_BWD_CTAS = 4, 3
+
+
+def _reference_bwd_kernel_for(launch_bwd):
+    """``final_bwd.kernel_for`` over the reference launcher: (kernel, fn) as a plan uses them;
+    fn writes the partial sums into the (P, N) buffers it is given (row 0, zeros below)."""
+
+    def kernel_for(x, weight, dout, dres_out, dx, dres, db, weight_offset=0.0, config=None):
+        def fn(x, w, dout, dres_out, rstd, dx, dres, dw_p, db_p, P):
+            assert P == min(-(-x.shape[0] // FAKE_BWD_ROWS), FAKE_BWD_CTAS)
+            parts = launch_bwd(x, w, dout, dres_out, rstd, dx, dres, db_p is not None,
+                               weight_offset, config)  # fmt: skip
+            for got, buf in zip(parts, (dw_p, db_p), strict=True):
+                if buf is not None:
+                    buf.zero_()
+                    buf[0].copy_(got.sum(0))
+
+        def grid_x(M, sm_count, resident):
+            return min(-(-M // FAKE_BWD_ROWS), FAKE_BWD_CTAS)
+
+        kernel = types.SimpleNamespace(
+            grid_x=grid_x, resident=lambda dev: None,
+            tiling=types.SimpleNamespace(rows_per_cta=FAKE_BWD_ROWS),
+        )  # fmt: skip
+        return kernel, fn
+
+    return kernel_for
+
+
 @pytest.fixture
 def fake_kernel(monkeypatch):
-    """PLUMBING ONLY: the kernels replaced by the references, and the device check off."""
+    """PLUMBING ONLY: the kernels replaced by the references, and the device check off. The
+    launch plans are emptied before and after: a plan holds the fake kernel."""
     calls = []
-    stub = types.SimpleNamespace(launch_fwd=_reference_launch(calls), max_N=R.MAX_N, calls=calls)
+    launch_fwd = _reference_launch(calls)
+    stub = types.SimpleNamespace(
+        launch_fwd=launch_fwd, kernel_for=_reference_kernel_for(launch_fwd), max_N=R.MAX_N,
+        calls=calls,
+    )  # fmt: skip
     monkeypatch.setattr(R, "_final_mod", stub)
+    launch_bwd = _reference_launch_bwd(calls)
     bwd = types.SimpleNamespace(
-        launch_bwd=_reference_launch_bwd(calls), sum_partials=_reference_sum
-    )
+        launch_bwd=launch_bwd, sum_partials=_reference_sum, sm_count=lambda dev: 2,
+        kernel_for=_reference_bwd_kernel_for(launch_bwd),
+    )  # fmt: skip
     monkeypatch.setattr(R, "_final_bwd", lambda: bwd)
     monkeypatch.setattr(R, "_check_device", lambda *args: None)
-    return stub
+    R._FWD_PLANS.clear()
+    R._BWD_PLANS.clear()
+    yield stub
+    R._FWD_PLANS.clear()
+    R._BWD_PLANS.clear()
 
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]

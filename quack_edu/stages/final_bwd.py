@@ -840,6 +840,36 @@ def compiled_for(
     return hit
 
 
+def features_for(x, weight, dout, dres_out, dres_dtype, db: bool, weight_offset=0.0):
+    """The ``BwdFeatures`` of a backward call: what its tensors (dres as its dtype) ask for."""
+    return BwdFeatures(
+        weight=weight is not None,
+        dout_dtype=dout.dtype if dout.dtype != x.dtype else None,
+        dres_out_dtype=None if dres_out is None else dres_out.dtype,
+        dw=weight is not None,
+        db=bool(db),
+        weight_offset=float(weight_offset),
+        dres_dtype=dres_dtype,
+    )
+
+
+def kernel_for(x, weight, dout, dres_out, dx, dres, db: bool, weight_offset=0.0, config=None,
+               kernel_cls=None):  # fmt: skip
+    """(kernel object, compiled kernel) that ``launch_bwd`` runs for these tensors (rows, as
+    ``launch_bwd`` takes them): the features they use and the widest access they allow."""
+    from .final import _vec_limit
+
+    N = x.shape[-1]
+    dres_dtype = None if dres is None else dres.dtype
+    features = features_for(x, weight, dout, dres_out, dres_dtype, db, weight_offset)
+    vec = widest_vec(N, x.dtype)
+    for t in (x, weight, dout, dres_out, dx, dres):
+        vec = min(vec, _vec_limit(t))
+    return compiled_for(
+        x.dtype, N, None if weight is None else weight.dtype, features, vec, config, kernel_cls
+    )
+
+
 def launch_bwd(
     x,
     weight,
@@ -865,24 +895,11 @@ def launch_bwd(
     ``quack_edu.rmsnorm.rmsnorm_bwd`` checks the user's arguments."""
     import torch
 
-    from .final import _vec_limit
-
     M, N = x.shape
-    features = BwdFeatures(
-        weight=weight is not None,
-        dout_dtype=dout.dtype if dout.dtype != x.dtype else None,
-        dres_out_dtype=None if dres_out is None else dres_out.dtype,
-        dw=weight is not None,
-        db=bool(db),
-        weight_offset=float(weight_offset),
-        dres_dtype=None if dres is None else dres.dtype,
+    kernel, fn = kernel_for(
+        x, weight, dout, dres_out, dx, dres, db, weight_offset, config, kernel_cls
     )
-    vec = widest_vec(N, x.dtype)
-    for t in (x, weight, dout, dres_out, dx, dres):
-        vec = min(vec, _vec_limit(t))
-    kernel, fn = compiled_for(
-        x.dtype, N, None if weight is None else weight.dtype, features, vec, config, kernel_cls
-    )
+    features = kernel.features
     dev = x.get_device()
     P = int(grid) if grid else kernel.grid_x(M, sm_count(dev), kernel.resident(dev))
     rows = kernel.partial_rows
@@ -1016,6 +1033,8 @@ __all__ = [
     "default_config",
     "configs",
     "compiled_for",
+    "features_for",
+    "kernel_for",
     "launch_bwd",
     "sm_count",
     "PartialSum",

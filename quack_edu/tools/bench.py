@@ -1671,7 +1671,13 @@ def _speedup_panel(ax, part: dict, w: str, kernels, colors) -> None:
 
 def plot_all(result: dict, path: str) -> list[str]:
     """``plot`` into ``path``; a record of both passes also gets its ladder and its speed-ups
-    (``<stem>_ladder.png``, ``<stem>_speedup.png``). Returns the paths written."""
+    (``<stem>_ladder.png``, ``<stem>_speedup.png``); a model benchmark's record its own plot.
+    Returns the paths written."""
+    if result.get("kind") == "model_bench":
+        from .model_bench import plot as plot_model
+
+        plot_model(result, path)
+        return [path]
     plot(result, path)
     if result.get("pass") != "both":
         return [path]
@@ -1719,7 +1725,18 @@ def summarize(paths, ours: str = "lib", png: str | None = None, **thresholds) ->
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--model" in argv:  # the model benchmark has its own flags
+        from .model_bench import main as model_main
+
+        return model_main([v for v in argv if v != "--model"])
     p = argparse.ArgumentParser(prog="quack-edu bench", description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--model",
+        action="store_true",
+        help="the model benchmark instead: a decoder with each RMSNorm, eager and compiled "
+        "(quack-edu bench --model -h; quack_edu.tools.model_bench)",
+    )
     p.add_argument(
         "--stages",
         default="all",

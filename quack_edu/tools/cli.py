@@ -62,7 +62,9 @@ def main(argv=None) -> int:
     )
     cache.add_argument("--clear", action="store_true", help="delete every compiled kernel")
 
-    sub.add_parser("bench", help="benchmark stages (and peers) on the GPU", add_help=False)
+    sub.add_parser(
+        "bench", help="benchmark stages (and peers) on the GPU; --model: a decoder", add_help=False
+    )
     sub.add_parser("student", help="regenerate notebooks/ from solutions/", add_help=False)
     sub.add_parser("grade", help="execute and grade notebooks", add_help=False)
 

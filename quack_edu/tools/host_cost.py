@@ -1,0 +1,214 @@
+"""The host's cost of a norm call, eager and inside a ``torch.compile``d graph.
+
+A short row's norm is over in a few microseconds on the GPU; what a model pays for it then is
+the host's time to issue it. Two measurements:
+
+* **chain**: a function that applies a norm 32 times in a chain (each output the next input,
+  each with its own weight), eager and compiled (``torch.compile``, default mode, fullgraph),
+  forward and forward+backward; wall-clock microseconds per call of the function, divided by
+  32, so that torch.compile's own wrapper per call is shared by 32 norms. With the GPU idle
+  between calls and tiny rows, this is the host's cost per norm.
+* **module**: one eager inference call (``torch.no_grad``) of ``QuackRMSNorm`` (an fp32
+  weight, as a model holds under autocast), of ``rmsnorm_fwd`` with a plain tensor weight,
+  and of ``nn.RMSNorm`` with a weight of x's dtype (PyTorch's fused path).
+
+The norms: ``quack_edu`` with the compile policy "kernel" (the op's own host cost), ``quack_edu``
+with the default policy ("auto"), QuACK's ``quack.rmsnorm.rmsnorm`` where installed, and
+``F.rms_norm``. They take turns, round by round; the median round is reported.
+
+    python -m quack_edu.tools.host_cost --json host_cost.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+CHAIN = 32
+EPS = 1e-6
+
+
+def _norms() -> dict:
+    """name -> (function (x, w) -> y, compile policy or None). QuACK only where installed."""
+    import torch.nn.functional as F
+
+    import quack_edu
+
+    norms = {
+        "quack_edu": (lambda x, w: quack_edu.rmsnorm(x, w, eps=EPS), "kernel"),
+        "quack_edu-auto": (lambda x, w: quack_edu.rmsnorm(x, w, eps=EPS), "auto"),
+        "torch": (lambda x, w: F.rms_norm(x, x.shape[-1:], w, EPS), None),
+    }
+    try:
+        from quack.rmsnorm import rmsnorm as quack_rmsnorm
+
+        norms["quack"] = (lambda x, w: quack_rmsnorm(x, w, eps=EPS), None)
+    except Exception as e:  # not installed, or it does not import here
+        print(f"quack: not measured ({type(e).__name__}: {e})", file=sys.stderr)
+    return norms
+
+
+def _chain(norm):
+    def chain(x, ws):
+        for w in ws:
+            x = norm(x, w)
+        return x
+
+    return chain
+
+
+def _per_call_us(fn, calls: int) -> float:
+    """``bench.per_call_us`` of a callable without arguments, after a short warm-up."""
+    from .bench import per_call_us
+
+    return per_call_us(fn, (), calls, warmup=5)
+
+
+def chain_rows(Ms, Ns, rounds, calls, modes, passes, rows, names, save=None, log=print):
+    """Microseconds per norm in a chain of ``CHAIN``, for every (M, N, pass, mode, norm of
+    ``names``), appended to ``rows``; ``save()`` after each (M, N, pass)."""
+    import quack_edu
+
+    norms = {k: v for k, v in _norms().items() if k in names}
+    for N in Ns:
+        for M in Ms:
+            for pass_ in passes:
+                train = pass_ == "fwd+bwd"
+                x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16, requires_grad=train)
+                ws = [torch.randn(N, device="cuda", requires_grad=train) for _ in range(CHAIN)]
+                fns = {}
+                for mode in modes:
+                    for name, (norm, policy) in norms.items():
+                        if policy == "auto" and mode == "eager":
+                            continue  # eager calls always run the kernels
+                        row = dict(M=M, N=N, pass_=pass_, mode=mode, norm=name, us_rounds=[])
+                        old = quack_edu.set_compile_policy(policy or "auto")
+                        try:
+                            fn = _chain(norm)
+                            if mode == "compiled":
+                                torch._dynamo.reset()
+                                fn = torch.compile(fn, fullgraph=True)
+                            t = time.perf_counter()
+                            step = _step(fn, x, ws, train)
+                            step()  # the compile, for a compiled chain
+                            torch.cuda.synchronize()
+                            row["first_s"] = time.perf_counter() - t
+                            fns[(mode, name)] = (step, row)
+                        except Exception as e:
+                            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+                            rows.append(row)
+                        finally:
+                            quack_edu.set_compile_policy(old.mode)
+                for _ in range(rounds):
+                    for step, row in fns.values():
+                        row["us_rounds"].append(_per_call_us(step, calls) / CHAIN)
+                for (mode, name), (_, row) in fns.items():
+                    row["us_per_norm"] = statistics.median(row["us_rounds"])
+                    rows.append(row)
+                    log(f"chain {pass_:<7} {mode:<8} {name:<15} {M:>4}x{N:<5} "
+                        f"{row['us_per_norm']:7.2f} us/norm")  # fmt: skip
+                if save:
+                    save()
+    return rows
+
+
+def _step(fn, x, ws, train):
+    if not train:
+
+        def step():
+            with torch.no_grad():
+                return fn(x, ws)
+
+        return step
+
+    def step():
+        fn(x, ws).sum().backward()
+
+    return step
+
+
+def module_rows(M: int, N: int, rounds: int, calls: int, log=print) -> list[dict]:
+    """One eager inference call: QuackRMSNorm (fp32 weight), rmsnorm_fwd (plain tensor weight),
+    nn.RMSNorm (a weight of x's dtype)."""
+    import quack_edu
+
+    x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+    ours = quack_edu.QuackRMSNorm(N, device="cuda")
+    theirs = torch.nn.RMSNorm(N, eps=EPS, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(N, device="cuda")
+    fns = {
+        "QuackRMSNorm (fp32 weight)": lambda: ours(x),
+        "rmsnorm_fwd (fp32 tensor weight)": lambda: quack_edu.rmsnorm_fwd(x, w, eps=EPS),
+        "rmsnorm_fwd (fp32 Parameter weight)": lambda: quack_edu.rmsnorm_fwd(
+            x, ours.weight, eps=EPS
+        ),
+        "nn.RMSNorm (bf16 weight)": lambda: theirs(x),
+    }
+    got = {name: [] for name in fns}
+    with torch.no_grad():
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                got[name].append(_per_call_us(fn, calls))
+    rows = []
+    for name, us in got.items():
+        rows.append(dict(M=M, N=N, call=name, us_rounds=us, us_per_call=statistics.median(us)))
+        log(f"module {name:<34} {M}x{N} {rows[-1]['us_per_call']:6.2f} us/call")
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m quack_edu.tools.host_cost", description=__doc__)
+    ap.add_argument("--M", default="1,8,128", help="rows (default 1,8,128)")
+    ap.add_argument("--N", default="1024,4096", help="row lengths (default 1024,4096)")
+    ap.add_argument("--modes", default="eager,compiled")
+    ap.add_argument("--passes", default="fwd,fwd+bwd")
+    ap.add_argument(
+        "--norms", default="quack_edu,quack,torch",
+        help="of quack_edu, quack_edu-auto (the default policy), quack, torch",
+    )  # fmt: skip
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--calls", type=int, default=200, help="calls a round (of a chain of 32)")
+    ap.add_argument("--json", help="write the record here")
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("host_cost needs a CUDA GPU, and PyTorch sees none here", file=sys.stderr)
+        return 2
+    from .bench import _version, gpu_clocks
+
+    t = time.perf_counter()
+    record = {
+        "gpu": torch.cuda.get_device_name(0),
+        "date": _dt.date.today().isoformat(),
+        "torch": torch.__version__,
+        "dsl": _version("nvidia-cutlass-dsl"),
+        "quack": _version("quack-kernels"),
+        "command": "python -m quack_edu.tools.host_cost " + " ".join(argv or sys.argv[1:]),
+        "chain": CHAIN,
+        "clocks": {"start": gpu_clocks()},
+    }
+
+    def save():
+        record["seconds"] = time.perf_counter() - t
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(record, f, indent=1)
+
+    record["module"] = module_rows(8, 4096, a.rounds, a.calls * 10)
+    record["rows"] = []
+    chain_rows(
+        [int(m) for m in a.M.split(",")], [int(n) for n in a.N.split(",")], a.rounds, a.calls,
+        a.modes.split(","), a.passes.split(","), record["rows"], a.norms.split(","), save,
+    )  # fmt: skip
+    record["clocks"]["end"] = gpu_clocks()
+    save()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,382 @@
+"""The library's host path on the CPU: launch plans, the module's residual form, and the compile
+policy (which path a norm takes inside a compiled graph).
+
+No kernel runs here: ``fake_kernel`` (tests/test_rmsnorm_api.py) replaces the kernels by the
+fp32 reference and switches off the device check, so these tests see what the Python layer
+caches, checks, passes and returns. tests/test_rmsnorm_gpu.py checks the same paths' values
+with the real kernels.
+"""
+
+import importlib
+
+import pytest
+import test_rmsnorm_api
+import torch
+
+from quack_edu.reference import rmsnorm_bwd_ref as bwd_ref32
+from quack_edu.reference import rmsnorm_ref as ref32
+from quack_edu.reference import rstd_ref
+
+R = importlib.import_module("quack_edu.rmsnorm")
+fake_kernel = test_rmsnorm_api.fake_kernel
+BF16 = torch.bfloat16
+
+
+@pytest.fixture
+def counted_checks(monkeypatch):
+    """How many times the argument checks ran (a plan's hit runs none)."""
+    seen = {"fwd": 0, "bwd": 0}
+    fwd, bwd = R._check_args, R._check_bwd_args
+
+    def check_fwd(*a):
+        seen["fwd"] += 1
+        return fwd(*a)
+
+    def check_bwd(*a):
+        seen["bwd"] += 1
+        return bwd(*a)
+
+    monkeypatch.setattr(R, "_check_args", check_fwd)
+    monkeypatch.setattr(R, "_check_bwd_args", check_bwd)
+    return seen
+
+
+# --------------------------------------------------------------------------------------------
+# Forward plans
+# --------------------------------------------------------------------------------------------
+
+
+def test_one_forward_plan_per_key_shared_by_every_path(fake_kernel, counted_checks):
+    torch.manual_seed(0)
+    w = torch.randn(40, dtype=torch.float32)
+    x = torch.randn(37, 40, dtype=BF16)
+    first = R.rmsnorm_fwd(x, w)[0]
+    assert torch.equal(first, ref32(x, w).to(BF16)) and len(R._FWD_PLANS) == 1
+    counted_checks["fwd"] = 0
+    launches = len(fake_kernel.calls)
+    param = torch.nn.Parameter(w.clone())
+    module = R.QuackRMSNorm(40, eps=1e-6)
+    with torch.no_grad():
+        module.weight.copy_(w)
+    op = torch.ops.quack_edu.rmsnorm_fwd.default
+    for shape in [(199, 40), (1, 40), (3, 5, 40)]:  # another M: the same key, rows viewed
+        x = torch.randn(shape, dtype=BF16)
+        want = ref32(x, w).to(BF16)
+        out = R.rmsnorm_fwd(x, w)[0]
+        assert torch.equal(out, want) and out.shape == shape
+        assert torch.equal(R.rmsnorm_fwd(x, param)[0], want)  # a Parameter is a tensor
+        with torch.no_grad():
+            assert torch.equal(module(x), want)  # the module's inference call
+        assert torch.equal(op(x, w, None, None, BF16, None, 1e-6, False, 0.0)[0], want)
+        assert torch.equal(R.rmsnorm(x, w), want)
+    assert len(R._FWD_PLANS) == 1
+    assert counted_checks["fwd"] == 0  # every call above was a hit: no check ran again
+    assert len(fake_kernel.calls) == launches + 15  # and each launched the kernel once
+    empty = R.rmsnorm_fwd(torch.empty(0, 40, dtype=BF16), w)[0]
+    assert empty.shape == (0, 40)
+
+
+def test_every_feature_is_its_own_plan_and_right(fake_kernel):
+    torch.manual_seed(1)
+    x = torch.randn(3, 7, 2, 48, dtype=BF16)
+    res = torch.randn_like(x, dtype=torch.float16)
+    w, b = torch.randn(48, dtype=BF16), torch.randn(48)
+    wh = torch.randn(2, 48)
+    calls = [
+        lambda x, r: R.rmsnorm_fwd(x, w, b, r, store_rstd=True),
+        lambda x, r: R.rmsnorm_fwd(x, w, residual=r, out_dtype=torch.float32),
+        lambda x, r: R.rmsnorm_fwd(x, wh, weight_offset=1.0, residual_dtype=torch.float32),
+        lambda x, r: R.rmsnorm_fwd(x, None, b, eps=1e-5),
+    ]
+    for round_ in range(2):  # the second round through the plans the first made
+        for k, call in enumerate(calls):
+            xr = x if round_ == 0 else x[:2]
+            rr = res if round_ == 0 else res[:2]
+            got = call(xr, rr)
+            if k == 0:
+                want, h = ref32(xr, w, b, rr)
+                assert torch.equal(got[0], want.to(BF16)) and torch.equal(got[1], h.half())
+                torch.testing.assert_close(got[2], rstd_ref(h))
+            elif k == 1:
+                assert got[0].dtype == torch.float32 and got[2] is None
+                assert torch.equal(got[0], ref32(xr, w, None, rr)[0])
+            elif k == 2:
+                assert torch.equal(got[0], ref32(xr, wh, weight_offset=1.0).to(BF16))
+                assert got[1].dtype == torch.float32 and torch.equal(got[1], xr.float())
+            else:
+                assert torch.equal(got[0], ref32(xr, None, b, eps=1e-5).to(BF16))
+                assert got[1] is xr
+        assert len(R._FWD_PLANS) == len(calls)
+
+
+def test_a_plan_does_not_skip_what_its_key_cannot_hold(fake_kernel):
+    w = torch.randn(40)
+    x = torch.randn(8, 40, dtype=BF16)
+    R.rmsnorm_fwd(x, w, residual=torch.randn(8, 40))
+    R.rmsnorm_fwd(x, w)
+    assert len(R._FWD_PLANS) == 2
+    with pytest.raises(ValueError, match="residual must have x's shape"):
+        R.rmsnorm_fwd(x, w, residual=torch.randn(4, 40))
+    with pytest.raises(ValueError, match=r"weight must have shape \(41,\)"):
+        R.rmsnorm_fwd(torch.randn(8, 41, dtype=BF16), w)
+    with pytest.raises(TypeError, match="eps must be a real number"):
+        R.rmsnorm_fwd(x, w, eps="1e-6")
+    with pytest.raises(TypeError, match="out_dtype must be None or one of"):
+        R.rmsnorm_fwd(x, w, out_dtype=torch.int8)
+    # a strided x has no plan: checked and copied every call, still right
+    xt = torch.randn(40, 8, dtype=BF16).t()
+    assert torch.equal(R.rmsnorm(xt, w), ref32(xt, w).to(BF16))
+    assert len(R._FWD_PLANS) == 2
+
+
+# --------------------------------------------------------------------------------------------
+# Backward plans
+# --------------------------------------------------------------------------------------------
+
+
+def _bwd_inputs(M, N, dtype=BF16, wdtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(M, N, generator=g).to(dtype)
+    return x, torch.randn(N, generator=g).to(wdtype), torch.randn(M, N, generator=g).to(dtype)
+
+
+@pytest.mark.parametrize("has_bias", [False, True])
+def test_one_backward_plan_per_key(fake_kernel, counted_checks, has_bias):
+    for k, M in enumerate([37, 199, 1, 8]):  # P = 3, 3, 1, 2 partial rows (fake: 4 rows a CTA)
+        x, w, dout = _bwd_inputs(M, 48, seed=k)
+        rstd = rstd_ref(x)
+        dx, dw, db, dres = R.rmsnorm_bwd(x, w, dout, rstd, has_bias=has_bias)
+        ex, ew, eb = bwd_ref32(x, w, dout, rstd, has_bias=has_bias)
+        assert torch.equal(dx, ex.to(BF16)) and dres is None
+        torch.testing.assert_close(dw, ew)
+        assert (db is None) != has_bias
+        if has_bias:
+            torch.testing.assert_close(db, eb)
+        if k == 0:
+            counted_checks["bwd"] = 0
+    assert len(R._BWD_PLANS) == 1 and counted_checks["bwd"] == 0
+    # dresidual_out of its own dtype: another key, dresidual its own tensor
+    x, w, dout = _bwd_inputs(37, 48)
+    dro = torch.randn(37, 48)
+    dx, dw, _, dres = R.rmsnorm_bwd(x, w, dout, rstd_ref(x), dro, has_bias, True)
+    ex = bwd_ref32(x, w, dout, rstd_ref(x), dro)[0]
+    assert dres.dtype == torch.float32 and torch.equal(dres, ex)
+    assert len(R._BWD_PLANS) == 2
+    with pytest.raises(ValueError, match="rstd must be float32 of shape"):
+        R.rmsnorm_bwd(x, w, dout, rstd_ref(x)[:5])
+
+
+def test_training_through_plans_matches_nn_rmsnorm(fake_kernel, counted_checks):
+    torch.manual_seed(2)
+    ours, theirs = R.QuackRMSNorm(64), torch.nn.RMSNorm(64, eps=1e-6)
+    with torch.no_grad():
+        theirs.weight.normal_()
+    ours.load_state_dict(theirs.state_dict())
+    for step in range(3):
+        x = torch.randn(5, 9, 64, requires_grad=True)
+        dy = torch.randn(5, 9, 64)
+        for m in (ours, theirs):
+            m.zero_grad()
+        (ours(x) * dy).sum().backward()
+        gx = x.grad.clone()
+        x.grad = None
+        (theirs(x) * dy).sum().backward()
+        torch.testing.assert_close(gx, x.grad)
+        torch.testing.assert_close(ours.weight.grad, theirs.weight.grad)
+        if step == 0:
+            counted_checks.update(fwd=0, bwd=0)
+    assert len(R._FWD_PLANS) == 1 and len(R._BWD_PLANS) == 1
+    assert counted_checks == {"fwd": 0, "bwd": 0}
+
+
+# --------------------------------------------------------------------------------------------
+# The module's residual form
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dim", [64, (2, 32)])
+def test_module_residual_form_is_add_then_norm(fake_kernel, dim):
+    torch.manual_seed(3)
+    ours, theirs = R.QuackRMSNorm(dim), torch.nn.RMSNorm(dim, eps=1e-6)
+    with torch.no_grad():
+        theirs.weight.normal_()
+    ours.load_state_dict(theirs.state_dict())
+    shape = (3, 7, *((dim,) if isinstance(dim, int) else dim))
+    x = torch.randn(shape, dtype=BF16, requires_grad=True)
+    res = torch.randn(shape, requires_grad=True)
+    out, res_out = ours(x, res)
+    h = x + res  # what a model writes without the fused form: fp32, as x + res promotes
+    want = theirs(h)
+    assert out.dtype == res_out.dtype == torch.float32
+    torch.testing.assert_close(res_out, h)
+    torch.testing.assert_close(out, want)
+    dy, dh = torch.randn_like(want), torch.randn_like(want)
+    grads = torch.autograd.grad((out * dy).sum() + (res_out * dh).sum(), (x, res, ours.weight))
+    want_g = torch.autograd.grad((want * dy).sum() + (h * dh).sum(), (x, res, theirs.weight))
+    for g, e in zip(grads, want_g, strict=True):
+        torch.testing.assert_close(g.float(), e.float(), rtol=2e-2, atol=2e-2)
+    with pytest.raises(ValueError, match="residual must be a tensor of x's shape"):
+        ours(x, res[:1])
+
+
+# --------------------------------------------------------------------------------------------
+# The compile policy: which path a norm takes in the compiled graph
+# --------------------------------------------------------------------------------------------
+
+
+def test_policy_rule_and_its_errors():
+    P = R.CompilePolicy
+    big = torch.empty(4096, 32768, device="meta")
+    assert P().path(big) == "kernel"  # long rows: the kernels
+    assert P().path(torch.empty(4096, 4096, device="meta")) == "inductor"  # a hidden size
+    assert P().path(torch.empty(8192, 16, 128, device="meta")) == "inductor"  # a QK-norm
+    assert P().path(torch.empty(32, 65536, device="meta")) == "kernel"
+    assert P(inductor_max_n=256).path(torch.empty(16, 4096, device="meta")) == "inductor"
+    assert P(inductor_max_n=256).path(torch.empty(4096, 4096, device="meta")) == "kernel"
+    assert P("kernel").path(torch.empty(1, 128, device="meta")) == "kernel"
+    assert P("inductor").path(big) == "inductor"
+    assert P(inductor_max_elems=0, inductor_max_n=0).path(torch.empty(1, 8, device="meta")) == (
+        "kernel"
+    )
+    with pytest.raises(ValueError, match="'auto', 'kernel' or 'inductor'"):
+        P("triton")
+    with pytest.raises(ValueError, match="inductor_max_n must be an int"):
+        P(inductor_max_n=-1)
+    old = R.set_compile_policy("kernel", inductor_max_n=8)
+    try:
+        assert R.compile_policy() == P("kernel", 8, old.inductor_max_elems)
+    finally:
+        R.set_compile_policy(old.mode, inductor_max_n=old.inductor_max_n)
+    assert R.compile_policy() == old
+
+
+def test_policy_from_the_environment(monkeypatch):
+    monkeypatch.setenv("QUACK_EDU_COMPILE_POLICY", "Inductor")
+    monkeypatch.setenv("QUACK_EDU_INDUCTOR_MAX_N", "512")
+    assert R._policy_from_env() == R.CompilePolicy("inductor", 512)
+    monkeypatch.setenv("QUACK_EDU_INDUCTOR_MAX_N", "lots")
+    with pytest.raises(ValueError, match="QUACK_EDU_INDUCTOR_MAX"):
+        R._policy_from_env()
+
+
+class _Block(torch.nn.Module):
+    """A pre-norm block as the model benchmark's: a QK-norm on (B, S, H, D) heads, a hidden
+    norm in the residual form, a final norm."""
+
+    def __init__(self, hidden=320, heads=2, head_dim=32):
+        super().__init__()
+        self.heads, self.head_dim = heads, head_dim
+        self.norm1 = R.QuackRMSNorm(hidden)
+        self.q = torch.nn.Linear(hidden, heads * head_dim)
+        self.q_norm = R.QuackRMSNorm(head_dim)
+        self.o = torch.nn.Linear(heads * head_dim, hidden)
+        self.norm2 = R.QuackRMSNorm(hidden)
+
+    def forward(self, x, residual):
+        h, residual = self.norm1(x, residual)
+        q = self.q(h).view(*h.shape[:-1], self.heads, self.head_dim)
+        q = self.q_norm(q).flatten(-2)
+        return self.norm2(self.o(q), residual)
+
+
+def _graphs_of(model, *args, train):
+    """The forward (and backward) graphs AOT autograd hands to the compiler."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs = []
+
+    def keep(gm, _):
+        graphs.append(str(gm.graph))
+        return make_boxed_func(gm.forward)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        model, fullgraph=True, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep)
+    )
+    out, res = compiled(*args)
+    if train:
+        (out.float().sum() + res.float().sum()).backward()
+    return graphs, (out, res)
+
+
+@pytest.mark.parametrize(
+    ("mode", "fwd_ops"),
+    [("kernel", 3), ("inductor", 0), ("auto", 2)],  # auto: the QK-norm (N = 32) to inductor
+)
+def test_compiled_graph_says_which_path_each_norm_took(fake_kernel, mode, fwd_ops):
+    torch.manual_seed(4)
+    model = _Block()
+    x, res = torch.randn(2, 8, 320, dtype=BF16), torch.randn(2, 8, 320)
+    with torch.no_grad():
+        want = model(x, res)
+    old = R.set_compile_policy(mode, inductor_max_n=32, inductor_max_elems=1000)
+    try:
+        graphs, got = _graphs_of(model, x, res, train=True)
+    finally:
+        R.set_compile_policy(old.mode, inductor_max_n=old.inductor_max_n,
+                             inductor_max_elems=old.inductor_max_elems)  # fmt: skip
+        torch._dynamo.reset()
+    fwd, bwd = graphs
+    assert fwd.count("quack_edu.rmsnorm_fwd.default") == fwd_ops
+    assert bwd.count("quack_edu.rmsnorm_bwd.default") == fwd_ops
+    for g, e in zip(got, want, strict=True):
+        torch.testing.assert_close(g.float(), e.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_the_plain_key_is_the_full_key_of_a_plain_call():
+    # the module's inference call and rmsnorm_fwd(x, w) find the plans every other path makes
+    for x, w in [
+        (torch.randn(8, 64, dtype=BF16), torch.randn(64)),
+        (torch.randn(2, 3, 64), torch.nn.Parameter(torch.randn(64))),
+        (torch.randn(5, 48, dtype=torch.float16), None),
+        (torch.randn(5, 48)[1:], torch.randn(48, dtype=BF16)),  # a misaligned pointer
+    ]:
+        assert R._plain_key(x, w) == R._fwd_key(x, w, None, None, x.dtype, None, False, 0.0)
+    assert R._plain_key(torch.randn(64, 8).t(), torch.randn(8)) is None  # strided: no plan
+    assert R._plain_key(torch.randn(2, 8), torch.randn(2, 4)) is None  # 2-D weight: no plain
+
+
+def test_the_plain_backward_key_is_the_full_key():
+    x, w, dout = _bwd_inputs(8, 64)
+    rstd = rstd_ref(x)
+    for weight in (w, torch.nn.Parameter(w), None):
+        want = R._bwd_key(x, weight, dout, rstd, None, False, None, 0.0)
+        assert want is not None and R._plain_bwd_key(x, weight, dout, rstd) == want
+    assert R._plain_bwd_key(x[:, :32], w[:32], dout[:, :32], rstd) is None  # strided rows
+
+
+def test_tuned_entries_have_a_plan_per_power_of_two_of_rows(fake_kernel, monkeypatch):
+    tuned = []
+
+    def tune(x, *args):
+        tuned.append(x.shape[0])
+        return None  # the heuristic's config
+
+    monkeypatch.setattr(R, "_tuned_config", tune)
+    w = torch.randn(40)
+    for M in (37, 50, 199, 37):  # 37 and 50 share 64 rows' plan; 199 has 256's
+        x = torch.randn(M, 40, dtype=BF16)
+        assert torch.equal(R.rmsnorm_fwd_tuned(x, w)[0], ref32(x, w).to(BF16))
+    assert tuned == [37, 199] and len(R._FWD_PLANS) == 2
+
+
+def test_backward_features_of_a_call():
+    fb = pytest.importorskip("quack_edu.stages.final_bwd")
+    x, w, dout = _bwd_inputs(4, 64)
+    f = fb.features_for(x, w, dout.float(), x.half(), torch.float32, True, 1.0)
+    assert f == fb.BwdFeatures(
+        weight=True, dout_dtype=torch.float32, dres_out_dtype=torch.float16, dw=True, db=True,
+        weight_offset=1.0, dres_dtype=torch.float32,
+    )  # fmt: skip
+    plain = fb.features_for(x, None, dout, None, None, False)
+    assert plain == fb.BwdFeatures(weight=False, dw=False, db=False)
+
+
+def test_host_cost_says_it_needs_a_gpu(capsys):
+    from quack_edu.tools import host_cost
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the tool would run")
+    assert host_cost.main([]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
