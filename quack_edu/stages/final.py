@@ -970,7 +970,9 @@ class CompiledFinal:
         self.compiled = compiled
         self.call = direct_call(compiled)  # the same call, fewer Python layers
 
-    def __getattr__(self, name):  # __ptx__, __cubin__, __mlir__ of the compiled kernel
+    # __ptx__, __cubin__, __mlir__ of the compiled kernel (a kernel loaded from the disk cache,
+    # quack_edu.compile_cache, has none: compiles that want them bypass it)
+    def __getattr__(self, name):
         return getattr(self.compiled, name)
 
     def full(self, x, w, b, res, out, res_out, rstd, eps):
