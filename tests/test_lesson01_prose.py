@@ -44,3 +44,16 @@ def test_lesson_01_does_not_print_its_answers_before_the_checks():
     )
     assert "getsource(naive.NaiveRMSNorm)" not in before
     assert "NaiveRMSNorm.sum_squares" not in before and "NaiveRMSNorm.rstd" not in before
+
+
+def test_the_annotation_line_numbers_match_the_shown_kernel():
+    from quack_edu.lessons.show import kernel_diff
+
+    (shown,) = kernel_diff("naive")
+    line = {i: s for i, (_, s) in enumerate(shown.lines, 1)}
+    prose = _prose("01_naive")
+    assert "**4-6**" in prose and "**7**" in prose and "**8-9**" in prose and "**10-12**" in prose
+    assert "thread_idx" in line[4] and "block_idx" in line[5] and "row =" in line[6]
+    assert "if row <" in line[7]
+    assert "sum_squares" in line[8] and "rstd" in line[9]
+    assert "cutlass.range" in line[10] and "mO[row, j]" in line[12] and len(line) == 12
