@@ -5,9 +5,10 @@
 01.scale_kernel     a whole @cute.kernel: y = x * factor with local_tile, a TV partition,
                     register fragments, TensorSSA and a predicate for the tail; read from PTX
 
-All three run on the compile tier (any machine): the first two by value against the DSL's own
-answers (``tests/test_dsl_lesson.py`` checks the references against the DSL), the kernel from
-the PTX it compiles to.
+The first two run on the compile tier (any machine) by value against the DSL's own answers
+(``tests/test_dsl_lesson.py`` checks the references against the DSL); the kernel is read from
+the PTX it compiles to on any machine and, on a Hopper GPU, run against ``x * factor`` with the
+elements past N poisoned and checked untouched.
 """
 
 import math
@@ -15,7 +16,7 @@ import math
 from .. import checks
 from ..checks import Ptx, numbers_close, value_check
 from ..hints import Variant
-from ..registry import COMPILE, CheckFailed, Exercise, Mutant, register
+from ..registry import COMPILE, GPU, CheckFailed, Exercise, Mutant, register
 
 LESSON = "01b_cute_dsl"
 
@@ -418,25 +419,98 @@ def _ptx_check(name, probe, N, dtype="bf16", hidden=False, needs=("compiles",)):
     return checks.Check(name, COMPILE, fn, hidden, tuple(needs))
 
 
+def scale_launcher(kernel, N: int, dtype="bf16"):
+    """The answer compiled for a Hopper GPU: ``fn(x, y, factor)`` on torch tensors of N."""
+    import cutlass.cute as cute
+    from cutlass import Float32
+
+    from ...lessons.dsl import fake_tensor
+
+    dt = _dtype(dtype)
+    stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
+    args = (fake_tensor(dt, (N,)), fake_tensor(dt, (N,)), Float32(2.0), stream)
+    return cute.compile(_launcher(kernel), *args, options="--enable-tvm-ffi")
+
+
+def _gpu_values(hidden: bool):
+    def fn(ctx):
+        import torch
+
+        tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}
+        cases = [(_hidden_N(ctx), "fp16")] if hidden else [(RAGGED_N, "bf16"), (4096, "fp16")]
+        gen = ctx.torch_generator("cuda", "scale")
+        for N, dtype in cases:
+            key = ("scale_launch", N, dtype)
+            launch = checks._shared_get(ctx.answer, key)
+            if launch is None:
+                _ptx(ctx, N, dtype)  # the compile-tier reasons first (not a kernel, ...)
+                launch = scale_launcher(ctx.answer, N, dtype)
+                checks._shared_put(ctx.answer, key, launch)
+            padded = -(-N // TILE) * TILE  # the last CTA's tile, whole: nothing past it is read
+            x = torch.randn(padded, device="cuda", dtype=tdt[dtype], generator=gen)
+            y = torch.full_like(x, checks.POISON)
+            factor = 2.5
+            launch(x[:N], y[:N], factor)
+            torch.cuda.synchronize()
+            want = (x[:N].float() * factor).to(x.dtype)
+            got = y[:N]
+            if not torch.equal(y[N:], torch.full_like(y[N:], checks.POISON)):
+                raise CheckFailed(
+                    f"N={N} {dtype}: elements past N were written",
+                    expected=f"y[{N}:] untouched",
+                    seen=f"{int((y[N:] != checks.POISON).sum())} of them changed",
+                    hint="the last tile runs past the end: compare the coordinate of the "
+                    "thread's first element with the size (cute.elem_less(tXcX[0], mX.shape)) "
+                    "and copy only when it is inside",
+                )
+            if torch.equal(got, x[:N]):
+                raise CheckFailed(
+                    f"N={N} {dtype}: y is x",
+                    expected=f"y = x * {factor}",
+                    seen="y = x",
+                    hint="y = x * factor: multiply the loaded value by factor before the store",
+                )
+            bad = (got.float() - want.float()).abs() > 1e-2 * want.float().abs() + 1e-6
+            if bool(bad.any()):
+                i = int(bad.nonzero()[0])
+                raise CheckFailed(
+                    f"N={N} {dtype}: {int(bad.sum())} of {N} elements are wrong",
+                    expected=f"y[{i}] = {float(want[i]):g}",
+                    seen=f"{float(got[i]):g}",
+                    hint="each thread must store its own VEC elements of its CTA's tile: "
+                    "local_tile by block_idx, get_slice by thread_idx",
+                )
+        return ", ".join(f"N={n} {d}" for n, d in cases)
+
+    name = "values on the GPU, grading seed" if hidden else "values on the GPU (y past N kept)"
+    return checks.Check(name, GPU, fn, hidden)
+
+
 scale_kernel = register(
     Exercise(
         id="01.scale_kernel",
         lesson=LESSON,
         answer="scale_kernel",
         title="a whole kernel: y = x * factor, a 1024-element tile per CTA, 16 bytes per thread",
-        points={COMPILE: 2},
+        points={COMPILE: 2, GPU: 1},
         mutants=[
             Mutant(
                 "2-byte accesses",
                 [("num_bits_per_copy=128", "num_bits_per_copy=16")],
                 hint="num_bits_per_copy=128",
             ),
-            Mutant("forgets the factor", [("x * factor", "x")], hint="y = x * factor"),
+            Mutant(
+                "forgets the factor",
+                [("x * factor", "x")],
+                hint="y = x * factor",
+                tiers=(COMPILE, GPU),
+            ),
             Mutant("every CTA takes tile 0", [("(bidx,)", "(0,)")], hint="CTA bidx owns tile bidx"),
             Mutant(
                 "no guard for the tail",
                 [("if cute.elem_less(tXcX[0], mX.shape):", "if True:")],
                 hint="the last tile runs past the end",
+                tiers=(COMPILE, GPU),
             ),
             Mutant("not a kernel", [("@cute.kernel\n", "")], hint="@cute.kernel"),
         ],
@@ -451,4 +525,6 @@ scale_kernel.add(
     _ptx_check("fp16 at a random N: compiles", lambda p, n: f"N={n}", None, "fp16", True, ()),
     _ptx_check("fp16 at a random N: 16-byte accesses", _check_vectors, None, "fp16", True),
     _ptx_check("fp16 at a random N: scaled", _check_scale, None, "fp16", True),
+    _gpu_values(hidden=False),
+    _gpu_values(hidden=True),
 )
