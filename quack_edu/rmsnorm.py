@@ -1134,8 +1134,11 @@ class CompilePolicy:
     """Which path a norm takes inside a ``torch.compile``d model, decided when it is traced.
 
     * ``"kernel"``: always the CuTe kernels (the ops ``quack_edu::rmsnorm_fwd``/``_bwd``).
-    * ``"inductor"``: always the formula in torch ops, which inductor fuses with the norm's
-      neighbours (the residual add, casts, RoPE after a QK-norm) into its own kernels.
+    * ``"inductor"``: always torch ops, which inductor fuses with the norm's neighbours (the
+      residual add, casts, RoPE after a QK-norm) into its own kernels. A call nn.RMSNorm can
+      make is written as nn.RMSNorm's users write it (add, then ``F.rms_norm``): the compiled
+      graph is the one nn.RMSNorm gives, op for op; other calls (a bias, a weight offset,
+      a per-head weight, other output dtypes) use the fp32 reference formula.
     * ``"auto"`` (default): inductor for rows of at most ``inductor_max_n`` elements, where
       its fused norm is as fast as the kernels' and saves the passes the op cannot fuse (a
       cast after the norm, RoPE after a QK-norm), and for calls of at most
@@ -1224,17 +1227,33 @@ def set_compile_policy(
 
 
 def _inductor_rmsnorm(x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm, wo):
-    """``rmsnorm`` in torch ops, for inductor to fuse: the project's fp32 reference formula,
-    with the library's output dtypes (out in ``out_dtype`` or x's; residual_out as
-    ``rmsnorm_fwd`` gives it)."""
-    got = _rmsnorm_ref32(x, weight, bias, residual, eps, weight_offset=wo)
+    """``rmsnorm`` in torch ops, for inductor to fuse, with the library's output dtypes.
+
+    A call that ``nn.RMSNorm`` can make (no bias or weight offset, a weight ``(N,)`` or none,
+    out and residual_out in the dtype of ``x + residual``) is written as its users write it:
+    ``h = x + residual``, then ``F.rms_norm(h)``. The compiled graph is then nn.RMSNorm's, op
+    for op (a test compares them), so the swap cannot change what inductor makes of a model.
+    Any other call: the project's fp32 reference formula."""
     rod = _res_out_dtype(x, residual, residual_dtype)
+    h = x if residual is None else x + residual
+    want = x.dtype if out_dtype is None else out_dtype
+    if (
+        bias is None
+        and not wo
+        and (weight is None or weight.dim() == 1)
+        and want == h.dtype
+        and (residual is None or rod == h.dtype)
+    ):
+        out = torch.nn.functional.rms_norm(h, (h.shape[-1],), weight, eps).to(want)
+        res_out = h if residual is not None or rod is None else x.to(rod)
+        return (out, res_out) if prenorm else out
+    got = _rmsnorm_ref32(x, weight, bias, residual, eps, weight_offset=wo)
     if residual is None:
         out, res_out = got, (x if rod is None else x.to(rod))
     else:
         out, h = got
         res_out = h.to(rod)
-    out = out.to(x.dtype if out_dtype is None else out_dtype)
+    out = out.to(want)
     return (out, res_out) if prenorm else out
 
 

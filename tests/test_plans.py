@@ -8,6 +8,7 @@ with the real kernels.
 """
 
 import importlib
+import re
 
 import pytest
 import test_rmsnorm_api
@@ -367,6 +368,52 @@ def test_compiled_graph_says_which_path_each_norm_took(fake_kernel, mode, fwd_op
     assert bwd.count("quack_edu.rmsnorm_bwd.default") == fwd_ops
     for g, e in zip(got, want, strict=True):
         torch.testing.assert_close(g.float(), e.float(), rtol=2e-2, atol=2e-2)
+
+
+class _TorchBlock(_Block):
+    """``_Block`` as its nn.RMSNorm twin: the same parameters, add-then-norm."""
+
+    def __init__(self, hidden=320, heads=2, head_dim=32):
+        super().__init__(hidden, heads, head_dim)
+        for name, dim in (("norm1", hidden), ("q_norm", head_dim), ("norm2", hidden)):
+            setattr(self, name, torch.nn.RMSNorm(dim, eps=1e-6))
+
+    def forward(self, x, residual):
+        residual = x + residual
+        h = self.norm1(residual)
+        q = self.q(h).view(*h.shape[:-1], self.heads, self.head_dim)
+        q = self.q_norm(q).flatten(-2)
+        residual = self.o(q) + residual
+        return self.norm2(residual), residual
+
+
+def _ops(graph: str) -> list[str]:
+    return re.findall(r"call_function\[target=([^\]]+)\]", graph)
+
+
+def test_a_norm_handed_to_inductor_compiles_to_nn_rmsnorms_graph():
+    """Under the inductor path the compiled forward and backward are nn.RMSNorm's, op for op
+    (so inductor makes the same kernels of them), and the values bitwise the same."""
+    torch.manual_seed(5)
+    ours, theirs = _Block(), _TorchBlock()
+    theirs.load_state_dict(ours.state_dict())
+    x, res = torch.randn(2, 8, 320, dtype=BF16), torch.randn(2, 8, 320)
+    old = R.set_compile_policy("inductor")
+    try:
+        got = [_graphs_of(model, x, res, train=True) for model in (ours, theirs)]
+    finally:
+        R.set_compile_policy(old.mode, inductor_max_n=old.inductor_max_n,
+                             inductor_max_elems=old.inductor_max_elems)  # fmt: skip
+        torch._dynamo.reset()
+    (our_graphs, our_out), (their_graphs, their_out) = got
+    assert len(our_graphs) == len(their_graphs) == 2
+    for a, b in zip(our_graphs, their_graphs, strict=True):
+        assert _ops(a) == _ops(b)
+    assert "aten.rsqrt" in " ".join(_ops(our_graphs[0]))  # the norms are in the graph
+    for a, b in zip(our_out, their_out, strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    for (name, p), q in zip(ours.named_parameters(), theirs.parameters(), strict=True):
+        assert torch.equal(p.grad, q.grad), name
 
 
 def test_the_plain_key_is_the_full_key_of_a_plain_call():
