@@ -12,7 +12,7 @@ import torch
 
 from ...config import RowConfig
 from .. import hints
-from ..checks import KernelHole, compiles, gpu_values, no_local_memory, ptx_probe
+from ..checks import KernelHole, Ptx, compiles, gpu_values, no_local_memory, ptx_probe
 from ..hints import Variant
 from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
 
@@ -42,7 +42,56 @@ EXTRA_ROUNDS = (
     "another row (or adds a lane twice)"
 )
 
+NOT_ADDED = (
+    "a shuffle's result is never added: each round must add the value a lane receives to its "
+    "own (val = val + shuffle_sync_bfly(val, ...)); as written, a lane ends the rounds holding "
+    "another lane's partial sum, not the row's total"
+)
+
 _SHFL = re.compile(r"^shfl\.sync\.(bfly|down|up|idx)")
+_COMBINE = ("add.", "max.", "fma.", "min.")
+
+
+def _users(ptx: Ptx, reg: str) -> list:
+    """The instructions that read ``reg``, looking through moves and conversions."""
+    out, todo, seen = [], [reg], set()
+    while todo:
+        r = todo.pop()
+        for ins in ptx.instrs:
+            if r in ins.srcs and ins.index not in seen:
+                seen.add(ins.index)
+                if ins.opcode.startswith(("mov", "cvt")):
+                    todo.extend(ins.dests)
+                else:
+                    out.append(ins)
+    return out
+
+
+def _probe_adds(rep, ctx):
+    """Every butterfly round combines: some add (max, fma) reads both the value a lane sent and
+    the one it received. A chain of shuffles whose results are never added passes the round
+    count, and leaves a lane with another lane's partial."""
+    ptx = Ptx(rep.ptx)
+    shfl = ptx.find("shfl.sync.bfly")
+    for ins in shfl:
+        sent = ins.srcs[0] if ins.srcs else None
+        ok = (
+            any(
+                u.opcode.startswith(_COMBINE) and (sent is None or sent in u.srcs)
+                for u in _users(ptx, ins.dests[0])
+            )
+            if ins.dests
+            else False
+        )
+        if not ok:
+            users = sorted({u.opcode for u in _users(ptx, ins.dests[0])}) if ins.dests else []
+            raise CheckFailed(
+                "a shuffle's result is not added to the lane's own value",
+                expected="shfl.sync.bfly d, v, ...; then add.f32 _, d, v (every round)",
+                seen=f"`{ins.text}` feeds {', '.join(users) or 'nothing'}",
+                hint=NOT_ADDED,
+            )
+    return f"each of the {len(shfl)} shuffles is added to the lane's own value"
 
 
 def _rounds_probe(expected: int):
@@ -144,6 +193,16 @@ warp_reduce = register(
                 tiers=(COMPILE, GPU),
             ),
             Mutant(
+                "shuffles but never adds",
+                [
+                    (
+                        "val = val + cute.arch.shuffle_sync_bfly(",
+                        "val = cute.arch.shuffle_sync_bfly(",
+                    )
+                ],
+                hint="result is never added",
+            ),
+            Mutant(
                 "half the lanes in the mask",
                 [("mask=0xFFFFFFFF", "mask=0x0000FFFF")],
                 hint="member mask must name all 32",
@@ -158,6 +217,7 @@ warp_reduce.add(
         "3 butterfly rounds for an 8-lane row (N=64, 4 rows per warp)", 64, config=NARROW_CFG
     ),
     ptx_probe(REDUCE_HOLE, "every shuffle names all 32 lanes", _probe_mask),
+    ptx_probe(REDUCE_HOLE, "each round adds what the lane receives", _probe_adds),
     no_local_memory(REDUCE_HOLE),
     compiles(REDUCE_HOLE, dtypes=("fp16",), hidden=True),
     _reduce_check(
@@ -202,10 +262,25 @@ def _adapt_copy(answer):
 COPY_HOLE = KernelHole(stage="warp", piece="row_copy", adapt=_adapt_copy)
 
 NARROW = (
-    "each thread moves fewer than 16 bytes per access: 8-byte loads (ld.global.v2.b32), twice "
-    "the load instructions for the same bytes; a vector is 128 bits = 128 // dtype.width "
-    "elements (8 bf16/fp16, 4 fp32)"
+    "each thread moves fewer than 16 bytes per access, so the kernel needs more load "
+    "instructions for the same bytes; a vector is 128 bits. dtype.width is in bits (16 for "
+    "bf16/fp16, 32 for fp32): 16 bytes are 128 // dtype.width elements (8 bf16/fp16, 4 fp32)"
 )
+
+
+def narrow_hint(nbytes: int) -> str:
+    """NARROW, naming the access width the learner's layout gives (2 bytes is a vec of 1: e.g.
+    16 // dtype.width, bytes divided by bits)."""
+    ptx = {8: " (ld.global.v2.b32)", 4: " (ld.global.b32)"}.get(nbytes, "")
+    return f"{nbytes}-byte accesses{ptx}: " + NARROW
+
+
+ZERO_VEC = (
+    "a layout got a size of 0: your value layout's vec (elements per 16-byte access) came out 0 "
+    "for this dtype. dtype.width is in bits, so 16 // dtype.width is 0 for fp32; a 16-byte "
+    "vector holds 128 // dtype.width elements"
+)
+
 WIDE = (
     "a thread's vector is more than one 16-byte access (8 fp32 = 32 bytes): it becomes two "
     "loads, and in one load instruction neighbouring lanes land 32 bytes apart, so each "
@@ -261,7 +336,9 @@ def diagnose_tv(m: dict, threads_per_row: int, num_threads: int, elem_bytes: int
             return f"thread {t}'s values are not contiguous columns: {cols[:8]}", NEIGHBOURS
     nbytes = m["vals"] * elem_bytes
     if nbytes < 16:
-        return f"a thread moves {m['vals']} elements = {nbytes} bytes per access", NARROW
+        return f"a thread moves {m['vals']} elements = {nbytes} bytes per access", narrow_hint(
+            nbytes
+        )
     if nbytes > 16:
         return f"a thread's vector is {m['vals']} elements = {nbytes} bytes", WIDE
     for t, cs in coords.items():
@@ -291,7 +368,17 @@ def _layout_check(hidden: bool):
         cases = _LAYOUT_HIDDEN if hidden else _LAYOUT_CASES
         for tpr, nt, dt in cases:
             dtype = cute_dtype(dt)
-            m = tv_map(ctx.answer, tpr, nt, dtype)
+            try:
+                m = tv_map(ctx.answer, tpr, nt, dtype)
+            except Exception as e:
+                if "strictly positive" not in str(e):
+                    raise
+                raise CheckFailed(
+                    f"threads_per_row={tpr}, num_threads={nt}, {dt}: a layout shape holds a 0",
+                    expected=f"val_layout of shape (1, {128 // dtype.width}) for {dt}",
+                    seen=hints.short_error(e, 200),
+                    hint=ZERO_VEC,
+                ) from None
             bad = diagnose_tv(m, tpr, nt, dtype.width // 8)
             if bad:
                 what, hint = bad
@@ -342,7 +429,7 @@ def _probe_128(rep, ctx):
             "global accesses narrower than 16 bytes",
             expected="only 16-byte accesses (ld.global.v4.b32 / st.global.v4.b32)",
             seen=seen or "no global access",
-            hint=NARROW,
+            hint=narrow_hint(min(b for _, b in narrow)) if narrow else NARROW,
         )
     return ", ".join(f"{n} x {op}.128" for (op, _), n in sorted(acc.items()))
 
@@ -359,6 +446,16 @@ tv_layout = register(
                 "64-bit accesses",
                 [("128 // dtype.width", "64 // dtype.width")],
                 hint="fewer than 16 bytes",
+            ),
+            Mutant(
+                "bytes divided by bits",
+                [("vec = 128 // dtype.width", "vec = 16 // dtype.width")],
+                hint="dtype.width is in bits",
+            ),
+            Mutant(
+                "no elements",
+                [("vec = 128 // dtype.width", "vec = 0")],
+                hint="vec (elements per 16-byte access) came out 0",
             ),
             Mutant(
                 "8 elements for every dtype",

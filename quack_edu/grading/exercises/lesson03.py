@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from ...config import RowConfig, block_config, vector_elems
@@ -56,6 +58,101 @@ BUFFER_ROW = (
     "rows of one CTA share the same slots: index the buffer with the row this warp works on "
     "(warp // warps_per_row), so that each row adds its own warps' partials"
 )
+
+
+OWN_SLOT = (
+    "each warp reads back only the slot it wrote itself, its own partial: the other warps' "
+    "partials of the row are never added. After the barrier, add every slot of the row "
+    "(buffer[row, 0] + ... + buffer[row, warps_per_row - 1]) so that each warp ends with the "
+    "row's total"
+)
+SOME_SLOTS = (
+    "a warp reads back only some of its row's slots: the partials of the other warps of the "
+    "row are missing from its sum; add all warps_per_row slots of the row"
+)
+
+
+class _SharedMachine:
+    """Addresses of shared-memory accesses per thread, from the PTX (``dsmem_sim``'s
+    interpreter: each address register evaluated from its one definition; %laneid added)."""
+
+    def __init__(self, ptx: str):
+        from ..dsmem_sim import _Program
+
+        self.prog = _Program(ptx)
+
+    def address(self, index: int, tid: int) -> int:
+        from ..dsmem_sim import _Machine
+
+        m = _Machine(self.prog, index, tid, 0)
+        m.env["%laneid"] = tid % 32
+        m.env["%warpid"] = tid // 32
+        operand = self.prog.instrs[index][2][0 if self._is_store(index) else 1]
+        base, _, off = operand.strip("[] ").partition("+")
+        return int(m.val(base)) + (int(off) if off else 0)
+
+    def _is_store(self, index: int) -> bool:
+        return self.prog.instrs[index][1].startswith("st.")
+
+    def accesses(self, kind: str) -> list[tuple[int, int]]:
+        """(instruction index, 4-byte words) of each ``ld.shared``/``st.shared``."""
+        out = []
+        for i, (_, op, _, _) in enumerate(self.prog.instrs):
+            if op.startswith(f"{kind}.shared") and "::cluster" not in op:
+                v = re.search(r"\.v(\d)", op)
+                out.append((i, int(v.group(1)) if v else 1))
+        return out
+
+
+def slots_read(ptx: str, threads_per_row: int, num_threads: int):
+    """{thread: the shared-memory words (byte offsets) its ld.shared read} and {first thread
+    of a warp: the words its st.shared write}, replayed from the PTX; None when the
+    interpreter cannot tell (a loop, a load feeding an address)."""
+    from ..dsmem_sim import _Unknown
+
+    sm = _SharedMachine(ptx)
+    loads, stores = sm.accesses("ld"), sm.accesses("st")
+    if not loads or not stores:
+        return None
+    reads, written = {}, {}
+    try:
+        for tid in range(num_threads):
+            if tid % 32 == 0:  # lane 0 of each warp writes its slot
+                written[tid] = {sm.address(i, tid) for i, _ in stores}
+            words = set()
+            for i, n in loads:
+                a = sm.address(i, tid)
+                words.update(a + 4 * k for k in range(n))
+            reads[tid] = words
+    except (_Unknown, KeyError, TypeError, ValueError, IndexError):
+        return None
+    return reads, written
+
+
+def _probe_slots(rep, ctx):
+    """Every warp reads back every slot its row's warps wrote (replayed from the PTX per
+    thread): a warp that reads only its own slot compiles to st, bar, ld like a right answer."""
+    cfg = rep.config
+    got = slots_read(rep.ptx, cfg.threads_per_row, cfg.num_threads)
+    if got is None:
+        return "not replayable from the PTX; left to the gpu tier"
+    reads, written = got
+    tpr = cfg.threads_per_row
+    for w0 in range(0, cfg.num_threads, 32):
+        row = w0 // tpr
+        slots = set().union(*(written[w] for w in range(row * tpr, (row + 1) * tpr, 32)))
+        seen = set().union(*(reads[t] for t in range(w0, w0 + 32)))
+        if slots - seen:
+            own = seen & slots == written[w0]
+            nslots = len(slots)
+            raise CheckFailed(
+                f"warp {w0 // 32} (row {row}) reads {len(seen & slots)} of its row's "
+                f"{nslots} slots",
+                expected=f"the {nslots} slots of row {row}, read after the barrier",
+                seen=f"{len(seen)} distinct shared-memory word(s) read by the warp's lanes",
+                hint=OWN_SLOT if own else SOME_SLOTS if seen & slots else BUFFER_ROW,
+            )
+    return "each warp reads all of its row's slots (replayed per thread)"
 
 
 def _no_divergent_barrier(rep):
@@ -226,6 +323,19 @@ block_reduce = register(
                 tiers=(COMPILE, GPU),
             ),
             Mutant(
+                "returns its own slot",
+                [
+                    (
+                        "    total = Float32(0.0)\n"
+                        "    for w in cutlass.range_constexpr(warps_per_row):\n"
+                        "        total += buffer[row, w]\n"
+                        "    return total\n",
+                        "    return buffer[row, warp % warps_per_row]\n",
+                    )
+                ],
+                hint="reads back only the slot it wrote itself",
+            ),
+            Mutant(
                 "every row reads row 0's slots",
                 [("total += buffer[row, w]", "total += buffer[0, w]")],
                 hint="rows of one CTA share the same slots",
@@ -284,6 +394,13 @@ block_reduce.add(
     ),
     ptx_probe(BLOCK_HOLE, "a barrier between the shared-memory writes and reads", _probe_barrier),
     ptx_probe(BLOCK_HOLE, "reads the row's slots back", _probe_reads),
+    ptx_probe(BLOCK_HOLE, "every warp reads all of its row's slots", _probe_slots),
+    Check(
+        "every warp reads all of its row's slots, 8 warps per row (N=16384)",
+        COMPILE,
+        lambda ctx: _probe_slots(ctx.report(BLOCK_HOLE, 16384, "bf16", WIDE_CFG), ctx),
+        needs=("compiles",),
+    ),
     ptx_probe(BLOCK_HOLE, "each row of the CTA uses its own slots", _probe_rows),
     no_local_memory(BLOCK_HOLE),
     compiles(BLOCK_HOLE, dtypes=("fp16",), hidden=True),
