@@ -2,6 +2,7 @@
 
 02.warp_reduce  the butterfly: sum a value over the lanes of a row with ``shfl.sync.bfly``
 02.tv_layout    the thread and value layouts of the 128-bit tiled copy that moves a row
+02.warp_kernel  the whole kernel: the warp stage's @cute.kernel for rows that fit one pass
 """
 
 from __future__ import annotations
@@ -12,9 +13,18 @@ import torch
 
 from ...config import RowConfig
 from .. import hints
-from ..checks import KernelHole, Ptx, compiles, gpu_values, no_local_memory, ptx_probe
+from ..checks import (
+    KernelHole,
+    Ptx,
+    compiles,
+    gpu_speed,
+    gpu_values,
+    no_local_memory,
+    ptx_probe,
+)
 from ..hints import Variant
 from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
+from ._kernels import access_check, kernel_hole, mixed_values, ragged_Ns
 
 LESSON = "02_warp_reduction"
 WARP = 32
@@ -486,4 +496,130 @@ tv_layout.add(
     compiles(COPY_HOLE, dtypes=("fp16",), hidden=True),
     gpu_values(COPY_HOLE),
     gpu_values(COPY_HOLE, hidden=True, name="values at more shapes, grading seed"),
+)
+
+
+# ---- 02.warp_kernel ---------------------------------------------------------------------------
+# The whole kernel: the learner writes the warp stage's @cute.kernel for rows that fit one pass
+# (a thread holds its whole share of the row), given the stage's helpers (row_copy, warp_reduce,
+# rstd) and copy_utils (broadcast_rows, predicate_cols).
+KERNEL_HOLE = kernel_hole("warp")
+
+SAME_ROWS = (
+    "every CTA loads the same rows: the tile of x (and of y) must be chosen by the CTA's index "
+    "(block_idx), so that CTA b works on the b-th block of rows_per_cta rows"
+)
+NO_ROW_SUM = (
+    "the lanes of a row never add their partial sums: each lane scales its elements by its own "
+    "partial. After the per-thread sum of squares, self.warp_reduce(sum_sq) gives every lane "
+    "of the row the row's total"
+)
+
+
+def one_pass_config(N: int, dtype):
+    """The warp stage's heuristic; the exercise's row lengths all fit one pass (chunks == 1)."""
+    from ...config import warp_config
+    from ...primitives.tiling import RowTiling
+
+    cfg = warp_config(N, dtype)
+    assert RowTiling.make(N, dtype, cfg).chunks == 1, (N, dtype)
+    return cfg
+
+
+def _lanes_combine(rep, kernel):
+    width = min(kernel.config.threads_per_row, WARP)
+    n = rep.count("shfl.sync.bfly")
+    if n != width.bit_length() - 1:
+        raise CheckFailed(
+            f"{n} shfl.sync.bfly for rows of {width} lanes",
+            expected=f"{width.bit_length() - 1} (log2({width}) butterfly rounds)",
+            seen=f"{n}",
+            hint=NO_ROW_SUM if n == 0 else hints.MISSING_SHUFFLE,
+        )
+    return f"{n} shfl.sync.bfly ({width} lanes per row)"
+
+
+_KERNEL_CASES = (
+    (1000, "bf16", "bf16", None),
+    (1000, "bf16", "fp32", None),
+    (1000, "fp32", "fp32", None),
+    (64, "bf16", "bf16", None),  # 8 lanes per row: four rows share a warp
+)
+_KERNEL_NS = (64, 1000)
+_KERNEL_HIDDEN_NS = (136, 520, 1544, 2040)
+
+
+def _hidden_kernel_cases(ctx):
+    n = ctx.rng("kernel N").choice(_KERNEL_HIDDEN_NS)
+    return ((n, "fp16", "fp32", None), (n, "fp32", "bf16", None))
+
+
+warp_kernel = register(
+    Exercise(
+        id="02.warp_kernel",
+        lesson=LESSON,
+        answer="warp_kernel",
+        title="the whole warp kernel: tile, load, reduce, normalise, store",
+        points={COMPILE: 2, GPU: 2},
+        mutants=[
+            Mutant(
+                "every CTA the same rows",
+                [
+                    (
+                        "gX = cute.local_tile(mX, t.tiler, (bidx, 0))",
+                        "gX = cute.local_tile(mX, t.tiler, (0, 0))",
+                    )
+                ],
+                hint="every CTA loads the same rows",
+            ),
+            Mutant(
+                "lanes never combine",
+                [("    sum_sq = self.warp_reduce(sum_sq)", "    pass")],
+                hint="the lanes of a row never add their partial sums",
+            ),
+            Mutant(
+                "weight never used",
+                [("y = x * rstd * tXrW.load().to(Float32)", "y = x * rstd")],
+                hint="not multiplied by the weight",
+            ),
+        ],
+    )
+)
+warp_kernel.add(
+    compiles(KERNEL_HOLE, N=1000, dtypes=("bf16", "fp32")),
+    access_check(
+        KERNEL_HOLE,
+        _KERNEL_CASES,
+        name="x read once, the weight read, y written once, tiled by the CTA (x and weight dtypes)",
+        hint_tile=SAME_ROWS,
+        extra=_lanes_combine,
+    ),
+    ptx_probe(
+        KERNEL_HOLE, "every global load and store is 16 bytes", _probe_128, dtypes=("bf16", "fp32")
+    ),
+    no_local_memory(KERNEL_HOLE),
+    access_check(
+        KERNEL_HOLE,
+        _hidden_kernel_cases,
+        name="the same at a random N, fp16/fp32 (grading seed)",
+        hint_tile=SAME_ROWS,
+        extra=_lanes_combine,
+        hidden=True,
+    ),
+    mixed_values(
+        KERNEL_HOLE,
+        Ns=ragged_Ns(_KERNEL_NS, _KERNEL_HIDDEN_NS),
+        config=one_pass_config,
+        name="values vs rmsnorm_ref (M in 1/37/199, N in 64/1000, x and weight dtypes)",
+        variants=(ROWS_MIXED_V,),
+    ),
+    gpu_speed(KERNEL_HOLE, fraction=0.85, N=4096),
+    mixed_values(
+        KERNEL_HOLE,
+        Ns=ragged_Ns(_KERNEL_NS, _KERNEL_HIDDEN_NS),
+        config=one_pass_config,
+        name="values at more shapes and dtype pairs, grading seed",
+        hidden=True,
+        variants=(ROWS_MIXED_V,),
+    ),
 )

@@ -2,6 +2,7 @@
 
 03.block_reduce     the warps of a row meet through shared memory (a store, a barrier, loads)
 03.threads_per_row  the heuristic: threads per row for N so that a thread holds <= 8 vectors
+03.block_kernel     the whole kernel: the block stage's @cute.kernel, given block_reduce
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..checks import (
     Ptx,
     compiles,
     divergent_barriers,
+    gpu_speed,
     gpu_values,
     no_local_memory,
     ptx_probe,
@@ -25,6 +27,7 @@ from ..checks import (
 )
 from ..hints import Variant
 from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
+from ._kernels import access_check, kernel_hole, mixed_values, ragged_Ns
 
 LESSON = "03_block_reduction"
 WARP = 32
@@ -384,6 +387,24 @@ def _guarded(check: Check) -> Check:
     return Check(check.name, check.tier, fn, check.hidden, check.needs)
 
 
+def _guarded_kernel(check: Check) -> Check:
+    """``_guarded`` for the whole-kernel exercise: the learner's kernel at 8 warps per row."""
+
+    def fn(ctx):
+        rep = ctx.report(KERNEL_HOLE, 16384, "bf16", None)
+        why = launch_guard(rep)
+        if why:
+            raise CheckFailed(
+                f"not launched: {why}; it would wait forever",
+                expected="a barrier that every thread of the CTA executes",
+                seen=why,
+                hint=DIVERGENT_BARRIER,
+            )
+        return check.fn(ctx)
+
+    return Check(check.name, check.tier, fn, check.hidden, check.needs)
+
+
 block_reduce.add(
     compiles(BLOCK_HOLE, N=1000, dtypes=("bf16", "fp32")),
     Check(
@@ -583,3 +604,164 @@ threads_per_row = register(
     )
 )
 threads_per_row.add(_tpr_check(hidden=False), _tpr_check(hidden=True))
+
+
+# ---- 03.block_kernel --------------------------------------------------------------------------
+# The whole kernel: the learner writes the block stage's @cute.kernel (rows that fit one pass),
+# given the stage's helpers: row_copy, warp_reduce, block_reduce (the stage's), rstd.
+KERNEL_HOLE = kernel_hole("block")
+
+NEVER_MEET = (
+    "the warps of a row never meet: each warp scales its elements with its own warp's sum. "
+    "After warp_reduce, combine the warps of the row through a shared-memory buffer of one "
+    "fp32 slot per (row, warp): self.block_reduce(val, buffer)"
+)
+SAME_ROWS = (
+    "every CTA loads the same rows: the tile of x (and of y) must be chosen by the CTA's index "
+    "(block_idx), so that CTA b works on the b-th block of rows_per_cta rows"
+)
+SHARED_SLOT = (
+    "two warps write the same shared-memory slot, so one partial overwrites another: the buffer "
+    "needs one fp32 slot per (row of the CTA, warp of the row), shape "
+    "(rows_per_cta, warps_per_row)"
+)
+
+
+BUFFER_SHAPE = (
+    "a warp does not read all of its row's partials back: the buffer given to block_reduce "
+    "needs one fp32 slot per (row of the CTA, warp of the row), shape (rows_per_cta, "
+    "warps_per_row); block_reduce takes the warps per row from the buffer's second mode"
+)
+
+
+def _warps_meet(rep, kernel):
+    ptx = rep.ptx
+    if "bar.sync" not in ptx and "st.shared" not in ptx:
+        raise CheckFailed(
+            f"{kernel.config.threads_per_row} threads per row and no shared-memory step",
+            expected="st.shared (each warp's partial), bar.sync, ld.shared (the row's slots)",
+            seen="no st.shared, no bar.sync",
+            hint=NEVER_MEET,
+        )
+    cfg = kernel.config
+    got = slots_read(ptx, cfg.threads_per_row, cfg.num_threads)
+    if got is not None:
+        _, written = got
+        owners: dict = {}
+        for w0, words in written.items():
+            for a in words:
+                if a in owners:
+                    raise CheckFailed(
+                        f"warps {owners[a] // 32} and {w0 // 32} write the same slot",
+                        expected="one slot per (row, warp)",
+                        seen=f"byte {a} of shared memory written by both",
+                        hint=SHARED_SLOT,
+                    )
+                owners[a] = w0
+    try:
+        return _probe_slots(rep, None)
+    except CheckFailed as e:
+        e.hint = BUFFER_SHAPE
+        raise
+
+
+def one_pass_config(N: int, dtype):
+    """The block stage's heuristic; the exercise's row lengths all fit one pass."""
+    from ...primitives.tiling import RowTiling
+
+    cfg = block_config(N, dtype)
+    assert RowTiling.make(N, dtype, cfg).chunks == 1, (N, dtype)
+    return cfg
+
+
+_KERNEL_CASES = (
+    (1000, "bf16", "bf16", None),  # 64 threads per row: 2 rows x 2 warps per CTA
+    (1000, "bf16", "fp32", None),
+    (1000, "fp32", "fp32", None),
+    (16384, "bf16", "bf16", None),  # 256 threads per row: 8 warps
+)
+_KERNEL_NS = (1000, 8200)
+_KERNEL_HIDDEN_NS = (1544, 3000, 6136, 12296)
+
+
+def _hidden_kernel_cases(ctx):
+    n = ctx.rng("kernel N").choice(_KERNEL_HIDDEN_NS)
+    return ((n, "fp16", "fp32", None), (n, "fp32", "bf16", None))
+
+
+block_kernel = register(
+    Exercise(
+        id="03.block_kernel",
+        lesson=LESSON,
+        answer="block_kernel",
+        title="the whole block kernel: a shared-memory buffer and two levels of reduction",
+        points={COMPILE: 2, GPU: 2},
+        mutants=[
+            Mutant(
+                "warps never meet",
+                [("    sum_sq = self.block_reduce(sum_sq, buffer)", "    pass")],
+                hint="the warps of a row never meet",
+            ),
+            Mutant(
+                "one slot per row",
+                [("(t.rows_per_cta, t.warps_per_row), order", "(t.rows_per_cta, 1), order")],
+                hint="one fp32 slot per (row of the CTA, warp of the row)",
+            ),
+            Mutant(
+                "every CTA the same rows",
+                [
+                    (
+                        "gX = cute.local_tile(mX, t.tiler, (bidx, 0))",
+                        "gX = cute.local_tile(mX, t.tiler, (0, 0))",
+                    )
+                ],
+                hint="every CTA loads the same rows",
+            ),
+            Mutant(
+                "weight never used",
+                [("y = x * rstd * tXrW.load().to(Float32)", "y = x * rstd")],
+                hint="not multiplied by the weight",
+            ),
+        ],
+    )
+)
+block_kernel.add(
+    compiles(KERNEL_HOLE, N=1000, dtypes=("bf16", "fp32")),
+    access_check(
+        KERNEL_HOLE,
+        _KERNEL_CASES,
+        name="x read once, the weight read, y written once; the warps of a row meet in shared "
+        "memory (2 to 8 warps per row)",
+        hint_tile=SAME_ROWS,
+        extra=_warps_meet,
+    ),
+    no_local_memory(KERNEL_HOLE),
+    access_check(
+        KERNEL_HOLE,
+        _hidden_kernel_cases,
+        name="the same at a random N, fp16/fp32 (grading seed)",
+        hint_tile=SAME_ROWS,
+        extra=_warps_meet,
+        hidden=True,
+    ),
+    _guarded_kernel(
+        mixed_values(
+            KERNEL_HOLE,
+            Ns=ragged_Ns(_KERNEL_NS, _KERNEL_HIDDEN_NS),
+            config=one_pass_config,
+            name="values vs rmsnorm_ref (M in 1/37/199, N in 1000/8200, x and weight dtypes)",
+            variants=_VARIANTS,
+        )
+    ),
+    _guarded_kernel(gpu_speed(KERNEL_HOLE, fraction=0.85, N=8192)),
+    _guarded_kernel(
+        mixed_values(
+            KERNEL_HOLE,
+            Ns=ragged_Ns(_KERNEL_NS, _KERNEL_HIDDEN_NS),
+            config=one_pass_config,
+            name="values at more shapes and dtype pairs, grading seed",
+            hidden=True,
+            variants=_VARIANTS,
+        )
+    ),
+)
