@@ -28,7 +28,12 @@ from ..registry import GPU, Check, CheckFailed
 
 X, W, OUT = 0, 1, 2
 _NAMES = {X: "x", W: "the weight", OUT: "y"}
-_PARAM = re.compile(r"_param_(\d+)\]")
+ROWS_PAST_M = (
+    "the last CTA's tile of rows runs past the end of the tensor (M is seldom a multiple of "
+    "rows_per_cta), and its rows past M are loaded or stored anyway: reads and writes outside "
+    "x and y. Guard the copies of x and y with the thread's row (its identity coordinate) < M"
+)
+_PARAM = re.compile(r"_param_(\d+)(?:\+\d+)?\]")
 
 
 def kernel_hole(stage: str, attrs: tuple = ()) -> KernelHole:
@@ -112,6 +117,16 @@ def probe_accesses(rep, kernel, *, cluster: bool = False, hint_tile: str, hint_r
             + ": load the weight's tile (broadcast over the CTA's rows) into a fragment of "
             "x's shape and multiply by it",
         )
+    for kind, arg in (("st", OUT), ("ld", X)):
+        bad = unguarded_by_rows(rep.ptx, kind, arg)
+        if bad:
+            what = "stores of y" if kind == "st" else "loads of x"
+            raise CheckFailed(
+                f"{where}: {len(bad)} {what} with no test of the row against M",
+                expected=f"every {what[:-5]} inside `if row < M:` (or predicated on it)",
+                seen=f"`{bad[0]}`",
+                hint=ROWS_PAST_M,
+            )
     regs = ("%ctaid.x",)
     for ins in acc.get(("ld", X), []):
         chain = " ".join(a.text for a in ptx.ancestors(ins))
@@ -153,7 +168,7 @@ def mixed_values(
     dtype pair, ``Ns(ctx, hidden)`` row lengths and M in 1/37/199 (hidden: 3/131/1029), with
     the config ``config(N, dtype)``; fresh inputs per seed, the output poisoned.
     ``guard(ctx, kernel, report)`` may raise CheckFailed to refuse a launch (a kernel that would
-    hang)."""
+    hang); a kernel whose loads or stores are not guarded by the row count is never launched."""
 
     def fn(ctx):
         import torch
@@ -173,8 +188,10 @@ def mixed_values(
                 if key not in ctx.cache:
                     kernel = hole.build(ctx.answer)(xdt, N, cfg, wdt)
                     with shortcut_guard() as seen:
+                        rep = kernel_report(kernel)
+                        _refuse_out_of_bounds(rep, f"x {xd}, weight {wd}, N={N}")
                         if guard is not None:
-                            guard(ctx, kernel, kernel_report(kernel))
+                            guard(ctx, kernel, rep)
                         launch = compile_kernel(kernel)
                     if seen:
                         raise shortcut_failure(seen[0])
@@ -204,6 +221,21 @@ def mixed_values(
         return f"{n} shapes x dtype pairs match rmsnorm_ref"
 
     return Check(name, GPU, fn, hidden, tuple(needs))
+
+
+def _refuse_out_of_bounds(rep, where: str) -> None:
+    """A kernel that loads or stores rows past M is not launched: it would read or write
+    outside x and y (another tensor's memory, or an illegal address that ends the process's
+    CUDA context)."""
+    for kind, arg in (("st", OUT), ("ld", X)):
+        bad = unguarded_by_rows(rep.ptx, kind, arg)
+        if bad:
+            raise CheckFailed(
+                f"not launched ({where}): {len(bad)} global {kind} of "
+                f"{'y' if arg == OUT else 'x'} with no test of the row against M",
+                seen=f"`{bad[0]}`",
+                hint=ROWS_PAST_M,
+            )
 
 
 def ragged_Ns(visible: tuple, hidden_choices: tuple, k: int = 2) -> Callable:
@@ -282,3 +314,57 @@ def access_check(
         return "; ".join(msgs)
 
     return Check(name, "compile", fn, hidden, ("compiles",))
+
+
+_SKIP = ("//", ".", "$", "{", "}", ")")
+
+
+def unguarded_by_rows(ptx_text: str, kind: str, arg: int) -> list[str]:
+    """The global ``kind`` ("ld"/"st") accesses of argument ``arg`` that no test of the row
+    count guards: neither predicated on, nor inside a forward branch over, a predicate computed
+    from a tensor's shape (``mX.shape[0]``, a 32-bit kernel parameter of x or y). A tile of
+    rows_per_cta rows runs past M in the last CTA; such an access reads or writes past the end
+    of the tensor."""
+    ptx = Ptx(ptx_text)
+    raw = []  # (line index, guard predicate or None, negated) per instruction, as Ptx counts
+    lines = [ln.strip() for ln in ptx_text.splitlines()]
+    labels = {}
+    for i, s in enumerate(lines):
+        s = s.split("//")[0].strip()
+        if s.endswith(":"):
+            labels[s[:-1]] = i
+            continue
+        if not s or s.startswith(_SKIP):
+            continue
+        g = re.match(r"^@(!?)(%\w+)\s+", s)
+        raw.append((i, g.group(2) if g else None))
+
+    def shape_pred(pred: str) -> bool:
+        for j in ptx.defs.get(pred, []):
+            chain = [ptx.instrs[j], *ptx.ancestors(ptx.instrs[j])]
+            for a in chain:
+                if a.opcode.startswith("ld.param.b32") or a.opcode.startswith("ld.param.u32"):
+                    m = _PARAM.search(a.text + "]") or _PARAM.search(a.text)
+                    if m and int(m.group(1)) in (X, OUT):
+                        return True
+        return False
+
+    branches = []  # (line, target line) of forward branches on a shape predicate
+    for k, ins in enumerate(ptx.instrs):
+        line, pred = raw[k]
+        if ins.opcode.startswith("bra") and pred and shape_pred(pred):
+            target = labels.get(ins.operands[0].strip()) if ins.operands else None
+            if target is not None and target > line:
+                branches.append((line, target))
+    bad = []
+    op = f"{kind}.global"
+    for k, ins in enumerate(ptx.instrs):
+        if not ins.opcode.startswith(op) or arg not in _param_of(ptx, ins):
+            continue
+        line, pred = raw[k]
+        if pred and shape_pred(pred):
+            continue
+        if any(b < line < t for b, t in branches):
+            continue
+        bad.append(ins.text)
+    return bad

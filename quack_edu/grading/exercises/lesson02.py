@@ -578,6 +578,11 @@ warp_kernel = register(
                 hint="the lanes of a row never add their partial sums",
             ),
             Mutant(
+                "stores rows past M",
+                [("    if row < M:\n        cute.copy(copy_O", "    cute.copy(copy_O")],
+                hint="runs past the end of the tensor",
+            ),
+            Mutant(
                 "weight never used",
                 [("y = x * rstd * tXrW.load().to(Float32)", "y = x * rstd")],
                 hint="not multiplied by the weight",

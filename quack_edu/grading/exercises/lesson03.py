@@ -718,6 +718,11 @@ block_kernel = register(
                 hint="every CTA loads the same rows",
             ),
             Mutant(
+                "stores rows past M",
+                [("    if row < M:\n        cute.copy(copy_O", "    cute.copy(copy_O")],
+                hint="runs past the end of the tensor",
+            ),
+            Mutant(
                 "weight never used",
                 [("y = x * rstd * tXrW.load().to(Float32)", "y = x * rstd")],
                 hint="not multiplied by the weight",
