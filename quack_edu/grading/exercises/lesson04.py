@@ -687,7 +687,11 @@ def _protocol(rep, kernel):
 def _kernel_guard(ctx, kernel, rep):
     """Refuse to launch a kernel that could hang: a wrong exchange (replayed) or a protocol
     out of order."""
-    _protocol(rep, kernel)
+    try:
+        _protocol(rep, kernel)
+    except CheckFailed as e:
+        e.message = f"not launched: {e.message}"
+        raise
     from ..dsmem_sim import exchange_from_ptx, judge_exchange
 
     t = kernel.tiling
