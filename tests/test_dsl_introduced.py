@@ -185,11 +185,7 @@ def introduced_in(name: str) -> int | None:
 NOT_YET = {
     # the CTA barrier by its DSL name (lesson 03 shows bar.sync in PTX)
     ("cluster", "cute.arch.sync_threads"),
-    # the cluster exchange (lesson 04): barriers, raw PTX, register views
-    ("cluster", "cute.arch.cluster_wait"),
-    ("cpasync", "cute.arch.cluster_wait"),
-    ("final", "cute.arch.cluster_wait"),
-    ("final_bwd", "cute.arch.cluster_wait"),
+    # the cluster exchange (lesson 04): raw PTX, register views
     ("cluster", "cute.arch.inline_ptx"),
     ("final", "cute.arch.inline_ptx"),
     ("cluster", "cute.recast_tensor"),
