@@ -53,6 +53,7 @@ def _source(ex_id):
 REFUSED = [
     ("02.warp_kernel", "stores rows past M", "runs past the end of the tensor"),
     ("03.block_kernel", "stores rows past M", "runs past the end of the tensor"),
+    ("03.block_kernel", "one slot per row", "one fp32 slot per (row of the CTA, warp of the row)"),
     ("04.cluster_kernel", "sends before the peers are ready", "not behind a cluster wait"),
     ("04.cluster_kernel", "reads the slots before they land", "read before the peers' partials"),
     ("04.cluster_kernel", "no exchange", "peers never receive"),
@@ -69,3 +70,29 @@ def test_the_gpu_tier_refuses_what_it_must_not_launch(ex_id, mutant, hint):
         values.fn(Context(ex, answer, False, 1))  # raises before any CUDA call
     assert "not launched" in e.value.message, e.value.message
     assert hint in (e.value.hint or ""), e.value.hint
+
+
+def test_the_gpu_guards_let_the_solutions_through():
+    # the part of the gpu tier that runs before a launch, on each solution at the configs the
+    # gpu tier uses (the guards' shapes: 04's speed at 65536, 03's 8 warps per row)
+    from quack_edu.grading.exercises import lesson02, lesson03
+
+    cases = {
+        "02.warp_kernel": (lesson02.KERNEL_HOLE, [(1000, None)]),
+        "03.block_kernel": (lesson03.KERNEL_HOLE, [(16384, None)]),
+        "04.cluster_kernel": (
+            lesson04.KERNEL_HOLE,
+            [(1000, lesson04.exchange_config(1000, BF16)), (65536, None)],
+        ),
+    }
+    for ex_id, (hole, configs) in cases.items():
+        ex = get(ex_id)
+        ctx = Context(ex, answer_from_source(_source(ex_id), ex.answer), False, 1)
+        for N, cfg in configs:
+            kernel, rep = _kernels.whole_report(ctx, hole, N, "bf16", "fp32", cfg)
+            _kernels._refuse_out_of_bounds(rep, ex_id)
+            if ex_id.startswith("03"):
+                assert lesson03.launch_guard(rep) is None
+                lesson03._warps_meet(rep, kernel)
+            if ex_id.startswith("04"):
+                lesson04._kernel_guard(ctx, kernel, rep)

@@ -388,7 +388,8 @@ def _guarded(check: Check) -> Check:
 
 
 def _guarded_kernel(check: Check) -> Check:
-    """``_guarded`` for the whole-kernel exercise: the learner's kernel at 8 warps per row."""
+    """``_guarded`` for the whole-kernel exercise, the learner's kernel at 8 warps per row: not
+    launched when a barrier is divergent, or when its shared-memory step (replayed) is wrong."""
 
     def fn(ctx):
         rep = ctx.report(KERNEL_HOLE, 16384, "bf16", None)
@@ -400,6 +401,11 @@ def _guarded_kernel(check: Check) -> Check:
                 seen=why,
                 hint=DIVERGENT_BARRIER,
             )
+        try:  # a buffer of the wrong shape: slots past its end (shared memory out of bounds)
+            _warps_meet(rep, ctx.kernel(KERNEL_HOLE, 16384, "bf16"))
+        except CheckFailed as e:
+            e.message = f"not launched: {e.message}"
+            raise
         return check.fn(ctx)
 
     return Check(check.name, check.tier, fn, check.hidden, check.needs)
