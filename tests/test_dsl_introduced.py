@@ -183,18 +183,6 @@ def introduced_in(name: str) -> int | None:
 #: (stage, name) pairs whose name no lesson at or before the stage's introduces yet. strict
 #: xfail: once a lesson introduces it, the pair passes and must be removed from here.
 NOT_YET = {
-    # the CTA barrier by its DSL name (lesson 03 shows bar.sync in PTX)
-    ("cluster", "cute.arch.sync_threads"),
-    # the cluster exchange (lesson 04): barriers, raw PTX, register views
-    ("cluster", "cute.arch.cluster_wait"),
-    ("cpasync", "cute.arch.cluster_wait"),
-    ("final", "cute.arch.cluster_wait"),
-    ("final_bwd", "cute.arch.cluster_wait"),
-    ("cluster", "cute.arch.inline_ptx"),
-    ("final", "cute.arch.inline_ptx"),
-    ("cluster", "cute.recast_tensor"),
-    ("cluster", "dsl_user_op"),
-    ("cluster", "llvm.bitcast"),
     # cp.async (lesson 05): the narrow copies' cache mode
     ("cpasync", "cpasync.LoadCacheMode.ALWAYS"),
     ("final", "cpasync.LoadCacheMode.ALWAYS"),

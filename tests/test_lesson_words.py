@@ -17,9 +17,6 @@ _spec.loader.exec_module(LW)
 #: Lessons still over a limit (run the script for which). strict xfail: a lesson brought within
 #: the limits fails here until its name is removed from this set.
 NOT_YET = {
-    "02_warp_reduction",
-    "03_block_reduction",
-    "04_cluster_reduction",
     "05_cp_async_pipelining",
     "06_final_kernel",
     "07_backward",
