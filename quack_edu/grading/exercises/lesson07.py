@@ -62,6 +62,11 @@ NO_DOUT_IN_G = (
     "dout never reaches dx: g is the gradient of the loss with respect to x_hat, "
     "dout * (w + weight_offset); without dout it is not a gradient of anything"
 )
+OFFSET_WITHOUT_WEIGHT = (
+    "w is None there, and your g still carries weight_offset: the offset belongs to the weight "
+    "(the layer's factor is w + weight_offset), so a layer without a weight has no factor at "
+    "all and g is dout itself, whatever weight_offset says"
+)
 NO_WEIGHT_CASE = (
     "the kernel without a weight (weight=None) does not compile with your code: w is None "
     "there, and g is dout itself; handle `w is None` first"
@@ -423,6 +428,10 @@ COMPILES = "compiles (x fp32, weight bf16, dout fp16, weight_offset=1.0)"
 PROBE = "the PTX: dx from dout * (w + 1.0)"
 #: after the probe: a wrong g is reported without compiling a second kernel
 COMPILES_NO_WEIGHT = "compiles without a weight (w is None)"
+#: the no-weight kernel's offset: nonzero, so that an answer which applies it without a weight
+#: shows it (0.375 and 1.375 are immediates no other part of the kernel uses)
+NO_WEIGHT_OFFSET = 0.375
+PROBE_NO_WEIGHT = "the PTX without a weight: dx from dout alone (weight_offset=0.375 unused)"
 
 
 def learner_class(answer):
@@ -436,7 +445,8 @@ def learner_class(answer):
 
 def report_for(answer, N: int = 1000, weighted: bool = True):
     """The backward kernel with the learner's ``grad_in``, compiled with x fp32, weight bf16,
-    dout fp16 and weight_offset=1.0 at ``N`` (``weighted=False``: bf16 x, no weight). Cached
+    dout fp16 and weight_offset=1.0 at ``N`` (``weighted=False``: bf16 x, no weight,
+    weight_offset=NO_WEIGHT_OFFSET, which must not reach dx). Cached
     for the answer object: the report the grader read, without compiling again."""
     import torch
 
@@ -451,7 +461,7 @@ def report_for(answer, N: int = 1000, weighted: bool = True):
             f = BwdFeatures(dout_dtype=torch.float16, weight_offset=OFFSET)
             kernel = cls(torch.float32, N, None, torch.bfloat16, features=f)
         else:
-            f = BwdFeatures(weight=False, dw=False)
+            f = BwdFeatures(weight=False, dw=False, weight_offset=NO_WEIGHT_OFFSET)
             kernel = cls(torch.bfloat16, N, None, None, features=f)
         with shortcut_guard() as seen:
             rep = kernel_report(kernel, stage="final_bwd+07.grad_in")
@@ -547,6 +557,34 @@ def _probe_grad(rep) -> str:
     return "dx depends on dout * (w + 1.0): the weight, dout, the offset added to w"
 
 
+def offset_in_dx(ptx_text: str, off: float = NO_WEIGHT_OFFSET) -> list[str]:
+    """The instructions among the dx stores' inputs that use the offset (``off``, ``1 + off``,
+    ``1 - off`` or ``-off`` as an fp32 immediate)."""
+    ptx = Ptx(ptx_text)
+    consts = {f32_hex(v) for v in (off, 1 + off, 1 - off, -off)}
+    seen = []
+    for st in (i for i in ptx.instrs if i.opcode.startswith("st.global")):
+        for a in ptx.ancestors(st):
+            if any(k in o for o in a.operands for k in consts) and a.text not in seen:
+                seen.append(a.text)
+    return seen
+
+
+def _grad_probe_no_weight() -> Check:
+    def fn(ctx):
+        used = offset_in_dx(report_for(ctx.answer, 1000, weighted=False).ptx)
+        if used:
+            raise CheckFailed(
+                f"without a weight, weight_offset={NO_WEIGHT_OFFSET} still reaches dx",
+                expected="g = dy: no weight, so no (w + weight_offset) factor",
+                seen=used[0],
+                hint=OFFSET_WITHOUT_WEIGHT,
+            )
+        return "without a weight, g is dout alone (the offset never reaches dx)"
+
+    return Check(PROBE_NO_WEIGHT, COMPILE, fn, needs=(COMPILES_NO_WEIGHT,))
+
+
 def _grad_probe() -> Check:
     def fn(ctx):
         return _probe_grad(report_for(ctx.answer, 1000))
@@ -561,6 +599,7 @@ GRAD_CASES = (
     ("fp16", "fp16", OFFSET),
     ("fp32", "fp32", 0.0),
     ("bf16", None, 0.0),
+    ("bf16", None, OFFSET),  # no weight: the offset must not reach g
 )
 
 #: known wrong g's as functions of fp32 (dout, w, off), and their hints
@@ -574,6 +613,11 @@ G_VARIANTS = (
 
 def _diagnose_grad(dx, x, w, dout, rstd, off, scale) -> str | None:
     if w is None:
+        if off == 0.0:
+            return None
+        cand = _dx(x.float().cpu(), rstd.cpu(), dout.float().cpu() * (1 + off))
+        if bool(dx_within(dx.float().cpu(), cand, scale.cpu(), 2e-2).all()):
+            return OFFSET_WITHOUT_WEIGHT
         return None
     d, wf = dout.float().cpu(), w.float().cpu()
     for _, fn, hint in G_VARIANTS:
@@ -676,6 +720,12 @@ grad_in = register(
                 tiers=(COMPILE, GPU),
             ),
             Mutant(
+                "the offset applied without a weight",
+                [("        return dy\n", "        return dy * (1 + weight_offset)\n")],
+                hint="the offset belongs to the weight",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
                 "no case for a missing weight",
                 [("    if w is None:\n        return dy\n", "")],
                 hint="w is None there",
@@ -690,6 +740,7 @@ grad_in.add(
     _grad_compiles(),
     _grad_probe(),
     _grad_compiles(weighted=False),
+    _grad_probe_no_weight(),
     _grad_values(hidden=False),
     _grad_values(hidden=True),
 )
