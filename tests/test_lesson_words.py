@@ -20,7 +20,6 @@ NOT_YET = {
     "02_warp_reduction",
     "03_block_reduction",
     "04_cluster_reduction",
-    "05_cp_async_pipelining",
     "06_final_kernel",
     "07_backward",
     "08_speed_of_light",
