@@ -1474,7 +1474,10 @@ BWD = "bwd_final"
 
 
 def _prose07() -> str:
-    return " ".join(_prose(L07).split())
+    """Lesson 07's markdown and its appendix (docs/07_design_notes.md), where the design notes
+    and their numbers went."""
+    notes = (ROOT / "docs" / "07_design_notes.md").read_text()
+    return " ".join((_prose(L07) + "\n" + notes).split())
 
 
 def _bwd(kernel, N, wdt="bf16"):

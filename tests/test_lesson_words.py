@@ -21,7 +21,6 @@ NOT_YET = {
     "03_block_reduction",
     "04_cluster_reduction",
     "06_final_kernel",
-    "07_backward",
     "08_speed_of_light",
 }
 
