@@ -585,7 +585,6 @@ def _sweep_a() -> dict:
 def _recomputed06() -> dict[str, str]:
     """Every ratio, percentage and range lesson 06 quotes -> the same, recomputed from the files
     and formatted as the prose writes it."""
-    a = _sweep_a()
     v = results.load(FINAL)["verdict"]["by_weight_dtype"]
     plain = [e for e in v["bf16"]["shapes"] if not e["graph"]]
     copy = [_shape("bf16", N)["pct_copy"] for N in (4096, 8192, 16384, 32768, 65536)]
@@ -595,7 +594,9 @@ def _recomputed06() -> dict[str, str]:
     )[:3]
     closest_words = [f"{r:.3f}x at {N}{' through a graph' if g else ''}" for r, N, g in closest]
     # the fp32 weight's cost to cpasync, as lesson 05's record (ladder.json) has it
-    loss = [100 * (1 - _row("cpasync", N, wdt="fp32")["gbps"] / _row("cpasync", N)["gbps"]) for N in BIG]
+    loss = [
+        100 * (1 - _row("cpasync", N, wdt="fp32")["gbps"] / _row("cpasync", N)["gbps"]) for N in BIG
+    ]
     res65 = results.rows(RESIDUAL, kernel="lib", N=65536)[0]
     quack65 = results.rows(RESIDUAL, kernel="quack", N=65536)[0]
 
