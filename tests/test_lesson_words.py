@@ -20,7 +20,6 @@ NOT_YET = {
     "02_warp_reduction",
     "03_block_reduction",
     "04_cluster_reduction",
-    "08_speed_of_light",
 }
 
 LESSONS = LW.lessons(ROOT)

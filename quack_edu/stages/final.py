@@ -6,7 +6,7 @@ Delta over cpasync, in bytes, registers and bytes in flight:
   thread's share of the weight in registers from its load to its use: 16 vectors x 8
   elements = 64 registers of bf16, but 128 of fp32, so with an fp32 weight (the weight
   ``nn.RMSNorm(dim)`` holds under bf16 activations) it loads the weight late, after the sum,
-  with a round trip to L2 per row block (measured: -27..31% at N = 64K..262K bf16). Here the
+  with a round trip to L2 per row block (ladder.json: -27..31% at N = 64K..262K bf16). Here the
   CTA's slice of the weight can be copied to shared memory once (cp.async, in a commit group
   of its own) and read back a vector at a time in the scaling pass: registers no longer
   depend on the weight's dtype (~40), shared memory does (tile_cols x 4 B instead of x 2 B
