@@ -784,12 +784,16 @@ def _shim():
 def replay_loop(answer, n_iter: int, tidx: int, blk0: int = 10) -> list[tuple]:
     """Run the learner's loop in plain Python with recording helpers: the events, in order."""
     import inspect as _inspect
-    import types as _types
+    import textwrap
 
     raw = _inspect.unwrap(answer)
-    g = dict(raw.__globals__)
+    # the loop's own source, run as plain Python (the DSL may keep a rewritten copy of it)
+    lines = textwrap.dedent(_inspect.getsource(raw)).splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("def "))
+    g = dict(getattr(raw, "__globals__", {}))
     g["cutlass"] = _shim()
-    fn = _types.FunctionType(raw.__code__, g, raw.__name__, raw.__defaults__, raw.__closure__)
+    exec(compile("\n".join(lines[start:]), f"<replay of {raw.__name__}>", "exec"), g)
+    fn = g[raw.__name__]
     ev: list[tuple] = []
 
     def first_pass(it, blk, b):
