@@ -991,8 +991,12 @@ def _dw_values(hidden: bool) -> Check:
         cls = _dw_build(ctx.answer)
         gen = torch.Generator().manual_seed(ctx.rng("dw values" + str(hidden)).getrandbits(62))
         n = 0
-        for xdt, wdt in DW_CASES:
-            N = ctx.hidden_N(HOLE, xdt) if hidden else 1000
+        # N = 1000: several rows a CTA; N = 4096 (bf16): one row a CTA, combine_partial's
+        # other branch
+        cases = [(x, w, ctx.hidden_N(HOLE, x) if hidden else 1000) for x, w in DW_CASES]
+        if not hidden:
+            cases.append(("bf16", "bf16", DW_N_ONE))
+        for xdt, wdt, N in cases:
             for M in HIDDEN_M if hidden else VISIBLE_M:
                 x, w, dout, rstd = _row_inputs(M, N, xdt, wdt, 0.0, gen, "cuda")
                 dx = torch.empty_like(x)
@@ -1039,7 +1043,7 @@ def _dw_values(hidden: bool) -> Check:
     name = (
         "dw at more shapes, grading seed"
         if hidden
-        else "dw vs rmsnorm_bwd_ref, twice bitwise equal (M in 1/37/199, N=1000, 4 dtype pairs)"
+        else "dw vs rmsnorm_bwd_ref, twice bitwise equal (M 1/37/199, N=1000 and 4096, all dtypes)"
     )
     return Check(name, GPU, fn, hidden, (DW_COMPILES,))
 
