@@ -546,7 +546,6 @@ pipeline = register(
                     )
                 ],
                 hint="each part needs a group of its own",
-                tiers=(COMPILE, GPU),
             ),
             Mutant(
                 "waits inside the issue loop",
@@ -563,19 +562,19 @@ pipeline = register(
                 "one group too many in flight",
                 [("cp_async_wait_group(stages - 1 - s)", "cp_async_wait_group(stages - s)")],
                 hint="waited for too few groups",
-                tiers=(COMPILE, GPU),
             ),
             Mutant(
                 "sums x, not its square",
                 [("(xv * xv).reduce(", "xv.reduce(")],
                 hint="no square in the sum",
-                tiers=(COMPILE, GPU),
             ),
         ],
     )
 )
 
 
+# The mutants fail the compile tier only: reading a part before its group landed may still give
+# the right values on a GPU (a race), and a wrong sum's values carry no hint of their own.
 pipeline.add(
     # the visible compile tier compiles one kernel a config (bf16); fp32 and fp16 are hidden
     compiles(PIPE_HOLE, N=1000, dtypes=("bf16",), config=four_stages),
