@@ -64,3 +64,14 @@ def test_html_highlights_changed_lines_and_escapes_source():
     page = render_html("warp", "naive")
     assert page.count('style="background:#d7f5d7"') == kernel_diff("warp", "naive")[0].changed
     assert "&lt;" in page and "row < M" not in page
+
+
+def test_decorators_are_shown_after_the_kernel_was_compiled():
+    # the DSL rewrites a traced function; its source must still be read with the decorator
+    import torch
+
+    from quack_edu.tools.inspect import compile_report
+
+    compile_report("naive", 256, torch.float32)
+    (shown,) = kernel_diff("naive")
+    assert shown.lines[0][1] == "@cute.kernel"

@@ -11,6 +11,7 @@ copy of the output) they carry a ``+`` in the gutter.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import html
 import inspect
@@ -33,7 +34,18 @@ class Shown:
         return sum(c for c, _ in self.lines)
 
 
-def _source(obj) -> list[str]:
+def _source(obj, owner: type | None = None) -> list[str]:
+    """The function's source, decorators included. Read from its class's source when there is
+    one: the DSL rewrites a traced function, and the rewritten one's source starts at ``def``."""
+    name = getattr(inspect.unwrap(obj), "__name__", None)
+    if owner is not None and name:
+        lines, first = inspect.getsourcelines(owner)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+        for node in tree.body[0].body:
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                start = min([d.lineno for d in node.decorator_list] + [node.lineno])
+                body = lines[start - 1 : node.end_lineno]
+                return textwrap.dedent("".join(body)).rstrip("\n").splitlines()
     return textwrap.dedent(inspect.getsource(inspect.unwrap(obj))).rstrip("\n").splitlines()
 
 
@@ -42,17 +54,18 @@ def _owner(cls, name: str) -> type:
     return next(k for k in cls.__mro__ if name in vars(k))
 
 
-def _functions(stage: str, fn) -> list[tuple[str, object]]:
-    """(title, function) pairs to show for a stage: its kernel (for final_bwd, the backward
-    kernel and the kernel of its second reduction, PartialSum), or ``fn``."""
+def _functions(stage: str, fn) -> list[tuple[str, object, type | None]]:
+    """(title, function, class defining it) to show for a stage: its kernel (for final_bwd, the
+    backward kernel and the kernel of its second reduction, PartialSum), or ``fn``."""
     cls = kernel_class(stage)
     if callable(fn):
-        return [(getattr(fn, "__qualname__", repr(fn)), fn)]
+        return [(getattr(fn, "__qualname__", repr(fn)), fn, None)]
     name = fn or "kernel"
-    out = [(f"{_owner(cls, name).__name__}.{name}", getattr(cls, name))]
+    owner = _owner(cls, name)
+    out = [(f"{owner.__name__}.{name}", getattr(cls, name), owner)]
     if fn is None and stage == "final_bwd":
         partial = get_stage(stage).PartialSum
-        out.append(("PartialSum.kernel  (dw: sums the partial rows)", partial.kernel))
+        out.append(("PartialSum.kernel  (dw: sums the partial rows)", partial.kernel, partial))
     return out
 
 
@@ -75,9 +88,9 @@ def kernel_diff(stage: str, prev: str | None = None, *, fn=None) -> list[Shown]:
     """What ``show_kernel`` shows, as data: one ``Shown`` per function."""
     shown = []
     old_fns = _functions(prev, fn if isinstance(fn, str) or fn is None else None) if prev else []
-    for i, (title, obj) in enumerate(_functions(stage, fn)):
-        cur = _source(obj)
-        old = _source(old_fns[min(i, len(old_fns) - 1)][1]) if old_fns else None
+    for i, (title, obj, owner) in enumerate(_functions(stage, fn)):
+        cur = _source(obj, owner)
+        old = _source(*old_fns[min(i, len(old_fns) - 1)][1:]) if old_fns else None
         lines, removed = _mark(cur, old)
         shown.append(Shown(title, lines, removed))
     return shown
