@@ -191,22 +191,9 @@ NOT_YET = {
     ("final", "cute.arch.cluster_wait"),
     ("final_bwd", "cute.arch.cluster_wait"),
     ("cluster", "cute.arch.inline_ptx"),
-    ("final", "cute.arch.inline_ptx"),
     ("cluster", "cute.recast_tensor"),
     ("cluster", "dsl_user_op"),
     ("cluster", "llvm.bitcast"),
-    # cp.async (lesson 05): the narrow copies' cache mode
-    ("cpasync", "cpasync.LoadCacheMode.ALWAYS"),
-    ("final", "cpasync.LoadCacheMode.ALWAYS"),
-    # the final kernel (lesson 06): programmatic dependent launch, the read-only load path
-    ("final", "cute.arch.griddepcontrol_launch_dependents"),
-    ("final", "cute.arch.griddepcontrol_wait"),
-    ("final", "cute.nvgpu.CopyG2ROp"),
-    ("final_bwd", "cute.nvgpu.CopyG2ROp"),
-    # the backward (lesson 07): atomics, pointer views, select
-    ("final_bwd", "cute.arch.red"),
-    ("final_bwd", "cute.recast_ptr"),
-    ("final_bwd", "cutlass.select_"),
 }
 
 CASES = [(s, n) for s in STAGE_LESSON for n in sorted(stage_names(s))]
