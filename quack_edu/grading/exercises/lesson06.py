@@ -1016,12 +1016,12 @@ def _replay_check() -> Check:
     return Check(REPLAY, COMPILE, fn)
 
 
-def _loop_compiles() -> Check:
+def _loop_compiles(dtypes=("bf16",), hidden: bool = False) -> Check:
     def fn(ctx):
         from .. import hints
 
         out = []
-        for dt in ("bf16", "fp32"):
+        for dt in dtypes:
             try:
                 rep = ctx.report(LOOP_HOLE, 1000, dt, loop_config(1000, dt))
             except (CheckFailed, NotImplementedError):
@@ -1044,6 +1044,8 @@ def _loop_compiles() -> Check:
             out.append(f"{dt}: {rep.registers} registers")
         return "; ".join(out)
 
+    if hidden:
+        return Check(LOOP_COMPILES + ", fp32 and fp16", COMPILE, fn, True, (LOOP_COMPILES,))
     return Check(LOOP_COMPILES, COMPILE, fn, needs=(REPLAY,))
 
 
@@ -1113,6 +1115,7 @@ row_loop = register(
 row_loop.add(
     _replay_check(),
     _loop_compiles(),
+    _loop_compiles(("fp32", "fp16"), hidden=True),
     gpu_values(
         LOOP_HOLE,
         config=loop_config,
