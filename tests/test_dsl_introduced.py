@@ -182,20 +182,7 @@ def introduced_in(name: str) -> int | None:
 
 #: (stage, name) pairs whose name no lesson at or before the stage's introduces yet. strict
 #: xfail: once a lesson introduces it, the pair passes and must be removed from here.
-NOT_YET = {
-    # cp.async (lesson 05): the narrow copies' cache mode
-    ("cpasync", "cpasync.LoadCacheMode.ALWAYS"),
-    ("final", "cpasync.LoadCacheMode.ALWAYS"),
-    # the final kernel (lesson 06): programmatic dependent launch, the read-only load path
-    ("final", "cute.arch.griddepcontrol_launch_dependents"),
-    ("final", "cute.arch.griddepcontrol_wait"),
-    ("final", "cute.nvgpu.CopyG2ROp"),
-    ("final_bwd", "cute.nvgpu.CopyG2ROp"),
-    # the backward (lesson 07): atomics, pointer views, select
-    ("final_bwd", "cute.arch.red"),
-    ("final_bwd", "cute.recast_ptr"),
-    ("final_bwd", "cutlass.select_"),
-}
+NOT_YET: set = set()
 
 CASES = [(s, n) for s in STAGE_LESSON for n in sorted(stage_names(s))]
 
