@@ -62,6 +62,21 @@ def is_not_implemented(exc: BaseException | None) -> bool:
     return False
 
 
+def plain_call(answer, nargs: int) -> str:
+    """What calling ``answer`` as plain Python with ``nargs`` Nones does when that fails, in
+    Python's own words (" (TypeError: 'int' object is not callable)", the wrong arguments, the
+    answer's own exception); "" when it returns. For exercises whose answer is compiled into a
+    kernel: a bad answer is reported as every other exercise reports it. A blank's
+    NotImplementedError passes through (not attempted)."""
+    try:
+        answer(*[None] * nargs)
+    except Exception as e:
+        if is_not_implemented(e):
+            raise
+        return f" ({type(e).__name__}: {e})"
+    return ""
+
+
 # ---- anti-shortcut ----------------------------------------------------------------------------
 _FORBIDDEN_NAMES = {
     "rms_norm": "torch's rms_norm",

@@ -308,17 +308,6 @@ def scale_ptx(kernel, N: int, dtype="bf16") -> str:
     return ptx_of(_launcher(kernel), x, y, Float32(2.0), fake_stream())
 
 
-def _as_plain_call(answer) -> str:
-    """What calling ``answer`` as a plain Python function with the kernel's three arguments
-    does, when it fails (not callable, the wrong arguments, an exception): the learner's error
-    in their terms, beside the missing decorator."""
-    try:
-        answer(None, None, 2.0)
-    except Exception as e:  # the answer's own error, reported
-        return f" ({type(e).__name__}: {e})"
-    return ""
-
-
 def _ptx(ctx, N, dtype="bf16") -> Ptx:
     key = ("scale_ptx", N, dtype)
     if key not in ctx.cache:
@@ -327,7 +316,7 @@ def _ptx(ctx, N, dtype="bf16") -> Ptx:
             kind = str(getattr(ctx.answer, "_decorator_kind", "a plain function"))
             if "kernel" not in kind.lower():
                 raise CheckFailed(
-                    "scale_kernel is not a kernel" + _as_plain_call(ctx.answer),
+                    "scale_kernel is not a kernel" + checks.plain_call(ctx.answer, 3),
                     expected="a function decorated with @cute.kernel (it is launched)",
                     seen=f"{kind.rsplit('.', 1)[-1]}",
                     hint="decorate scale_kernel with @cute.kernel: only a kernel can be "

@@ -23,7 +23,15 @@ from __future__ import annotations
 import itertools
 import os
 
-from ..checks import CheckFailed, KernelHole, Ptx, f32_hex, gpu_values, is_not_implemented
+from ..checks import (
+    CheckFailed,
+    KernelHole,
+    Ptx,
+    f32_hex,
+    gpu_values,
+    is_not_implemented,
+    plain_call,
+)  # fmt: skip
 from ..registry import COMPILE, GPU, Check, Exercise, Mutant, register
 
 LESSON = "06_final_kernel"
@@ -987,6 +995,12 @@ def judge_loop(ev: list[tuple], n_iter: int, tidx: int, blk0: int, arms: dict | 
 
 def _replay_check() -> Check:
     def fn(ctx):
+        if not callable(ctx.answer):
+            raise CheckFailed(
+                "row_loop is not a function" + plain_call(ctx.answer, 0),
+                expected="def row_loop(...) as the exercise's cell gives it",
+                hint="write row_loop as a function (def row_loop(...):), as in the exercise's cell",
+            )
         n = 0
         for n_iter in (1, 2, 3, 4, 5):
             try:

@@ -46,6 +46,7 @@ from ..checks import (
     _shared_put,
     f32_hex,
     is_not_implemented,
+    plain_call,
     shortcut_failure,
     shortcut_guard,
 )
@@ -815,7 +816,7 @@ def _dw_build(answer):
             )
         if acc_fn is None:
             raise CheckFailed(
-                "no accumulate_dw",
+                "no accumulate_dw" + plain_call(answer, 8),
                 expected="def accumulate_dw(acc, v, dy, x_hat)",
                 hint=NO_ACCUMULATE,
             )
