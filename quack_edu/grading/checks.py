@@ -343,6 +343,22 @@ def run_exercise(
                 add(c, NOT_ATTEMPTED, message=not_attempted_message(ex, True))
         return res
 
+    if not callable(answer):  # every exercise's answer is a function: say so at once
+        first, *rest = checks
+        add(
+            first,
+            FAIL,
+            hint=f"pass the function the exercise's cell defines: check({ex.id!r}, {ex.answer})",
+            message=f"the answer is not callable ({type(answer).__name__!r} object is not "
+            f"callable): {ex.answer} must be a function",
+        )
+        for c in rest:
+            if c.tier == GPU and not gpu:
+                add(c, SKIP, message=skip_msg)
+            else:
+                add(c, BLOCKED, message="blocked: the answer is not a function")
+        return res
+
     shortcut = scan_source(answer, allow=(ex.answer,))
     if shortcut:
         first, *rest = checks
