@@ -17,7 +17,7 @@ import torch
 from conftest import ROOT
 
 from quack_edu.grading.notebook import read, solutions_dir
-from quack_edu.lessons import results
+from quack_edu.lessons import results, viz
 
 LADDER = "ladder"  # the whole ladder (quack-edu bench --pass both): lessons 02-05 read its forward
 L02, L03 = "02_warp_reduction", "03_block_reduction"
@@ -1863,6 +1863,18 @@ def test_lessons_00_and_01_quote_the_ladders_copy():
         f"{floor_us(32768, 4096):.0f} µs." in l00
     )
     assert f"bandwidth ({tbs}), not the datasheet's 4.8 TB/s." in l00
-    lo, hi = (copy * 1e9 * ns * 1e-9 / 1e6 for ns in (500, 600))
-    assert f"{lo:.0f}" == "2" and f"{hi:.1f}" == "2.5"
-    assert f"≈ {tbs} × 500–600 ns ≈ 2–2.5 MB" in _words(_prose("01_naive"))
+    # Little's law with the measured latency of an idle load (latency.json): lessons 01, 03, 05
+    lat = results.load("latency")
+    assert lat["gpu"] == "NVIDIA H200"
+    (ns,) = [
+        r["ns_per_load"] for r in lat["rows"] if (r["level"], r["order"]) == ("dram", "random")
+    ]
+    mb = copy * 1e9 * ns * 1e-9 / 1e6
+    l01 = _words(_prose("01_naive"))
+    assert f"One load takes {ns:.0f} ns on an idle H200" in l01
+    assert f"at least {tbs} × {ns:.0f} ns ≈ {mb:.1f} MB" in l01
+    per_sm = viz.littles_law_bytes(4225, ns) / 132 / 1024
+    assert f"Little's law asks for ({per_sm:.0f} KB at the idle latency of lesson 01" in _words(
+        _prose("03_block_reduction")
+    )
+    assert f"an idle pointer chase measures {ns:.0f} ns" in _words(_prose("05_cp_async_pipelining"))
