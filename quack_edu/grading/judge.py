@@ -307,6 +307,7 @@ def _raised(e: BaseException) -> dict:
     cause = e.__cause__ or e.__context__
     return {
         "raised": type(e).__name__,
+        "module": type(e).__module__ or "",
         "evalue": str(e)[:20000],
         "cause": f"{type(cause).__name__}: {str(cause)[:4000]}" if cause is not None else "",
         "not_implemented": is_not_implemented(e),
@@ -400,7 +401,7 @@ def _serve(req, answer, ex, state) -> dict:
             return {"shortcut": seen[0]}
         keep = ("ptx", "sass", "registers", "stack_bytes", "spill_store_bytes")
         keep += ("spill_load_bytes", "ptxas_log")
-        return {"value": {k: getattr(rep, k) for k in keep}}
+        return {"value": encode({k: getattr(rep, k) for k in keep})}
     if op in ("launch", "time"):
         import torch
 
@@ -616,13 +617,16 @@ class Worker:
             self._receive(0, what)  # reports the death
         return self._receive(self.timeout, what)
 
-    def value_of(self, reply: dict):
+    def value_of(self, reply: dict, call: bool = False):
         """The reply's value, or the learner's exception / shortcut raised here."""
         if "shortcut" in reply:
             from .checks import shortcut_failure
 
             raise shortcut_failure(str(reply["shortcut"]))
         if "raised" in reply:
+            dsl = str(reply.get("module", "")).startswith("cutlass")
+            if call and dsl and not reply.get("not_implemented"):
+                raise NeedsTrace()  # a DSL call outside the trace the grader had open
             raise _rebuild(reply)
         if "unencodable" in reply:
             if str(reply.get("module", "")).startswith("cutlass"):
@@ -650,7 +654,7 @@ class RemoteAnswer:
             raise NeedsTrace()
         w = self._worker
         try:
-            return w.value_of(w.ask(("call", args, kwargs), f"calling {self.__name__}"))
+            return w.value_of(w.ask(("call", args, kwargs), f"calling {self.__name__}"), call=True)
         except NeedsTrace:
             self.needs_trace = True
             raise
