@@ -510,6 +510,11 @@ class _Server:
                     os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
                 )
                 env.setdefault("MPLBACKEND", "Agg")
+                # on a GPU each worker imports the DSL itself: whether importing it before a
+                # fork leaves the child a usable CUDA driver is not something to rely on
+                from .._env import MODE
+
+                env.setdefault("QUACK_EDU_JUDGE_PRELOAD", "0" if MODE.gpu else "1")
                 cls._proc = subprocess.Popen(
                     [sys.executable, "-m", "quack_edu.grading._judgeserver", str(theirs.fileno())],
                     pass_fds=(theirs.fileno(),),
