@@ -256,7 +256,8 @@ def cheat_notebook():
     first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
     for k, src in enumerate(KERNEL_CHEATS.values()):
         nb.cells.insert(first + 1 + k, v4.new_code_cell(src))
-    find_cell(nb, get("00.bytes_moved").cell_id).source = WRONG
+    # the seven lines in an answer cell too: flagged (and they would patch only the worker)
+    find_cell(nb, get("00.bytes_moved").cell_id).source = PATCH_RUN_EXERCISE + WRONG
     find_cell(
         nb, get("00.eager_rmsnorm").cell_id
     ).source = "def eager_rmsnorm(x, w, eps=1e-6):\n    return x\n"
