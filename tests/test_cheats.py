@@ -80,6 +80,25 @@ ANSWER_CELL_CHEATS = [
         "def eager_rmsnorm(x, w, eps=1e-6):\n    return quack_edu.rmsnorm.rmsnorm_fwd(x, w, eps)\n",
     ),
     (
+        "F.rms_norm as the answer",
+        "00.eager_rmsnorm",
+        "import torch.nn.functional as F\n\n"
+        "def eager_rmsnorm(x, w, eps=1e-6):\n"
+        "    return F.rms_norm(x, (x.shape[-1],), w, eps)\n",
+    ),
+    (
+        "the stage's own helper as the answer",
+        "02.warp_reduce",
+        "from quack_edu.primitives.reduce import warp_reduce\n\n"
+        "def warp_reduce_sum(val, width=32):\n"
+        "    return warp_reduce(val, lambda a, b: a + b, width)\n",
+    ),
+    (
+        "QuACK as the answer",
+        "00.eager_rmsnorm",
+        "from quack.rmsnorm import rmsnorm as eager_rmsnorm\n",
+    ),
+    (
         "deleting the check functions",
         "00.bytes_moved",
         "import quack_edu.grading\ndel quack_edu.grading.check\n" + WRONG,
@@ -103,13 +122,18 @@ ANSWER_CELL_CHEATS = [
 )
 def test_answer_cell_cheat_is_flagged_and_scores_zero(name, ex_id, source):
     ex = get(ex_id)
-    assert screen(source, ex), name
     res = judge_exercise(ex, source, seed=1, timeout=60)
-    assert res.score == 0 and res.flagged, res.table()
+    shortcut = any(c.shortcut for c in res.checks)  # a library RMSNorm, caught as before
+    assert res.score == 0 and (res.flagged or shortcut), res.table()
+    assert bool(screen(source, ex)) == res.flagged
 
 
-#: the same cheats judged with the screen off: the process boundary alone scores them 0
-UNSCREENED = [c for c in ANSWER_CELL_CHEATS if "reading" not in c[0] and "hiding" not in c[0]]
+#: the same cheats judged with the screen off: the process boundary alone scores them 0. Not
+#: these: reading the solutions off the disk and calling the stage's own helper work in any
+#: process that can read the package (the screen is what stops them); hiding the output and
+#: QuACK fail to load there (no IPython, no quack)
+SCREEN_ONLY = ("reading", "stage's own helper", "hiding", "QuACK")
+UNSCREENED = [c for c in ANSWER_CELL_CHEATS if not any(w in c[0] for w in SCREEN_ONLY)]
 
 
 @pytest.mark.slow

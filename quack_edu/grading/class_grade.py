@@ -153,8 +153,10 @@ def feedback_text(student: str, res: NotebookResult, late: bool) -> str:
 
 def grade_one(job: dict) -> dict:
     """Grade one submission and write its result and feedback (runs in a pool process)."""
+    from .judge import _Server
     from .notebook import grade_notebook
 
+    _Server.start()  # imports while the notebook runs
     path, out = Path(job["path"]), Path(job["out"])
     t0 = time.time()
     res = grade_notebook(

@@ -180,6 +180,9 @@ def run_grade(args) -> int:
         return 2
     if any(p.is_dir() for p in args.notebooks):
         return run_class(args)
+    from .judge import _Server
+
+    _Server.start()  # the judge server imports while the notebooks run
     run = grade_paths(
         args.notebooks,
         solutions=args.solutions,

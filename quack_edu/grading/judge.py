@@ -492,41 +492,57 @@ class _Server:
     _ctl = None
 
     @classmethod
+    def start(cls) -> None:
+        """Start the server now (it imports while the grader does other work)."""
+        import threading
+
+        if cls._lock is None:
+            cls._lock = threading.Lock()
+        with cls._lock:
+            cls._start()
+
+    @classmethod
+    def _start(cls) -> None:
+        import socket
+        import subprocess
+
+        if cls._proc is None or cls._proc.poll() is not None:
+            mine, theirs = socket.socketpair()
+            env = {k: v for k, v in os.environ.items() if not k.startswith("QUACK_EDU_GRAD")}
+            root = str(Path(__file__).resolve().parents[2])
+            env["PYTHONPATH"] = root + (
+                os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+            )
+            env.setdefault("MPLBACKEND", "Agg")
+            # on a GPU each worker imports the DSL itself: whether importing it before a
+            # fork leaves the child a usable CUDA driver is not something to rely on
+            from .._env import MODE
+
+            env.setdefault("QUACK_EDU_JUDGE_PRELOAD", "0" if MODE.gpu else "1")
+            cls._proc = subprocess.Popen(
+                [sys.executable, "-m", "quack_edu.grading._judgeserver", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                env=env,
+                cwd=tempfile.gettempdir(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            theirs.close()
+            cls._ctl = mine
+            cls._ctl_file = mine.makefile("r")
+
+    @classmethod
     def fork(cls):
         """A new worker: (its pid, the grader's end of its connection)."""
         import socket
-        import subprocess
         import threading
         from multiprocessing.connection import Connection
 
         if cls._lock is None:
             cls._lock = threading.Lock()
         with cls._lock:
-            if cls._proc is None or cls._proc.poll() is not None:
-                mine, theirs = socket.socketpair()
-                env = {k: v for k, v in os.environ.items() if not k.startswith("QUACK_EDU_GRAD")}
-                root = str(Path(__file__).resolve().parents[2])
-                env["PYTHONPATH"] = root + (
-                    os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
-                )
-                env.setdefault("MPLBACKEND", "Agg")
-                # on a GPU each worker imports the DSL itself: whether importing it before a
-                # fork leaves the child a usable CUDA driver is not something to rely on
-                from .._env import MODE
-
-                env.setdefault("QUACK_EDU_JUDGE_PRELOAD", "0" if MODE.gpu else "1")
-                cls._proc = subprocess.Popen(
-                    [sys.executable, "-m", "quack_edu.grading._judgeserver", str(theirs.fileno())],
-                    pass_fds=(theirs.fileno(),),
-                    env=env,
-                    cwd=tempfile.gettempdir(),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-                theirs.close()
-                cls._ctl = mine
-                cls._ctl_file = mine.makefile("r")
+            cls._start()
             a, b = socket.socketpair()
             socket.send_fds(cls._ctl, [b"fork"], [b.fileno()])
             b.close()
