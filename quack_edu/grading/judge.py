@@ -890,7 +890,7 @@ def judge_exercise(
             res = run_exercise(
                 judged, answer, hidden=hidden, seed=seed, gpu=gpu, context=JudgeContext
             )
-            res.judged_in_worker = list(worker.traced)
+            res.judged_in_worker = list(dict.fromkeys(worker.traced))
     except JudgeAbort as e:
         res = _blank(ex, hidden, gpu)
         res.forced_status = FAIL

@@ -56,6 +56,9 @@ class ExerciseResult:
     forced_status: str | None = None  # set when the grader overrides (timeout, cell error)
     forced_message: str | None = None
     mode: str = "compile-only"
+    #: checks the judge ran whole in its worker, where they trace the learner's code (the
+    #: trust boundary the README's instructor section describes)
+    judged_in_worker: list[str] = field(default_factory=list)
 
     # ---- scoring --------------------------------------------------------------------------
     def tier_status(self, tier: str) -> str:
@@ -138,6 +141,7 @@ class ExerciseResult:
             max_score=self.max_score,
             skipped_points=self.skipped_points,
             flagged=self.flagged,
+            judged_in_worker=list(self.judged_in_worker),
             tiers=self.tiers(),
             failures=self.failures,
             checks=[asdict(c) for c in self.checks],
@@ -151,6 +155,7 @@ class ExerciseResult:
         r.forced_status = d.get("forced_status")
         r.forced_message = d.get("forced_message")
         r.mode = d.get("mode", r.mode)
+        r.judged_in_worker = list(d.get("judged_in_worker", []))
         return r
 
     def to_record(self) -> dict:
