@@ -234,8 +234,9 @@ def _row(sub: Submission, rec: dict | None, cols, out_path: Path) -> dict:
             continue
         row[f"{ex_id} {tier}"] = "-" if t["status"] == SKIP else t["score"]
     flags = res.flagged
+    unreadable = any(p.startswith("cannot read the notebook") for p in res.problems)
     row.update(
-        status="graded",
+        status="unreadable" if unreadable else "graded",
         late="yes" if rec.get("late") else "no",
         score=res.score,
         max_score=res.max_score,
