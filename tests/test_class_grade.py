@@ -1,7 +1,7 @@
 """`quack-edu grade FOLDER`: a small class of lesson-00 submissions (a solution, a blank, a
 mutant handed in late, a notebook of cheats, a student who handed nothing in) graded with
 ``-j 2`` to a CSV gradebook and one feedback file each; a re-run grades nothing new. The one
-class run (module fixture) is shared by every test here, and its cheat notebook is the cheat
+class run is checked in several ways by one test, and its cheat notebook is the cheat
 suite's notebook-level half (tests/test_cheats.py): the kernel cheats in cells of their own,
 and the seven-line patch in an answer cell (flagged)."""
 
@@ -22,9 +22,17 @@ from quack_edu.grading.notebook import find_cell, notebooks_dir, read, solutions
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    root = tmp_path_factory.mktemp("class")
+def test_a_class_graded_to_a_gradebook(tmp_path, capsys):
+    # one test, not several sharing a module fixture: pytest-xdist would grade the class once
+    # in every worker that took one of them
+    graded = _grade_class(tmp_path)
+    _gradebook_rows(graded)
+    _kernel_cheats_ran_and_scored_nothing(graded)
+    _one_feedback_file_per_student_with_hints_and_no_hidden_source(graded)
+    _a_rerun_grades_nothing_new_unless_forced(graded, capsys)
+
+
+def _grade_class(root):
     subs = root / "submissions"
     write(read(solutions_dir() / f"{LESSON}.ipynb"), subs / "ana" / f"{LESSON}.ipynb")
     write(read(notebooks_dir() / f"{LESSON}.ipynb"), subs / "ben.ipynb")
@@ -50,7 +58,7 @@ def graded(tmp_path_factory):
     return dict(out=out, subs=subs, rows=rows, args=args)
 
 
-def test_gradebook_rows(graded):
+def _gradebook_rows(graded):
     rows = graded["rows"]
     assert sorted(rows) == ["ana", "ben", "cat", "dan", "fay"]
     ids = ["00.bytes_moved", "00.roofline_time_us", "00.eager_rmsnorm", "00.eager_bytes"]
@@ -68,7 +76,7 @@ def test_gradebook_rows(graded):
     assert rows["ana"]["flagged"] == "no" and rows["cat"]["flagged"] == "no"
 
 
-def test_kernel_cheats_ran_and_scored_nothing(graded):
+def _kernel_cheats_ran_and_scored_nothing(graded):
     import json
 
     rec = json.loads((graded["out"] / "results" / "dan" / f"{LESSON}.json").read_text())
@@ -81,7 +89,7 @@ def test_kernel_cheats_ran_and_scored_nothing(graded):
     assert nb["score"] == 0
 
 
-def test_one_feedback_file_per_student_with_hints_and_no_hidden_source(graded):
+def _one_feedback_file_per_student_with_hints_and_no_hidden_source(graded):
     fb = graded["out"] / "feedback"
     files = sorted(p.relative_to(fb).as_posix() for p in fb.rglob("*.txt"))
     assert files == [f"{s}/{LESSON}.txt" for s in ("ana", "ben", "cat", "dan")]
@@ -94,7 +102,7 @@ def test_one_feedback_file_per_student_with_hints_and_no_hidden_source(graded):
         assert "BEGIN HIDDEN" not in text and "check(" not in text
 
 
-def test_a_rerun_grades_nothing_new_unless_forced(graded, capsys):
+def _a_rerun_grades_nothing_new_unless_forced(graded, capsys):
     capsys.readouterr()
     assert grade_main(graded["args"]) == 0
     out = capsys.readouterr().out
