@@ -18,7 +18,10 @@ import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 import torch
 
-from . import _env  # noqa: F401  (sets the DSL's target before cutlass is imported)
+from . import (
+    _env,  # noqa: F401  (sets the DSL's target before cutlass is imported)
+    compile_cache,
+)
 
 TORCH_TO_CUTE = {
     torch.float32: cutlass.Float32,
@@ -124,9 +127,19 @@ class RMSNormKernel:
 
 
 def compile_kernel(kernel: RMSNormKernel, options: str = "") -> Callable:
-    """``cute.compile`` a kernel object on fake tensors, TVM-FFI calling convention."""
+    """``cute.compile`` a kernel object on fake tensors, TVM-FFI calling convention.
+
+    Without ``options``, in GPU mode, a kernel compiled before by any process is loaded from
+    the disk cache instead (``quack_edu.compile_cache``): the same function, callable with
+    the same positional arguments, without ``__ptx__``/``__cubin__``. ``options`` (``--keep-ptx``,
+    ``--dump-dir``, ...) ask for what only a fresh compile produces: they bypass the cache."""
     opts = ("--enable-tvm-ffi " + options).strip()
-    return kernel.wrap_compiled(cute.compile(kernel, *kernel.compile_args(), options=opts))
+
+    def build():
+        return cute.compile(kernel, *kernel.compile_args(), options=opts)
+
+    compiled = build() if options else compile_cache.cached_compile(kernel, opts, build)
+    return kernel.wrap_compiled(compiled)
 
 
 def direct_call(compiled) -> Callable:

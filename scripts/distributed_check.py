@@ -3,6 +3,7 @@
 
     source .gpu/env.sh; torchrun --nproc-per-node 2 scripts/distributed_check.py
     source .gpu/env.sh; torchrun --nproc-per-node 1 scripts/distributed_check.py
+    torchrun --nproc-per-node 1 scripts/distributed_check.py --json results.json  # a record
 
 Each check compares QuackRMSNorm (the real kernels, ``quack_edu.distributed``'s rules) with
 ``torch.nn.RMSNorm``:
@@ -139,6 +140,28 @@ def heads(mesh):
     close("heads dw", wd.grad.full_tensor(), wr.grad, atol=1e-2, rtol=1e-4)
 
 
+def _record(path: str, world: int, checks: list[str], failures: list[str]) -> None:
+    """The run as a JSON record: what passed, on which GPUs, with which versions."""
+    import datetime
+    import json
+    from importlib.metadata import version
+
+    record = {
+        "kind": "distributed_check",
+        "command": f"torchrun --nproc-per-node {world} scripts/distributed_check.py --json PATH",
+        "date": datetime.date.today().isoformat(),
+        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+        "world_size": world,
+        "torch": torch.__version__,
+        "nvidia-cutlass-dsl": version("nvidia-cutlass-dsl"),
+        "checks": checks,
+        "status": "FAIL" if failures else "PASS",
+        "failures": failures,
+    }
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1)
+
+
 def main() -> int:
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     torch.cuda.set_device(local_rank)
@@ -169,6 +192,8 @@ def main() -> int:
                   f"first {first}")  # fmt: skip
         else:
             print(f"distributed_check: PASS world_size={world} ({', '.join(checks)})")
+        if len(sys.argv) > 2 and sys.argv[1] == "--json":
+            _record(sys.argv[2], world, list(checks), FAILURES if failed.item() else [])
     dist.destroy_process_group()
     return 1 if failed.item() else 0
 

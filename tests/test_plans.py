@@ -8,6 +8,7 @@ with the real kernels.
 """
 
 import importlib
+import re
 
 import pytest
 import test_rmsnorm_api
@@ -74,6 +75,51 @@ def test_one_forward_plan_per_key_shared_by_every_path(fake_kernel, counted_chec
     assert len(fake_kernel.calls) == launches + 15  # and each launched the kernel once
     empty = R.rmsnorm_fwd(torch.empty(0, 40, dtype=BF16), w)[0]
     assert empty.shape == (0, 40)
+
+
+def test_module_call_takes_the_short_way_only_without_hooks(fake_kernel, counted_checks):
+    """The module's inference call skips nn.Module's call only when that would do nothing:
+    hooks (its own or global), autograd and a compiled module go the whole way."""
+    torch.manual_seed(2)
+    module = R.QuackRMSNorm(48)
+    x = torch.randn(37, 48, dtype=BF16)
+    want = ref32(x, module.weight.detach()).to(BF16)
+    with torch.no_grad():
+        assert torch.equal(module(x), want)  # the first call: checks, then the plan
+    whole = []
+    real = R._module_call
+    R_call = lambda *a, **k: whole.append(1) or real(*a, **k)  # noqa: E731
+    R._module_call, restore = R_call, real
+    try:
+        with torch.no_grad():
+            counted_checks["fwd"] = 0
+            assert torch.equal(module(x), want) and not whole  # the short way
+            seen = []
+            handle = module.register_forward_hook(lambda m, args, out: seen.append(out) or out * 2)
+            assert torch.equal(module(x), want * 2) and seen and len(whole) == 1
+            handle.remove()
+            handle = module.register_forward_pre_hook(lambda m, args: (args[0] * 0,))
+            assert torch.equal(module(x), torch.zeros_like(x)) and len(whole) == 2
+            handle.remove()
+            handle = torch.nn.modules.module.register_module_forward_hook(
+                lambda m, args, out: out + 1
+            )
+            try:
+                assert torch.equal(module(x), want + 1) and len(whole) == 3
+            finally:
+                handle.remove()
+            assert torch.equal(module(x), want) and len(whole) == 3  # short again
+            assert torch.equal(module(x=x), want) and len(whole) == 4  # a keyword: whole way
+        assert counted_checks["fwd"] == 0  # every call above was the plan's
+        y = module(x)  # autograd on: the whole way, and differentiable
+        assert y.requires_grad and len(whole) == 5
+    finally:
+        R._module_call = restore
+    with torch.no_grad():  # no weight: the plan does not know the module's N, the call checks it
+        x = torch.randn(5, 48, dtype=BF16)
+        assert torch.equal(R.QuackRMSNorm(48, elementwise_affine=False)(x), ref32(x, None).to(BF16))
+        with pytest.raises(ValueError, match="expects x of shape"):
+            R.QuackRMSNorm(40, elementwise_affine=False)(x)
 
 
 def test_every_feature_is_its_own_plan_and_right(fake_kernel):
@@ -322,6 +368,52 @@ def test_compiled_graph_says_which_path_each_norm_took(fake_kernel, mode, fwd_op
     assert bwd.count("quack_edu.rmsnorm_bwd.default") == fwd_ops
     for g, e in zip(got, want, strict=True):
         torch.testing.assert_close(g.float(), e.float(), rtol=2e-2, atol=2e-2)
+
+
+class _TorchBlock(_Block):
+    """``_Block`` as its nn.RMSNorm twin: the same parameters, add-then-norm."""
+
+    def __init__(self, hidden=320, heads=2, head_dim=32):
+        super().__init__(hidden, heads, head_dim)
+        for name, dim in (("norm1", hidden), ("q_norm", head_dim), ("norm2", hidden)):
+            setattr(self, name, torch.nn.RMSNorm(dim, eps=1e-6))
+
+    def forward(self, x, residual):
+        residual = x + residual
+        h = self.norm1(residual)
+        q = self.q(h).view(*h.shape[:-1], self.heads, self.head_dim)
+        q = self.q_norm(q).flatten(-2)
+        residual = self.o(q) + residual
+        return self.norm2(residual), residual
+
+
+def _ops(graph: str) -> list[str]:
+    return re.findall(r"call_function\[target=([^\]]+)\]", graph)
+
+
+def test_a_norm_handed_to_inductor_compiles_to_nn_rmsnorms_graph():
+    """Under the inductor path the compiled forward and backward are nn.RMSNorm's, op for op
+    (so inductor makes the same kernels of them), and the values bitwise the same."""
+    torch.manual_seed(5)
+    ours, theirs = _Block(), _TorchBlock()
+    theirs.load_state_dict(ours.state_dict())
+    x, res = torch.randn(2, 8, 320, dtype=BF16), torch.randn(2, 8, 320)
+    old = R.set_compile_policy("inductor")
+    try:
+        got = [_graphs_of(model, x, res, train=True) for model in (ours, theirs)]
+    finally:
+        R.set_compile_policy(old.mode, inductor_max_n=old.inductor_max_n,
+                             inductor_max_elems=old.inductor_max_elems)  # fmt: skip
+        torch._dynamo.reset()
+    (our_graphs, our_out), (their_graphs, their_out) = got
+    assert len(our_graphs) == len(their_graphs) == 2
+    for a, b in zip(our_graphs, their_graphs, strict=True):
+        assert _ops(a) == _ops(b)
+    assert "aten.rsqrt" in " ".join(_ops(our_graphs[0]))  # the norms are in the graph
+    for a, b in zip(our_out, their_out, strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    for (name, p), q in zip(ours.named_parameters(), theirs.parameters(), strict=True):
+        assert torch.equal(p.grad, q.grad), name
 
 
 def test_the_plain_key_is_the_full_key_of_a_plain_call():

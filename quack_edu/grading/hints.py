@@ -124,6 +124,12 @@ _COMPILE_ERRORS: list[tuple[str, str]] = [
         "that instruction or type does not exist on Hopper (sm_90a)",
     ),
     (r"'NoneType'", "a value is None: does your function return its result?"),
+    (
+        r"Expected size in shape to be strictly positive",
+        "a layout or tensor shape got a size of 0: a count your code computed (a vector width "
+        "such as vec, a number of threads or rows) came out 0; dtype.width is in bits, so "
+        "16 // dtype.width is 0 for fp32 (16 bytes are 128 // dtype.width elements)",
+    ),
     # an `if` on a run-time value (lane == 0) in a function the DSL did not rewrite
     (r"Cannot use a Runtime value", NOT_JIT),
 ]

@@ -160,9 +160,11 @@ class Exercise:
     def __post_init__(self):
         if not _ID_RE.match(self.id):
             raise ValueError(f"exercise id {self.id!r} must look like '01.rstd'")
-        if not self.lesson.startswith(self.id[:2] + "_"):
+        # a lesson's second part carries a letter: 01b_cute_dsl holds exercises 01.*
+        if not re.match(rf"{self.id[:2]}[a-z]?_", self.lesson):
             raise ValueError(
-                f"exercise {self.id}: lesson {self.lesson!r} must start with {self.id[:2]}_"
+                f"exercise {self.id}: lesson {self.lesson!r} must start with {self.id[:2]}_ "
+                f"(or {self.id[:2]}b_ for a lesson's second part)"
             )
         bad = set(self.points) - set(TIERS)
         if bad:

@@ -105,14 +105,52 @@ class CpAsyncRMSNorm(ClusterRMSNorm):
         stages - 1 - s are pending."""
         return self.config.stages - 1 - stage
 
+    @cute.jit
+    def load_and_sum_sq(
+        self, g2s, tXgX: cute.Tensor, tXsX: cute.Tensor, tXpX, in_row, after_issue
+    ) -> Float32:
+        """The pipeline: this thread's vectors of x go out in ``stages`` commit groups, part 0
+        first; then part s is summed (sum of squares, fp32) as soon as its group has landed,
+        while the later parts are still in flight. ``tXpX`` is None when every column is in
+        the row; ``in_row`` whether this thread's row exists; ``after_issue()`` is called once
+        every part is out (the kernel issues the weight's loads there, behind x's copies)."""
+        stages = self.config.stages
+        per_stage = self.tiling.vecs // stages
+        for s in cutlass.range_constexpr(stages):
+            if in_row:
+                for v in cutlass.range_constexpr(s * per_stage, (s + 1) * per_stage):
+                    # A predicated cp.async would still be issued (zero-filling from an address
+                    # past the row); a vector past N is simply not copied, and not summed below.
+                    if cutlass.const_expr(tXpX is None):
+                        cute.copy(g2s, tXgX[None, None, v], tXsX[None, None, v])
+                    elif tXpX[0, 0, v]:
+                        cute.copy(g2s, tXgX[None, None, v], tXsX[None, None, v])
+            cute.arch.cp_async_commit_group()
+        after_issue()
+        sum_sq = Float32(0.0)
+        for s in cutlass.range_constexpr(stages):
+            cute.arch.cp_async_wait_group(self.wait_groups_pending(s))
+            if in_row:
+                for v in cutlass.range_constexpr(s * per_stage, (s + 1) * per_stage):
+                    xv = tXsX[None, None, v].load().to(Float32)
+                    sq = (xv * xv).reduce(cute.ReductionOp.ADD, Float32(0.0), reduction_profile=0)
+                    if cutlass.const_expr(tXpX is None):
+                        sum_sq += sq
+                    elif tXpX[0, 0, v]:  # masked vectors were never copied: skip their garbage
+                        sum_sq += sq
+        return sum_sq
+
+    def load_weight_early(self, copy_W, thr_W, tWgW, tXrW, tWpW):
+        """The weight's loads into registers before the sum (``early_weight``), or nothing."""
+        if cutlass.const_expr(self.early_weight):
+            cute.copy(copy_W, tWgW, thr_W.retile(tXrW), pred=tWpW)
+
     # -- device code -------------------------------------------------------------------------------
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32):
         # mX, mO: (M, N); mW: (N,). CTA (bidx, rank) owns rows bidx*rows_per_cta.. and
         # columns rank*tile_cols.. of them.
         t = self.tiling
-        stages = self.config.stages
-        per_stage = t.vecs // stages
         clustered = cutlass.const_expr(t.cluster_n > 1)
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
@@ -147,34 +185,17 @@ class CpAsyncRMSNorm(ClusterRMSNorm):
         # y's own predicate: its atoms need not be the cp.async atom's (a learner's 64-bit one)
         tOpO = None if even else copy_utils.predicate_cols(thr_O.partition_D(cX), self.N)
 
-        # Everything this thread will read goes out now, in `stages` commit groups.
-        for s in cutlass.range_constexpr(stages):
-            if row < M:
-                for v in cutlass.range_constexpr(s * per_stage, (s + 1) * per_stage):
-                    # A predicated cp.async would still be issued (zero-filling from an address
-                    # past the row); a vector past N is simply not copied, and not summed below.
-                    if cutlass.const_expr(even):
-                        cute.copy(g2s, tXgX[None, None, v], tXsX[None, None, v])
-                    elif tXpX[0, 0, v]:
-                        cute.copy(g2s, tXgX[None, None, v], tXsX[None, None, v])
-            cute.arch.cp_async_commit_group()
         tXrW = cute.make_rmem_tensor_like(tXgX, mW.element_type)  # x's shape, w's type
-        if cutlass.const_expr(self.early_weight):
-            cute.copy(copy_W, tWgW, thr_W.retile(tXrW), pred=tWpW)
-
-        # Sum part s as soon as it has landed, while the later parts are still in flight.
-        sum_sq = Float32(0.0)
-        for s in cutlass.range_constexpr(stages):
-            cute.arch.cp_async_wait_group(self.wait_groups_pending(s))
-            if row < M:
-                for v in cutlass.range_constexpr(s * per_stage, (s + 1) * per_stage):
-                    xv = tXsX[None, None, v].load().to(Float32)
-                    sq = (xv * xv).reduce(cute.ReductionOp.ADD, Float32(0.0), reduction_profile=0)
-                    if cutlass.const_expr(even):
-                        sum_sq += sq
-                    elif tXpX[0, 0, v]:  # masked vectors were never copied: skip their garbage
-                        sum_sq += sq
-
+        # x's copies go out first, in `stages` commit groups; the weight's loads right after
+        # them (early_weight), before the first wait
+        sum_sq = self.load_and_sum_sq(
+            g2s,
+            tXgX,
+            tXsX,
+            tXpX,
+            row < M,
+            lambda: self.load_weight_early(copy_W, thr_W, tWgW, tXrW, tWpW),
+        )
         sum_sq = self.row_sum(sum_sq, buffer, mbar_ptr)  # warp -> cluster | block
         rstd = self.rstd(sum_sq, eps)
         if cutlass.const_expr(not self.early_weight):

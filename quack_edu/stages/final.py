@@ -6,7 +6,7 @@ Delta over cpasync, in bytes, registers and bytes in flight:
   thread's share of the weight in registers from its load to its use: 16 vectors x 8
   elements = 64 registers of bf16, but 128 of fp32, so with an fp32 weight (the weight
   ``nn.RMSNorm(dim)`` holds under bf16 activations) it loads the weight late, after the sum,
-  with a round trip to L2 per row block (measured: -27..31% at N = 64K..262K bf16). Here the
+  with a round trip to L2 per row block (ladder.json: -27..31% at N = 64K..262K bf16). Here the
   CTA's slice of the weight can be copied to shared memory once (cp.async, in a commit group
   of its own) and read back a vector at a time in the scaling pass: registers no longer
   depend on the weight's dtype (~40), shared memory does (tile_cols x 4 B instead of x 2 B
@@ -708,6 +708,75 @@ class FinalRMSNorm(ClusterRMSNorm):
             if cutlass.const_expr(mRes is not None):
                 self.stage_in(copy_R, tRgR, tRsR, self.col_pred(thr_R, cX), lo, hi)
 
+    #: lesson 06's exercise: a loop over the CTA's row blocks that replaces the kernel's own
+    #: for a cluster with two buffers (``row_blocks(n_iter, blk0, tidx, issue, first_pass,
+    #: send, wait_peers, combine, rearm, second_pass)``); None: the kernel's own loop
+    row_blocks = None
+
+    @cute.jit
+    def lesson_first_pass(
+        self, it, blk, buf, ahead, tXsX, thr_X, cX, mW, mB, sW, sB, M, row_in_cta
+    ) -> Float32:
+        """For ``row_blocks``: wait for block ``blk``'s copies into buffer ``buf`` (``ahead``
+        groups of the next block may stay in flight) and return its rows' sums of squares (this
+        thread's part). The kernel's loop does the same inline."""
+        t, cfg = self.tiling, self.config
+        stages = cfg.stages
+        per_stage = t.vecs // stages
+        row = blk * t.rows_per_cta + row_in_cta
+        sum_sq = Float32(0.0)
+        for s in cutlass.range_constexpr(stages):
+            if cutlass.const_expr(self.use_async):
+                cute.arch.cp_async_wait_group(stages - 1 - s + ahead)
+            if cutlass.const_expr(
+                s == 0
+                and (sW is not None or sB is not None)
+                and (t.rows_per_cta > 1 or self.any_flat_copy(mW, mB))
+            ):
+                if it == 0:  # the weight and bias slices landed (copied by other threads)
+                    cute.arch.barrier()
+            if row < M:
+                pred = self.col_pred(thr_X, cX)
+                for v in cutlass.range(s * per_stage, (s + 1) * per_stage, 1, unroll_full=True):
+                    if cutlass.const_expr(t.even_cols) or pred[0, 0, v]:
+                        xv = tXsX[None, None, v, buf].load().to(Float32)
+                        sum_sq += (xv * xv).reduce(
+                            cute.ReductionOp.ADD, Float32(0.0), reduction_profile=0
+                        )
+        return sum_sq
+
+    @cute.jit
+    def lesson_second_pass(
+        self, blk, buf, val, eps, tXsX, thr_X, cX, tWsW, tBsB, held, mW, mB, mO, mRstd, M,
+        row_in_cta, first_col, rank,
+    ):  # fmt: skip
+        """For ``row_blocks``: rstd from the row's sum ``val``, then block ``blk``'s output from
+        buffer ``buf`` through the epilogue (``scale``)."""
+        t = self.tiling
+        rstd = self.rstd(val, eps)
+        row = blk * t.rows_per_cta + row_in_cta
+        if cutlass.const_expr(mRstd is not None):
+            if first_col == 0 and row < M:
+                mRstd[row] = rstd
+        tidx, _, _ = cute.arch.thread_idx()
+        copy_O = self.stage_copy(mO.element_type, False)
+        tOgO = copy_O.get_slice(tidx).partition_D(cute.local_tile(mO, t.tiler, (blk, rank)))
+        rW, rB = held
+        if row < M:
+            pred = self.col_pred(thr_X, cX)
+            for v in cutlass.range(t.vecs, unroll_full=True):
+                if cutlass.const_expr(t.even_cols) or pred[0, 0, v]:
+                    xv = tXsX[None, None, v, buf].load().to(Float32)
+                    w = b = None
+                    if cutlass.const_expr(mW is not None):
+                        wv = tWsW[None, None, v] if rW is None else rW[None, None, v]
+                        w = wv.load().to(Float32)
+                    if cutlass.const_expr(mB is not None):
+                        bv = tBsB[None, None, v] if rB is None else rB[None, None, v]
+                        b = bv.load().to(Float32)
+                    y = self.scale(xv * rstd, w, b)
+                    store_as(copy_O, y, tXsX[None, None, v, 0], tOgO[None, None, v])
+
     @cute.jit
     def __call__(
         self,
@@ -843,7 +912,59 @@ class FinalRMSNorm(ClusterRMSNorm):
 
         # groups still in flight beyond this block's: the next block's, with two buffers
         ahead = stages if cutlass.const_expr(nbuf == 2) else 0
-        for it in cutlass.range(n_iter, unroll=1):
+        trips = n_iter
+        if cutlass.const_expr(self.row_blocks is not None and clustered and nbuf == 2):
+            # lesson 06's exercise: a learner's loop over the row blocks, given these helpers
+            # (the library's own loop, below, then runs no iteration)
+            if cutlass.const_expr(mRes is not None or mResO is not None or late_w):
+                raise NotImplementedError("row_blocks: no residual, no late weight slice")
+            if cutlass.const_expr(not smem_w and not once and mW is not None):
+                raise NotImplementedError("row_blocks: a weight in shared memory or held once")
+            tWsW_, tBsB_ = tWsW, tBsB
+            held_ = (None, None)
+            if cutlass.const_expr(once):
+                held_ = held
+            self.row_blocks(
+                n_iter,
+                blk0,
+                tidx,
+                lambda blk, b: self.issue_block(mX, mRes, sX, sR, blk, b, rank, row_end),
+                lambda it, blk, b: self.lesson_first_pass(
+                    it, blk, b, ahead, tXsX, thr_X, cX, mW, mB, sW, sB, M, row_in_cta
+                ),
+                lambda val, p: self.cluster_exchange(
+                    self.warp_reduce(val), red[None, None, p], mbar_ptr + p
+                ),
+                lambda p, phase: cute.arch.mbarrier_wait(mbar_ptr + p, phase=phase),
+                lambda p: reduce_utils.combine_buffer(
+                    red[None, None, p], operator.add, t.threads_per_row
+                ),
+                lambda p: cute.arch.mbarrier_arrive_and_expect_tx(
+                    mbar_ptr + p, self.expected_tx_bytes()
+                ),
+                lambda it, blk, b, val: self.lesson_second_pass(
+                    blk,
+                    b,
+                    val,
+                    eps,
+                    tXsX,
+                    thr_X,
+                    cX,
+                    tWsW_,
+                    tBsB_,
+                    held_,
+                    mW,
+                    mB,
+                    mO,
+                    mRstd,
+                    M,
+                    row_in_cta,
+                    first_col,
+                    rank,
+                ),
+            )
+            trips = 0
+        for it in cutlass.range(trips, unroll=1):
             blk = blk0 + it
             buf = it % nbuf
             row = blk * t.rows_per_cta + row_in_cta
@@ -970,7 +1091,9 @@ class CompiledFinal:
         self.compiled = compiled
         self.call = direct_call(compiled)  # the same call, fewer Python layers
 
-    def __getattr__(self, name):  # __ptx__, __cubin__, __mlir__ of the compiled kernel
+    # __ptx__, __cubin__, __mlir__ of the compiled kernel (a kernel loaded from the disk cache,
+    # quack_edu.compile_cache, has none: compiles that want them bypass it)
+    def __getattr__(self, name):
         return getattr(self.compiled, name)
 
     def full(self, x, w, b, res, out, res_out, rstd, eps):

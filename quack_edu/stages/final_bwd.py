@@ -259,6 +259,62 @@ def configs(N: int, dtype, weight_dtype=None, features=None, vec=None) -> list[B
     return good
 
 
+class PartialView:
+    """What a CTA's partial store works with, made once at the end of the backward kernel:
+
+    * ``rows``, ``vecs``: rows of the CTA and vectors of a thread (Python ints);
+    * ``row``: this thread's row in the CTA (a run-time value);
+    * ``in_cols(v)``: whether vector ``v`` lies before column N (a run-time Boolean, or True);
+    * ``mine``: this thread's slots of its own row in shared memory, ((vec, 1), 1, vecs) fp32
+      (they overlay the x and dout tiles: write them only once every row is done with those);
+    * ``slots(r)``: this thread's columns of row ``r``'s slots, the same shape;
+    * ``write(value, v)``: store an fp32 vector as vector ``v`` of this CTA's partial row;
+    * ``red_add(value, v)``: add it there atomically instead (lesson 07's strategy 1)."""
+
+    def __init__(self, kernel, acc: cute.Tensor, mP: cute.Tensor, sAcc, bidx, rank):
+        t = kernel.tiling
+        self.acc = acc  # the accumulators: their vectors are the register copies' shape
+        self.kernel, self.rows, self.vecs = kernel, t.rows_per_cta, t.vecs
+        tidx, _, _ = cute.arch.thread_idx()
+        copy_X = kernel.stage_copy(kernel.dtype, True)
+        self.thr_X = copy_X.get_slice(tidx)
+        cX = cute.local_tile(cute.make_identity_tensor(mP.shape), t.tiler, (0, rank))
+        self.tXcX = self.thr_X.partition_S(cX)
+        self.row = self.tXcX[0][0]
+        self.copy_P = kernel.stage_copy(Float32, False)
+        thr_P = self.copy_P.get_slice(tidx)
+        gP = cute.local_tile(
+            copy_utils.broadcast_rows(mP[kernel.partial_row(bidx, mP), None], t.rows_per_cta),
+            t.tiler,
+            (0, rank),
+        )
+        self.tPgP = thr_P.partition_D(gP)  # ((atom_vals, atoms), 1, vecs)
+        self.sAcc = sAcc
+        self.mine = self.thr_X.partition_D(sAcc) if sAcc is not None else None
+
+    def in_cols(self, v: int):
+        if cutlass.const_expr(self.kernel.tiling.even_cols):
+            return True
+        return self.kernel.in_cols(self.tXcX, v)
+
+    def slots(self, r: int) -> cute.Tensor:
+        t = self.kernel.tiling
+        row_layout = cute.make_layout(t.tiler, stride=(0, 1))
+        sRow = cute.make_tensor(self.sAcc.iterator + r * t.tile_cols, row_layout)
+        return self.thr_X.partition_D(sRow)
+
+    def _reg(self, value, v: int) -> cute.Tensor:
+        rT = cute.make_rmem_tensor_like(self.acc[None, None, v], Float32)
+        rT.store(value)
+        return rT
+
+    def write(self, value, v: int) -> None:
+        self.kernel.write_partial(self.copy_P, self._reg(value, v), self.tPgP[None, None, v])
+
+    def red_add(self, value, v: int) -> None:
+        FinalBwdAtomic.red_add(self.kernel, self._reg(value, v), self.tPgP[None, None, v])
+
+
 class FinalBwdRMSNorm(FinalRMSNorm):
     """dx, and per-CTA partial sums of dw and db, for the final forward. Reuses the forward's
     copies (``stage_copy``, ``issue_block``; ``stage_in`` and ``col_pred`` are redone here
@@ -523,6 +579,11 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         store (the variants of lesson 07 add instead)."""
         cute.copy(copy_P, _like(r, dst), dst)
 
+    def accumulate_dw(self, acc: cute.Tensor, v: int, dy, x_hat) -> None:
+        """Add this row's contribution to dw, ``dout * x_hat`` (fp32), into vector ``v`` of the
+        thread's accumulators ``acc`` (x's vector shape, fp32, kept across its row blocks)."""
+        acc[None, None, v].store(acc[None, None, v].load() + dy * x_hat)
+
     @cute.jit
     def store_partial(
         self,
@@ -533,48 +594,40 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         rank,
     ):
         """Row ``bidx`` of ``mP`` (P, N) fp32, this CTA's columns := the sum of ``acc`` over
-        the rows of the CTA, in row order (through ``sAcc`` when the CTA holds several rows),
-        stored by the threads of its first row."""
-        t = self.tiling
-        tidx, _, _ = cute.arch.thread_idx()
-        copy_X = self.stage_copy(self.dtype, True)
-        thr_X = copy_X.get_slice(tidx)
-        cX = cute.local_tile(cute.make_identity_tensor(mP.shape), t.tiler, (0, rank))
-        tXcX = thr_X.partition_S(cX)
-        row_in_cta = tXcX[0][0]
-        copy_P = self.stage_copy(Float32, False)
-        thr_P = copy_P.get_slice(tidx)
-        gP = cute.local_tile(
-            copy_utils.broadcast_rows(mP[self.partial_row(bidx, mP), None], t.rows_per_cta),
-            t.tiler,
-            (0, rank),
-        )
-        tPgP = thr_P.partition_D(gP)  # ((atom_vals, atoms), 1, vecs)
-        if cutlass.const_expr(t.rows_per_cta > 1):
-            row_layout = cute.make_layout(t.tiler, stride=(0, 1))
-            if cutlass.const_expr(self.use_async):
-                cute.arch.cp_async_wait_group(0)  # (none in flight: the last block's are empty)
+        the rows of the CTA (``combine_partial``, given the views of a ``PartialView``)."""
+        p = PartialView(self, acc, mP, sAcc, bidx, rank)
+        self.combine_partial(acc, p.mine, p.slots, p.write, p.in_cols, p.row, p.rows)
+
+    @cute.jit
+    def combine_partial(
+        self, acc: cute.Tensor, mine, slots, write, in_cols, row, rows: cutlass.Constexpr[int]
+    ):
+        """The CTA's rows' sums ``acc`` added in row order (through shared memory when the CTA
+        holds several rows) and stored by the threads of its first row, plain stores: one
+        partial row per CTA, the same bits on every run. The arguments: ``PartialView``'s."""
+        vecs = cute.size(acc, mode=[2])
+        if cutlass.const_expr(rows > 1):
+            self.drain_copies()
             cute.arch.barrier()  # every row is done with the tiles, or with the last sum
-            tXsA = thr_X.partition_D(sAcc)
-            for v in cutlass.range_constexpr(t.vecs):
-                tXsA[None, None, v].store(acc[None, None, v].load())
+            for v in cutlass.range_constexpr(vecs):
+                mine[None, None, v].store(acc[None, None, v].load())
             cute.arch.barrier()
-            if row_in_cta == 0:
-                for v in cutlass.range_constexpr(t.vecs):
-                    if cutlass.const_expr(t.even_cols) or self.in_cols(tXcX, v):
+            if row == 0:
+                for v in cutlass.range_constexpr(vecs):
+                    if in_cols(v):
                         tot = acc[None, None, v].load()
-                        for r in cutlass.range_constexpr(1, t.rows_per_cta):
-                            sRow = cute.make_tensor(sAcc.iterator + r * t.tile_cols, row_layout)
-                            tot = tot + thr_X.partition_D(sRow)[None, None, v].load()
-                        rT = cute.make_rmem_tensor_like(acc[None, None, v], Float32)
-                        rT.store(tot)
-                        self.write_partial(copy_P, rT, tPgP[None, None, v])
+                        for r in cutlass.range_constexpr(1, rows):
+                            tot = tot + slots(r)[None, None, v].load()
+                        write(tot, v)
         else:
-            for v in cutlass.range_constexpr(t.vecs):
-                if cutlass.const_expr(t.even_cols) or self.in_cols(tXcX, v):
-                    rT = cute.make_rmem_tensor_like(acc[None, None, v], Float32)
-                    rT.store(acc[None, None, v].load())
-                    self.write_partial(copy_P, rT, tPgP[None, None, v])
+            for v in cutlass.range_constexpr(vecs):
+                if in_cols(v):
+                    write(acc[None, None, v].load(), v)
+
+    def drain_copies(self) -> None:
+        """Wait for every cp.async still in flight (the last block's, empty ones)."""
+        if cutlass.const_expr(self.use_async):
+            cute.arch.cp_async_wait_group(0)
 
     @cute.jit
     def __call__(
@@ -733,7 +786,7 @@ class FinalBwdRMSNorm(FinalRMSNorm):
                             cute.ReductionOp.ADD, Float32(0.0), reduction_profile=0
                         )
                         if cutlass.const_expr(rdW is not None):
-                            rdW[None, None, v].store(rdW[None, None, v].load() + dy * x_hat)
+                            self.accumulate_dw(rdW, v, dy, x_hat)
                         if cutlass.const_expr(rdB is not None):
                             rdB[None, None, v].store(rdB[None, None, v].load() + dy)
 

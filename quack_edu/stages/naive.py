@@ -7,8 +7,8 @@ write ``x * rstd * w``. It is correct for any M and any N, and it is slow on pur
 * Uncoalesced. In one load instruction the 32 threads of a warp touch 32 different rows, N
   elements apart: 32 memory sectors for 64 useful bytes (bf16). The L1 cache rescues part of it
   (the next 15 columns sit in the same 32-byte sectors), but only while those lines survive.
-* Too little parallelism. M rows give M threads: at M=4096 that is 32 warps on a 132-SM GPU
-  whose memory system needs tens of thousands of loads in flight.
+* Too little parallelism. M rows give M threads: at M=4096 that is 128 warps, about one per SM
+  of a 132-SM GPU whose memory system needs tens of thousands of loads in flight.
 * Scalar 2-byte accesses, and x read twice.
 
 Bytes it must move: 2 * M * N * sizeof(dtype) (read x, write y; the weight is noise). The next

@@ -1,4 +1,4 @@
-"""The `quack-edu` command: doctor | ptx | bench | student | grade."""
+"""The `quack-edu` command: doctor | ptx | cache | bench | student | grade."""
 
 from __future__ import annotations
 
@@ -28,6 +28,16 @@ def _ptx(a) -> int:
     return 0
 
 
+def _cache(a) -> int:
+    from .. import compile_cache
+
+    if a.clear:
+        n = compile_cache.clear(compile_cache.cache_dir())
+        print(f"deleted {n} compiled kernels")
+    print(f"kernel cache: {compile_cache.describe()}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="quack-edu", description="quack-edu: RMSNorm in CuTe DSL, stage by stage"
@@ -46,6 +56,11 @@ def main(argv=None) -> int:
     ptx.add_argument(
         "--set", action="append", metavar="FIELD=VALUE", help="override a config field"
     )
+
+    cache = sub.add_parser(
+        "cache", help="where compiled kernels are kept between processes, and their size"
+    )
+    cache.add_argument("--clear", action="store_true", help="delete every compiled kernel")
 
     sub.add_parser(
         "bench", help="benchmark stages (and peers) on the GPU; --model: a decoder", add_help=False
@@ -72,6 +87,8 @@ def main(argv=None) -> int:
         return run_doctor()
     if a.cmd == "ptx":
         return _ptx(a)
+    if a.cmd == "cache":
+        return _cache(a)
     return 2
 
 

@@ -200,6 +200,10 @@ def doctor_report(compile_check: bool = True) -> DoctorReport:
     arch = os.environ.get("CUTE_DSL_ARCH", "(auto-detected from the GPU)")
     rep.add("DSL target", arch)
 
+    from .. import compile_cache
+
+    rep.add("Kernel cache", compile_cache.describe())
+
     from .inspect import nvdisasm_path
 
     tool = nvdisasm_path()

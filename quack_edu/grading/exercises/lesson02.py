@@ -2,6 +2,7 @@
 
 02.warp_reduce  the butterfly: sum a value over the lanes of a row with ``shfl.sync.bfly``
 02.tv_layout    the thread and value layouts of the 128-bit tiled copy that moves a row
+02.warp_kernel  the whole kernel: the warp stage's @cute.kernel for rows that fit one pass
 """
 
 from __future__ import annotations
@@ -12,9 +13,18 @@ import torch
 
 from ...config import RowConfig
 from .. import hints
-from ..checks import KernelHole, compiles, gpu_values, no_local_memory, ptx_probe
+from ..checks import (
+    KernelHole,
+    Ptx,
+    compiles,
+    gpu_speed,
+    gpu_values,
+    no_local_memory,
+    ptx_probe,
+)
 from ..hints import Variant
 from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
+from ._kernels import access_check, kernel_hole, mixed_values, ragged_Ns
 
 LESSON = "02_warp_reduction"
 WARP = 32
@@ -42,7 +52,56 @@ EXTRA_ROUNDS = (
     "another row (or adds a lane twice)"
 )
 
+NOT_ADDED = (
+    "a shuffle's result is never added: each round must add the value a lane receives to its "
+    "own (val = val + shuffle_sync_bfly(val, ...)); as written, a lane ends the rounds holding "
+    "another lane's partial sum, not the row's total"
+)
+
 _SHFL = re.compile(r"^shfl\.sync\.(bfly|down|up|idx)")
+_COMBINE = ("add.", "max.", "fma.", "min.")
+
+
+def _users(ptx: Ptx, reg: str) -> list:
+    """The instructions that read ``reg``, looking through moves and conversions."""
+    out, todo, seen = [], [reg], set()
+    while todo:
+        r = todo.pop()
+        for ins in ptx.instrs:
+            if r in ins.srcs and ins.index not in seen:
+                seen.add(ins.index)
+                if ins.opcode.startswith(("mov", "cvt")):
+                    todo.extend(ins.dests)
+                else:
+                    out.append(ins)
+    return out
+
+
+def _probe_adds(rep, ctx):
+    """Every butterfly round combines: some add (max, fma) reads both the value a lane sent and
+    the one it received. A chain of shuffles whose results are never added passes the round
+    count, and leaves a lane with another lane's partial."""
+    ptx = Ptx(rep.ptx)
+    shfl = ptx.find("shfl.sync.bfly")
+    for ins in shfl:
+        sent = ins.srcs[0] if ins.srcs else None
+        ok = (
+            any(
+                u.opcode.startswith(_COMBINE) and (sent is None or sent in u.srcs)
+                for u in _users(ptx, ins.dests[0])
+            )
+            if ins.dests
+            else False
+        )
+        if not ok:
+            users = sorted({u.opcode for u in _users(ptx, ins.dests[0])}) if ins.dests else []
+            raise CheckFailed(
+                "a shuffle's result is not added to the lane's own value",
+                expected="shfl.sync.bfly d, v, ...; then add.f32 _, d, v (every round)",
+                seen=f"`{ins.text}` feeds {', '.join(users) or 'nothing'}",
+                hint=NOT_ADDED,
+            )
+    return f"each of the {len(shfl)} shuffles is added to the lane's own value"
 
 
 def _rounds_probe(expected: int):
@@ -144,6 +203,16 @@ warp_reduce = register(
                 tiers=(COMPILE, GPU),
             ),
             Mutant(
+                "shuffles but never adds",
+                [
+                    (
+                        "val = val + cute.arch.shuffle_sync_bfly(",
+                        "val = cute.arch.shuffle_sync_bfly(",
+                    )
+                ],
+                hint="result is never added",
+            ),
+            Mutant(
                 "half the lanes in the mask",
                 [("mask=0xFFFFFFFF", "mask=0x0000FFFF")],
                 hint="member mask must name all 32",
@@ -158,6 +227,7 @@ warp_reduce.add(
         "3 butterfly rounds for an 8-lane row (N=64, 4 rows per warp)", 64, config=NARROW_CFG
     ),
     ptx_probe(REDUCE_HOLE, "every shuffle names all 32 lanes", _probe_mask),
+    ptx_probe(REDUCE_HOLE, "each round adds what the lane receives", _probe_adds),
     no_local_memory(REDUCE_HOLE),
     compiles(REDUCE_HOLE, dtypes=("fp16",), hidden=True),
     _reduce_check(
@@ -202,10 +272,25 @@ def _adapt_copy(answer):
 COPY_HOLE = KernelHole(stage="warp", piece="row_copy", adapt=_adapt_copy)
 
 NARROW = (
-    "each thread moves fewer than 16 bytes per access: 8-byte loads (ld.global.v2.b32), twice "
-    "the load instructions for the same bytes; a vector is 128 bits = 128 // dtype.width "
-    "elements (8 bf16/fp16, 4 fp32)"
+    "each thread moves fewer than 16 bytes per access, so the kernel needs more load "
+    "instructions for the same bytes; a vector is 128 bits. dtype.width is in bits (16 for "
+    "bf16/fp16, 32 for fp32): 16 bytes are 128 // dtype.width elements (8 bf16/fp16, 4 fp32)"
 )
+
+
+def narrow_hint(nbytes: int) -> str:
+    """NARROW, naming the access width the learner's layout gives (2 bytes is a vec of 1: e.g.
+    16 // dtype.width, bytes divided by bits)."""
+    ptx = {8: " (ld.global.v2.b32)", 4: " (ld.global.b32)"}.get(nbytes, "")
+    return f"{nbytes}-byte accesses{ptx}: " + NARROW
+
+
+ZERO_VEC = (
+    "a layout got a size of 0: your value layout's vec (elements per 16-byte access) came out 0 "
+    "for this dtype. dtype.width is in bits, so 16 // dtype.width is 0 for fp32; a 16-byte "
+    "vector holds 128 // dtype.width elements"
+)
+
 WIDE = (
     "a thread's vector is more than one 16-byte access (8 fp32 = 32 bytes): it becomes two "
     "loads, and in one load instruction neighbouring lanes land 32 bytes apart, so each "
@@ -261,7 +346,9 @@ def diagnose_tv(m: dict, threads_per_row: int, num_threads: int, elem_bytes: int
             return f"thread {t}'s values are not contiguous columns: {cols[:8]}", NEIGHBOURS
     nbytes = m["vals"] * elem_bytes
     if nbytes < 16:
-        return f"a thread moves {m['vals']} elements = {nbytes} bytes per access", NARROW
+        return f"a thread moves {m['vals']} elements = {nbytes} bytes per access", narrow_hint(
+            nbytes
+        )
     if nbytes > 16:
         return f"a thread's vector is {m['vals']} elements = {nbytes} bytes", WIDE
     for t, cs in coords.items():
@@ -291,7 +378,17 @@ def _layout_check(hidden: bool):
         cases = _LAYOUT_HIDDEN if hidden else _LAYOUT_CASES
         for tpr, nt, dt in cases:
             dtype = cute_dtype(dt)
-            m = tv_map(ctx.answer, tpr, nt, dtype)
+            try:
+                m = tv_map(ctx.answer, tpr, nt, dtype)
+            except Exception as e:
+                if "strictly positive" not in str(e):
+                    raise
+                raise CheckFailed(
+                    f"threads_per_row={tpr}, num_threads={nt}, {dt}: a layout shape holds a 0",
+                    expected=f"val_layout of shape (1, {128 // dtype.width}) for {dt}",
+                    seen=hints.short_error(e, 200),
+                    hint=ZERO_VEC,
+                ) from None
             bad = diagnose_tv(m, tpr, nt, dtype.width // 8)
             if bad:
                 what, hint = bad
@@ -342,7 +439,7 @@ def _probe_128(rep, ctx):
             "global accesses narrower than 16 bytes",
             expected="only 16-byte accesses (ld.global.v4.b32 / st.global.v4.b32)",
             seen=seen or "no global access",
-            hint=NARROW,
+            hint=narrow_hint(min(b for _, b in narrow)) if narrow else NARROW,
         )
     return ", ".join(f"{n} x {op}.128" for (op, _), n in sorted(acc.items()))
 
@@ -359,6 +456,16 @@ tv_layout = register(
                 "64-bit accesses",
                 [("128 // dtype.width", "64 // dtype.width")],
                 hint="fewer than 16 bytes",
+            ),
+            Mutant(
+                "bytes divided by bits",
+                [("vec = 128 // dtype.width", "vec = 16 // dtype.width")],
+                hint="dtype.width is in bits",
+            ),
+            Mutant(
+                "no elements",
+                [("vec = 128 // dtype.width", "vec = 0")],
+                hint="vec (elements per 16-byte access) came out 0",
             ),
             Mutant(
                 "8 elements for every dtype",
@@ -389,4 +496,135 @@ tv_layout.add(
     compiles(COPY_HOLE, dtypes=("fp16",), hidden=True),
     gpu_values(COPY_HOLE),
     gpu_values(COPY_HOLE, hidden=True, name="values at more shapes, grading seed"),
+)
+
+
+# ---- 02.warp_kernel ---------------------------------------------------------------------------
+# The whole kernel: the learner writes the warp stage's @cute.kernel for rows that fit one pass
+# (a thread holds its whole share of the row), given the stage's helpers (row_copy, warp_reduce,
+# rstd) and copy_utils (broadcast_rows, predicate_cols).
+KERNEL_HOLE = kernel_hole("warp")
+
+SAME_ROWS = (
+    "every CTA loads the same rows: the tile of x (and of y) must be chosen by the CTA's index "
+    "(block_idx), so that CTA b works on the b-th block of rows_per_cta rows"
+)
+NO_ROW_SUM = (
+    "the lanes of a row never add their partial sums: each lane scales its elements by its own "
+    "partial. After the per-thread sum of squares, self.warp_reduce(sum_sq) gives every lane "
+    "of the row the row's total"
+)
+
+
+def one_pass_config(N: int, dtype):
+    """The warp stage's heuristic; the exercise's row lengths all fit one pass (chunks == 1)."""
+    from ...config import warp_config
+    from ...primitives.tiling import RowTiling
+
+    cfg = warp_config(N, dtype)
+    assert RowTiling.make(N, dtype, cfg).chunks == 1, (N, dtype)
+    return cfg
+
+
+def _lanes_combine(rep, kernel):
+    width = min(kernel.config.threads_per_row, WARP)
+    n = rep.count("shfl.sync.bfly")
+    if n != width.bit_length() - 1:
+        raise CheckFailed(
+            f"{n} shfl.sync.bfly for rows of {width} lanes",
+            expected=f"{width.bit_length() - 1} (log2({width}) butterfly rounds)",
+            seen=f"{n}",
+            hint=NO_ROW_SUM if n == 0 else hints.MISSING_SHUFFLE,
+        )
+    return f"{n} shfl.sync.bfly ({width} lanes per row)"
+
+
+_KERNEL_CASES = (
+    (1000, "bf16", "bf16", None),
+    (1000, "bf16", "fp32", None),
+    (1000, "fp32", "fp32", None),
+    (64, "bf16", "bf16", None),  # 8 lanes per row: four rows share a warp
+)
+_KERNEL_NS = (64, 1000)
+_KERNEL_HIDDEN_NS = (136, 520, 1544, 2040)
+
+
+def _hidden_kernel_cases(ctx):
+    n = ctx.rng("kernel N").choice(_KERNEL_HIDDEN_NS)
+    return ((n, "fp16", "fp32", None), (n, "fp32", "bf16", None))
+
+
+warp_kernel = register(
+    Exercise(
+        id="02.warp_kernel",
+        lesson=LESSON,
+        answer="warp_kernel",
+        title="the whole warp kernel: tile, load, reduce, normalise, store",
+        points={COMPILE: 2, GPU: 2},
+        mutants=[
+            Mutant(
+                "every CTA the same rows",
+                [
+                    (
+                        "gX = cute.local_tile(mX, t.tiler, (bidx, 0))",
+                        "gX = cute.local_tile(mX, t.tiler, (0, 0))",
+                    )
+                ],
+                hint="every CTA loads the same rows",
+            ),
+            Mutant(
+                "lanes never combine",
+                [("    sum_sq = self.warp_reduce(sum_sq)", "    pass")],
+                hint="the lanes of a row never add their partial sums",
+            ),
+            Mutant(
+                "stores rows past M",
+                [("    if row < M:\n        cute.copy(copy_O", "    cute.copy(copy_O")],
+                hint="runs past the end of the tensor",
+            ),
+            Mutant(
+                "weight never used",
+                [("y = x * rstd * tXrW.load().to(Float32)", "y = x * rstd")],
+                hint="not multiplied by the weight",
+            ),
+        ],
+    )
+)
+warp_kernel.add(
+    compiles(KERNEL_HOLE, N=1000, dtypes=("bf16", "fp32")),
+    access_check(
+        KERNEL_HOLE,
+        _KERNEL_CASES,
+        name="x read once, the weight read, y written once, tiled by the CTA (x and weight dtypes)",
+        hint_tile=SAME_ROWS,
+        extra=_lanes_combine,
+    ),
+    ptx_probe(
+        KERNEL_HOLE, "every global load and store is 16 bytes", _probe_128, dtypes=("bf16", "fp32")
+    ),
+    no_local_memory(KERNEL_HOLE),
+    access_check(
+        KERNEL_HOLE,
+        _hidden_kernel_cases,
+        name="the same at a random N, fp16/fp32 (grading seed)",
+        hint_tile=SAME_ROWS,
+        extra=_lanes_combine,
+        hidden=True,
+    ),
+    mixed_values(
+        KERNEL_HOLE,
+        Ns=ragged_Ns(_KERNEL_NS, _KERNEL_HIDDEN_NS),
+        config=one_pass_config,
+        name="values vs rmsnorm_ref (M in 1/37/199, N in 64/1000, x and weight dtypes)",
+        variants=(ROWS_MIXED_V,),
+    ),
+    gpu_speed(KERNEL_HOLE, fraction=0.85, N=4096),
+    mixed_values(
+        KERNEL_HOLE,
+        Ns=ragged_Ns(_KERNEL_NS, _KERNEL_HIDDEN_NS),
+        config=one_pass_config,
+        name="values at more shapes and dtype pairs, grading seed",
+        hidden=True,
+        variants=(ROWS_MIXED_V,),
+    ),
 )

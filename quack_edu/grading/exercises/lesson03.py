@@ -2,9 +2,12 @@
 
 03.block_reduce     the warps of a row meet through shared memory (a store, a barrier, loads)
 03.threads_per_row  the heuristic: threads per row for N so that a thread holds <= 8 vectors
+03.block_kernel     the whole kernel: the block stage's @cute.kernel, given block_reduce
 """
 
 from __future__ import annotations
+
+import re
 
 import torch
 
@@ -16,6 +19,7 @@ from ..checks import (
     Ptx,
     compiles,
     divergent_barriers,
+    gpu_speed,
     gpu_values,
     no_local_memory,
     ptx_probe,
@@ -23,6 +27,7 @@ from ..checks import (
 )
 from ..hints import Variant
 from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
+from ._kernels import access_check, kernel_hole, mixed_values, ragged_Ns
 
 LESSON = "03_block_reduction"
 WARP = 32
@@ -56,6 +61,101 @@ BUFFER_ROW = (
     "rows of one CTA share the same slots: index the buffer with the row this warp works on "
     "(warp // warps_per_row), so that each row adds its own warps' partials"
 )
+
+
+OWN_SLOT = (
+    "each warp reads back only the slot it wrote itself, its own partial: the other warps' "
+    "partials of the row are never added. After the barrier, add every slot of the row "
+    "(buffer[row, 0] + ... + buffer[row, warps_per_row - 1]) so that each warp ends with the "
+    "row's total"
+)
+SOME_SLOTS = (
+    "a warp reads back only some of its row's slots: the partials of the other warps of the "
+    "row are missing from its sum; add all warps_per_row slots of the row"
+)
+
+
+class _SharedMachine:
+    """Addresses of shared-memory accesses per thread, from the PTX (``dsmem_sim``'s
+    interpreter: each address register evaluated from its one definition; %laneid added)."""
+
+    def __init__(self, ptx: str):
+        from ..dsmem_sim import _Program
+
+        self.prog = _Program(ptx)
+
+    def address(self, index: int, tid: int) -> int:
+        from ..dsmem_sim import _Machine
+
+        m = _Machine(self.prog, index, tid, 0)
+        m.env["%laneid"] = tid % 32
+        m.env["%warpid"] = tid // 32
+        operand = self.prog.instrs[index][2][0 if self._is_store(index) else 1]
+        base, _, off = operand.strip("[] ").partition("+")
+        return int(m.val(base)) + (int(off) if off else 0)
+
+    def _is_store(self, index: int) -> bool:
+        return self.prog.instrs[index][1].startswith("st.")
+
+    def accesses(self, kind: str) -> list[tuple[int, int]]:
+        """(instruction index, 4-byte words) of each ``ld.shared``/``st.shared``."""
+        out = []
+        for i, (_, op, _, _) in enumerate(self.prog.instrs):
+            if op.startswith(f"{kind}.shared") and "::cluster" not in op:
+                v = re.search(r"\.v(\d)", op)
+                out.append((i, int(v.group(1)) if v else 1))
+        return out
+
+
+def slots_read(ptx: str, threads_per_row: int, num_threads: int):
+    """{thread: the shared-memory words (byte offsets) its ld.shared read} and {first thread
+    of a warp: the words its st.shared write}, replayed from the PTX; None when the
+    interpreter cannot tell (a loop, a load feeding an address)."""
+    from ..dsmem_sim import _Unknown
+
+    sm = _SharedMachine(ptx)
+    loads, stores = sm.accesses("ld"), sm.accesses("st")
+    if not loads or not stores:
+        return None
+    reads, written = {}, {}
+    try:
+        for tid in range(num_threads):
+            if tid % 32 == 0:  # lane 0 of each warp writes its slot
+                written[tid] = {sm.address(i, tid) for i, _ in stores}
+            words = set()
+            for i, n in loads:
+                a = sm.address(i, tid)
+                words.update(a + 4 * k for k in range(n))
+            reads[tid] = words
+    except (_Unknown, KeyError, TypeError, ValueError, IndexError):
+        return None
+    return reads, written
+
+
+def _probe_slots(rep, ctx):
+    """Every warp reads back every slot its row's warps wrote (replayed from the PTX per
+    thread): a warp that reads only its own slot compiles to st, bar, ld like a right answer."""
+    cfg = rep.config
+    got = slots_read(rep.ptx, cfg.threads_per_row, cfg.num_threads)
+    if got is None:
+        return "not replayable from the PTX; left to the gpu tier"
+    reads, written = got
+    tpr = cfg.threads_per_row
+    for w0 in range(0, cfg.num_threads, 32):
+        row = w0 // tpr
+        slots = set().union(*(written[w] for w in range(row * tpr, (row + 1) * tpr, 32)))
+        seen = set().union(*(reads[t] for t in range(w0, w0 + 32)))
+        if slots - seen:
+            own = seen & slots == written[w0]
+            nslots = len(slots)
+            raise CheckFailed(
+                f"warp {w0 // 32} (row {row}) reads {len(seen & slots)} of its row's "
+                f"{nslots} slots",
+                expected=f"the {nslots} slots of row {row}, read after the barrier",
+                seen=f"{len(seen)} distinct shared-memory word(s) read by the warp's lanes",
+                hint=OWN_SLOT if own else SOME_SLOTS if seen & slots else BUFFER_ROW,
+            )
+    return "each warp reads all of its row's slots (replayed per thread)"
 
 
 def _no_divergent_barrier(rep):
@@ -226,6 +326,19 @@ block_reduce = register(
                 tiers=(COMPILE, GPU),
             ),
             Mutant(
+                "returns its own slot",
+                [
+                    (
+                        "    total = Float32(0.0)\n"
+                        "    for w in cutlass.range_constexpr(warps_per_row):\n"
+                        "        total += buffer[row, w]\n"
+                        "    return total\n",
+                        "    return buffer[row, warp % warps_per_row]\n",
+                    )
+                ],
+                hint="reads back only the slot it wrote itself",
+            ),
+            Mutant(
                 "every row reads row 0's slots",
                 [("total += buffer[row, w]", "total += buffer[0, w]")],
                 hint="rows of one CTA share the same slots",
@@ -274,6 +387,30 @@ def _guarded(check: Check) -> Check:
     return Check(check.name, check.tier, fn, check.hidden, check.needs)
 
 
+def _guarded_kernel(check: Check) -> Check:
+    """``_guarded`` for the whole-kernel exercise, the learner's kernel at 8 warps per row: not
+    launched when a barrier is divergent, or when its shared-memory step (replayed) is wrong."""
+
+    def fn(ctx):
+        rep = ctx.report(KERNEL_HOLE, 16384, "bf16", None)
+        why = launch_guard(rep)
+        if why:
+            raise CheckFailed(
+                f"not launched: {why}; it would wait forever",
+                expected="a barrier that every thread of the CTA executes",
+                seen=why,
+                hint=DIVERGENT_BARRIER,
+            )
+        try:  # a buffer of the wrong shape: slots past its end (shared memory out of bounds)
+            _warps_meet(rep, ctx.kernel(KERNEL_HOLE, 16384, "bf16"))
+        except CheckFailed as e:
+            e.message = f"not launched: {e.message}"
+            raise
+        return check.fn(ctx)
+
+    return Check(check.name, check.tier, fn, check.hidden, check.needs)
+
+
 block_reduce.add(
     compiles(BLOCK_HOLE, N=1000, dtypes=("bf16", "fp32")),
     Check(
@@ -284,6 +421,13 @@ block_reduce.add(
     ),
     ptx_probe(BLOCK_HOLE, "a barrier between the shared-memory writes and reads", _probe_barrier),
     ptx_probe(BLOCK_HOLE, "reads the row's slots back", _probe_reads),
+    ptx_probe(BLOCK_HOLE, "every warp reads all of its row's slots", _probe_slots),
+    Check(
+        "every warp reads all of its row's slots, 8 warps per row (N=16384)",
+        COMPILE,
+        lambda ctx: _probe_slots(ctx.report(BLOCK_HOLE, 16384, "bf16", WIDE_CFG), ctx),
+        needs=("compiles",),
+    ),
     ptx_probe(BLOCK_HOLE, "each row of the CTA uses its own slots", _probe_rows),
     no_local_memory(BLOCK_HOLE),
     compiles(BLOCK_HOLE, dtypes=("fp16",), hidden=True),
@@ -466,3 +610,169 @@ threads_per_row = register(
     )
 )
 threads_per_row.add(_tpr_check(hidden=False), _tpr_check(hidden=True))
+
+
+# ---- 03.block_kernel --------------------------------------------------------------------------
+# The whole kernel: the learner writes the block stage's @cute.kernel (rows that fit one pass),
+# given the stage's helpers: row_copy, warp_reduce, block_reduce (the stage's), rstd.
+KERNEL_HOLE = kernel_hole("block")
+
+NEVER_MEET = (
+    "the warps of a row never meet: each warp scales its elements with its own warp's sum. "
+    "After warp_reduce, combine the warps of the row through a shared-memory buffer of one "
+    "fp32 slot per (row, warp): self.block_reduce(val, buffer)"
+)
+SAME_ROWS = (
+    "every CTA loads the same rows: the tile of x (and of y) must be chosen by the CTA's index "
+    "(block_idx), so that CTA b works on the b-th block of rows_per_cta rows"
+)
+SHARED_SLOT = (
+    "two warps write the same shared-memory slot, so one partial overwrites another: the buffer "
+    "needs one fp32 slot per (row of the CTA, warp of the row), shape "
+    "(rows_per_cta, warps_per_row)"
+)
+
+
+BUFFER_SHAPE = (
+    "a warp does not read all of its row's partials back: the buffer given to block_reduce "
+    "needs one fp32 slot per (row of the CTA, warp of the row), shape (rows_per_cta, "
+    "warps_per_row); block_reduce takes the warps per row from the buffer's second mode"
+)
+
+
+def _warps_meet(rep, kernel):
+    ptx = rep.ptx
+    if "bar.sync" not in ptx and "st.shared" not in ptx:
+        raise CheckFailed(
+            f"{kernel.config.threads_per_row} threads per row and no shared-memory step",
+            expected="st.shared (each warp's partial), bar.sync, ld.shared (the row's slots)",
+            seen="no st.shared, no bar.sync",
+            hint=NEVER_MEET,
+        )
+    cfg = kernel.config
+    got = slots_read(ptx, cfg.threads_per_row, cfg.num_threads)
+    if got is not None:
+        _, written = got
+        owners: dict = {}
+        for w0, words in written.items():
+            for a in words:
+                if a in owners:
+                    raise CheckFailed(
+                        f"warps {owners[a] // 32} and {w0 // 32} write the same slot",
+                        expected="one slot per (row, warp)",
+                        seen=f"byte {a} of shared memory written by both",
+                        hint=SHARED_SLOT,
+                    )
+                owners[a] = w0
+    try:
+        return _probe_slots(rep, None)
+    except CheckFailed as e:
+        e.hint = BUFFER_SHAPE
+        raise
+
+
+def one_pass_config(N: int, dtype):
+    """The block stage's heuristic; the exercise's row lengths all fit one pass."""
+    from ...primitives.tiling import RowTiling
+
+    cfg = block_config(N, dtype)
+    assert RowTiling.make(N, dtype, cfg).chunks == 1, (N, dtype)
+    return cfg
+
+
+_KERNEL_CASES = (
+    (1000, "bf16", "bf16", None),  # 64 threads per row: 2 rows x 2 warps per CTA
+    (1000, "bf16", "fp32", None),
+    (1000, "fp32", "fp32", None),
+    (16384, "bf16", "bf16", None),  # 256 threads per row: 8 warps
+)
+_KERNEL_NS = (1000, 8200)
+_KERNEL_HIDDEN_NS = (1544, 3000, 6136, 12296)
+
+
+def _hidden_kernel_cases(ctx):
+    n = ctx.rng("kernel N").choice(_KERNEL_HIDDEN_NS)
+    return ((n, "fp16", "fp32", None), (n, "fp32", "bf16", None))
+
+
+block_kernel = register(
+    Exercise(
+        id="03.block_kernel",
+        lesson=LESSON,
+        answer="block_kernel",
+        title="the whole block kernel: a shared-memory buffer and two levels of reduction",
+        points={COMPILE: 2, GPU: 2},
+        mutants=[
+            Mutant(
+                "warps never meet",
+                [("    sum_sq = self.block_reduce(sum_sq, buffer)", "    pass")],
+                hint="the warps of a row never meet",
+            ),
+            Mutant(
+                "one slot per row",
+                [("(t.rows_per_cta, t.warps_per_row), order", "(t.rows_per_cta, 1), order")],
+                hint="one fp32 slot per (row of the CTA, warp of the row)",
+            ),
+            Mutant(
+                "every CTA the same rows",
+                [
+                    (
+                        "gX = cute.local_tile(mX, t.tiler, (bidx, 0))",
+                        "gX = cute.local_tile(mX, t.tiler, (0, 0))",
+                    )
+                ],
+                hint="every CTA loads the same rows",
+            ),
+            Mutant(
+                "stores rows past M",
+                [("    if row < M:\n        cute.copy(copy_O", "    cute.copy(copy_O")],
+                hint="runs past the end of the tensor",
+            ),
+            Mutant(
+                "weight never used",
+                [("y = x * rstd * tXrW.load().to(Float32)", "y = x * rstd")],
+                hint="not multiplied by the weight",
+            ),
+        ],
+    )
+)
+block_kernel.add(
+    compiles(KERNEL_HOLE, N=1000, dtypes=("bf16", "fp32")),
+    access_check(
+        KERNEL_HOLE,
+        _KERNEL_CASES,
+        name="x read once, the weight read, y written once; the warps of a row meet in shared "
+        "memory (2 to 8 warps per row)",
+        hint_tile=SAME_ROWS,
+        extra=_warps_meet,
+    ),
+    no_local_memory(KERNEL_HOLE),
+    access_check(
+        KERNEL_HOLE,
+        _hidden_kernel_cases,
+        name="the same at a random N, fp16/fp32 (grading seed)",
+        hint_tile=SAME_ROWS,
+        extra=_warps_meet,
+        hidden=True,
+    ),
+    _guarded_kernel(
+        mixed_values(
+            KERNEL_HOLE,
+            Ns=ragged_Ns(_KERNEL_NS, _KERNEL_HIDDEN_NS),
+            config=one_pass_config,
+            name="values vs rmsnorm_ref (M in 1/37/199, N in 1000/8200, x and weight dtypes)",
+            variants=_VARIANTS,
+        )
+    ),
+    _guarded_kernel(gpu_speed(KERNEL_HOLE, fraction=0.85, N=8192)),
+    _guarded_kernel(
+        mixed_values(
+            KERNEL_HOLE,
+            Ns=ragged_Ns(_KERNEL_NS, _KERNEL_HIDDEN_NS),
+            config=one_pass_config,
+            name="values at more shapes and dtype pairs, grading seed",
+            hidden=True,
+            variants=_VARIANTS,
+        )
+    ),
+)

@@ -2,6 +2,7 @@
 
 04.cluster_exchange   each warp's partial to every CTA of the cluster (remote st.async stores)
 04.expected_tx_bytes  the byte count every CTA's mbarrier is armed with
+04.cluster_kernel     the whole kernel: a slice per CTA, the exchange and its barriers
 
 Both are graded with a cluster forced (``exchange_config``: 4 CTAs per row, 2 where N is too
 short), since at the grader's row lengths the heuristic would pick none. A mistake here is a
@@ -32,6 +33,7 @@ from ..checks import (
     KernelHole,
     Ptx,
     compiles,
+    gpu_speed,
     gpu_values,
     no_local_memory,
     ptx_probe,
@@ -39,6 +41,7 @@ from ..checks import (
 )
 from ..hints import Variant
 from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
+from ._kernels import access_check, kernel_hole, mixed_values, ragged_Ns
 
 LESSON = "04_cluster_reduction"
 
@@ -609,5 +612,211 @@ expected_tx.add(
         baseline=baseline_config,
         baseline_hint=hints.CLUSTER_SYNC,
         name="values with a cluster at more shapes, grading seed",
+    ),
+)
+
+
+# ---- 04.cluster_kernel ------------------------------------------------------------------------
+# The whole kernel: the learner writes the cluster stage's @cute.kernel with one row block per
+# CTA (seq_rows = 1), given exchange_smem (the buffer and the armed mbarrier), warp_reduce,
+# cluster_exchange (the stage's send), combine_buffer and rstd. Graded with a cluster forced.
+KERNEL_HOLE = kernel_hole("cluster", ONE_BLOCK)
+
+SAME_ROWS = (
+    "every cluster loads the same rows: the tile of x (and of y) must be chosen by the CTA's "
+    "row block (block_idx)"
+)
+SAME_SLICE = (
+    "every CTA of the cluster loads the same columns: CTA rank r of the cluster owns the r-th "
+    "slice of the row (tile_cols columns), so the column coordinate of its tiles (x, the weight, "
+    "y) is its rank, cute.arch.block_idx_in_cluster()"
+)
+SEND_TOO_EARLY = (
+    "the first remote store is not behind a cluster wait: a peer that started late may not have "
+    "initialised its mbarrier yet, and a store that lands before the init is lost (that peer "
+    "then waits forever). cute.arch.cluster_wait() before cluster_exchange pairs with the "
+    "relaxed arrive exchange_smem made after the init"
+)
+READ_TOO_EARLY = (
+    "the slots are read before the peers' partials have landed: wait on this CTA's mbarrier "
+    "(cute.arch.mbarrier_wait(mbar_ptr, phase=0)) after the exchange and before combining the "
+    "buffer; the phase completes when every expected byte has arrived"
+)
+NO_COMBINE = (
+    "the buffer is never read: after the mbarrier wait, every thread adds its row's slots "
+    "(reduce_utils.combine_buffer) to get the row's total"
+)
+
+
+def _protocol(rep, kernel):
+    """The order the PTX shows: cluster wait < first st.async; mbarrier wait between the last
+    st.async and the first read of the buffer."""
+    ops = [ln.split()[0].rstrip(";") for ln in rep.instructions()]
+    sends = [i for i, o in enumerate(ops) if o.startswith("st.async")]
+    if not sends:
+        return "no st.async (the exchange replay reports it)"
+    waits = [i for i, o in enumerate(ops) if o == "barrier.cluster.wait"]
+    if not any(i < sends[0] for i in waits):
+        raise CheckFailed(
+            "no barrier.cluster.wait before the first st.async",
+            expected="barrier.cluster.arrive.relaxed (exchange_smem), barrier.cluster.wait, "
+            "then st.async",
+            seen=" -> ".join(o for o in ops if "barrier.cluster" in o or o.startswith("st.async"))
+            or "nothing",
+            hint=SEND_TOO_EARLY,
+        )
+    reads = [i for i, o in enumerate(ops) if o.startswith("ld.shared") and i > sends[0]]
+    if not reads:
+        raise CheckFailed(
+            "no ld.shared after the exchange",
+            expected="ld.shared of the row's slots after the mbarrier wait",
+            seen="none",
+            hint=NO_COMBINE,
+        )
+    mwaits = [i for i, o in enumerate(ops) if o.startswith("mbarrier.try_wait")]
+    if not any(sends[-1] < i < reads[0] for i in mwaits):
+        raise CheckFailed(
+            "the buffer is read before any mbarrier wait",
+            expected="st.async, then mbarrier.try_wait, then ld.shared",
+            seen=f"{len(mwaits)} mbarrier.try_wait, none between the exchange and the first read",
+            hint=READ_TOO_EARLY,
+        )
+    return "cluster wait -> st.async -> mbarrier wait -> ld.shared"
+
+
+def _kernel_guard(ctx, kernel, rep):
+    """Refuse to launch a kernel that could hang: a wrong exchange (replayed) or a protocol
+    out of order."""
+    try:
+        _protocol(rep, kernel)
+    except CheckFailed as e:
+        e.message = f"not launched: {e.message}"
+        raise
+    from ..dsmem_sim import exchange_from_ptx, judge_exchange
+
+    t = kernel.tiling
+    ex = exchange_from_ptx(rep.ptx, t.cluster_n, t.num_threads)
+    if ex is None:
+        raise CheckFailed(
+            "not launched: the exchange could not be replayed from the PTX",
+            hint="keep the exchange to the stage's cluster_exchange between the cluster wait "
+            "and the mbarrier wait",
+        )
+    v = judge_exchange(
+        ex,
+        threads_per_row=t.threads_per_row,
+        expected_bytes=t.rows_per_cta * t.warps_per_row * t.cluster_n * 4,
+        rows_per_cta=t.rows_per_cta,
+    )
+    if not v.safe:
+        raise CheckFailed(
+            f"not launched: {v.problem}",
+            seen="; ".join(v.details),
+            hint=_VERDICT_HINTS.get(v.kind, hints.CLUSTER_SYNC),
+        )
+
+
+def _guarded_speed(check: Check) -> Check:
+    """``check`` (the speed at 65536 bf16, the heuristic's 4-CTA cluster) launched only when
+    the kernel cannot hang there."""
+
+    def fn(ctx):
+        kernel = ctx.kernel(KERNEL_HOLE, 65536, "bf16")
+        _kernel_guard(ctx, kernel, ctx.report(KERNEL_HOLE, 65536, "bf16"))
+        return check.fn(ctx)
+
+    return Check(check.name, check.tier, fn, check.hidden, check.needs)
+
+
+_KERNEL_CASES = (
+    (1000, "bf16", "bf16", exchange_config),
+    (1000, "bf16", "fp32", exchange_config),
+    (1000, "fp32", "fp32", exchange_config),
+    (2000, "bf16", "bf16", wide_config),  # 2 CTAs x 2 warps x 2 rows
+)
+_KERNEL_HIDDEN_NS = (1544, 3000, 6136, 12296)
+
+
+def _hidden_kernel_cases(ctx):
+    n = ctx.rng("kernel N").choice(_KERNEL_HIDDEN_NS)
+    return ((n, "fp16", "fp32", exchange_config), (n, "fp32", "bf16", exchange_config))
+
+
+cluster_kernel = register(
+    Exercise(
+        id="04.cluster_kernel",
+        lesson=LESSON,
+        answer="cluster_kernel",
+        title="the whole cluster kernel: a slice per CTA, the DSMEM reduction and its barriers",
+        points={COMPILE: 2, GPU: 2},
+        timeout_hint=hints.CLUSTER_SYNC,
+        mutants=[
+            Mutant(
+                "sends before the peers are ready",
+                [("    cute.arch.cluster_wait()  # every peer's", "    pass  # every peer's")],
+                hint="not behind a cluster wait",
+            ),
+            Mutant(
+                "reads the slots before they land",
+                [("    cute.arch.mbarrier_wait(mbar_ptr, phase=0)", "    pass")],
+                hint="read before the peers' partials have landed",
+            ),
+            Mutant(
+                "every CTA the same slice",
+                [
+                    (
+                        "gX = cute.local_tile(mX, t.tiler, (bidx, rank))",
+                        "gX = cute.local_tile(mX, t.tiler, (bidx, 0))",
+                    )
+                ],
+                hint="the same columns",
+            ),
+            Mutant(
+                "no exchange",
+                [("    self.cluster_exchange(sum_sq, buffer, mbar_ptr)", "    pass")],
+                hint="peers never receive",
+            ),
+        ],
+    )
+)
+cluster_kernel.add(
+    compiles(KERNEL_HOLE, N=1000, dtypes=("bf16", "fp32"), config=exchange_config),
+    access_check(
+        KERNEL_HOLE,
+        _KERNEL_CASES,
+        name="x read once, the weight read, y written once, a slice per CTA; cluster wait, "
+        "exchange, mbarrier wait, read (x and weight dtypes)",
+        hint_tile=SAME_ROWS,
+        hint_rank=SAME_SLICE,
+        cluster=True,
+        extra=_protocol,
+    ),
+    exchange_replay_check(KERNEL_HOLE),
+    no_local_memory(KERNEL_HOLE, config=exchange_config),
+    access_check(
+        KERNEL_HOLE,
+        _hidden_kernel_cases,
+        name="the same at a random N, fp16/fp32 (grading seed)",
+        hint_tile=SAME_ROWS,
+        hint_rank=SAME_SLICE,
+        cluster=True,
+        extra=_protocol,
+        hidden=True,
+    ),
+    mixed_values(
+        KERNEL_HOLE,
+        Ns=ragged_Ns((1000,), _KERNEL_HIDDEN_NS),
+        config=exchange_config,
+        guard=_kernel_guard,
+        name="values with a cluster vs rmsnorm_ref (M in 1/37/199, N=1000, x and weight dtypes)",
+    ),
+    _guarded_speed(gpu_speed(KERNEL_HOLE, fraction=0.75, M=16384, N=65536)),
+    mixed_values(
+        KERNEL_HOLE,
+        Ns=ragged_Ns((1000,), _KERNEL_HIDDEN_NS),
+        config=exchange_config,
+        guard=_kernel_guard,
+        hidden=True,
+        name="values with a cluster at more shapes and dtype pairs, grading seed",
     ),
 )

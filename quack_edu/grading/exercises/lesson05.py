@@ -1,7 +1,10 @@
-"""Lesson 05, the cpasync stage: two holes in how x comes in.
+"""Lesson 05, the cpasync stage: how x comes in.
 
 05.g2s_atom     the copy atom: a 16-byte cp.async, global -> shared, cached in L2 only (.cg)
 05.wait_groups  how many commit groups may still be in flight when part k of S is read
+05.pipeline     the whole first pass: every part issued in its own commit group, then each part
+                waited for and summed (``CpAsyncRMSNorm.load_and_sum_sq``); its compile tier
+                reads the order of copies, commits, waits and shared-memory loads in the PTX
 
 Neither can hang a GPU: a wrong atom fails to compile or is right but slower, and waiting for
 too few groups reads shared memory that has not landed yet (garbage, not a hang). So the gpu
@@ -18,6 +21,7 @@ from dataclasses import replace
 from ..checks import (
     KernelHole,
     compiles,
+    gpu_speed,
     gpu_values,
     no_local_memory,
     ptx_probe,
@@ -358,4 +362,253 @@ wait_groups.add(
     _values_then_race(
         "values with 4 commit groups at more shapes, grading seed", four_stages, hidden=True
     ),
+)
+
+
+# ---- 05.pipeline -------------------------------------------------------------------------------
+PIPE_HOLE = KernelHole(
+    stage="cpasync",
+    piece="load_and_sum_sq",
+    adapt=lambda answer: (
+        lambda self, g2s, tXgX, tXsX, tXpX, in_row, after_issue: answer(
+            g2s, tXgX, tXsX, tXpX, in_row, self.config.stages, after_issue
+        )
+    ),
+)
+
+PIPE_COPIES = (
+    "each of the thread's vectors of x is copied exactly once, by cute.copy(g2s, tXgX[None, "
+    "None, v], tXsX[None, None, v]): part s is vectors s * per_stage .. (s + 1) * per_stage - 1, "
+    "and every part goes out"
+)
+COMMIT_PER_PART = (
+    "cp.async.commit_group closes a group: every copy since the last commit. wait_group counts "
+    "groups, so each part needs a group of its own: commit once per part, after its copies "
+    "(outside `if in_row`, so that every thread counts its groups the same way)"
+)
+ISSUE_FIRST = (
+    "a copy goes out after the first wait: the later parts are issued only once an earlier one "
+    "has landed, so they are never in flight together. Issue every part first (one loop: copy, "
+    "commit), then wait and sum part by part (a second loop)"
+)
+GROUP_SIZES = (
+    "the commit groups do not hold one part each: commit right after part s's copies, so that "
+    "group s is exactly part s (wait_group counts groups, not vectors)"
+)
+SUM_AFTER_WAIT = (
+    "part s must be read from shared memory after its wait and before the next one: wait, then "
+    "load and sum that part's vectors (tXsX[None, None, v].load()), for every part"
+)
+NOT_SQUARES = (
+    "no square in the sum: the row's sum is of x * x (in fp32: "
+    "xv = tXsX[None, None, v].load().to(Float32); (xv * xv).reduce(cute.ReductionOp.ADD, ...))"
+)
+_SQUARE = re.compile(
+    r"^(?:mul(?:\.rn)?\.f32\s+%\w+,\s*(%\w+),\s*\1\b|fma\.rn\.f32\s+%\w+,\s*(%\w+),\s*\2\b)"
+)
+_EVENT = re.compile(
+    r"^(?:@!?%\w+\s+)?(cp\.async\.c[ag]\.shared|cp\.async\.commit_group|cp\.async\.wait_group"
+    r"|ld\.shared|shfl\.sync\.bfly|mul(?:\.rn)?\.f32|fma\.rn\.f32)"
+)
+
+
+def pipeline_events(ptx: str) -> list[tuple[str, str]]:
+    """(kind, instruction) of the first pass, in PTX order up to the first shfl.sync.bfly (the
+    butterfly, the row's reduction): kind in copy, commit, wait, load, square."""
+    out = []
+    for line in ptx.splitlines():
+        s = line.split("//")[0].strip()
+        m = _EVENT.match(s)
+        if not m:
+            continue
+        op = m.group(1)
+        body = re.sub(r"^@!?%\w+\s+", "", s)
+        if op.startswith("shfl"):
+            break
+        if op == "cp.async.commit_group":
+            out.append(("commit", s))
+        elif op.startswith("cp.async.c"):
+            out.append(("copy", s))
+        elif op == "cp.async.wait_group":
+            out.append(("wait", s))
+        elif op == "ld.shared":
+            out.append(("load", s))
+        elif _SQUARE.match(body):
+            out.append(("square", s))
+    return out
+
+
+def _probe_pipeline(rep, ctx):
+    t = ctx.kernel(PIPE_HOLE, rep.N, rep.dtype, rep.config).tiling
+    stages = rep.config.stages
+    per = t.vecs // stages
+    ev = pipeline_events(rep.ptx)
+    kinds = [k for k, _ in ev]
+    copies, commits = kinds.count("copy"), kinds.count("commit")
+    where = f"{t.vecs} vectors a thread in {stages} parts of {per}"
+    if copies != t.vecs:
+        raise CheckFailed(
+            f"{copies} cp.async for {t.vecs} vectors",
+            expected=f"{t.vecs} copies ({where})",
+            seen=f"{copies}",
+            hint=PIPE_COPIES,
+        )
+    if commits != stages:
+        raise CheckFailed(
+            f"{commits} commit groups for {stages} parts",
+            expected=f"{stages} cp.async.commit_group ({where})",
+            seen=f"{commits}",
+            hint=COMMIT_PER_PART,
+        )
+    first_wait = kinds.index("wait") if "wait" in kinds else len(kinds)
+    if "copy" in kinds[first_wait:]:
+        raise CheckFailed(
+            "copies issued after the first cp.async.wait_group",
+            expected=f"all {t.vecs} copies and {stages} commits before the first wait",
+            seen=f"{kinds[first_wait:].count('copy')} copies after it",
+            hint=ISSUE_FIRST,
+        )
+    sizes, n = [], 0
+    for k in kinds[:first_wait]:
+        if k == "copy":
+            n += 1
+        elif k == "commit":
+            sizes.append(n)
+            n = 0
+    if sizes != [per] * stages:
+        raise CheckFailed(
+            f"commit groups of {sizes} copies",
+            expected=f"{stages} groups of {per} copies, one part each",
+            seen=f"{sizes}",
+            hint=GROUP_SIZES,
+        )
+    got = [int(x) for _, s in ev if _ == "wait" for x in _WAIT.findall(s)]
+    want = [wait_groups_ref(s, stages) for s in range(stages)]
+    if got != want:
+        if got and all(g == 0 for g in got) and stages > 1:
+            hint = NO_OVERLAP
+        elif len(got) == len(want) and any(g > w for g, w in zip(got, want, strict=True)):
+            hint = TOO_FEW
+        elif got == want[::-1]:
+            hint = REVERSED
+        else:
+            hint = None
+        raise CheckFailed(
+            f"{stages} commit groups: wait_group {got}",
+            expected=f"cp.async.wait_group {want}, one before each part is read",
+            seen=", ".join(f"wait_group {g}" for g in got) or "no cp.async.wait_group",
+            hint=hint,
+        )
+    segs, cur = [], None
+    for k in kinds[first_wait:]:
+        if k == "wait":
+            cur = []
+            segs.append(cur)
+        elif cur is not None:
+            cur.append(k)
+    loads = [seg.count("load") for seg in segs]
+    if loads != [per] * stages:
+        raise CheckFailed(
+            f"shared-memory loads after each wait: {loads}",
+            expected=f"{per} ld.shared of x after each of the {stages} waits (part s after wait s)",
+            seen=f"{loads}",
+            hint=SUM_AFTER_WAIT,
+        )
+    if not any("square" in seg for seg in segs):
+        raise CheckFailed(
+            "the first pass squares nothing",
+            expected="mul.f32 or fma.rn.f32 of a value by itself (x * x) after the loads",
+            seen="no x * x",
+            hint=NOT_SQUARES,
+        )
+    return f"{stages} groups of {per} copies issued first; wait_group {got}; part s summed after"
+
+
+pipeline = register(
+    Exercise(
+        id="05.pipeline",
+        lesson=LESSON,
+        answer="load_and_sum_sq",
+        title="the pipeline: issue every part in its own commit group, then wait and sum each",
+        points={COMPILE: 2, GPU: 2},
+        mutants=[
+            Mutant(
+                "waits for every group before each part",
+                [("cp_async_wait_group(stages - 1 - s)", "cp_async_wait_group(0)")],
+                hint="no overlap",
+            ),
+            Mutant(
+                "one commit group for the whole row",
+                [
+                    (
+                        "        cute.arch.cp_async_commit_group()  # part s is group s\n",
+                        "    cute.arch.cp_async_commit_group()  # part s is group s\n",
+                    )
+                ],
+                hint="each part needs a group of its own",
+            ),
+            Mutant(
+                "waits inside the issue loop",
+                [
+                    (
+                        "        cute.arch.cp_async_commit_group()  # part s is group s\n",
+                        "        cute.arch.cp_async_commit_group()  # part s is group s\n"
+                        "        cute.arch.cp_async_wait_group(0)\n",
+                    )
+                ],
+                hint="Issue every part first",
+            ),
+            Mutant(
+                "one group too many in flight",
+                [("cp_async_wait_group(stages - 1 - s)", "cp_async_wait_group(stages - s)")],
+                hint="waited for too few groups",
+            ),
+            Mutant(
+                "sums x, not its square",
+                [("(xv * xv).reduce(", "xv.reduce(")],
+                hint="no square in the sum",
+            ),
+        ],
+    )
+)
+
+
+# The mutants fail the compile tier only: reading a part before its group landed may still give
+# the right values on a GPU (a race), and a wrong sum's values carry no hint of their own.
+pipeline.add(
+    # the visible compile tier compiles one kernel a config (bf16); fp32 and fp16 are hidden
+    compiles(PIPE_HOLE, N=1000, dtypes=("bf16",), config=four_stages),
+    ptx_probe(
+        PIPE_HOLE,
+        "4 parts: issued first, one group each, wait_group 3, 2, 1, 0, each part summed after",
+        _probe_pipeline,
+        config=four_stages,
+    ),
+    ptx_probe(
+        PIPE_HOLE,
+        "2 parts, every column in the row (N=4096)",
+        _probe_pipeline,
+        N=4096,
+        config=two_stages,
+    ),
+    ptx_probe(
+        PIPE_HOLE,
+        "4 parts in fp32 and fp16 at a random N (grading seed)",
+        _probe_pipeline,
+        dtypes=("fp32", "fp16"),
+        hidden=True,
+        config=four_stages,
+    ),
+    gpu_values(
+        PIPE_HOLE,
+        config=four_stages,
+        name="values vs rmsnorm_ref, 4 commit groups (M in 1/37/199, N=1000, 3 dtypes)",
+    ),
+    gpu_values(
+        PIPE_HOLE,
+        config=two_stages,
+        hidden=True,
+        name="values with 2 commit groups at more shapes, grading seed",
+    ),
+    gpu_speed(PIPE_HOLE, fraction=0.85, M=4096, N=65536),
 )

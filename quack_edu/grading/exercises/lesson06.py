@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import os
 
-from ..checks import CheckFailed, KernelHole, Ptx, f32_hex, is_not_implemented
+from ..checks import CheckFailed, KernelHole, Ptx, f32_hex, gpu_values, is_not_implemented
 from ..registry import COMPILE, GPU, Check, Exercise, Mutant, register
 
 LESSON = "06_final_kernel"
@@ -688,4 +688,446 @@ fake_impl.add(
     _fake_value_check(hidden=True),
     _fake_gpu_check(hidden=False),
     _fake_gpu_check(hidden=True),
+)
+
+
+# ---- 06.row_loop -------------------------------------------------------------------------------
+def loop_config(N, dtype):
+    """The plan the exercise's loop is for: a cluster of 2 CTAs a row, two buffers of x, 4 row
+    blocks a CTA (2 rows a block), the weight slice in shared memory."""
+    from ...config import FinalConfig
+
+    return FinalConfig(64, 128, cluster_n=2, buffers=2, blocks_per_cta=4)
+
+
+LOOP_HOLE = KernelHole(
+    stage="final",
+    piece="row_blocks",
+    adapt=lambda answer: lambda self, *helpers: answer(*helpers),
+)
+REPLAY = "the loop replayed on the CPU: buffers, exchange parity, mbarrier phases, re-arms"
+LOOP_COMPILES = "compiles (cluster of 2, two buffers, 4 row blocks a CTA)"
+
+L_BLOCK = (
+    "iteration it works on row block blk0 + it (the CTA's blocks are consecutive): pass that "
+    "block to first_pass and second_pass"
+)
+L_BUFFER = (
+    "the block read is not the one in that buffer: block blk0 was copied into buffer 0 before "
+    "the loop, and each iteration copies the next block into the other buffer, so block it is "
+    "in buffer it % 2"
+)
+L_OVERWRITE = (
+    "the next block's copies go into the buffer this iteration still reads: with two buffers, "
+    "block it + 1 goes into 1 - (it % 2) while block it is summed and stored from it % 2"
+)
+L_NO_OVERLAP = (
+    "the next block is issued only after this block's first pass: issue(blk + 1, ...) first, so "
+    "that its copies are in flight while this block is summed (that is what two buffers are for)"
+)
+L_PARITY = (
+    "the exchange of block it must use buffer and mbarrier it % 2: with one of each, a fast peer's "
+    "partials for the next block could land while this CTA still reads this block's (the two "
+    "alternate, so that a buffer is reused only two blocks later)"
+)
+L_SEND = "send this block's own sum of squares, the value first_pass returned, to the peers"
+L_PHASE = (
+    "wrong mbarrier phase: barrier p = it % 2 serves blocks p, p + 2, p + 4, ...; its k-th use "
+    "(k = it // 2) completes phase k, and mbarrier_wait takes that phase's parity, (it // 2) % 2. "
+    "A wrong parity returns at once (garbage) or never (a hang)"
+)
+L_NOT_ARMED = (
+    "a wait on a barrier that was not armed again after its last phase: its peers' bytes can "
+    "never complete it, a hang. After the wait, re-arm barrier it % 2 for block it + 2"
+)
+L_REARM_EARLY = (
+    "the barrier is re-armed before this block's wait on it completed: the arm belongs to its "
+    "next phase (block it + 2), so it comes after wait_peers"
+)
+L_REARM_EXTRA = (
+    "the barrier is re-armed for a block that does not exist (it + 2 >= n_iter): it would wait "
+    "for bytes no peer sends, and the CTA may exit with it armed. Re-arm only if it + 2 < n_iter"
+)
+L_REARM_ONE = (
+    "more than one thread re-arms: the mbarrier counts one arrival (the arming thread's), so "
+    "only thread 0 (tidx == 0) arms it"
+)
+L_COMBINE = "combine(p) reads the peers' partials: only after wait_peers(p, ...) has returned"
+L_SECOND = "second_pass gets the row's total, the value combine returned for this block"
+L_HELPERS = (
+    "the loop calls something other than its helpers (or fails in plain Python): write it with "
+    "the helpers given, plain arithmetic on it, and cutlass.range for the loop"
+)
+
+
+class _Tok:
+    def __init__(self, what):
+        self.what = what
+
+    def __repr__(self):
+        return self.what
+
+
+def _shim():
+    import types as _types
+
+    return _types.SimpleNamespace(
+        range=lambda *a, **k: range(*a),
+        range_constexpr=range,
+        const_expr=lambda x: x,
+        Int32=int,
+        Float32=float,
+        Boolean=bool,
+    )
+
+
+def replay_loop(answer, n_iter: int, tidx: int, blk0: int = 10) -> list[tuple]:
+    """Run the learner's loop in plain Python with recording helpers: the events, in order."""
+    import inspect as _inspect
+    import textwrap
+
+    raw = _inspect.unwrap(answer)
+    # the loop's own source, run as plain Python (the DSL may keep a rewritten copy of it)
+    lines = textwrap.dedent(_inspect.getsource(raw)).splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("def "))
+    g = dict(getattr(raw, "__globals__", {}))
+    g["cutlass"] = _shim()
+    exec(compile("\n".join(lines[start:]), f"<replay of {raw.__name__}>", "exec"), g)
+    fn = g[raw.__name__]
+    ev: list[tuple] = []
+
+    def first_pass(it, blk, b):
+        tok = _Tok(f"sum_sq of iteration {it}")
+        ev.append(("first", it, blk, b, tok))
+        return tok
+
+    def combine(p):
+        tok = _Tok(f"combine({p})#{len(ev)}")
+        ev.append(("combine", p, tok))
+        return tok
+
+    fn(
+        n_iter,
+        blk0,
+        tidx,
+        lambda blk, b: ev.append(("issue", blk, b)),
+        first_pass,
+        lambda val, p: ev.append(("send", val, p)),
+        lambda p, phase: ev.append(("wait", p, phase)),
+        combine,
+        lambda p: ev.append(("rearm", p)),
+        lambda it, blk, b, val: ev.append(("second", it, blk, b, val)),
+    )
+    return ev
+
+
+def _fail(what, expected, seen, hint):
+    raise CheckFailed(what, expected=expected, seen=seen, hint=hint)
+
+
+def judge_loop(ev: list[tuple], n_iter: int, tidx: int, blk0: int, arms: dict | None) -> None:
+    """The protocol, on one thread's events. ``arms``: thread 0's re-arms {iteration: [p]}
+    (the barriers are shared by the CTA); None when judging thread 0 itself."""
+    where = f"n_iter={n_iter}, thread {tidx}"
+    content = {0: blk0, 1: None}
+    uses = {0: 0, 1: 0}
+    armed = {0: 1, 1: 1}  # both armed once at the start, for their first phase
+    if arms is None:
+        arms = {}
+    it, done = -1, 0
+    state: dict = {}
+    firsts = [e for e in ev if e[0] == "first"]
+    if [e[1] for e in firsts] != list(range(n_iter)):
+        _fail(
+            f"{where}: first_pass called for iterations {[e[1] for e in firsts]}",
+            f"once per iteration 0..{n_iter - 1}",
+            f"{len(firsts)} calls",
+            L_HELPERS,
+        )
+    for e in ev:
+        kind = e[0]
+        if kind == "issue":
+            _, blk, b = e
+            if b not in (0, 1):
+                _fail(f"{where}: issue into buffer {b}", "buffer 0 or 1", str(b), L_OVERWRITE)
+            pending = blk0 + done  # the first block whose second pass has not run yet
+            if content.get(b) == pending and blk != pending:
+                _fail(
+                    f"{where}, iteration {done}: block {blk} issued into buffer {b}, which holds "
+                    f"block {pending}, not read yet",
+                    f"buffer {1 - (done % 2)}",
+                    f"buffer {b}",
+                    L_OVERWRITE,
+                )
+            content[b] = blk
+        elif kind == "first":
+            _, it, blk, b, tok = e
+            state = {"first": tok}
+            if blk != blk0 + it:
+                _fail(
+                    f"{where}, iteration {it}: block {blk}", f"block {blk0 + it}", str(blk), L_BLOCK
+                )
+            if content.get(b) != blk:
+                _fail(
+                    f"{where}, iteration {it}: block {blk} read from buffer {b}",
+                    f"buffer {it % 2}, where block {blk} was copied",
+                    f"buffer {b} holds block {content.get(b)}",
+                    L_BUFFER,
+                )
+            prior = [x for x in ev[: ev.index(e)] if x[0] == "issue" and x[1] == blk + 1]
+            if it + 1 < n_iter and not prior:
+                _fail(
+                    f"{where}, iteration {it}: block {blk + 1} not issued before block {blk}'s "
+                    "first pass",
+                    "issue(blk + 1, 1 - buf) at the top of the iteration",
+                    "issued later, or never",
+                    L_NO_OVERLAP,
+                )
+        elif kind == "send":
+            _, val, p = e
+            if p != it % 2:
+                _fail(
+                    f"{where}, iteration {it}: send into {p}", f"parity {it % 2}", str(p), L_PARITY
+                )
+            if val is not state.get("first"):
+                _fail(
+                    f"{where}, iteration {it}: sent {val!r}",
+                    "first_pass's value",
+                    repr(val),
+                    L_SEND,
+                )
+            state["send"] = True
+        elif kind == "wait":
+            _, p, phase = e
+            if p != it % 2:
+                _fail(
+                    f"{where}, iteration {it}: wait on {p}", f"barrier {it % 2}", str(p), L_PARITY
+                )
+            k = uses[p]
+            if phase != k % 2:
+                _fail(
+                    f"{where}, iteration {it}: wait_peers({p}, {phase})",
+                    f"phase parity {k % 2} (use {k} of barrier {p})",
+                    str(phase),
+                    L_PHASE,
+                )
+            if armed[p] < k + 1:
+                _fail(
+                    f"{where}, iteration {it}: barrier {p} waited for a {k + 1}th time, armed "
+                    f"{armed[p]} times",
+                    "armed again after each phase that another follows",
+                    f"{armed[p]} arms",
+                    L_NOT_ARMED,
+                )
+            uses[p] += 1
+            state["wait"] = p
+        elif kind == "combine":
+            _, p, tok = e
+            if state.get("wait") != p:
+                _fail(
+                    f"{where}, iteration {it}: combine({p}) before its wait",
+                    "after",
+                    "before",
+                    L_COMBINE,
+                )
+            state["combine"] = tok
+        elif kind == "rearm":
+            _, p = e
+            if tidx != 0:
+                _fail(
+                    f"{where}: thread {tidx} re-arms barrier {p}",
+                    "only thread 0",
+                    "it does",
+                    L_REARM_ONE,
+                )
+            if state.get("wait") != p:
+                _fail(
+                    f"{where}, iteration {it}: re-arm of {p} before its wait",
+                    "after",
+                    "before",
+                    L_REARM_EARLY,
+                )
+            if it + 2 >= n_iter:
+                _fail(
+                    f"{where}, iteration {it}: barrier {p} re-armed for block {it + 2}",
+                    f"no re-arm: the CTA has {n_iter} blocks",
+                    "re-armed",
+                    L_REARM_EXTRA,
+                )
+            armed[p] += 1
+        elif kind == "second":
+            _, it2, blk, b, val = e
+            if val is not state.get("combine"):
+                _fail(
+                    f"{where}, iteration {it}: second_pass got {val!r}",
+                    "combine's value",
+                    repr(val),
+                    L_SECOND,
+                )
+            if blk != blk0 + it2 or content.get(b) != blk:
+                _fail(
+                    f"{where}, iteration {it2}: second_pass of block {blk} from buffer {b}",
+                    f"block {blk0 + it2} from buffer {it2 % 2}",
+                    f"buffer {b} holds block {content.get(b)}",
+                    L_BUFFER if blk == blk0 + it2 else L_BLOCK,
+                )
+            state["second"] = True
+            done += 1
+        # the other threads see thread 0's arms at the same point of the same iteration
+        if kind == "wait" and tidx != 0:
+            for p in arms.get(it, []):
+                armed[p] += 1
+    for p in (0, 1):
+        need = sum(1 for i in range(n_iter) if i % 2 == p)
+        if uses[p] != need:
+            _fail(
+                f"{where}: barrier {p} waited on {uses[p]} times", f"{need}", str(uses[p]), L_PARITY
+            )
+
+
+def _replay_check() -> Check:
+    def fn(ctx):
+        n = 0
+        for n_iter in (1, 2, 3, 4, 5):
+            try:
+                ev0 = replay_loop(ctx.answer, n_iter, 0)
+                ev1 = replay_loop(ctx.answer, n_iter, 1)
+            except (CheckFailed, NotImplementedError):
+                raise
+            except Exception as e:
+                if is_not_implemented(e):
+                    raise
+                raise CheckFailed(
+                    f"the loop fails when replayed in plain Python: {type(e).__name__}: {e}",
+                    hint=L_HELPERS,
+                ) from None
+            judge_loop(ev0, n_iter, 0, 10, None)
+            arms: dict = {}
+            cur = -1
+            for e in ev0:
+                if e[0] == "first":
+                    cur = e[1]
+                elif e[0] == "rearm":
+                    arms.setdefault(cur, []).append(e[1])
+            judge_loop(ev1, n_iter, 1, 10, arms)
+            n += 1
+        return f"{n} CTA lengths (1-5 blocks), threads 0 and 1: the protocol holds"
+
+    return Check(REPLAY, COMPILE, fn)
+
+
+def _loop_compiles(dtypes=("bf16",), hidden: bool = False) -> Check:
+    def fn(ctx):
+        from .. import hints
+
+        out = []
+        for dt in dtypes:
+            try:
+                rep = ctx.report(LOOP_HOLE, 1000, dt, loop_config(1000, dt))
+            except (CheckFailed, NotImplementedError):
+                raise
+            except Exception as e:
+                if is_not_implemented(e):
+                    raise
+                raise CheckFailed(
+                    f"the final kernel with your row_blocks does not compile ({dt}, N=1000): "
+                    f"{hints.short_error(e, 400)}",
+                    hint=hints.diagnose_compile_error(e),
+                ) from None
+            if "mbarrier.try_wait.parity" not in rep.ptx:
+                raise CheckFailed(
+                    "no mbarrier wait in the PTX",
+                    expected="mbarrier.try_wait.parity (wait_peers)",
+                    seen="none",
+                    hint=L_PHASE,
+                )
+            out.append(f"{dt}: {rep.registers} registers")
+        return "; ".join(out)
+
+    if hidden:
+        return Check(LOOP_COMPILES + ", fp32 and fp16", COMPILE, fn, True, (LOOP_COMPILES,))
+    return Check(LOOP_COMPILES, COMPILE, fn, needs=(REPLAY,))
+
+
+def _loop_speed(fraction=0.8, M=8192, N=32768) -> Check:
+    def fn(ctx):
+        import torch
+
+        from ...config import FinalConfig
+        from ...tools.bench import copy_bandwidth, cuda_time_us, gbps, rmsnorm_bytes
+        from ..checks import rmsnorm_inputs
+
+        cfg = FinalConfig(256, 256, cluster_n=4, buffers=2, blocks_per_cta=4)
+        _, launch = ctx.launcher(LOOP_HOLE, N, "bf16", cfg)
+        x, w = rmsnorm_inputs(M, N, torch.bfloat16, torch.Generator().manual_seed(1))
+        out = torch.empty_like(x)
+        us = cuda_time_us(lambda: launch(x, w, out, 1e-6))
+        got = gbps(rmsnorm_bytes(M, N, x.dtype, w.dtype), us)
+        copy = copy_bandwidth()
+        if got < fraction * copy:
+            raise CheckFailed(
+                f"{got:.0f} GB/s at {M}x{N} bf16 = {100 * got / copy:.0f}% of the copy now",
+                expected=f">= {100 * fraction:.0f}%",
+                seen=f"{got:.0f} GB/s ({us:.1f} us)",
+            )
+        return f"{got:.0f} GB/s = {100 * got / copy:.0f}% of copy"
+
+    return Check(
+        f"speed >= {100 * fraction:.0f}% of copy ({M}x{N} bf16, cluster of 4, two buffers)",
+        GPU,
+        fn,
+        needs=(LOOP_COMPILES,),
+    )
+
+
+row_loop = register(
+    Exercise(
+        id="06.row_loop",
+        lesson=LESSON,
+        answer="row_blocks",
+        title="the double-buffered loop over a CTA's row blocks: buffers, mbarrier phases, re-arms",
+        points={COMPILE: 2, GPU: 2},
+        mutants=[
+            Mutant("one exchange buffer", [("parity = it % 2", "parity = 0")], hint="it % 2"),
+            Mutant(
+                "the phase from it % 2",
+                [("wait_peers(parity, (it // 2) % 2)", "wait_peers(parity, it % 2)")],
+                hint="wrong mbarrier phase",
+            ),
+            Mutant(
+                "re-armed for the last blocks too",
+                [("if tidx == 0 and it + 2 < n_iter:", "if tidx == 0:")],
+                hint="a block that does not exist",
+            ),
+            Mutant(
+                "every thread re-arms",
+                [("if tidx == 0 and it + 2 < n_iter:", "if it + 2 < n_iter:")],
+                hint="more than one thread re-arms",
+            ),
+            Mutant(
+                "the next block into the buffer being read",
+                [("issue(blk + 1, 1 - buf)", "issue(blk + 1, buf)")],
+                hint="still reads",
+            ),
+        ],
+    )
+)
+row_loop.add(
+    _replay_check(),
+    _loop_compiles(),
+    _loop_compiles(("fp32", "fp16"), hidden=True),
+    gpu_values(
+        LOOP_HOLE,
+        config=loop_config,
+        needs=(LOOP_COMPILES,),
+        name="values vs rmsnorm_ref, cluster of 2, two buffers, 4 blocks a CTA (M 1/37/199)",
+    ),
+    gpu_values(
+        LOOP_HOLE,
+        config=loop_config,
+        hidden=True,
+        needs=(LOOP_COMPILES,),
+        name="values at more shapes, grading seed",
+    ),
+    _loop_speed(),
 )

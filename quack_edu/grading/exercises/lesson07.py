@@ -1,8 +1,11 @@
-"""Lesson 07, the backward: the gradient of a row by hand, and the kernel's g.
+"""Lesson 07, the backward: the gradient of a row by hand, the kernel's g, and its dw partials.
 
 07.dx_row   dx of RMSNorm rows in torch, fp32, from the saved rstd, derived by hand:
             rstd * (g - x_hat * mean(x_hat * g)) with g = dout * (w + weight_offset)
 07.grad_in  the backward kernel's g = dout * (w + weight_offset) (dout alone without a weight)
+07.dw_partial  the persistent CTA's dw: its accumulation (dout * x_hat, fp32, across its row
+            blocks) and its partial store (the CTA's rows added in order through shared memory,
+            one plain-stored row a CTA): two functions, made methods of the backward kernel
 
 07.dx_row's compile tier runs the answer on the CPU and compares it with torch.autograd of the
 forward in float64 (``bwd_strategies.autograd_bwd``), with a tolerance per row (``DX_RTOL``,
@@ -20,6 +23,13 @@ weight or after the multiply. Then it compiles the kernel without a weight (``w`
 The gpu tier runs the learner's kernel class through
 ``final_bwd.launch_bwd(..., kernel_cls=)`` against ``rmsnorm_bwd_ref`` (dx and dw) with weights
 of every dtype, none, and both offsets.
+
+07.dw_partial's compile tier reads the PTX of the backward built with x bf16, dout fp16 and an
+fp32 weight at a short row (8 rows a CTA) and a long one (one row a CTA): no atomics; the partial
+stores (those not packed back to bf16, as dx is) built from x and dout; with several rows, a
+barrier before the accumulators overwrite the tiles, one before row 0 reads the other rows, and
+those reads. Its gpu tier runs the kernel twice on NaN-poisoned partial buffers: dw against
+``rmsnorm_bwd_ref`` and the two runs bitwise equal.
 """
 
 from __future__ import annotations
@@ -62,6 +72,11 @@ NO_DOUT_IN_G = (
     "dout never reaches dx: g is the gradient of the loss with respect to x_hat, "
     "dout * (w + weight_offset); without dout it is not a gradient of anything"
 )
+OFFSET_WITHOUT_WEIGHT = (
+    "w is None there, and your g still carries weight_offset: the offset belongs to the weight "
+    "(the layer's factor is w + weight_offset), so a layer without a weight has no factor at "
+    "all and g is dout itself, whatever weight_offset says"
+)
 NO_WEIGHT_CASE = (
     "the kernel without a weight (weight=None) does not compile with your code: w is None "
     "there, and g is dout itself; handle `w is None` first"
@@ -73,7 +88,7 @@ NO_WEIGHT_CASE = (
 #: both <= rstd * max|g| since mean(x_hat^2) <= 1). fp32 arithmetic over a row of N: the mean has
 #: a relative error <= N * 2^-24 in the worst case (6e-5 at N = 1000, ~sqrt(N) * 2^-24 = 2e-6
 #: typically), the saved fp32 rstd ~1e-7: 1e-4 passes any fp32 order of evaluation, and fails
-#: g rounded to bf16 (2^-9 = 2e-3) and every wrong formula (errors of order 1).
+#: g rounded to bf16 (2^-8 = 4e-3) and every wrong formula (errors of order 1).
 DX_RTOL = 1e-4
 NO_PROJECTION = (
     "dx has only the direct term rstd * g: rstd depends on every x_j of the row too, and its "
@@ -423,6 +438,10 @@ COMPILES = "compiles (x fp32, weight bf16, dout fp16, weight_offset=1.0)"
 PROBE = "the PTX: dx from dout * (w + 1.0)"
 #: after the probe: a wrong g is reported without compiling a second kernel
 COMPILES_NO_WEIGHT = "compiles without a weight (w is None)"
+#: the no-weight kernel's offset: nonzero, so that an answer which applies it without a weight
+#: shows it (0.375 and 1.375 are immediates no other part of the kernel uses)
+NO_WEIGHT_OFFSET = 0.375
+PROBE_NO_WEIGHT = "the PTX without a weight: dx from dout alone (weight_offset=0.375 unused)"
 
 
 def learner_class(answer):
@@ -436,7 +455,8 @@ def learner_class(answer):
 
 def report_for(answer, N: int = 1000, weighted: bool = True):
     """The backward kernel with the learner's ``grad_in``, compiled with x fp32, weight bf16,
-    dout fp16 and weight_offset=1.0 at ``N`` (``weighted=False``: bf16 x, no weight). Cached
+    dout fp16 and weight_offset=1.0 at ``N`` (``weighted=False``: bf16 x, no weight,
+    weight_offset=NO_WEIGHT_OFFSET, which must not reach dx). Cached
     for the answer object: the report the grader read, without compiling again."""
     import torch
 
@@ -451,7 +471,7 @@ def report_for(answer, N: int = 1000, weighted: bool = True):
             f = BwdFeatures(dout_dtype=torch.float16, weight_offset=OFFSET)
             kernel = cls(torch.float32, N, None, torch.bfloat16, features=f)
         else:
-            f = BwdFeatures(weight=False, dw=False)
+            f = BwdFeatures(weight=False, dw=False, weight_offset=NO_WEIGHT_OFFSET)
             kernel = cls(torch.bfloat16, N, None, None, features=f)
         with shortcut_guard() as seen:
             rep = kernel_report(kernel, stage="final_bwd+07.grad_in")
@@ -547,6 +567,34 @@ def _probe_grad(rep) -> str:
     return "dx depends on dout * (w + 1.0): the weight, dout, the offset added to w"
 
 
+def offset_in_dx(ptx_text: str, off: float = NO_WEIGHT_OFFSET) -> list[str]:
+    """The instructions among the dx stores' inputs that use the offset (``off``, ``1 + off``,
+    ``1 - off`` or ``-off`` as an fp32 immediate)."""
+    ptx = Ptx(ptx_text)
+    consts = {f32_hex(v) for v in (off, 1 + off, 1 - off, -off)}
+    seen = []
+    for st in (i for i in ptx.instrs if i.opcode.startswith("st.global")):
+        for a in ptx.ancestors(st):
+            if any(k in o for o in a.operands for k in consts) and a.text not in seen:
+                seen.append(a.text)
+    return seen
+
+
+def _grad_probe_no_weight() -> Check:
+    def fn(ctx):
+        used = offset_in_dx(report_for(ctx.answer, 1000, weighted=False).ptx)
+        if used:
+            raise CheckFailed(
+                f"without a weight, weight_offset={NO_WEIGHT_OFFSET} still reaches dx",
+                expected="g = dy: no weight, so no (w + weight_offset) factor",
+                seen=used[0],
+                hint=OFFSET_WITHOUT_WEIGHT,
+            )
+        return "without a weight, g is dout alone (the offset never reaches dx)"
+
+    return Check(PROBE_NO_WEIGHT, COMPILE, fn, needs=(COMPILES_NO_WEIGHT,))
+
+
 def _grad_probe() -> Check:
     def fn(ctx):
         return _probe_grad(report_for(ctx.answer, 1000))
@@ -561,6 +609,7 @@ GRAD_CASES = (
     ("fp16", "fp16", OFFSET),
     ("fp32", "fp32", 0.0),
     ("bf16", None, 0.0),
+    ("bf16", None, OFFSET),  # no weight: the offset must not reach g
 )
 
 #: known wrong g's as functions of fp32 (dout, w, off), and their hints
@@ -574,6 +623,11 @@ G_VARIANTS = (
 
 def _diagnose_grad(dx, x, w, dout, rstd, off, scale) -> str | None:
     if w is None:
+        if off == 0.0:
+            return None
+        cand = _dx(x.float().cpu(), rstd.cpu(), dout.float().cpu() * (1 + off))
+        if bool(dx_within(dx.float().cpu(), cand, scale.cpu(), 2e-2).all()):
+            return OFFSET_WITHOUT_WEIGHT
         return None
     d, wf = dout.float().cpu(), w.float().cpu()
     for _, fn, hint in G_VARIANTS:
@@ -676,6 +730,12 @@ grad_in = register(
                 tiers=(COMPILE, GPU),
             ),
             Mutant(
+                "the offset applied without a weight",
+                [("        return dy\n", "        return dy * (1 + weight_offset)\n")],
+                hint="the offset belongs to the weight",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
                 "no case for a missing weight",
                 [("    if w is None:\n        return dy\n", "")],
                 hint="w is None there",
@@ -690,6 +750,387 @@ grad_in.add(
     _grad_compiles(),
     _grad_probe(),
     _grad_compiles(weighted=False),
+    _grad_probe_no_weight(),
     _grad_values(hidden=False),
     _grad_values(hidden=True),
+)
+
+
+# ---- 07.dw_partial ----------------------------------------------------------------------------
+#: the compile tier's backward: x bf16, dout fp16 (each recognisable by its conversion), the
+#: weight fp32 (no conversion: nothing else in the kernel converts from bf16 or fp16)
+DW_N_ROWS, DW_N_ONE = 1000, 4096  # 8 rows a CTA (bf16, fp32 weight); one row a CTA
+DW_COMPILES = "compiles: several rows a CTA (N=1000)"
+DW_ATOMICS = (
+    "the partial sums are added with atomics (red/atom.global): the order in which CTAs' adds "
+    "land changes from run to run, and fp32 addition is not associative, so dw's low bits "
+    "change too. Each CTA owns a row of the partial buffer: write(value, v) stores into it"
+)
+DW_TERM = (
+    "the stored partial sums do not come from dout * x_hat: dw_j is the sum over rows of "
+    "dout_j * x_hat_j (the weight multiplies x_hat in the forward, so its gradient is what "
+    "arrives at the output times x_hat); accumulate dy * x_hat, in fp32"
+)
+DW_VECTORS = (
+    "not every vector of the thread's columns reaches the partial row: write(value, v) once for "
+    "each v in range(vecs) that lies in the row (in_cols(v))"
+)
+DW_TILES_BARRIER = (
+    "the accumulators go to shared memory (`mine`) with no barrier after the last block's "
+    "dx: `mine` overlays the x and dout tiles, which other rows of the CTA may still be "
+    "reading. cute.arch.barrier() first, then store"
+)
+DW_ROWS_BARRIER = (
+    "row 0 reads the other rows' sums (slots(r)) with no barrier after they were stored: a "
+    "row's threads may not have written them yet. cute.arch.barrier() between the stores into "
+    "`mine` and the reads of slots(r)"
+)
+DW_OTHER_ROWS = (
+    "the partial row holds only the first row's sums: the CTA's other rows never reach it. "
+    "Row 0 adds slots(r) for r = 1 .. rows - 1 (in that order) to its own before it writes"
+)
+DW_NOT_DETERMINISTIC = (
+    "two runs on the same inputs gave different partial sums: the order of the additions into "
+    "a column must not depend on timing (no atomics; one row per CTA, its rows added in order)"
+)
+
+
+NO_ACCUMULATE = (
+    "accumulate_dw is not defined beside combine_partial: write both functions in the "
+    "exercise's cell"
+)
+
+
+def _dw_build(answer):
+    """The backward kernel class with the learner's ``combine_partial`` and, from the same
+    cell (the function's globals), ``accumulate_dw``."""
+    from ...stages.final_bwd import FinalBwdRMSNorm
+
+    cls = _shared_get(answer, ("07.dw_partial class",))
+    if cls is None:
+        acc_fn = getattr(answer, "__globals__", {}).get("accumulate_dw")
+        if acc_fn is None:
+            acc_fn = getattr(getattr(answer, "__wrapped__", None), "__globals__", {}).get(
+                "accumulate_dw"
+            )
+        if acc_fn is None:
+            raise CheckFailed(
+                "no accumulate_dw",
+                expected="def accumulate_dw(acc, v, dy, x_hat)",
+                hint=NO_ACCUMULATE,
+            )
+        methods = {
+            "__module__": __name__,
+            "accumulate_dw": lambda self, acc, v, dy, x_hat: acc_fn(acc, v, dy, x_hat),
+            "combine_partial": (
+                lambda self, acc, mine, slots, write, in_cols, row, rows: answer(
+                    acc, mine, slots, write, in_cols, row, rows, self.drain_copies
+                )
+            ),
+        }
+        cls = type("LearnerDwPartials", (FinalBwdRMSNorm,), methods)
+        _shared_put(answer, ("07.dw_partial class",), cls)
+    return cls
+
+
+def dw_report(answer, N: int):
+    """(report, tiling) of the backward with the learner's mixin at ``N`` (x bf16, weight fp32,
+    dout fp16), compiled once per answer."""
+    import torch
+
+    from ...stages.final_bwd import BwdFeatures
+    from ...tools.inspect import kernel_report
+
+    key = ("07.dw_partial report", N)
+    rep = _shared_get(answer, key)
+    if rep is None:
+        kernel = _dw_build(answer)(
+            torch.bfloat16, N, None, torch.float32, features=BwdFeatures(dout_dtype=torch.float16)
+        )
+        with shortcut_guard() as seen:
+            rep = kernel_report(kernel, stage="final_bwd+07.dw_partial")
+        if seen:
+            raise shortcut_failure(seen[0])
+        rep = (rep, kernel.tiling)
+        _shared_put(answer, key, rep)
+    return rep
+
+
+def _dw_compiles() -> Check:
+    def fn(ctx):
+        from .. import hints
+
+        out = []
+        for N in (DW_N_ROWS,):
+            try:
+                rep, t = dw_report(ctx.answer, N)
+            except (CheckFailed, NotImplementedError):
+                raise
+            except Exception as e:
+                if is_not_implemented(e):
+                    raise
+                raise CheckFailed(
+                    "the backward with your accumulate_dw and combine_partial does not compile "
+                    f"(N={N}): {hints.short_error(e, 400)}",
+                    hint=hints.diagnose_compile_error(e),
+                ) from None
+            out.append(f"N={N}: {t.rows_per_cta} rows a CTA, {rep.registers} registers")
+        return "; ".join(out)
+
+    return Check(DW_COMPILES, COMPILE, fn)
+
+
+def _idx(instrs, pred, start=0, end=None, last=False):
+    rng = range(start, len(instrs) if end is None else end)
+    hits = [i for i in rng if pred(instrs[i])]
+    if not hits:
+        return None
+    return hits[-1] if last else hits[0]
+
+
+def probe_dw(ptx_text: str, rows: int, vec: int, vecs: int) -> str:
+    """The partial store in the PTX of the compile tier's backward; raises CheckFailed."""
+    ptx = Ptx(ptx_text)
+    ins = ptx.instrs
+    atomics = [
+        i.text for i in ins if i.opcode.startswith(("red.", "atom.")) and "global" in i.opcode
+    ]
+    if atomics:
+        raise CheckFailed(
+            "atomic adds in the PTX",
+            expected="plain st.global of the partial row",
+            seen=atomics[0],
+            hint=DW_ATOMICS,
+        )
+    stores = [i for i in ins if i.opcode.startswith("st.global")]
+    anc = {i.index: ptx.ancestors(i) for i in stores}
+
+    def packs(i):  # dx: converted back to bf16 before its store
+        return any(a.opcode.startswith("cvt.rn.bf16") for a in anc[i.index])
+
+    dx = [i for i in stores if packs(i)]
+    partial = [i for i in stores if not packs(i)]
+    want = max(1, vec * 4 // 16) * vecs
+    if len(partial) < want:
+        raise CheckFailed(
+            f"{len(partial)} stores of the partial row for {vecs} vectors of {vec} fp32",
+            expected=f"{want} st.global of fp32 partial sums",
+            seen=f"{len(partial)}",
+            hint=DW_VECTORS,
+        )
+    for st in partial:
+        from_x = any(a.opcode.startswith("cvt.f32.bf16") for a in anc[st.index])
+        from_dout = any(a.opcode.startswith("cvt.f32.f16") for a in anc[st.index])
+        if not (from_x and from_dout):
+            seen = ", ".join(k for k, ok in (("x", from_x), ("dout", from_dout)) if ok) or "neither"
+            raise CheckFailed(
+                "a partial sum is not built from dout * x_hat",
+                expected="x (cvt.f32.bf16) and dout (cvt.f32.f16) among its inputs",
+                seen=f"from {seen}",
+                hint=DW_TERM,
+            )
+    if rows > 1 and dx:
+        last_dx = max(i.index for i in dx)
+        first_sh = _idx(ins, lambda i: i.opcode.startswith("st.shared"), last_dx)
+        if first_sh is None:
+            raise CheckFailed(
+                "no store into shared memory after the last dx",
+                expected=f"each of the {rows} rows' sums into `mine`, then row 0 adds them",
+                seen="none",
+                hint=DW_OTHER_ROWS,
+            )
+        if _idx(ins, lambda i: i.opcode.startswith("bar.sync"), last_dx, first_sh) is None:
+            raise CheckFailed(
+                "no barrier between the last dx and the accumulators' stores into shared memory",
+                expected="bar.sync, then st.shared",
+                seen="st.shared right after the main loop",
+                hint=DW_TILES_BARRIER,
+            )
+        last_sh = _idx(ins, lambda i: i.opcode.startswith("st.shared"), first_sh, last=True)
+        first_ld = _idx(ins, lambda i: i.opcode.startswith("ld.shared"), last_sh)
+        loads = sum(1 for i in ins[last_sh:] if i.opcode.startswith("ld.shared"))
+        need = (rows - 1) * max(1, vec * 4 // 16) * vecs
+        if first_ld is None or loads < need:
+            raise CheckFailed(
+                f"row 0 reads {loads} vectors of the other rows' sums",
+                expected=f"{need} ld.shared ({rows - 1} other rows x {vecs} vectors)",
+                seen=f"{loads}",
+                hint=DW_OTHER_ROWS,
+            )
+        if _idx(ins, lambda i: i.opcode.startswith("bar.sync"), last_sh, first_ld) is None:
+            raise CheckFailed(
+                "no barrier between the rows' stores into shared memory and row 0's reads",
+                expected="st.shared, bar.sync, then ld.shared",
+                seen="ld.shared with no bar.sync before it",
+                hint=DW_ROWS_BARRIER,
+            )
+    how = f"{rows} rows added through shared memory" if rows > 1 else "one row a CTA"
+    return f"{len(partial)} plain stores of dout * x_hat sums, {how}, no atomics"
+
+
+def _dw_probe(N: int, name: str, hidden: bool = False) -> Check:
+    def fn(ctx):
+        rep, t = dw_report(ctx.answer, N)
+        return probe_dw(rep.ptx, t.rows_per_cta, t.vec, t.vecs)
+
+    return Check(name, COMPILE, fn, hidden, needs=(DW_COMPILES,))
+
+
+#: (x dtype, weight dtype) of the gpu value cases: every weight dtype beside bf16 x, and x's own
+DW_CASES = (("bf16", "bf16"), ("bf16", "fp32"), ("fp16", "fp16"), ("fp32", "fp32"))
+
+
+def _dw_values(hidden: bool) -> Check:
+    def fn(ctx):
+        import torch
+
+        from ...reference import TOLERANCES, rmsnorm_bwd_ref
+        from ...stages import final_bwd
+        from ..checks import HIDDEN_M, VISIBLE_M
+
+        cls = _dw_build(ctx.answer)
+        gen = torch.Generator().manual_seed(ctx.rng("dw values" + str(hidden)).getrandbits(62))
+        n = 0
+        # N = 1000: several rows a CTA; N = 4096 (bf16): one row a CTA, combine_partial's
+        # other branch
+        cases = [(x, w, ctx.hidden_N(HOLE, x) if hidden else 1000) for x, w in DW_CASES]
+        if not hidden:
+            cases.append(("bf16", "bf16", DW_N_ONE))
+        for xdt, wdt, N in cases:
+            for M in HIDDEN_M if hidden else VISIBLE_M:
+                x, w, dout, rstd = _row_inputs(M, N, xdt, wdt, 0.0, gen, "cuda")
+                dx = torch.empty_like(x)
+                parts = []
+                for _ in range(2):
+                    with shortcut_guard() as seen:
+                        kernel, run = final_bwd.kernel_for(
+                            x, w, dout, None, dx, None, False, 0.0, None, cls
+                        )
+                        dev = x.get_device()
+                        P = kernel.grid_x(M, final_bwd.sm_count(dev), kernel.resident(dev))
+                        dw_p = torch.full((P, N), float("nan"), device="cuda")
+                        run(x, w, dout, None, rstd, dx, None, dw_p, None, P)
+                        torch.cuda.synchronize()
+                    if seen:
+                        raise shortcut_failure(seen[0])
+                    parts.append(dw_p)
+                what = f"{xdt} x, {wdt} weight, M={M} N={N} (seed {ctx.seed})"
+                _, ew, _ = rmsnorm_bwd_ref(x, w, dout, rstd, compute_dtype=torch.float64)
+                dw = parts[0].sum(dim=0).double()
+                wt = TOLERANCES[torch.float32]
+                bad = ~torch.isclose(dw, ew, rtol=wt["rtol"], atol=wt["atol"] * math.sqrt(M) * 10)
+                if bool(bad.any()):
+                    col = int(bad.nonzero()[0])
+                    nan_rows = int(parts[0].isnan().any(dim=1).sum())
+                    hint = DW_VECTORS if nan_rows else None
+                    if not nan_rows and torch.allclose(
+                        dw,
+                        dout.double().sum(dim=0).to(dw.device),
+                        rtol=1e-3,
+                        atol=1e-3 * math.sqrt(M),
+                    ):
+                        hint = DW_TERM  # the sum of dout alone: db, not dw
+                    raise CheckFailed(
+                        f"{what}: dw (the partial rows' sum) differs from rmsnorm_bwd_ref in "
+                        f"{int(bad.sum())} of {N} columns"
+                        + (f"; {nan_rows} partial rows never written" if nan_rows else ""),
+                        expected=f"{ew[col].item():.6g} at column {col}",
+                        seen=f"{dw[col].item():.6g}",
+                        hint=hint,
+                    )
+                if not torch.equal(parts[0], parts[1]):
+                    raise CheckFailed(
+                        f"{what}: two runs gave different partial sums",
+                        expected="the same bits on every run",
+                        seen=f"{int((parts[0] != parts[1]).sum())} elements differ",
+                        hint=DW_NOT_DETERMINISTIC,
+                    )
+                n += 1
+        return f"{n} cases: dw matches rmsnorm_bwd_ref, bitwise the same on two runs"
+
+    name = (
+        "dw at more shapes, grading seed"
+        if hidden
+        else "dw vs rmsnorm_bwd_ref, twice bitwise equal (M 1/37/199, N=1000 and 4096, all dtypes)"
+    )
+    return Check(name, GPU, fn, hidden, (DW_COMPILES,))
+
+
+def _dw_speed(fraction: float = 0.8, M: int = 32768, N: int = 4096) -> Check:
+    def fn(ctx):
+        import torch
+
+        from ...stages import final_bwd
+        from ...tools.bench import copy_bandwidth, cuda_time_us, gbps, rmsnorm_bwd_bytes
+
+        cls = _dw_build(ctx.answer)
+        gen = torch.Generator().manual_seed(1)
+        x, w, dout, rstd = _row_inputs(M, N, "bf16", "bf16", 0.0, gen, "cuda")
+        dx = torch.empty_like(x)
+        us = cuda_time_us(
+            lambda: final_bwd.launch_bwd(x, w, dout, None, rstd, dx, None, False, kernel_cls=cls)
+        )
+        got = gbps(rmsnorm_bwd_bytes(M, N, x.dtype, w.dtype), us)
+        copy = copy_bandwidth()
+        if got < fraction * copy:
+            raise CheckFailed(
+                f"{got:.0f} GB/s at {M}x{N} bf16 = {100 * got / copy:.0f}% of the copy now",
+                expected=f">= {100 * fraction:.0f}% ({fraction * copy:.0f} GB/s)",
+                seen=f"{got:.0f} GB/s ({us:.1f} us)",
+            )
+        return f"{got:.0f} GB/s = {100 * got / copy:.0f}% of copy ({copy:.0f} GB/s)"
+
+    return Check(
+        f"speed >= {100 * fraction:.0f}% of copy bandwidth ({M}x{N} bf16 backward)",
+        GPU,
+        fn,
+        needs=(DW_COMPILES,),
+    )
+
+
+dw_partial = register(
+    Exercise(
+        id="07.dw_partial",
+        lesson=LESSON,
+        answer="combine_partial",
+        title="the persistent CTA's dw: accumulate dout * x_hat, then store one partial row",
+        points={COMPILE: 2, GPU: 2},
+        mutants=[
+            Mutant(
+                "accumulates dout, not dout * x_hat",
+                [("acc[None, None, v].load() + dy * x_hat", "acc[None, None, v].load() + dy")],
+                hint="do not come from dout * x_hat",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "no barrier before the accumulators overwrite the tiles",
+                [("        cute.arch.barrier()  # every row is done with the tiles\n", "")],
+                hint="overlays the x and dout tiles",
+            ),
+            Mutant(
+                "no barrier before row 0 reads the other rows",
+                [("        cute.arch.barrier()  # every row's sums are in `mine`\n", "")],
+                hint="a row's threads may not have written them yet",
+            ),
+            Mutant(
+                "only row 0's own sums",
+                [
+                    (
+                        "                    for r in cutlass.range_constexpr(1, rows):\n"
+                        "                        tot = tot + slots(r)[None, None, v].load()\n",
+                        "",
+                    )
+                ],
+                hint="the CTA's other rows never reach it",
+            ),
+        ],
+    )
+)
+dw_partial.add(
+    _dw_compiles(),
+    _dw_probe(DW_N_ROWS, "the partial row, 8 rows a CTA: dout * x_hat, barriers, rows in order"),
+    _dw_probe(DW_N_ONE, "the partial row, one row a CTA (N=4096): plain stores", hidden=True),
+    _dw_values(hidden=False),
+    _dw_values(hidden=True),
+    _dw_speed(),
 )

@@ -1,0 +1,372 @@
+"""What the whole-kernel exercises of lessons 02-04 share.
+
+In ``02.warp_kernel``, ``03.block_kernel`` and ``04.cluster_kernel`` the learner writes a stage's
+``@cute.kernel`` itself (the body, given the stage's named helpers: ``row_copy``,
+``warp_reduce``, ``block_reduce``, ``cluster_exchange``, ``rstd``, ...). The grader puts it in
+place of the stage's ``kernel`` on a subclass (``kernel_hole``), so the stage's host side tiles
+and launches it as it does its own, and then reads what the PTX can show:
+
+* ``tensor_accesses``: which kernel argument (x, the weight, y) each global load and store
+  addresses, found through the PTX's def-use chains back to the ``ld.param`` of that argument;
+* ``probe_accesses``: x read once (one load per vector a thread holds), the weight read, y
+  written once, all 16 bytes wide, and x's tile chosen by the CTA's index (``%ctaid``), and
+  in a cluster by its rank too;
+
+and on a GPU (``mixed_values``) compares values with ``rmsnorm_ref`` at ragged shapes in every
+dtype, with weights of another dtype than x (an fp32 weight beside bf16 x), the output
+poisoned before each launch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from .. import hints
+from ..checks import EPS, HIDDEN_M, POISON, VISIBLE_M, KernelHole, Ptx, rmsnorm_inputs
+from ..registry import GPU, Check, CheckFailed
+
+X, W, OUT = 0, 1, 2
+_NAMES = {X: "x", W: "the weight", OUT: "y"}
+ROWS_PAST_M = (
+    "the last CTA's tile of rows runs past the end of the tensor (M is seldom a multiple of "
+    "rows_per_cta), and its rows past M are loaded or stored anyway: reads and writes outside "
+    "x and y. Guard the copies of x and y with the thread's row (its identity coordinate) < M"
+)
+_PARAM = re.compile(r"_param_(\d+)(?:\+\d+)?\]")
+
+
+def kernel_hole(stage: str, attrs: tuple = ()) -> KernelHole:
+    """The learner's ``@cute.kernel`` function in place of the stage's ``kernel`` method."""
+    return KernelHole(stage=stage, piece="kernel", adapt=lambda answer: answer, attrs=attrs)
+
+
+def _param_of(ptx: Ptx, ins) -> set[int]:
+    out = set()
+    for a in ptx.ancestors(ins):
+        if a.opcode.startswith("ld.param"):
+            m = _PARAM.search(a.text + "]") or _PARAM.search(a.text)
+            if m:
+                out.add(int(m.group(1)))
+    return out
+
+
+def tensor_accesses(ptx_text: str) -> dict:
+    """{(ld|st, argument index): [instructions]} over the global loads and stores, each
+    attributed to the kernel arguments its address derives from."""
+    ptx = Ptx(ptx_text)
+    out: dict = {}
+    for ins in ptx.instrs:
+        kind = "ld" if ins.opcode.startswith("ld.global") else None
+        kind = kind or ("st" if ins.opcode.startswith("st.global") else None)
+        if kind is None:
+            continue
+        for p in _param_of(ptx, ins) & {X, W, OUT}:
+            out.setdefault((kind, p), []).append(ins)
+    return out, ptx
+
+
+def _words(ins) -> int:
+    m = re.search(r"\.v(\d)", ins.opcode)
+    return int(m.group(1)) if m else 1
+
+
+def probe_accesses(rep, kernel, *, cluster: bool = False, hint_tile: str, hint_rank: str = ""):
+    """x read once and tiled by the CTA (and its rank in the cluster), the weight read, y
+    written once; raises CheckFailed with a hint in the learner's terms."""
+    t = kernel.tiling
+    acc, ptx = tensor_accesses(rep.ptx)
+    xb = kernel.dtype.width // 8
+    wb = kernel.weight_dtype.width // 8
+    x_loads = sum(_words(i) for i in acc.get(("ld", X), [])) * 4 // 16
+    w_loads = sum(_words(i) for i in acc.get(("ld", W), [])) * 4 // 16
+    y_stores = sum(_words(i) for i in acc.get(("st", OUT), [])) * 4 // 16
+    want_w = t.vecs * t.chunks * wb // xb
+    seen = f"{x_loads} x 16 B of x, {w_loads} of the weight, {y_stores} stores of y"
+    where = f"N={kernel.N} {kernel.dtype.__name__}, {t.vecs} vectors per thread"
+    if y_stores == 0:
+        raise CheckFailed(
+            f"{where}: y is never written",
+            expected=f"{t.vecs} 16-byte stores of y per thread",
+            seen=seen,
+            hint="the output is never stored: cute.copy the output fragment to y's tile "
+            "(guarded by the row and column predicates)",
+        )
+    if x_loads > t.vecs:
+        raise CheckFailed(
+            f"{where}: x is loaded {x_loads} times per thread, for {t.vecs} vectors",
+            expected=f"{t.vecs} loads of x (one per vector: the row stays in registers)",
+            seen=seen,
+            hint="x is read more than once: the row fits in registers, so load it once into a "
+            "register fragment and use it for both the sum of squares and the output",
+        )
+    if x_loads < t.vecs:
+        raise CheckFailed(
+            f"{where}: {x_loads} loads of x for {t.vecs} vectors per thread",
+            expected=f"{t.vecs}",
+            seen=seen,
+            hint="part of a thread's share of x is never loaded: copy the whole partitioned "
+            "tile (all its vectors) into registers",
+        )
+    if w_loads < want_w:
+        raise CheckFailed(
+            f"{where}: the weight is loaded {w_loads} times, for {want_w} 16-byte pieces",
+            expected=f"{want_w} loads of the weight",
+            seen=seen,
+            hint=hints.NO_WEIGHT
+            + ": load the weight's tile (broadcast over the CTA's rows) into a fragment of "
+            "x's shape and multiply by it",
+        )
+    for kind, arg in (("st", OUT), ("ld", X)):
+        bad = unguarded_by_rows(rep.ptx, kind, arg)
+        if bad:
+            what = "stores of y" if kind == "st" else "loads of x"
+            raise CheckFailed(
+                f"{where}: {len(bad)} {what} with no test of the row against M",
+                expected=f"every {what[:-5]} inside `if row < M:` (or predicated on it)",
+                seen=f"`{bad[0]}`",
+                hint=ROWS_PAST_M,
+            )
+    regs = ("%ctaid.x",)
+    for ins in acc.get(("ld", X), []):
+        chain = " ".join(a.text for a in ptx.ancestors(ins))
+        if not any(r in chain for r in regs):
+            raise CheckFailed(
+                f"`{ins.text}`: the same rows for every CTA",
+                expected="x's tile chosen by the CTA's index (block_idx)",
+                seen="an address that does not depend on %ctaid.x",
+                hint=hint_tile,
+            )
+        if cluster and not any(r in chain for r in ("%cluster_ctarank", "%ctaid.y")):
+            raise CheckFailed(
+                f"`{ins.text}`: the same columns in every CTA of the cluster",
+                expected="x's tile chosen by the CTA's rank in the cluster (its slice)",
+                seen="an address that does not depend on the rank",
+                hint=hint_rank,
+            )
+    return f"{seen}, all tiled by the CTA"
+
+
+#: (x dtype, weight dtype) pairs the values are checked in: every dtype, and weights kept in
+#: fp32 beside 16-bit activations (a model in mixed precision)
+VISIBLE_PAIRS = (("bf16", "bf16"), ("fp16", "fp16"), ("fp32", "fp32"), ("bf16", "fp32"))
+HIDDEN_PAIRS = VISIBLE_PAIRS + (("fp16", "fp32"), ("fp32", "bf16"))
+
+
+def mixed_values(
+    hole: KernelHole,
+    *,
+    Ns: Callable,
+    config: Callable,
+    name: str,
+    hidden: bool = False,
+    guard: Callable | None = None,
+    variants=(),
+    needs=("compiles",),
+) -> Check:
+    """Values of the learner's kernel against ``rmsnorm_ref`` (gpu tier) for each (x, weight)
+    dtype pair, ``Ns(ctx, hidden)`` row lengths and M in 1/37/199 (hidden: 3/131/1029), with
+    the config ``config(N, dtype)``; fresh inputs per seed, the output poisoned.
+    ``guard(ctx, kernel, report)`` may raise CheckFailed to refuse a launch (a kernel that would
+    hang); a kernel whose loads or stores are not guarded by the row count is never launched."""
+
+    def fn(ctx):
+        import torch
+
+        from ...reference import TOLERANCES, rmsnorm_ref
+        from ...runtime import compile_kernel, torch_dtype
+        from ...tools.inspect import kernel_report
+        from ..checks import _describe_mismatch, shortcut_failure, shortcut_guard
+
+        gen = ctx.torch_generator(salt="whole" + ("h" if hidden else ""))
+        n = 0
+        for N in Ns(ctx, hidden):
+            for xd, wd in HIDDEN_PAIRS if hidden else VISIBLE_PAIRS:
+                xdt, wdt = torch_dtype(xd), torch_dtype(wd)
+                cfg = config(N, xdt)
+                key = ("whole", hole, N, xd, wd, cfg)
+                if key not in ctx.cache:
+                    kernel = hole.build(ctx.answer)(xdt, N, cfg, wdt)
+                    with shortcut_guard() as seen:
+                        rep = kernel_report(kernel)
+                        _refuse_out_of_bounds(rep, f"x {xd}, weight {wd}, N={N}")
+                        if guard is not None:
+                            guard(ctx, kernel, rep)
+                        launch = compile_kernel(kernel)
+                    if seen:
+                        raise shortcut_failure(seen[0])
+                    ctx.cache[key] = launch
+                launch = ctx.cache[key]
+                tol = TOLERANCES[xdt]
+                for M in HIDDEN_M if hidden else VISIBLE_M:
+                    x, w = rmsnorm_inputs(M, N, xdt, gen)
+                    w = w.to(wdt)
+                    out = torch.full_like(x, POISON)
+                    poison = out[0, 0].item()
+                    launch(x, w, out, EPS)
+                    torch.cuda.synchronize()
+                    ref = rmsnorm_ref(x, w, eps=EPS)
+                    if not bool(torch.isclose(out.float().cpu(), ref.float().cpu(), **tol).all()):
+                        exp, got, nbad, row, col = _describe_mismatch(out, ref, tol)
+                        raise CheckFailed(
+                            f"x {xd}, weight {wd}, M={M} N={N} (seed {ctx.seed}): {nbad} of "
+                            f"{M * N} outputs differ from rmsnorm_ref",
+                            expected=f"{exp} at row {row}, column {col}",
+                            seen=got,
+                            hint=hints.diagnose_rmsnorm(
+                                out, ref, x, w, EPS, tol=tol, poison=poison, variants=variants
+                            ),
+                        )
+                    n += 1
+        return f"{n} shapes x dtype pairs match rmsnorm_ref"
+
+    return Check(name, GPU, fn, hidden, tuple(needs))
+
+
+def _refuse_out_of_bounds(rep, where: str) -> None:
+    """A kernel that loads or stores rows past M is not launched: it would read or write
+    outside x and y (another tensor's memory, or an illegal address that ends the process's
+    CUDA context)."""
+    for kind, arg in (("st", OUT), ("ld", X)):
+        bad = unguarded_by_rows(rep.ptx, kind, arg)
+        if bad:
+            raise CheckFailed(
+                f"not launched ({where}): {len(bad)} global {kind} of "
+                f"{'y' if arg == OUT else 'x'} with no test of the row against M",
+                seen=f"`{bad[0]}`",
+                hint=ROWS_PAST_M,
+            )
+
+
+def ragged_Ns(visible: tuple, hidden_choices: tuple, k: int = 2) -> Callable:
+    """``Ns(ctx, hidden)``: the visible row lengths, or ``k`` drawn with the grading seed."""
+
+    def Ns(ctx, hidden):
+        if not hidden:
+            return list(visible)
+        return ctx.rng("whole N").sample(list(hidden_choices), k)
+
+    return Ns
+
+
+def whole_report(ctx, hole: KernelHole, N: int, xd: str, wd: str, config):
+    """(kernel, report) of the learner's kernel for x of ``xd`` and a weight of ``wd``, cached
+    for the run (``ctx.report`` compiles with the weight in x's dtype only)."""
+    from ...runtime import torch_dtype
+    from ...tools.inspect import kernel_report
+    from ..checks import shortcut_failure, shortcut_guard
+
+    if xd == wd:  # the kernel ctx.report compiles (and shares with the other checks)
+        return ctx.kernel(hole, N, xd, config), ctx.report(hole, N, xd, config)
+    key = ("whole report", hole, N, xd, wd, config)
+    if key not in ctx.cache:
+        xdt = torch_dtype(xd)
+        kernel = hole.build(ctx.answer)(xdt, N, config, torch_dtype(wd))
+        with shortcut_guard() as seen:
+            rep = kernel_report(kernel, stage=f"{hole.stage}+{ctx.exercise.id}")
+        if seen:
+            raise shortcut_failure(seen[0])
+        ctx.cache[key] = (kernel, rep)
+    return ctx.cache[key]
+
+
+def access_check(
+    hole: KernelHole,
+    cases: tuple,
+    *,
+    name: str,
+    hint_tile: str,
+    hint_rank: str = "",
+    cluster: bool = False,
+    extra: Callable | None = None,
+    hidden: bool = False,
+) -> Check:
+    """``probe_accesses`` (and ``extra(rep, kernel)``) on the learner's kernel at each
+    ``(N, x dtype, weight dtype, config)`` of ``cases`` (or ``cases(ctx)``; a config may be a
+    callable of (N, dtype))."""
+    from ...runtime import torch_dtype
+    from ..checks import is_not_implemented
+
+    def fn(ctx):
+        msgs = []
+        for N, xd, wd, cfg in cases(ctx) if callable(cases) else cases:
+            cfg = cfg(N, torch_dtype(xd)) if callable(cfg) else cfg
+            try:
+                kernel, rep = whole_report(ctx, hole, N, xd, wd, cfg)
+            except (CheckFailed, NotImplementedError):
+                raise
+            except Exception as e:
+                if is_not_implemented(e):
+                    raise
+                raise CheckFailed(
+                    f"your {hole.stage} kernel does not compile (x {xd}, weight {wd}, N={N}): "
+                    f"{hints.short_error(e, 400)}",
+                    hint=hints.diagnose_compile_error(e),
+                ) from None
+            msgs.append(
+                f"x {xd}/w {wd} N={N}: "
+                + probe_accesses(
+                    rep, kernel, cluster=cluster, hint_tile=hint_tile, hint_rank=hint_rank
+                )
+            )
+            if extra is not None:
+                m = extra(rep, kernel)
+                if m:
+                    msgs.append(str(m))
+        return "; ".join(msgs)
+
+    return Check(name, "compile", fn, hidden, ("compiles",))
+
+
+_SKIP = ("//", ".", "$", "{", "}", ")")
+
+
+def unguarded_by_rows(ptx_text: str, kind: str, arg: int) -> list[str]:
+    """The global ``kind`` ("ld"/"st") accesses of argument ``arg`` that no test of the row
+    count guards: neither predicated on, nor inside a forward branch over, a predicate computed
+    from a tensor's shape (``mX.shape[0]``, a 32-bit kernel parameter of x or y). A tile of
+    rows_per_cta rows runs past M in the last CTA; such an access reads or writes past the end
+    of the tensor."""
+    ptx = Ptx(ptx_text)
+    raw = []  # (line index, guard predicate or None, negated) per instruction, as Ptx counts
+    lines = [ln.strip() for ln in ptx_text.splitlines()]
+    labels = {}
+    for i, s in enumerate(lines):
+        s = s.split("//")[0].strip()
+        if s.endswith(":"):
+            labels[s[:-1]] = i
+            continue
+        if not s or s.startswith(_SKIP):
+            continue
+        g = re.match(r"^@(!?)(%\w+)\s+", s)
+        raw.append((i, g.group(2) if g else None))
+
+    def shape_pred(pred: str) -> bool:
+        for j in ptx.defs.get(pred, []):
+            chain = [ptx.instrs[j], *ptx.ancestors(ptx.instrs[j])]
+            for a in chain:
+                if a.opcode.startswith("ld.param.b32") or a.opcode.startswith("ld.param.u32"):
+                    m = _PARAM.search(a.text + "]") or _PARAM.search(a.text)
+                    if m and int(m.group(1)) in (X, OUT):
+                        return True
+        return False
+
+    branches = []  # (line, target line) of forward branches on a shape predicate
+    for k, ins in enumerate(ptx.instrs):
+        line, pred = raw[k]
+        if ins.opcode.startswith("bra") and pred and shape_pred(pred):
+            target = labels.get(ins.operands[0].strip()) if ins.operands else None
+            if target is not None and target > line:
+                branches.append((line, target))
+    bad = []
+    op = f"{kind}.global"
+    for k, ins in enumerate(ptx.instrs):
+        if not ins.opcode.startswith(op) or arg not in _param_of(ptx, ins):
+            continue
+        line, pred = raw[k]
+        if pred and shape_pred(pred):
+            continue
+        if any(b < line < t for b, t in branches):
+            continue
+        bad.append(ins.text)
+    return bad

@@ -1,0 +1,541 @@
+"""Lesson 01b, the CuTe DSL (lesson 01's second part): a layout, a partition, a whole small kernel.
+
+01.layout_offset    where a coordinate lands under a layout shape:stride (nested shapes too)
+01.thread_elements  which (row, col) of a tile a thread of a tiled copy owns (the TV layout)
+01.scale_kernel     a whole @cute.kernel: y = x * factor with local_tile, a TV partition,
+                    register fragments, TensorSSA and a predicate for the tail; read from PTX
+
+The first two run on the compile tier (any machine) by value against the DSL's own answers
+(``tests/test_dsl_lesson.py`` checks the references against the DSL); the kernel is read from
+the PTX it compiles to on any machine and, on a Hopper GPU, run against ``x * factor`` with the
+elements past N poisoned and checked untouched.
+"""
+
+import math
+
+from .. import checks
+from ..checks import Ptx, numbers_close, value_check
+from ..hints import Variant
+from ..registry import COMPILE, GPU, CheckFailed, Exercise, Mutant, register
+
+LESSON = "01b_cute_dsl"
+
+
+# ---- 01.layout_offset -------------------------------------------------------------------------
+def layout_size(shape) -> int:
+    return shape if isinstance(shape, int) else math.prod(layout_size(s) for s in shape)
+
+
+def layout_offset_ref(shape, stride, coord, *, order=1, nested=True, by="stride"):
+    """The offset of ``coord`` under ``shape:stride`` (CuTe's layout function). The keyword
+    arguments make the known wrong versions: ``order=-1`` splits a 1-D index rightmost mode
+    first, ``nested=False`` takes a nested mode's first size for its size, ``by="shape"``
+    multiplies by the shape."""
+    if isinstance(shape, int):
+        return coord * (stride if by == "stride" else shape)
+    if isinstance(coord, int):
+        parts = []
+        for s in shape[::order]:
+            n = layout_size(s) if nested else (s if isinstance(s, int) else s[0])
+            parts.append(coord % n)
+            coord //= n
+        coord = tuple(parts[::order])
+    return sum(
+        layout_offset_ref(s, d, c, order=order, nested=nested, by=by)
+        for s, d, c in zip(shape, stride, coord, strict=True)
+    )
+
+
+def _layout_cases(ctx, hidden):
+    if not hidden:
+        return [
+            (8, 1, 5),
+            (8, 2, 3),
+            ((4, 8), (8, 1), (1, 2)),
+            ((4, 8), (1, 4), (3, 5)),
+            ((4, 8), (8, 1), 13),
+            ((4, 8), (1, 4), 13),
+            ((2, 3), (3, 1), 4),
+            ((4, (2, 4)), (2, (1, 8)), (3, (1, 2))),
+            ((4, (2, 4)), (2, (1, 8)), (3, 5)),
+            ((4, (2, 4)), (2, (1, 8)), 21),
+            (((2, 2), 4), ((1, 8), 2), 11),
+            ((3, 5, 2), (10, 1, 5), 17),
+            ((128, 8), (8, 1), 130),
+        ]
+    rng = ctx.rng("layouts")
+    cases = []
+    for _ in range(24):
+        shape, stride = [], []
+        for _ in range(rng.randint(1, 3)):
+            if rng.random() < 0.35:
+                shape.append((rng.randint(2, 4), rng.randint(2, 4)))
+                stride.append((rng.randint(0, 16), rng.randint(0, 64)))
+            else:
+                shape.append(rng.randint(2, 9))
+                stride.append(rng.randint(0, 64))
+        shape, stride = tuple(shape), tuple(stride)
+        i = rng.randrange(layout_size(shape))
+        if rng.random() < 0.5:
+            cases.append((shape, stride, i))
+        else:  # the same index as a coordinate, nested modes given as 1-D indices of their own
+            parts = []
+            for s in shape:
+                n = layout_size(s)
+                parts.append(i % n)
+                i //= n
+            cases.append((shape, stride, tuple(parts)))
+    return cases
+
+
+_LAYOUT_VARIANTS = [
+    Variant(
+        "row-major split",
+        lambda s, d, c: layout_offset_ref(s, d, c, order=-1),
+        "a 1-D index counts the leftmost mode fastest (column-major, as CuTe does): for (4, 8), "
+        "index 13 is coordinate (1, 3), not (1, 5)",
+    ),
+    Variant(
+        "shape, not stride",
+        lambda s, d, c: layout_offset_ref(s, d, c, by="shape"),
+        "each coordinate is multiplied by its stride (the second half of shape:stride), "
+        "not by its shape",
+    ),
+    Variant(
+        "nested size",
+        lambda s, d, c: layout_offset_ref(s, d, c, nested=False),
+        "a nested mode such as (2, 4) holds 2 x 4 = 8 elements: split a 1-D index by the "
+        "product of its sizes, then split it again inside the mode",
+    ),
+]
+
+layout_offset = register(
+    Exercise(
+        id="01.layout_offset",
+        lesson=LESSON,
+        answer="layout_offset",
+        title="a layout is a function: the offset of a coordinate under shape:stride",
+        points={COMPILE: 1},
+        mutants=[
+            Mutant(
+                "splits an index row-major",
+                [
+                    ("for s in shape:", "for s in shape[::-1]:"),
+                    ("tuple(parts)", "tuple(parts[::-1])"),
+                ],
+                hint="leftmost mode fastest",
+            ),
+            Mutant(
+                "multiplies by the shape",
+                [("return coord * stride", "return coord * shape")],
+                hint="multiplied by its stride",
+            ),
+            Mutant(
+                "a nested mode's size is its first size",
+                [("n = layout_size(s)", "n = s if isinstance(s, int) else s[0]")],
+                hint="2 x 4 = 8 elements",
+            ),
+        ],
+    )
+)
+layout_offset.add(
+    value_check(
+        "flat and nested layouts, coordinates and 1-D indices",
+        layout_offset_ref,
+        _layout_cases,
+        variants=_LAYOUT_VARIANTS,
+        close=numbers_close(0),
+    ),
+    value_check(
+        "random layouts (grading seed)",
+        layout_offset_ref,
+        _layout_cases,
+        variants=_LAYOUT_VARIANTS,
+        close=numbers_close(0),
+        hidden=True,
+    ),
+)
+
+
+# ---- 01.thread_elements -----------------------------------------------------------------------
+def thread_elements_ref(t, thr_shape, thr_stride, vec, *, thread_order="layout", vals="blocked"):
+    """(row, col) of each value thread ``t`` moves in one tile of
+    ``make_tiled_copy_tv(atom, make_layout(thr_shape, stride=thr_stride), make_layout((1, vec)))``.
+    The keywords make the known wrong versions."""
+    rows, cols = thr_shape
+    for r in range(rows):
+        for c in range(cols):
+            if thread_order == "layout":
+                here = r * thr_stride[0] + c * thr_stride[1]
+            else:  # row-major whatever the stride
+                here = r * cols + c
+            if here == t:
+                if vals == "blocked":
+                    return [(r, c * vec + j) for j in range(vec)]
+                if vals == "swapped":
+                    return [(c * vec + j, r) for j in range(vec)]
+                return [(r, c + j * cols) for j in range(vec)]
+    return []
+
+
+def _same_list(a, b) -> bool:
+    try:
+        return [tuple(x) for x in a] == [tuple(x) for x in b]
+    except TypeError:
+        return False
+
+
+def _thread_cases(ctx, hidden):
+    if not hidden:
+        return [
+            (1, (2, 4), (1, 2), 2),
+            (5, (2, 4), (1, 2), 2),
+            (1, (2, 4), (4, 1), 2),
+            (6, (4, 8), (8, 1), 4),
+            (6, (4, 8), (1, 4), 4),
+            (37, (4, 32), (1, 4), 8),
+            (17, (2, 16), (16, 1), 8),
+            (3, (8, 4), (1, 8), 1),
+        ]
+    rng = ctx.rng("threads")
+    cases = []
+    for _ in range(16):
+        rows, cols = rng.choice((1, 2, 4, 8)), rng.choice((2, 4, 8, 16, 32))
+        row_major = rng.random() < 0.5
+        stride = (cols, 1) if row_major else (1, rows)
+        cases.append((rng.randrange(rows * cols), (rows, cols), stride, rng.choice((1, 2, 4, 8))))
+    return cases
+
+
+_THREAD_VARIANTS = [
+    Variant(
+        "row-major threads",
+        lambda t, s, d, v: thread_elements_ref(t, s, d, v, thread_order="row-major"),
+        "the thread layout says which thread sits at (row, col): thread = row * stride[0] + "
+        "col * stride[1]; with stride (1, rows) consecutive threads go down a column",
+    ),
+    Variant(
+        "interleaved values",
+        lambda t, s, d, v: thread_elements_ref(t, s, d, v, vals="interleaved"),
+        "the value layout (1, vec) gives each thread vec contiguous columns (one 16-byte access "
+        "when vec x element = 16 bytes): columns c * vec .. c * vec + vec - 1",
+    ),
+    Variant(
+        "(col, row)",
+        lambda t, s, d, v: thread_elements_ref(t, s, d, v, vals="swapped"),
+        "return (row, column) pairs: the thread's row first",
+    ),
+]
+
+thread_elements = register(
+    Exercise(
+        id="01.thread_elements",
+        lesson=LESSON,
+        answer="thread_elements",
+        title="predict a partition: the (row, col) elements one thread of a tiled copy owns",
+        points={COMPILE: 1},
+        mutants=[
+            Mutant(
+                "reads the thread layout row-major",
+                [("r * thr_stride[0] + c * thr_stride[1] == t", "r * cols + c == t")],
+                hint="col * stride[1]",
+            ),
+            Mutant(
+                "interleaves the values",
+                [("(r, c * vec + j)", "(r, c + j * cols)")],
+                hint="contiguous columns",
+            ),
+            Mutant(
+                "swaps row and column",
+                [("(r, c * vec + j)", "(c * vec + j, r)")],
+                hint="(row, column)",
+            ),
+        ],
+    )
+)
+thread_elements.add(
+    value_check(
+        "row- and column-major thread layouts",
+        thread_elements_ref,
+        _thread_cases,
+        variants=_THREAD_VARIANTS,
+        close=_same_list,
+    ),
+    value_check(
+        "random tiled copies (grading seed)",
+        thread_elements_ref,
+        _thread_cases,
+        variants=_THREAD_VARIANTS,
+        close=_same_list,
+        hidden=True,
+    ),
+)
+
+
+# ---- 01.scale_kernel --------------------------------------------------------------------------
+#: the launch the exercise states: a CTA of 128 threads owns a tile of 1024 elements, 8 a thread
+TILE, THREADS = 1024, 128
+RAGGED_N = 4104  # 4 full tiles and 8 elements: the fifth CTA must not run past the end
+
+
+def _launcher(kernel):
+    import cutlass.cute as cute
+    from cutlass import Float32
+
+    @cute.jit
+    def launch(mX: cute.Tensor, mY: cute.Tensor, factor: Float32, stream):
+        kernel(mX, mY, factor).launch(
+            grid=[cute.ceil_div(cute.size(mX), TILE), 1, 1], block=[THREADS, 1, 1], stream=stream
+        )
+
+    return launch
+
+
+def _dtype(name):
+    import cutlass
+
+    return {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}[name]
+
+
+def scale_ptx(kernel, N: int, dtype="bf16") -> str:
+    """Compile ``kernel`` (the exercise's answer) in the exercise's launch for a vector of N."""
+    from cutlass import Float32
+
+    from ...lessons.dsl import fake_stream, fake_tensor, ptx_of
+
+    dt = _dtype(dtype)
+    x, y = fake_tensor(dt, (N,)), fake_tensor(dt, (N,))
+    return ptx_of(_launcher(kernel), x, y, Float32(2.0), fake_stream())
+
+
+def _as_plain_call(answer) -> str:
+    """What calling ``answer`` as a plain Python function with the kernel's three arguments
+    does, when it fails (not callable, the wrong arguments, an exception): the learner's error
+    in their terms, beside the missing decorator."""
+    try:
+        answer(None, None, 2.0)
+    except Exception as e:  # the answer's own error, reported
+        return f" ({type(e).__name__}: {e})"
+    return ""
+
+
+def _ptx(ctx, N, dtype="bf16") -> Ptx:
+    key = ("scale_ptx", N, dtype)
+    if key not in ctx.cache:
+        hit = checks._shared_get(ctx.answer, key)
+        if hit is None:
+            kind = str(getattr(ctx.answer, "_decorator_kind", "a plain function"))
+            if "kernel" not in kind.lower():
+                raise CheckFailed(
+                    "scale_kernel is not a kernel" + _as_plain_call(ctx.answer),
+                    expected="a function decorated with @cute.kernel (it is launched)",
+                    seen=f"{kind.rsplit('.', 1)[-1]}",
+                    hint="decorate scale_kernel with @cute.kernel: only a kernel can be "
+                    "launched (kernel(...).launch(grid=..., block=...)); @cute.jit is for "
+                    "host functions and device helpers",
+                )
+            with checks.shortcut_guard() as seen:
+                hit = scale_ptx(ctx.answer, N, dtype)
+            if seen:
+                raise checks.shortcut_failure(seen[0])
+            checks._shared_put(ctx.answer, key, hit)
+        ctx.cache[key] = Ptx(hit)
+    return ctx.cache[key]
+
+
+def _hidden_N(ctx) -> int:
+    return 8 * ctx.rng("N").randint(200, 4000) + 8 * ctx.rng("tail").randint(0, 1)
+
+
+def _check_vectors(ptx: Ptx, N: int) -> str:
+    moves = ptx.find("ld.global") + ptx.find("st.global")
+    if not ptx.find("ld.global") or not ptx.find("st.global"):
+        raise CheckFailed(
+            "the kernel does not load x and store y",
+            expected="ld.global and st.global in the PTX",
+            seen=f"{len(ptx.find('ld.global'))} loads, {len(ptx.find('st.global'))} stores",
+            hint="cute.copy(tiled_copy, tXgX, tXrX) loads the thread's slice into registers; "
+            "a second copy stores the result fragment into y's slice",
+        )
+    narrow = [i for i in moves if ".v4" not in i.opcode]
+    if narrow:
+        raise CheckFailed(
+            f"{len(narrow)} of {len(moves)} global accesses are narrower than 16 bytes",
+            expected="ld.global.v4.b32 / st.global.v4.b32: 8 bf16 (16 bytes) per instruction",
+            seen=f"`{narrow[0].text}`",
+            hint="each thread moves 8 elements = 16 bytes: make the copy atom with "
+            "num_bits_per_copy=128 so one instruction moves them all",
+        )
+    return f"{len(moves)} 16-byte accesses"
+
+
+def _check_scale(ptx: Ptx, N: int) -> str:
+    params = {
+        ld.dests[0] for p in ptx.scalar_params(".f32") for ld in ptx.param_loads(p) if ld.dests
+    }
+    for i in ptx.instrs:
+        if i.opcode.startswith(("mul", "fma")) and set(i.srcs) & params:
+            if any(a.opcode.startswith("ld.global") for a in ptx.ancestors(i)):
+                if ".f32" not in i.opcode:
+                    raise CheckFailed(
+                        "the product is not computed in fp32",
+                        expected="mul.f32 of the widened x and factor",
+                        seen=f"`{i.opcode}`",
+                        hint="widen x first: tXrX.load().to(Float32) * factor, then .to(the "
+                        "output's dtype) before the store",
+                    )
+                return f"`{i.opcode}` scales the loaded x by factor"
+    raise CheckFailed(
+        "y is not x * factor",
+        expected="a mul.f32 whose inputs are a loaded x and the factor argument",
+        seen="factor never multiplies a loaded value",
+        hint="y = x * factor: multiply the TensorSSA value from tXrX.load() (in Float32) by "
+        "factor, then store it in the result fragment",
+    )
+
+
+def _check_tile(ptx: Ptx, N: int) -> str:
+    for ld in ptx.find("ld.global"):
+        if any("%ctaid.x" in a.text for a in ptx.ancestors(ld)):
+            return "the load address depends on the CTA index"
+    raise CheckFailed(
+        "every CTA reads the same elements",
+        expected="a load address that depends on %ctaid.x (the CTA's index)",
+        seen="addresses that do not",
+        hint="CTA bidx owns tile bidx: cute.local_tile(mX, (TILE,), (bidx,)) with bidx from "
+        "cute.arch.block_idx()",
+    )
+
+
+def _check_guard(ptx: Ptx, N: int) -> str:
+    bounds = {str(v) for v in range(N - 8, N + 1)}
+    for s in ptx.find("setp"):
+        if any(o.strip() in bounds for o in s.operands):
+            return f"`{s.text}` guards the tail"
+    raise CheckFailed(
+        f"nothing keeps the last CTA inside the {N} elements",
+        expected=f"a comparison of the element's coordinate with N = {N} (setp ... {N - 1})",
+        seen="no such comparison: threads of the last tile read and write past the end",
+        hint="the last tile runs past the end: compare the coordinate of the thread's first "
+        "element (an identity tensor partitioned like x) with the size, e.g. "
+        "cute.elem_less(tXcX[0], mX.shape), and copy only when it is inside",
+    )
+
+
+def _ptx_check(name, probe, N, dtype="bf16", hidden=False, needs=("compiles",)):
+    def fn(ctx):
+        n = _hidden_N(ctx) if hidden and N is None else N
+        return probe(_ptx(ctx, n, dtype), n)
+
+    return checks.Check(name, COMPILE, fn, hidden, tuple(needs))
+
+
+def scale_launcher(kernel, N: int, dtype="bf16"):
+    """The answer compiled for a Hopper GPU: ``fn(x, y, factor)`` on torch tensors of N."""
+    import cutlass.cute as cute
+    from cutlass import Float32
+
+    from ...lessons.dsl import fake_tensor
+
+    dt = _dtype(dtype)
+    stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
+    args = (fake_tensor(dt, (N,)), fake_tensor(dt, (N,)), Float32(2.0), stream)
+    return cute.compile(_launcher(kernel), *args, options="--enable-tvm-ffi")
+
+
+def _gpu_values(hidden: bool):
+    def fn(ctx):
+        import torch
+
+        tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}
+        cases = [(_hidden_N(ctx), "fp16")] if hidden else [(RAGGED_N, "bf16"), (4096, "fp16")]
+        gen = ctx.torch_generator("cuda", "scale")
+        for N, dtype in cases:
+            key = ("scale_launch", N, dtype)
+            launch = checks._shared_get(ctx.answer, key)
+            if launch is None:
+                _ptx(ctx, N, dtype)  # the compile-tier reasons first (not a kernel, ...)
+                launch = scale_launcher(ctx.answer, N, dtype)
+                checks._shared_put(ctx.answer, key, launch)
+            padded = -(-N // TILE) * TILE  # the last CTA's tile, whole: nothing past it is read
+            x = torch.randn(padded, device="cuda", dtype=tdt[dtype], generator=gen)
+            y = torch.full_like(x, checks.POISON)
+            factor = 2.5
+            launch(x[:N], y[:N], factor)
+            torch.cuda.synchronize()
+            want = (x[:N].float() * factor).to(x.dtype)
+            got = y[:N]
+            if not torch.equal(y[N:], torch.full_like(y[N:], checks.POISON)):
+                raise CheckFailed(
+                    f"N={N} {dtype}: elements past N were written",
+                    expected=f"y[{N}:] untouched",
+                    seen=f"{int((y[N:] != checks.POISON).sum())} of them changed",
+                    hint="the last tile runs past the end: compare the coordinate of the "
+                    "thread's first element with the size (cute.elem_less(tXcX[0], mX.shape)) "
+                    "and copy only when it is inside",
+                )
+            if torch.equal(got, x[:N]):
+                raise CheckFailed(
+                    f"N={N} {dtype}: y is x",
+                    expected=f"y = x * {factor}",
+                    seen="y = x",
+                    hint="y = x * factor: multiply the loaded value by factor before the store",
+                )
+            bad = (got.float() - want.float()).abs() > 1e-2 * want.float().abs() + 1e-6
+            if bool(bad.any()):
+                i = int(bad.nonzero()[0])
+                raise CheckFailed(
+                    f"N={N} {dtype}: {int(bad.sum())} of {N} elements are wrong",
+                    expected=f"y[{i}] = {float(want[i]):g}",
+                    seen=f"{float(got[i]):g}",
+                    hint="each thread must store its own VEC elements of its CTA's tile: "
+                    "local_tile by block_idx, get_slice by thread_idx",
+                )
+        return ", ".join(f"N={n} {d}" for n, d in cases)
+
+    name = "values on the GPU, grading seed" if hidden else "values on the GPU (y past N kept)"
+    return checks.Check(name, GPU, fn, hidden)
+
+
+scale_kernel = register(
+    Exercise(
+        id="01.scale_kernel",
+        lesson=LESSON,
+        answer="scale_kernel",
+        title="a whole kernel: y = x * factor, a 1024-element tile per CTA, 16 bytes per thread",
+        points={COMPILE: 2, GPU: 1},
+        mutants=[
+            Mutant(
+                "2-byte accesses",
+                [("num_bits_per_copy=128", "num_bits_per_copy=16")],
+                hint="num_bits_per_copy=128",
+            ),
+            Mutant(
+                "forgets the factor",
+                [("x * factor", "x")],
+                hint="y = x * factor",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant("every CTA takes tile 0", [("(bidx,)", "(0,)")], hint="CTA bidx owns tile bidx"),
+            Mutant(
+                "no guard for the tail",
+                [("if cute.elem_less(tXcX[0], mX.shape):", "if True:")],
+                hint="the last tile runs past the end",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant("not a kernel", [("@cute.kernel\n", "")], hint="@cute.kernel"),
+        ],
+    )
+)
+scale_kernel.add(
+    _ptx_check("compiles", lambda p, n: f"{len(p.instrs)} PTX instructions", RAGGED_N, needs=()),
+    _ptx_check("16-byte loads and stores", _check_vectors, RAGGED_N),
+    _ptx_check("y = x * factor in fp32", _check_scale, RAGGED_N),
+    _ptx_check("each CTA its own tile", _check_tile, RAGGED_N),
+    _ptx_check("the tail is guarded", _check_guard, RAGGED_N),
+    _ptx_check("fp16 at a random N: compiles", lambda p, n: f"N={n}", None, "fp16", True, ()),
+    _ptx_check("fp16 at a random N: 16-byte accesses", _check_vectors, None, "fp16", True),
+    _ptx_check("fp16 at a random N: scaled", _check_scale, None, "fp16", True),
+    _gpu_values(hidden=False),
+    _gpu_values(hidden=True),
+)

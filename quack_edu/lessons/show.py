@@ -1,0 +1,169 @@
+"""Show a stage's kernel in a lesson, with the lines that changed since an earlier stage marked.
+
+    show_kernel("warp", prev="naive")           # the warp stage's @cute.kernel, '+' on new lines
+    show_kernel("final_bwd", prev="final")      # the backward kernel (and its dw partial sum)
+    show_kernel("block", prev="warp", fn="row_sum")   # one method instead of the kernel
+
+Lines are compared without their indentation, so a line that only moved into an ``if`` counts
+as unchanged. In Jupyter the changed lines are highlighted; elsewhere (and in the plain-text
+copy of the output) they carry a ``+`` in the gutter.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import html
+import inspect
+import textwrap
+from dataclasses import dataclass
+
+from ..stages import get_stage, kernel_class
+
+
+@dataclass(frozen=True)
+class Shown:
+    """One function's source as shown: its title and (changed?, line) pairs."""
+
+    title: str
+    lines: tuple[tuple[bool, str], ...]
+    removed: int = 0  # lines of the earlier version that are gone
+
+    @property
+    def changed(self) -> int:
+        return sum(c for c, _ in self.lines)
+
+
+def _source(obj, owner: type | None = None) -> list[str]:
+    """The function's source, decorators included. Read from its class's source when there is
+    one: the DSL rewrites a traced function, and the rewritten one's source starts at ``def``."""
+    name = getattr(inspect.unwrap(obj), "__name__", None)
+    if owner is not None and name:
+        lines, first = inspect.getsourcelines(owner)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+        for node in tree.body[0].body:
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                start = min([d.lineno for d in node.decorator_list] + [node.lineno])
+                body = lines[start - 1 : node.end_lineno]
+                return textwrap.dedent("".join(body)).rstrip("\n").splitlines()
+    return textwrap.dedent(inspect.getsource(inspect.unwrap(obj))).rstrip("\n").splitlines()
+
+
+def _owner(cls, name: str) -> type:
+    """The class in cls's MRO whose body defines ``name``."""
+    return next(k for k in cls.__mro__ if name in vars(k))
+
+
+def _functions(stage: str, fn) -> list[tuple[str, object, type | None]]:
+    """(title, function, class defining it) to show for a stage: its kernel (for final_bwd, the
+    backward kernel and the kernel of its second reduction, PartialSum), or ``fn``."""
+    cls = kernel_class(stage)
+    if callable(fn):
+        return [(getattr(fn, "__qualname__", repr(fn)), fn, None)]
+    name = fn or "kernel"
+    owner = _owner(cls, name)
+    out = [(f"{owner.__name__}.{name}", getattr(cls, name), owner)]
+    if fn is None and stage == "final_bwd":
+        partial = get_stage(stage).PartialSum
+        out.append(("PartialSum.kernel  (dw: sums the partial rows)", partial.kernel, partial))
+    return out
+
+
+def _mark(cur: list[str], old: list[str] | None) -> tuple[tuple[tuple[bool, str], ...], int]:
+    if old is None:
+        return tuple((False, line) for line in cur), 0
+    matcher = difflib.SequenceMatcher(
+        None, [s.strip() for s in old], [s.strip() for s in cur], autojunk=False
+    )
+    changed = [True] * len(cur)
+    for block in matcher.get_matching_blocks():
+        for j in range(block.b, block.b + block.size):
+            changed[j] = False
+    removed = len(old) - sum(b.size for b in matcher.get_matching_blocks())
+    # blank lines never count as changes
+    return tuple((c and bool(s.strip()), s) for c, s in zip(changed, cur, strict=True)), removed
+
+
+def kernel_diff(stage: str, prev: str | None = None, *, fn=None) -> list[Shown]:
+    """What ``show_kernel`` shows, as data: one ``Shown`` per function."""
+    shown = []
+    old_fns = _functions(prev, fn if isinstance(fn, str) or fn is None else None) if prev else []
+    for i, (title, obj, owner) in enumerate(_functions(stage, fn)):
+        cur = _source(obj, owner)
+        old = _source(*old_fns[min(i, len(old_fns) - 1)][1:]) if old_fns else None
+        lines, removed = _mark(cur, old)
+        shown.append(Shown(title, lines, removed))
+    return shown
+
+
+def _header(stage: str, prev: str | None, s: Shown) -> str:
+    head = f"{stage}: {s.title}"
+    if prev is None:
+        return head
+    if s.changed == 0 and s.removed == 0:
+        return f"{head}  (the same as {prev}'s)"
+    return f"{head}  (+ {s.changed} lines new or changed since {prev}, {s.removed} gone)"
+
+
+def _overrides(stage: str) -> list[str]:
+    """Methods the stage's class defines itself (what it changes when it inherits a kernel)."""
+    cls = kernel_class(stage)
+    return sorted(
+        n for n, v in vars(cls).items() if callable(v) and not n.startswith("__") and n != "kernel"
+    )
+
+
+def render_text(stage: str, prev: str | None = None, *, fn=None) -> str:
+    """The plain-text rendering: a ``+`` gutter on new or changed lines, then line numbers."""
+    out = []
+    for s in kernel_diff(stage, prev, fn=fn):
+        out.append(_header(stage, prev, s))
+        out += [f"{'+' if c else ' '}{i:4d}  {line}" for i, (c, line) in enumerate(s.lines, 1)]
+        out.append("")
+    if fn is None and "kernel" not in vars(kernel_class(stage)):
+        out.append(f"{stage} inherits this kernel; it changes these methods: ")
+        out.append("  " + ", ".join(_overrides(stage)))
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def render_html(stage: str, prev: str | None = None, *, fn=None) -> str:
+    """The Jupyter rendering: changed lines on a green background."""
+    parts = []
+    for s in kernel_diff(stage, prev, fn=fn):
+        rows = []
+        for i, (c, line) in enumerate(s.lines, 1):
+            style = ' style="background:#d7f5d7"' if c else ""
+            mark = "+" if c else " "
+            rows.append(f"<span{style}>{mark}{i:4d}  {html.escape(line)}</span>")
+        parts.append(
+            f"<b>{html.escape(_header(stage, prev, s))}</b>"
+            f'<pre style="line-height:1.25">{chr(10).join(rows)}</pre>'
+        )
+    if fn is None and "kernel" not in vars(kernel_class(stage)):
+        parts.append(
+            f"<p>{stage} inherits this kernel; it changes these methods: "
+            f"<code>{html.escape(', '.join(_overrides(stage)))}</code></p>"
+        )
+    return "\n".join(parts)
+
+
+def _in_jupyter() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def show_kernel(stage: str, prev: str | None = None, *, fn=None) -> None:
+    """Print ``stage``'s ``@cute.kernel`` body (for ``final_bwd`` the backward kernel and its
+    dw partial sum), marking the lines that are new or changed since stage ``prev``'s kernel.
+    ``fn``: a method name of the stage's kernel class (or a function) to show instead."""
+    text = render_text(stage, prev, fn=fn)
+    if _in_jupyter():
+        from IPython.display import display
+
+        display({"text/html": render_html(stage, prev, fn=fn), "text/plain": text}, raw=True)
+    else:
+        print(text, end="")

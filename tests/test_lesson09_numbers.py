@@ -1,0 +1,301 @@
+"""Every number lesson 09 quotes, recomputed from the record it reads (benchmarks/results/:
+model_h2048.json, model_h2048_compiled.json, model_h4096.json, host_cost.json,
+host_module.json, ladder.json's copy), and the claims its prose makes of them."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+
+from quack_edu.grading.exercises.lesson09 import call_us_ref, step_speedup_ref
+from quack_edu.grading.notebook import read, solutions_dir
+from quack_edu.lessons import results
+from quack_edu.rmsnorm import CompilePolicy
+
+LESSON = "09_in_a_model"
+RECORDS = (
+    "model_h2048", "model_h2048_compiled", "model_h4096", "model_h4096_compiled", "host_cost",
+    "host_module",
+)  # fmt: skip
+
+
+@functools.cache  # the committed notebook, read once a process (not once a quote)
+def _nb():
+    return read(solutions_dir() / f"{LESSON}.ipynb")
+
+
+@functools.cache
+def _prose() -> str:
+    text = " ".join(c.source for c in _nb().cells if c.cell_type == "markdown")
+    return " ".join(text.split())  # one space between words: quotes may wrap
+
+
+def _row(name, workload, mode, norm) -> dict:
+    (r,) = [
+        r
+        for r in results.load(name)["rows"]
+        if (r["workload"], r["mode"], r["norm"]) == (workload, mode, norm)
+    ]
+    return r
+
+
+def _vs(name, workload, mode) -> str:
+    """quack_edu's ratio to nn.RMSNorm, as the prose writes it."""
+    return f"{_row(name, workload, mode, 'quack_edu')['vs_torch']:.3f}"
+
+
+def _ms(name, workload, mode, norm, field="step_ms") -> str:
+    return f"{_row(name, workload, mode, norm)[field]:.3f}"
+
+
+def _host(norm, mode, pass_="fwd") -> float:
+    (r,) = [
+        r
+        for r in results.load("host_cost")["rows"]
+        if (r["norm"], r["mode"], r["pass_"], r["M"], r["N"]) == (norm, mode, pass_, 1, 1024)
+    ]
+    return r["us_per_norm"]
+
+
+def _h(norm, mode, pass_="fwd") -> str:
+    return f"{_host(norm, mode, pass_):.1f}"
+
+
+def _module(call) -> str:
+    (r,) = [m for m in results.load("host_module")["module"] if m["call"] == call]
+    return f"{r['us_per_call']:.1f}"
+
+
+def _gpu_bound_from(host_us, N=4096) -> int:
+    """The fewest rows at which a call of N bf16 elements (an fp32 weight) at the copy's
+    bandwidth outlasts ``host_us``: what the lesson's search cell prints."""
+    import torch
+
+    copy = results.load("ladder")["copy_gbps"]
+    M = 1
+    while call_us_ref(M, N, torch.bfloat16, torch.float32, host_us, copy) == host_us:
+        M += 1
+    return M
+
+
+def _share(name, workload) -> float:
+    return _row(name, workload, "default", "torch")["norm_share"]
+
+
+def _amdahl(name, workload) -> tuple[str, str]:
+    s = _share(name, workload)
+    return f"{100 * s:.1f}%", f"{step_speedup_ref(s, math.inf):.3f}x"
+
+
+def _span(values) -> str:
+    return f"{min(values):.2f}-{max(values):.2f}x"
+
+
+@functools.cache
+def _recomputed() -> dict[str, str]:
+    """Quoted -> the same, recomputed from the records and formatted as the prose writes it."""
+    A, C, B, D = "model_h2048", "model_h2048_compiled", "model_h4096", "model_h4096_compiled"
+    eager = [
+        r["vs_torch"]
+        for name in (A, B)
+        for r in results.load(name)["rows"]
+        if r["norm"] == "quack_edu" and r["mode"] == "eager"
+    ]
+    train_c, prefill_c, train_b = _amdahl(C, "train"), _amdahl(C, "prefill"), _amdahl(B, "train")
+    return {
+        # section 2: the host's cost per norm
+        "costs the host 20.9 us a norm eager and 5.0 us compiled": "costs the host {} us a norm "
+        "eager and {} us compiled".format(_h("quack_edu", "eager"), _h("quack_edu", "compiled")),
+        "inductor's own norm costs 4.7 us": "inductor's own norm costs {} us".format(
+            _h("torch", "compiled")
+        ),
+        "QuACK's costs 58.5 us compiled, more than its 48.3 us eager": "QuACK's costs {} us "
+        "compiled, more than its {} us eager".format(_h("quack", "compiled"), _h("quack", "eager")),
+        "72.2 us for the library, 74.5 us for `F.rms_norm`, 250.7 us for QuACK": "{} us for the "
+        "library, {} us for `F.rms_norm`, {} us for QuACK".format(
+            *(_h(n, "compiled", "fwd+bwd") for n in ("quack_edu", "torch", "quack"))
+        ),
+        # section 3: decode steps against the GPU's busy time
+        "took 7.645 ms eager while the GPU was busy for 0.895 ms": "took {} ms eager while the "
+        "GPU was busy for {} ms".format(
+            _ms(A, "decode@1", "eager", "torch"),
+            _ms(A, "decode@1", "eager", "torch", "gpu_busy_ms"),
+        ),
+        "and 2.111 ms compiled against 0.660 ms": "and {} ms compiled against {} ms".format(
+            _ms(C, "decode@1", "default", "torch"),
+            _ms(C, "decode@1", "default", "torch", "gpu_busy_ms"),
+        ),
+        "in one launch: 0.694 ms against 0.671 ms": "in one launch: {} ms against {} ms".format(
+            _ms(A, "decode@1", "reduce-overhead", "torch"),
+            _ms(A, "decode@1", "reduce-overhead", "torch", "gpu_busy_ms"),
+        ),
+        "(2.032 ms, busy 1.919 ms)": "({} ms, busy {} ms)".format(
+            _ms(B, "decode@1", "default", "torch"),
+            _ms(B, "decode@1", "default", "torch", "gpu_busy_ms"),
+        ),
+        "about three times the weights": "about {} times the weights".format(
+            {3: "three"}.get(
+                round(results.load(B)["model"]["params"] / results.load(A)["model"]["params"])
+            )
+        ),
+        "at 0.636 of nn.RMSNorm's speed (3.320 ms against 2.111 ms)": "at {:.3f} of nn.RMSNorm's "
+        "speed ({} ms against {} ms)".format(
+            _row(C, "decode@1", "default", "quack")["vs_torch"],
+            _ms(C, "decode@1", "default", "quack"),
+            _ms(C, "decode@1", "default", "torch"),
+        ),
+        "(0.027 ms against 0.026 ms a step)": "({} ms against {} ms a step)".format(
+            f"{_row(C, 'decode@1', 'default', 'quack')['norm_gpu_ms']:.3f}",
+            f"{_row(C, 'decode@1', 'default', 'torch')['norm_gpu_ms']:.3f}",
+        ),
+        # after 09.call_us: where the GPU takes over at N = 4096
+        "With the eager call's 20.9 us, a call at N = 4096 stays host-bound up to about 5400 rows; "
+        "compiled, at 5.0 us, up to about 1300": "With the eager call's {} us, a call at N = 4096 "
+        "stays host-bound up to about {} rows; compiled, at {} us, up to about {}".format(
+            _h("quack_edu", "eager"),
+            round(_gpu_bound_from(_host("quack_edu", "eager")), -2),
+            _h("quack_edu", "compiled"),
+            round(_gpu_bound_from(_host("quack_edu", "compiled")), -2),
+        ),
+        # section 4: the kernels where inductor would fuse (the first record)
+        "the training step ran at 0.989 and the prefill at 0.943": "the training step ran at {} "
+        "and the prefill at {}".format(_vs(A, "train", "default"), _vs(A, "prefill", "default")),
+        "the kernels took 0.539 ms of GPU time against 0.430 ms": "the kernels took {} ms of GPU "
+        "time against {} ms".format(
+            _ms(A, "prefill", "default", "quack_edu", "norm_gpu_ms"),
+            _ms(A, "prefill", "default", "torch", "norm_gpu_ms"),
+        ),
+        # section 5: one module call
+        "costs the host 20.3 us, against 23.6 us for `nn.RMSNorm`": "costs the host {} us, "
+        "against {} us for `nn.RMSNorm`".format(
+            _module("QuackRMSNorm (fp32 weight)"), _module("nn.RMSNorm (bf16 weight)")
+        ),
+        # section 6: eager against compiled
+        "at hidden 2048, 1.143 for a training step, 1.038 for a prefill, 1.131 and 1.281 for "
+        "decoding 1 and 8 rows; at 4096, 1.102, 1.146 and 1.120": "at hidden 2048, {} for a "
+        "training step, {} for a prefill, {} and {} for decoding 1 and 8 rows; at 4096, {}, {} "
+        "and {}".format(
+            *(_vs(A, w, "eager") for w in ("train", "prefill", "decode@1", "decode@8")),
+            *(_vs(B, w, "eager") for w in ("train", "prefill", "decode@1")),
+        ),
+        "the GPU was busy 25.6 ms a training step at 2048 against 29.5 ms": "the GPU was busy "
+        "{:.1f} ms a training step at 2048 against {:.1f} ms".format(
+            _row(A, "train", "eager", "quack_edu")["gpu_busy_ms"],
+            _row(A, "train", "eager", "torch")["gpu_busy_ms"],
+        ),
+        "at 2048, 1.001 training, 1.001 prefill, 1.009 decoding one row; at 4096, 0.989, 1.006 and "
+        "1.001": "at 2048, {} training, {} prefill, {} decoding one row; at 4096, {}, {} and "
+        "{}".format(
+            *(_vs(C, w, "default") for w in ("train", "prefill", "decode@1")),
+            *(_vs(B, w, "default") for w in ("train", "prefill", "decode@1")),
+        ),
+        "(1.000 at 2048, from the first record; 0.999 at 4096)": "({} at 2048, from the first "
+        "record; {} at 4096)".format(
+            _vs(A, "decode@1", "reduce-overhead"), _vs(B, "decode@1", "reduce-overhead")
+        ),
+        "prefill 1.017, decoding one row 1.017, but the training step 0.975 (1.000 under CUDA "
+        "graphs)": "prefill {}, decoding one row {}, but the training step {} ({} under CUDA "
+        "graphs)".format(
+            _vs(D, "prefill", "default"),
+            _vs(D, "decode@1", "default"),
+            _vs(D, "train", "default"),
+            _vs(D, "train", "reduce-overhead"),
+        ),  # fmt: skip
+        # after 09.step_speedup: Amdahl on the norms' share
+        "the training step spends 5.3% of its GPU time in the norms' kernels: norms that took no "
+        "time would make it at most 1.056x faster. A prefill spends 11.4%, at most 1.129x; at "
+        "hidden 4096 a training step spends 3.6%, at most 1.038x": "the training step spends {} "
+        "of its GPU time in the norms' kernels: norms that took no time would make it at most {} "
+        "faster. A prefill spends {}, at most {}; at hidden 4096 a training step spends {}, at "
+        "most {}".format(*train_c, *prefill_c, *train_b),
+        # the summary
+        "QuACK's decode step ran at 0.636 of nn.RMSNorm's speed": "QuACK's decode step ran at "
+        f"{_row(C, 'decode@1', 'default', 'quack')['vs_torch']:.3f} of nn.RMSNorm's speed",
+        "1.04-1.28x eager, 1.00 compiled": f"{_span(eager)} eager, 1.00 compiled",
+    }
+
+
+@pytest.mark.parametrize("quoted", list(_recomputed()))
+def test_lesson09_quotes_are_the_recorded_ones(quoted):
+    assert _recomputed()[quoted] == quoted
+    assert quoted in _prose()
+
+
+def test_lesson09_claims_on_the_records():
+    prose = _prose()
+    for name in RECORDS:
+        assert results.load(name)["gpu"] == "NVIDIA H200", name
+    # "the ratios are 1.00 within the runs' noise (about 1%)": every compiled ratio of the
+    # library, at 2048 with the policy and at 4096
+    compiled = [
+        r["vs_torch"]
+        for name in ("model_h2048_compiled", "model_h4096")
+        for r in results.load(name)["rows"]
+        if r["norm"] == "quack_edu" and r["mode"] != "eager"
+    ]
+    assert "1.00 within the runs' noise (about 1%)" in prose
+    assert compiled and max(abs(v - 1) for v in compiled) < 0.015
+    # "Eager, the library is faster at every workload"
+    assert "Eager, the library is faster at every workload" in prose
+    eager = [
+        r["vs_torch"]
+        for name in ("model_h2048", "model_h4096")
+        for r in results.load(name)["rows"]
+        if r["norm"] == "quack_edu" and r["mode"] == "eager"
+    ]
+    assert len(eager) == 10 and min(eager) > 1
+    # "Both are host-bound" (decode at 2048, eager and compiled): the GPU idle most of the step;
+    # "the compiled step is mostly GPU work" at 4096
+    for name, mode in (("model_h2048", "eager"), ("model_h2048_compiled", "default")):
+        r = _row(name, "decode@1", mode, "torch")
+        assert r["gpu_busy_ms"] < 0.5 * r["step_ms"], (name, mode)
+    r = _row("model_h4096", "decode@1", "default", "torch")
+    assert r["gpu_busy_ms"] > 0.9 * r["step_ms"]
+    # "its norm kernels took the same GPU time" (QuACK against nn.RMSNorm, compiled decode)
+    q, t = (_row("model_h2048_compiled", "decode@1", "default", n) for n in ("quack", "torch"))
+    assert abs(q["norm_gpu_ms"] / t["norm_gpu_ms"] - 1) < 0.05
+    # "a training step's GPU is busy nearly all of it"
+    for name in ("model_h2048_compiled", "model_h4096"):
+        r = _row(name, "train", "default", "torch")
+        assert r["gpu_busy_ms"] > 0.95 * r["step_ms"], name
+    # the policy's thresholds, as the lesson states them, are the library's defaults
+    p = CompilePolicy()
+    assert p.mode == "auto" and p.inductor_max_n == 16384 and p.inductor_max_elems == 2**20
+    assert "rows of at most 16384 elements, and calls of at most 2^20 elements" in prose
+    assert "rows longer than 16384" in prose
+    # the decode step's calls "have 1 to 64 rows": the records' decode workloads
+    for name in ("model_h2048", "model_h4096"):
+        assert results.load(name)["options"]["decode_m"] == [1, 8, 64]
+    assert "A decode step's calls have 1 to 64 rows" in prose
+    # the model: "4 layers", "a prefill (2 x 2048 tokens at hidden 2048)"; the module call at
+    # "8 x 4096"
+    m = results.load("model_h2048")["model"]
+    assert (m["layers"], m["batch"], m["seq"], m["hidden"]) == (4, 2, 2048, 2048)
+    assert "4 layers" in prose and "a prefill (2 x 2048 tokens at hidden 2048)" in prose
+    assert {(r["M"], r["N"]) for r in results.load("host_module")["module"]} == {(8, 4096)}
+    assert "one eager call at 8 x 4096" in prose
+    # a chain of 32 norms, rows of 1024 elements
+    assert results.load("host_cost")["chain"] == 32
+    assert "32 norms in a chain" in prose and "rows of 1024 elements" in prose
+
+
+def test_lesson09_answers_come_after_their_checks():
+    """No number that an exercise computes is in the prose before its check cell."""
+    cells = _nb().cells
+    checks = {
+        c.metadata["nbgrader"]["grade_id"]: i
+        for i, c in enumerate(cells)
+        if c.metadata.get("nbgrader", {}).get("grade", False)
+    }
+    before_speedup = " ".join(
+        c.source for c in cells[: checks["09_step_speedup_check"]] if c.cell_type == "markdown"
+    )
+    before_call = " ".join(
+        c.source for c in cells[: checks["09_call_us_check"]] if c.cell_type == "markdown"
+    )
+    for q in ("1.056x", "1.129x", "1.038x"):
+        assert q not in before_speedup, q
+    for q in ("5400", "1300"):
+        assert q not in before_call, q
