@@ -94,6 +94,13 @@ ANSWER_CELL_CHEATS = [
         "    return warp_reduce(val, lambda a, b: a + b, width)\n",
     ),
     (
+        "the stage's own helper: its kernel as the whole-kernel answer",
+        "02.warp_kernel",
+        "from quack_edu.primitives import copy as copy_utils\n"
+        "from quack_edu.stages.warp import WarpRMSNorm\n\n"
+        "warp_kernel = WarpRMSNorm.kernel\n",
+    ),
+    (
         "QuACK as the answer",
         "00.eager_rmsnorm",
         "from quack.rmsnorm import rmsnorm as eager_rmsnorm\n",

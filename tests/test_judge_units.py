@@ -21,6 +21,41 @@ def test_no_solution_or_mutant_is_flagged():
             assert screen(m.apply(src), ex) == [], (ex.id, m.name)
 
 
+def _with(ex_id: str, *lines: str) -> str:
+    from quack_edu.grading import get
+
+    ex = get(ex_id)
+    src = find_cell(read(solutions_dir() / f"{ex.lesson}.ipynb"), ex.cell_id).source
+    return "\n".join(lines) + "\n" + src
+
+
+@pytest.mark.parametrize(
+    "ex_id,lines,why",
+    [
+        # a module given to one exercise is not given to another
+        ("02.warp_kernel", ["from quack_edu.primitives import reduce as r"], "imports reduce"),
+        ("03.block_kernel", ["from quack_edu.primitives.reduce import row_reduce"], "row_reduce"),
+        # a given module's helpers that are not given: the reductions the learner writes
+        ("04.cluster_kernel", ["f = reduce_utils.cluster_reduce"], "reduce_utils.cluster_reduce"),
+        ("04.cluster_kernel", ["from quack_edu.primitives.reduce import row_reduce"], "row_red"),
+        # a module reached through a given one, or the given module passed around
+        ("02.warp_kernel", ["c = copy_utils.cute"], "copy_utils.cute"),
+        ("02.warp_kernel", ["m = copy_utils"], "other than to call"),
+        ("02.warp_kernel", ["import quack_edu.primitives.copy"], "library's own"),
+        # the stage's own kernel, which is the answer
+        ("02.warp_kernel", ["from quack_edu.stages.warp import WarpRMSNorm"], "WarpRMSNorm"),
+        ("04.cluster_kernel", ["import quack_edu.stages.cluster as s"], "stages.cluster"),
+    ],
+)
+def test_given_helpers_only(ex_id, lines, why):
+    # the whole-kernel exercises hand the learner the library's copy (and, in lesson 04,
+    # reduction-buffer) helpers: those are allowed in their answer cells, nothing else is
+    from quack_edu.grading import get
+
+    flags = screen(_with(ex_id, *lines), get(ex_id))
+    assert any(why in f for f in flags), flags
+
+
 @pytest.mark.parametrize(
     "value",
     [

@@ -110,14 +110,33 @@ FORBIDDEN_METHODS |= {"__array__", "__torch_function__", "__torch_dispatch__", "
 FORBIDDEN_METHODS |= {"__getattribute__", "__instancecheck__", "__class_getitem__", "__del__"}
 
 
+def _given_name(ex: Exercise, module: str, name: str) -> bool:
+    """Whether ``name`` of the library module ``module`` is one the exercise hands over."""
+    import importlib
+    import types
+
+    given = getattr(ex, "given", None) or {}
+    if module not in given or name.startswith("_"):
+        return False
+    names = given[module]
+    if names is not None:
+        return name in names
+    obj = getattr(importlib.import_module(module), name, None)
+    return obj is not None and not isinstance(obj, types.ModuleType)
+
+
 def screen(source: str, ex: Exercise) -> list[str]:
     """Why the answer cell is flagged (empty: it may be judged). A syntax error is not a flag:
-    loading the cell reports it."""
+    loading the cell reports it. The library's code is off limits except what the exercise
+    hands the learner (``Exercise.given``): a given module may be imported under a name
+    (``from quack_edu.primitives import copy as copy_utils``) and used only as
+    ``copy_utils.<given helper>``; a given helper may be imported by name."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return []
     why: list[str] = []
+    given = getattr(ex, "given", None) or {}
 
     def flag(node, text):
         line = getattr(node, "lineno", None)
@@ -125,10 +144,36 @@ def screen(source: str, ex: Exercise) -> list[str]:
         if msg not in why:
             why.append(msg)
 
+    # the names a given module is bound to, and their uses as `alias.helper`
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in given and a.asname:
+                    aliases[a.asname] = a.name
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            for a in node.names:
+                if f"{node.module}.{a.name}" in given:
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    used_ok: set[int] = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+        ):
+            if _given_name(ex, aliases[node.value.id], node.attr):
+                used_ok.add(id(node.value))
+            else:
+                flag(node, f"uses {node.value.id}.{node.attr} (not one of the helpers given)")
+                used_ok.add(id(node.value))
+
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
                 root = a.name.split(".")[0]
+                if a.name in given and a.asname:
+                    continue  # a module the exercise hands over, under its own name
                 if root == "quack_edu":
                     flag(node, f"imports {a.name} (the library's own code)")
                 elif root not in ALLOWED_IMPORTS:
@@ -138,7 +183,13 @@ def screen(source: str, ex: Exercise) -> list[str]:
             if node.level:
                 flag(node, "a relative import")
             elif root == "quack_edu":
-                bad = [a.name for a in node.names if a.name not in ALLOWED_FROM_QUACK_EDU]
+                bad = [
+                    a.name
+                    for a in node.names
+                    if a.name not in ALLOWED_FROM_QUACK_EDU
+                    and f"{node.module}.{a.name}" not in given
+                    and not _given_name(ex, node.module, a.name)
+                ]
                 if bad:
                     flag(node, f"imports {', '.join(bad)} from {node.module} (the library's own)")
             elif root not in ALLOWED_IMPORTS:
@@ -150,6 +201,8 @@ def screen(source: str, ex: Exercise) -> list[str]:
                 flag(node, "uses the library's own code (quack_edu...)")
             elif node.id.startswith("__") and node.id.endswith("__") and node.id != "__name__":
                 flag(node, f"uses `{node.id}`")
+            elif node.id in aliases and id(node) not in used_ok:
+                flag(node, f"uses `{node.id}` other than to call the helpers it gives")
         elif isinstance(node, ast.Attribute):
             a = node.attr
             if a.startswith("__") and a.endswith("__"):
