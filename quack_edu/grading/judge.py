@@ -736,6 +736,15 @@ class RemoteAnswer:
     def __repr__(self):
         return f"<{self.__name__} (in the grader's worker)>"
 
+    def _traced_only(self):
+        self.needs_trace = True
+        raise NeedsTrace()
+
+    # a check that reads the function itself (its source to replay, its cell's other
+    # functions) runs whole in the worker, where the function is
+    __globals__ = property(_traced_only)
+    __wrapped__ = property(_traced_only)
+
 
 class RemoteLauncher:
     def __init__(self, worker: Worker, ref, N, dtype, config):

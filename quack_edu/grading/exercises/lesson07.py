@@ -801,6 +801,17 @@ NO_ACCUMULATE = (
 )
 
 
+def _as_plain_call(answer) -> str:
+    """What calling ``answer`` as a plain Python function with combine_partial's eight
+    arguments does, when it fails (not callable, the wrong arguments, an exception): the
+    learner's error in their terms, beside the missing accumulate_dw."""
+    try:
+        answer(None, None, None, None, None, 0, 1, None)
+    except Exception as e:  # the answer's own error, reported
+        return f" ({type(e).__name__}: {e})"
+    return ""
+
+
 def _dw_build(answer):
     """The backward kernel class with the learner's ``combine_partial`` and, from the same
     cell (the function's globals), ``accumulate_dw``."""
@@ -815,7 +826,7 @@ def _dw_build(answer):
             )
         if acc_fn is None:
             raise CheckFailed(
-                "no accumulate_dw",
+                "no accumulate_dw" + _as_plain_call(answer),
                 expected="def accumulate_dw(acc, v, dy, x_hat)",
                 hint=NO_ACCUMULATE,
             )
