@@ -45,6 +45,7 @@ def _with(ex_id: str, *lines: str) -> str:
         # the stage's own kernel, which is the answer
         ("02.warp_kernel", ["from quack_edu.stages.warp import WarpRMSNorm"], "WarpRMSNorm"),
         ("04.cluster_kernel", ["import quack_edu.stages.cluster as s"], "stages.cluster"),
+        ("03.block_kernel", ["k = super(type(self), self).kernel"], "super"),
     ],
 )
 def test_given_helpers_only(ex_id, lines, why):

@@ -101,6 +101,7 @@ FORBIDDEN_NAMES = {
     "_record",
     "grading",
     "environ",
+    "super",  # a whole-kernel answer sits on a subclass of the stage: super() is its kernel
 }
 #: special methods a class in an answer cell may not define (an answer that compares equal to
 #: anything, or converts to whatever is asked)
