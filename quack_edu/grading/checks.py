@@ -100,6 +100,9 @@ def _names_in(source: str) -> set[str]:
 
 
 def answer_source(answer) -> str | None:
+    judged = getattr(answer, "_judge_source", None)  # judge.RemoteAnswer: the answer cell
+    if isinstance(judged, str):
+        return judged
     try:
         return _inspect.getsource(_inspect.unwrap(answer))
     except (TypeError, OSError, ValueError):
@@ -319,8 +322,11 @@ def run_exercise(
     hidden: bool = False,
     seed: int | None = None,
     gpu: bool | None = None,
+    context: type | None = None,
 ) -> ExerciseResult:
-    """Run the checks of ``ex`` on ``answer``; never raises for the learner's mistakes."""
+    """Run the checks of ``ex`` on ``answer``; never raises for the learner's mistakes.
+    ``context``: the ``Context`` class the checks get (``judge.JudgeContext`` when the answer
+    lives in another process)."""
     from .._env import MODE
 
     gpu = MODE.gpu if gpu is None else gpu
@@ -329,7 +335,7 @@ def run_exercise(
         ex.id, ex.title, ex.lesson, dict(ex.points), mode="gpu" if gpu else "compile-only"
     )
     checks = [c for c in ex.checks if hidden or not c.hidden]
-    ctx = Context(ex, answer, hidden, seed)
+    ctx = (context or Context)(ex, answer, hidden, seed)
     skip_msg = "needs a Hopper GPU" if not gpu else ""
 
     def add(c: Check, status: str, **kw):
@@ -991,7 +997,10 @@ def gpu_speed(
         x, w = rmsnorm_inputs(M, N, dt, gen)
         out = torch.empty_like(x)
         nbytes = rmsnorm_bytes(M, N, x.dtype, w.dtype)
-        us = cuda_time_us(lambda: launch(x, w, out, EPS))
+        if hasattr(launch, "time_us"):  # judge.RemoteLauncher: timed in the grader's worker
+            us = launch.time_us(M, EPS)
+        else:
+            us = cuda_time_us(lambda: launch(x, w, out, EPS))
         got = gbps(nbytes, us)
         copy = copy_bandwidth()
         if got < fraction * copy:

@@ -3,10 +3,14 @@
     quack-edu student                       regenerate notebooks/ from solutions/ (all lessons)
     quack-edu student --check               exit 1 if notebooks/ is out of date (CI)
     quack-edu grade notebooks/01_naive.ipynb [more.ipynb ...] [--json grade.json]
+    quack-edu grade notebooks/01_naive.ipynb --only 01.rstd      one exercise, in seconds
+    quack-edu grade SUBMISSIONS/ --lesson 01_naive --out grades/ -j 2   a class (class_grade)
 
-``grade`` executes each notebook headless (fresh kernel, per-cell timeout), grades every
-exercise of its lesson, prints a table with points (and a summary for several notebooks),
-writes JSON with ``--json`` and exits 1 unless every exercise that can run here passed.
+``grade`` executes each notebook headless (fresh kernel, per-cell timeout) for its cell errors,
+hangs and crashes, judges every exercise of its lesson outside that kernel (``judge``), prints
+a table with points (and a summary for several notebooks), writes JSON with ``--json`` and
+exits 1 unless every exercise that can run here passed. Given a folder, it grades a class: a
+CSV gradebook and one feedback file per student (``class_grade``).
 
 The package's ``quack_edu.tools.cli`` wires these in with ``add_commands(subparsers)``; they
 also run on their own: ``python -m quack_edu.grading.cli grade ...``.
@@ -49,7 +53,18 @@ def _add_grade(sub) -> argparse.ArgumentParser:
         description="Execute each notebook in a fresh kernel, grade every "
         "exercise of its lesson (hidden checks included), print a table.",
     )
-    p.add_argument("notebooks", nargs="+", type=Path, help="notebooks to grade")
+    p.add_argument(
+        "notebooks",
+        nargs="+",
+        type=Path,
+        help="notebooks to grade, or one folder of submissions (a class)",
+    )
+    p.add_argument(
+        "--only",
+        metavar="ID",
+        default=None,
+        help="grade one exercise (e.g. 01.rstd) without running the notebook",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
     p.add_argument(
         "--timeout", type=float, default=120.0, help="per-cell timeout in seconds (default 120)"
@@ -74,6 +89,19 @@ def _add_grade(sub) -> argparse.ArgumentParser:
         help="save the executed notebooks (with outputs) in this folder",
     )
     p.add_argument("--quiet", action="store_true", help="print only the summary line")
+    c = p.add_argument_group("a class (the argument is a folder of submissions)")
+    c.add_argument("--lesson", default=None, help="the lesson handed in, e.g. 01_naive")
+    c.add_argument(
+        "--out", type=Path, default=Path("grades"), help="gradebook folder (default grades/)"
+    )
+    c.add_argument("-j", "--jobs", type=int, default=1, help="submissions graded at a time")
+    c.add_argument("--force", action="store_true", help="grade again what is already graded")
+    c.add_argument("--roster", type=Path, default=None, help="a file of student names, one a line")
+    c.add_argument(
+        "--deadline",
+        default=None,
+        help="ISO date-time (e.g. 2026-12-01T23:59); files modified later are marked late",
+    )
     p.set_defaults(func=run_grade)
     return p
 
@@ -108,6 +136,41 @@ def run_student(args) -> int:
     return 0
 
 
+def run_class(args) -> int:
+    from datetime import datetime
+
+    from .class_grade import grade_class
+
+    if len(args.notebooks) != 1:
+        print("error: give one folder of submissions", file=sys.stderr)
+        return 2
+    roster = None
+    if args.roster:
+        roster = [ln.strip() for ln in args.roster.read_text().splitlines() if ln.strip()]
+    deadline = datetime.fromisoformat(args.deadline) if args.deadline else None
+    s = grade_class(
+        args.notebooks[0],
+        args.out,
+        lesson=args.lesson,
+        jobs=args.jobs,
+        force=args.force,
+        timeout=args.timeout,
+        hidden=not args.no_hidden,
+        seed=args.seed,
+        roster=roster,
+        deadline=deadline,
+        solutions=args.solutions,
+        only=args.only,
+    )
+    print(
+        f"{s['submissions']} submissions: {s['graded']} graded, {s['skipped']} already graded "
+        f"(--force grades them again), {s['missing']} missing, {s['flagged']} flagged; "
+        f"{s['seconds']:.0f} s"
+    )
+    print(f"gradebook: {s['gradebook']}\nfeedback:  {s['feedback']}/<student>/<lesson>.txt")
+    return 0
+
+
 def run_grade(args) -> int:
     from .notebook import grade_paths
 
@@ -115,6 +178,11 @@ def run_grade(args) -> int:
     if missing:
         print(f"error: no such notebook: {', '.join(map(str, missing))}", file=sys.stderr)
         return 2
+    if any(p.is_dir() for p in args.notebooks):
+        return run_class(args)
+    from .judge import _Server
+
+    _Server.start()  # the judge server imports while the notebooks run
     run = grade_paths(
         args.notebooks,
         solutions=args.solutions,
@@ -122,6 +190,7 @@ def run_grade(args) -> int:
         seed=args.seed,
         hidden=not args.no_hidden,
         executed_dir=args.executed,
+        only=args.only,
     )
     if not args.quiet:
         print(run.table())

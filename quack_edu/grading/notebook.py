@@ -11,13 +11,13 @@ Single source
 
 Grading (nbgrader's model, without nbgrader)
     ``grade_notebook`` runs a learner's notebook headless in a fresh kernel, cell by cell, with
-    a per-cell timeout. Check cells are overwritten by the solution's version (which carries the
-    hidden checks), as nbgrader does with its read-only test cells. A cell that raises does not
+    a per-cell timeout. Check cells are overwritten by the solution's version (without its hidden
+    checks), as nbgrader does with its read-only test cells. A cell that raises does not
     stop the run; a cell that runs past the timeout is interrupted (and the kernel restarted
-    and the cells before it replayed if the interrupt does not take). The checks themselves run
-    inside the notebook's kernel, on the learner's objects, with a grading seed, and report to
-    the grader through a JSON-lines file; an exercise no check cell graded is graded by a cell
-    the grader appends. Cell errors and timeouts are mapped to exercises by grade_id.
+    and the cells before it replayed if the interrupt does not take). That run reports cell
+    errors, hangs and crashes, mapped to exercises by grade_id; it decides nothing else (its
+    ``check`` calls do nothing, it gets no seed and no hidden checks). Each exercise is then
+    judged from its answer cell's source by ``judge``, in processes the notebook never ran in.
 """
 
 from __future__ import annotations
@@ -381,24 +381,22 @@ class CellEvent:
         return f"{said} ({rule})" if rule else _ansi_free(said)
 
 
-def _kernel_env(log: Path, seed: int, hidden: bool) -> dict:
-    from . import ENV_GRADING, ENV_HIDDEN, ENV_LOG, ENV_SEED
+def _kernel_env() -> dict:
+    """The notebook kernel's environment: the grading marker, and nothing the grade depends on
+    (no seed, no results file, no path to the solutions)."""
+    from . import ENV_GRADING
 
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUACK_EDU_GRAD")}
     root = str(repo_root())
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env[ENV_GRADING] = "1"
-    env[ENV_HIDDEN] = "1" if hidden else "0"
-    env[ENV_LOG] = str(log)
-    env[ENV_SEED] = str(seed)
     env.setdefault("MPLBACKEND", "Agg")
-    env.setdefault("CUTE_DSL_DUMP_DIR", str(log.parent))
     env.pop("JPY_PARENT_PID", None)
     return env
 
 
 def _prepare(nb, lesson: str, solutions: Path | None) -> tuple[object, list[str]]:
-    """Overwrite check cells from the solution (restoring hidden tests); re-add missing ones."""
+    """Overwrite check cells from the solution (without its hidden tests); re-add missing ones."""
     notes = []
     nb = copy.deepcopy(nb)
     sol_path = (solutions / f"{lesson}.ipynb") if solutions else None
@@ -420,6 +418,8 @@ def _prepare(nb, lesson: str, solutions: Path | None) -> tuple[object, list[str]
             mine.source = cell.source
             mine.cell_type = "code"
     for cell in nb.cells:
+        if is_test_cell(cell):  # the hidden checks never enter the learner's kernel
+            cell.source = _replace_regions(cell.source, BEGIN_HIDDEN, END_HIDDEN, None)[0]
         clean_cell(cell)
     return nb, notes
 
@@ -459,9 +459,14 @@ class _Runner(_Replaying):
 
     def __init__(self, nb, env: dict, cwd: str, timeout: float):
         from nbclient import NotebookClient
+        from traitlets.config import Config
 
         self.nb = nb
         self.timeout = timeout
+        # the kernel talks to the grader over Unix sockets in a private folder, not over TCP
+        # (no "running over TCP without encryption" warning; nothing listens on a port)
+        self._ipc = tempfile.mkdtemp(prefix="quack_edu_kernel_")
+        config = Config({"KernelManager": {"transport": "ipc", "ip": f"{self._ipc}/kernel"}})
         # On a timeout nbclient interrupts the kernel and hands back this error as the cell's
         # reply (and stops listening for the cell's output), so later cells run normally.
         self.client = NotebookClient(
@@ -473,6 +478,7 @@ class _Runner(_Replaying):
             shutdown_kernel="immediate",
             startup_timeout=120,
             interrupt_on_timeout=True,
+            config=config,
             error_on_timeout={
                 "ename": _TIMEOUT,
                 "evalue": f"ran past {timeout:g} s",
@@ -508,6 +514,9 @@ class _Runner(_Replaying):
         finally:
             gc.collect()
             log.setLevel(level)
+            import shutil
+
+            shutil.rmtree(self._ipc, ignore_errors=True)
 
     def _exec(self, cell, index, timeout=None) -> CellEvent | None:
         from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -627,7 +636,6 @@ class _ChildRunner(_Replaying):
 
     def _exec(self, cell, index) -> CellEvent | None:
         """Run one cell; None when it ran cleanly. Its output is kept as Jupyter would."""
-        import json
         import select
 
         msg = {"source": cell.source, "name": f"<graded-cell-{index}>", "timeout": self.timeout}
@@ -687,6 +695,33 @@ def jupyter_available() -> bool:
     return all(importlib.util.find_spec(m) for m in ("nbclient", "jupyter_client", "ipykernel"))
 
 
+def lesson_by_cells(nb) -> str | None:
+    """The lesson whose exercise cells the notebook holds (most of them), from its cells'
+    grade_ids rather than from what its metadata says."""
+    counts: dict[str, int] = {}
+    for ex in all_exercises():
+        if find_cell(nb, ex.cell_id) is not None:
+            counts[ex.lesson] = counts.get(ex.lesson, 0) + 1
+    return max(sorted(counts), key=counts.get) if counts else None
+
+
+def _which_lesson(nb, path: Path, expected: str | None) -> tuple[str, list[str]]:
+    """The lesson to grade and the flags raised on the way (metadata that claims another
+    lesson than the cells, a submission of another lesson than the one expected)."""
+    flags = []
+    claimed = nb.metadata.get("quack_edu", {}).get("lesson")
+    cells = lesson_by_cells(nb)
+    if claimed and cells and claimed != cells:
+        flags.append(
+            f"the notebook's metadata says lesson {claimed!r} but its exercise cells are "
+            f"lesson {cells!r}'s"
+        )
+    lesson = expected or cells or lesson_of(nb, path)
+    if expected and cells and cells != expected:
+        flags.append(f"the exercise cells are lesson {cells!r}'s, not {expected!r}'s")
+    return lesson, flags
+
+
 def grade_notebook(
     path,
     *,
@@ -695,9 +730,18 @@ def grade_notebook(
     seed: int | None = None,
     hidden: bool = True,
     executed_dir: Path | str | None = None,
+    lesson: str | None = None,
+    only: str | None = None,
+    run_notebook: bool = True,
 ) -> NotebookResult:
-    """Execute a notebook headless and grade every exercise of its lesson."""
+    """Execute a notebook headless and grade every exercise of its lesson (or ``lesson``).
+
+    The notebook runs in a fresh kernel for its cell errors, hangs and crashes; each exercise
+    is judged by ``judge.judge_exercise`` on its answer cell's source, outside that kernel.
+    ``only``: one exercise id, judged without running the notebook (fast feedback).
+    """
     from .._env import MODE
+    from .judge import judge_exercise
 
     t0 = time.time()
     path = Path(path)
@@ -707,29 +751,56 @@ def grade_notebook(
     try:
         nb = read(path)
     except Exception as e:
-        res = NotebookResult(str(path), path.stem, mode=mode)
+        res = NotebookResult(str(path), lesson or path.stem, mode=mode)
         res.problems.append(f"cannot read the notebook: {type(e).__name__}: {e}")
         return res
-    lesson = lesson_of(nb, path)
+    lesson, flags = _which_lesson(nb, path, lesson)
     position = {grade_id(c): i for i, c in enumerate(nb.cells) if grade_id(c)}
     exercises = sorted(all_exercises(lesson), key=lambda e: position.get(e.cell_id, 10**9))
+    if only:
+        exercises = [e for e in exercises if e.id == only]
+        run_notebook = False
     res = NotebookResult(str(path), lesson, mode=mode)
+    res.flags += flags
     if not exercises:
-        res.problems.append(f"no exercises are registered for lesson {lesson!r}")
+        res.problems.append(
+            f"no exercise {only!r} in lesson {lesson!r}"
+            if only
+            else f"no exercises are registered for lesson {lesson!r}"
+        )
+    sources = {
+        ex.id: (find_cell(nb, ex.cell_id).source if find_cell(nb, ex.cell_id) else None)
+        for ex in exercises
+    }
+    events: dict[str, list[CellEvent]] = {ex.id: [] for ex in exercises}
+    if run_notebook:
+        _run_cells(nb, path, lesson, solutions, exercises, events, res, timeout, executed_dir)
+    for ex in exercises:
+        forced = any(e.kind in ("timeout", "died") for e in events[ex.id]) or any(
+            e.kind == "error" and e.grade_id == ex.cell_id for e in events[ex.id]
+        )
+        judged = None
+        if not forced:
+            judged = judge_exercise(
+                ex, sources[ex.id], hidden=hidden, seed=seed, gpu=MODE.gpu, timeout=timeout
+            )
+        res.exercises.append(_final_result(ex, judged, events[ex.id], timeout, mode))
+    res.seconds = time.time() - t0
+    return res
+
+
+def _run_cells(nb, path, lesson, solutions, exercises, events, res, timeout, executed_dir):
+    """Run the notebook's cells in a fresh kernel; its cell errors, timeouts and crashes go to
+    ``events`` (by exercise) or ``res.problems``."""
     nb, notes = _prepare(nb, lesson, solutions)
     res.problems += notes
-
     by_cell = {}
     for ex in exercises:
         by_cell[ex.cell_id] = ex.id
         by_cell[ex.test_cell_id] = ex.id
-    events: dict[str, list[CellEvent]] = {ex.id: [] for ex in exercises}
-
     with tempfile.TemporaryDirectory(prefix="quack_edu_grade_") as tmp:
-        log = Path(tmp) / "results.jsonl"
-        log.touch()
-        env = _kernel_env(log, seed, hidden)
-        finish_ids = []
+        env = _kernel_env()
+        env.setdefault("CUTE_DSL_DUMP_DIR", tmp)
         try:
             runner_cls = _Runner if jupyter_available() else _ChildRunner
             with runner_cls(nb, env, str(path.parent.resolve()), timeout) as runner:
@@ -754,48 +825,18 @@ def grade_notebook(
                         res.problems.append(ev.describe(timeout))
                         if ev.kind in ("timeout", "died"):
                             failed_cells.add(i)
-                # grade what no check cell graded, one cell per exercise (own timeout)
-                imp = nbformat.v4.new_code_cell("import quack_edu.grading as __quack_edu_grading__")
-                nb.cells.append(imp)
-                runner.run(imp, len(nb.cells) - 1, failed_cells)
-                for ex in exercises:
-                    if any(e.kind in ("timeout", "died") for e in events[ex.id]):
-                        continue
-                    cell = nbformat.v4.new_code_cell(
-                        f'__quack_edu_grading__.finish_exercise(globals(), "{ex.id}")'
-                    )
-                    cell.metadata["quack_edu_finish"] = ex.id
-                    nb.cells.append(cell)
-                    ev = runner.run(cell, len(nb.cells) - 1, failed_cells)
-                    finish_ids.append(ex.id)
-                    if ev is not None:
-                        ev.grade_id = f"grader: {ex.id}"
-                        events[ex.id].append(ev)
         except Exception as e:  # the kernel could not start, or nbclient itself failed
             res.problems.append(f"the grader could not run the notebook: {type(e).__name__}: {e}")
-        records = {}
-        for line in log.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            records[rec["exercise"]] = rec["result"]
         if executed_dir:
             write(nb, Path(executed_dir) / path.name)
 
-    for ex in exercises:
-        res.exercises.append(_final_result(ex, records.get(ex.id), events[ex.id], timeout, mode))
-    res.seconds = time.time() - t0
-    return res
 
-
-def _final_result(ex: Exercise, record, events: list[CellEvent], timeout, mode) -> ExerciseResult:
+def _final_result(
+    ex: Exercise, judged: ExerciseResult | None, events: list[CellEvent], timeout, mode
+) -> ExerciseResult:
     from . import hints
 
-    if record is not None:
-        r = ExerciseResult.from_json(record)
-    else:
-        r = ExerciseResult(ex.id, ex.title, ex.lesson, dict(ex.points), mode=mode)
+    r = judged or ExerciseResult(ex.id, ex.title, ex.lesson, dict(ex.points), mode=mode)
     r.points = dict(ex.points)  # the registry, not the notebook, decides the points
     hard = [e for e in events if e.kind in ("timeout", "died")]
     answer_errors = [e for e in events if e.kind == "error" and e.grade_id == ex.cell_id]
@@ -812,12 +853,12 @@ def _final_result(ex: Exercise, record, events: list[CellEvent], timeout, mode) 
         else:
             r.forced_status = FAIL
             r.forced_message = f"the exercise cell must run cleanly: {e.describe(timeout)}"
-    elif record is None:
+    elif judged is None:
         r.forced_status = FAIL
         why = "; ".join(e.describe(timeout) for e in events) or "no result came back"
         r.forced_message = f"not graded: {why}"
     for e in events:
-        if e.kind == "error" and e.grade_id != ex.cell_id and e.grade_id and record is not None:
+        if e.kind == "error" and e.grade_id != ex.cell_id and e.grade_id and judged is not None:
             r.notes.append(e.describe(timeout))
     return r
 

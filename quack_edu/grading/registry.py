@@ -156,6 +156,10 @@ class Exercise:
     mutants: list[Mutant] = field(default_factory=list)
     #: added to the message when a cell of this exercise runs past the per-cell timeout
     timeout_hint: str | None = None
+    #: library modules the exercise hands the learner, which its answer cell may import:
+    #: {module: the names of it the cell may use (None: every public name that is not a
+    #: module)}. Not the stage's own implementation of the piece: that stays off limits.
+    given: dict[str, frozenset[str] | None] = field(default_factory=dict)
 
     def __post_init__(self):
         if not _ID_RE.match(self.id):

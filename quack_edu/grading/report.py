@@ -56,6 +56,9 @@ class ExerciseResult:
     forced_status: str | None = None  # set when the grader overrides (timeout, cell error)
     forced_message: str | None = None
     mode: str = "compile-only"
+    #: checks the judge ran whole in its worker, where they trace the learner's code (the
+    #: trust boundary the README's instructor section describes)
+    judged_in_worker: list[str] = field(default_factory=list)
 
     # ---- scoring --------------------------------------------------------------------------
     def tier_status(self, tier: str) -> str:
@@ -112,6 +115,12 @@ class ExerciseResult:
         return "partial" if PASS in sts else FAIL
 
     @property
+    def flagged(self) -> bool:
+        """The answer cell was flagged (it reached for the grader, the process or the library's
+        own implementation): 0 points, for the instructor to look at."""
+        return bool(self.forced_message and self.forced_message.startswith("flagged"))
+
+    @property
     def failures(self) -> list[str]:
         out = []
         if self.forced_message:
@@ -131,6 +140,8 @@ class ExerciseResult:
             score=self.score,
             max_score=self.max_score,
             skipped_points=self.skipped_points,
+            flagged=self.flagged,
+            judged_in_worker=list(self.judged_in_worker),
             tiers=self.tiers(),
             failures=self.failures,
             checks=[asdict(c) for c in self.checks],
@@ -144,6 +155,7 @@ class ExerciseResult:
         r.forced_status = d.get("forced_status")
         r.forced_message = d.get("forced_message")
         r.mode = d.get("mode", r.mode)
+        r.judged_in_worker = list(d.get("judged_in_worker", []))
         return r
 
     def to_record(self) -> dict:
@@ -192,7 +204,7 @@ class ExerciseResult:
                 tail = f"  {c.status}"
             elif c.status == PASS and c.message:
                 tail = f"  {c.message}"
-            lines.append(_clip(f"  {mark:4}  {c.tier:7}  {name}{tail}", width))
+            lines.append(_wrap_line(f"  {mark:4}  {c.tier:7}  {name}{tail}", width, 17))
             if c.status == FAIL:
                 if c.message:
                     lines.append(_wrap("why", c.message, width))
@@ -216,11 +228,35 @@ def _clip(s: str, width: int) -> str:
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
+def terminal_width(default: int = 100) -> int:
+    """The terminal's width (``COLUMNS`` when set), at least 60."""
+    import shutil
+
+    return max(60, shutil.get_terminal_size((default, 24)).columns)
+
+
+def _wrap_line(text: str, width: int, indent: int) -> str:
+    """``text`` wrapped at ``width``, continuation lines indented: never clipped."""
+    import textwrap
+
+    lines = textwrap.wrap(
+        text,
+        width=max(40, width),
+        subsequent_indent=" " * indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+        drop_whitespace=True,
+    )
+    return "\n".join(lines) if lines else text
+
+
 def _wrap(label: str, text: str, width: int) -> str:
     import textwrap
 
     head = f"          {label + ':' if label else '':9} "
-    body = textwrap.wrap(str(text), width=max(40, width - len(head))) or [""]
+    body = textwrap.wrap(str(text), width=max(40, width - len(head)), break_long_words=False) or [
+        ""
+    ]
     pad = " " * len(head)
     return "\n".join([head + body[0]] + [pad + b for b in body[1:]])
 
@@ -233,6 +269,15 @@ class NotebookResult:
     problems: list[str] = field(default_factory=list)  # cell errors/timeouts outside exercises
     seconds: float = 0.0
     mode: str = "compile-only"
+    #: what the grader flagged about the notebook itself (metadata that claims another lesson)
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def flagged(self) -> list[str]:
+        """Every flag: the notebook's and its flagged exercises' (for the instructor)."""
+        return list(self.flags) + [
+            f"{e.id}: {e.forced_message}" for e in self.exercises if e.flagged
+        ]
 
     @property
     def score(self) -> int:
@@ -259,10 +304,12 @@ class NotebookResult:
             skipped_points=self.skipped_points,
             seconds=round(self.seconds, 2),
             problems=self.problems,
+            flags=self.flagged,
             exercises=[e.to_json() for e in self.exercises],
         )
 
-    def table(self) -> str:
+    def table(self, width: int | None = None) -> str:
+        width = width or terminal_width()
         rows = [("exercise", "tier", "points", "result")]
         notes = {}
         for e in self.exercises:
@@ -290,10 +337,13 @@ class NotebookResult:
         lines = [f"{self.path}  ({self.lesson})"]
         for i, (a, b, c, d) in enumerate(rows):
             lines.append(f"  {a:<{w[0]}}  {b:<{w[1]}}  {c:>{w[2]}}  {d}".rstrip())
+            pad = 8 + sum(w)
             for f in notes.get(i, []):
-                lines.append(" " * (8 + sum(w)) + _clip(f, 150))
+                lines.append(_wrap_line(" " * pad + f, width, pad))
         for p in self.problems:
-            lines.append(f"  note: {_clip(p, 160)}")
+            lines.append(_wrap_line(f"  note: {p}", width, 8))
+        for f in self.flags:
+            lines.append(_wrap_line(f"  FLAGGED: {f}", width, 11))
         return "\n".join(lines)
 
 
@@ -338,7 +388,7 @@ class RunResult:
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=2)
 
-    def table(self) -> str:
+    def table(self, width: int | None = None) -> str:
         out = []
         if self.mode != "gpu":
             out.append(
@@ -349,7 +399,7 @@ class RunResult:
             out.append(f"mode: gpu ({self.mode_reason}); both tiers run")
         for n in self.notebooks:
             out.append("")
-            out.append(n.table())
+            out.append(n.table(width))
         if len(self.notebooks) > 1:
             out.append("")
             out.append("summary")

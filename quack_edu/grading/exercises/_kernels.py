@@ -36,6 +36,19 @@ ROWS_PAST_M = (
 _PARAM = re.compile(r"_param_(\d+)(?:\+\d+)?\]")
 
 
+#: what the whole-kernel exercises hand the learner from the library (``Exercise.given``): the
+#: copy helpers (every public one), and in lesson 04 the reduction's buffer helpers. The
+#: reductions that would stand in for the learner's own (cluster_reduce, row_reduce,
+#: cluster_send) are not given.
+GIVEN_COPY = {"quack_edu.primitives.copy": None}
+GIVEN_COPY_REDUCE = {
+    **GIVEN_COPY,
+    "quack_edu.primitives.reduce": frozenset(
+        {"ADD", "WARP", "combine_buffer", "warp_reduce", "block_reduce", "f32_bits"}
+    ),
+}
+
+
 def kernel_hole(stage: str, attrs: tuple = ()) -> KernelHole:
     """The learner's ``@cute.kernel`` function in place of the stage's ``kernel`` method."""
     return KernelHole(stage=stage, piece="kernel", adapt=lambda answer: answer, attrs=attrs)

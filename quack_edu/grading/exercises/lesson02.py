@@ -24,7 +24,13 @@ from ..checks import (
 )
 from ..hints import Variant
 from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
-from ._kernels import access_check, kernel_hole, mixed_values, ragged_Ns
+from ._kernels import (
+    GIVEN_COPY,
+    access_check,
+    kernel_hole,
+    mixed_values,
+    ragged_Ns,
+)
 
 LESSON = "02_warp_reduction"
 WARP = 32
@@ -557,6 +563,7 @@ def _hidden_kernel_cases(ctx):
 warp_kernel = register(
     Exercise(
         id="02.warp_kernel",
+        given=GIVEN_COPY,
         lesson=LESSON,
         answer="warp_kernel",
         title="the whole warp kernel: tile, load, reduce, normalise, store",

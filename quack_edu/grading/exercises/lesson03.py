@@ -27,7 +27,13 @@ from ..checks import (
 )
 from ..hints import Variant
 from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
-from ._kernels import access_check, kernel_hole, mixed_values, ragged_Ns
+from ._kernels import (
+    GIVEN_COPY,
+    access_check,
+    kernel_hole,
+    mixed_values,
+    ragged_Ns,
+)
 
 LESSON = "03_block_reduction"
 WARP = 32
@@ -698,6 +704,7 @@ def _hidden_kernel_cases(ctx):
 block_kernel = register(
     Exercise(
         id="03.block_kernel",
+        given=GIVEN_COPY,
         lesson=LESSON,
         answer="block_kernel",
         title="the whole block kernel: a shared-memory buffer and two levels of reduction",

@@ -41,7 +41,13 @@ from ..checks import (
 )
 from ..hints import Variant
 from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
-from ._kernels import access_check, kernel_hole, mixed_values, ragged_Ns
+from ._kernels import (
+    GIVEN_COPY_REDUCE,
+    access_check,
+    kernel_hole,
+    mixed_values,
+    ragged_Ns,
+)
 
 LESSON = "04_cluster_reduction"
 
@@ -745,6 +751,7 @@ def _hidden_kernel_cases(ctx):
 cluster_kernel = register(
     Exercise(
         id="04.cluster_kernel",
+        given=GIVEN_COPY_REDUCE,
         lesson=LESSON,
         answer="cluster_kernel",
         title="the whole cluster kernel: a slice per CTA, the DSMEM reduction and its barriers",

@@ -794,6 +794,8 @@ def replay_loop(answer, n_iter: int, tidx: int, blk0: int = 10) -> list[tuple]:
     import inspect as _inspect
     import textwrap
 
+    if not callable(answer):  # Python's own words for it, as for any other answer
+        raise TypeError(f"'{type(answer).__name__}' object is not callable")
     raw = _inspect.unwrap(answer)
     # the loop's own source, run as plain Python (the DSL may keep a rewritten copy of it)
     lines = textwrap.dedent(_inspect.getsource(raw)).splitlines()

@@ -1,0 +1,66 @@
+"""The judge's fork server: one per grading process, started before any learner code exists.
+
+    python -m quack_edu.grading._judgeserver CONTROL_FD
+
+It imports torch, CuTe DSL and the grader once, then waits on a Unix socket for requests from
+the grader (``judge._Server``): each request carries one end of a new socket pair, and the
+server forks a worker (``judge._worker``) that talks to the grader over it. A worker is a fresh
+copy of this process, so the learner's code it loads has never run anywhere the grader reads
+from. ``QUACK_EDU_JUDGE_PRELOAD=0`` leaves the imports to each worker (slower; for a machine
+where importing the DSL before a fork would be unsafe).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ctl = socket.socket(fileno=int(argv[0]))
+    if os.environ.get("QUACK_EDU_JUDGE_PRELOAD", "1") != "0":
+        # quack_edu first: it pins the DSL's target to sm_90a before cutlass is imported
+        import quack_edu  # noqa: F401, I001
+        import cutlass  # noqa: F401
+        import cutlass.cute  # noqa: F401
+        import matplotlib
+        import torch  # noqa: F401
+
+        matplotlib.use("Agg")
+        from . import judge, notebook  # noqa: F401
+        from .registry import all_exercises
+
+        all_exercises()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped by the kernel
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(ctl, 64, 1)
+        except OSError:
+            return 0
+        if not msg or not fds:
+            return 0
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                ctl.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                from multiprocessing.connection import Connection
+
+                from .judge import _worker
+
+                _worker(Connection(fds[0]))
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(fds[0])
+        ctl.sendall((json.dumps({"pid": pid}) + "\n").encode())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

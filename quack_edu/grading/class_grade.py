@@ -1,0 +1,374 @@
+"""Grading a class: a folder of submissions to a CSV gradebook and one feedback file each.
+
+    quack-edu grade SUBMISSIONS/ --lesson 00_setup_and_roofline --out grades/ -j 2
+
+``SUBMISSIONS/`` holds one folder per student (``alice/00_setup_and_roofline.ipynb``) or one
+notebook per student named by the student (``alice.ipynb``, ``alice_00_setup_and_roofline.ipynb``).
+Each submission is graded as ``quack-edu grade`` grades one notebook (its cells run in a fresh
+kernel; its answers judged outside it), ``-j N`` at a time. Written under ``--out``:
+
+    gradebook.csv                    one row per student and lesson: points per exercise and tier,
+                                     totals, late, missing, flags
+    feedback/<student>/<lesson>.txt  the report the student gets: each exercise's checks, what
+                                     was expected and seen, the hints (no hidden check's source)
+    results/<student>/<lesson>.json  the full result, and the hash of the notebook it is for
+    run.json                         the run's seed of the hidden checks (so a resumed run
+                                     grades every submission on the same inputs)
+
+A re-run grades only what is new or changed (a submission whose result is there, for the same
+notebook bytes, is skipped) unless ``--force``. ``--roster`` names students who should have
+submitted (the others are "missing"); ``--deadline`` marks files modified after it as late.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import re
+import secrets
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from .registry import TIERS, all_exercises, lessons
+from .report import SKIP, ExerciseResult, NotebookResult
+
+RESULT_VERSION = 1
+
+
+@dataclass
+class Submission:
+    student: str
+    lesson: str
+    path: Path | None  # None: missing
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.@+-]", "_", name).strip("._") or "student"
+
+
+def _student_of_file(stem: str) -> str:
+    for le in sorted(lessons(), key=len, reverse=True):
+        if le in stem:
+            stem = stem.replace(le, "")
+            break
+    return stem.strip("_-. ") or "student"
+
+
+def _notebooks(folder: Path) -> list[Path]:
+    return sorted(
+        p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts and p.is_file()
+    )
+
+
+def _cells_lesson(path: Path) -> str | None:
+    from .notebook import lesson_by_cells, read
+
+    try:
+        return lesson_by_cells(read(path))
+    except Exception:
+        return None
+
+
+def find_submissions(
+    folder: Path, lesson: str | None = None, roster: list[str] | None = None
+) -> list[Submission]:
+    """Every (student, lesson) to grade in ``folder``; a roster student or a student folder
+    without the lesson's notebook is a missing submission."""
+    folder = Path(folder)
+    found: dict[str, list[Path]] = {}
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        if entry.is_dir():
+            found.setdefault(entry.name, []).extend(_notebooks(entry))
+        elif entry.suffix == ".ipynb":
+            found.setdefault(_student_of_file(entry.stem), []).append(entry)
+    for s in roster or []:
+        found.setdefault(s, [])
+    subs = []
+    for student, paths in sorted(found.items()):
+        by_lesson: dict[str, Path] = {}
+        for p in paths:
+            le = _cells_lesson(p) or (lesson if lesson and lesson in p.name else None)
+            if le is None and lesson and len(paths) == 1:
+                le = lesson  # the one notebook handed in: graded (and flagged) as the lesson
+            if le:
+                by_lesson.setdefault(le, p)
+        if lesson:
+            path = by_lesson.get(lesson)
+            if path is None and len(paths) == 1:
+                path = paths[0]  # another lesson's notebook: graded as this one, flagged
+            subs.append(Submission(student, lesson, path))
+        else:
+            for le, p in sorted(by_lesson.items()):
+                subs.append(Submission(student, le, p))
+            if not by_lesson:
+                subs.append(Submission(student, "?", None))
+    return subs
+
+
+# ---- one submission ---------------------------------------------------------------------------
+def _digest(path: Path, lesson: str, options: dict) -> str:
+    h = hashlib.sha256(path.read_bytes())
+    h.update(json.dumps({"lesson": lesson, **options}, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def notebook_record(res: NotebookResult) -> dict:
+    d = res.to_json()
+    d["exercises"] = [e.to_record() for e in res.exercises]
+    d["own_flags"] = list(res.flags)
+    d["mode"] = res.mode
+    return d
+
+
+def notebook_from_record(d: dict) -> NotebookResult:
+    res = NotebookResult(d["path"], d["lesson"], mode=d.get("mode", "compile-only"))
+    res.exercises = [ExerciseResult.from_json(e) for e in d.get("exercises", [])]
+    res.problems = list(d.get("problems", []))
+    res.flags = list(d.get("own_flags", []))
+    res.seconds = float(d.get("seconds", 0.0))
+    return res
+
+
+def feedback_text(student: str, res: NotebookResult, late: bool) -> str:
+    """What the student reads: the table, then each exercise's checks with their hints."""
+    head = [
+        f"{student}: lesson {res.lesson}",
+        f"score {res.score}/{res.max_score}"
+        + (f" (+{res.skipped_points} GPU-tier points not run here)" if res.skipped_points else "")
+        + ("  (submitted late)" if late else ""),
+        "",
+        res.table(width=100),
+        "",
+    ]
+    for e in res.exercises:
+        head += [e.table(width=100), ""]
+    return "\n".join(head)
+
+
+def grade_one(job: dict) -> dict:
+    """Grade one submission and write its result and feedback (runs in a pool process)."""
+    from .judge import _Server
+    from .notebook import grade_notebook
+
+    _Server.start()  # imports while the notebook runs
+    path, out = Path(job["path"]), Path(job["out"])
+    t0 = time.time()
+    res = grade_notebook(
+        path,
+        lesson=job["lesson"],
+        seed=job["seed"],
+        timeout=job["timeout"],
+        hidden=job["hidden"],
+        solutions=job.get("solutions"),
+        only=job.get("only"),
+    )
+    res.seconds = time.time() - t0
+    student, lesson = job["student"], job["lesson"]
+    rec = {
+        "version": RESULT_VERSION,
+        "student": student,
+        "lesson": lesson,
+        "digest": job["digest"],
+        "late": job["late"],
+        "result": notebook_record(res),
+    }
+    rdir = out / "results" / _safe(student)
+    rdir.mkdir(parents=True, exist_ok=True)
+    (rdir / f"{lesson}.json").write_text(json.dumps(rec, indent=1) + "\n")
+    fdir = out / "feedback" / _safe(student)
+    fdir.mkdir(parents=True, exist_ok=True)
+    (fdir / f"{lesson}.txt").write_text(feedback_text(student, res, job["late"]))
+    return {"student": student, "lesson": lesson, "score": res.score, "max": res.max_score}
+
+
+# ---- the class --------------------------------------------------------------------------------
+def _columns(lessons_: list[str], only: str | None) -> list[tuple[str, str]]:
+    cols = []
+    for le in lessons_:
+        for ex in all_exercises(le):
+            if only and ex.id != only:
+                continue
+            for tier in TIERS:
+                if ex.points.get(tier):
+                    cols.append((ex.id, tier))
+    return cols
+
+
+def write_gradebook(path: Path, rows: list[dict], cols: list[tuple[str, str]]) -> None:
+    head = ["student", "lesson", "submission", "status", "late", "score", "max_score"]
+    head += ["gpu_points_not_run", "flagged"]
+    head += [f"{ex_id} {tier}" for ex_id, tier in cols]
+    head += ["flags", "seconds"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=head, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+
+
+def _row(sub: Submission, rec: dict | None, cols, out_path: Path) -> dict:
+    row = {
+        "student": sub.student,
+        "lesson": sub.lesson,
+        "submission": str(sub.path) if sub.path else "",
+        "late": "",
+    }
+    if rec is None:
+        row.update(status="missing", score=0, max_score="", flagged="no")
+        return row
+    res = notebook_from_record(rec["result"])
+    by_id = {e.id: e for e in res.exercises}
+    for ex_id, tier in cols:
+        e = by_id.get(ex_id)
+        if e is None:
+            continue
+        t = e.tiers().get(tier)
+        if t is None:
+            continue
+        row[f"{ex_id} {tier}"] = "-" if t["status"] == SKIP else t["score"]
+    flags = res.flagged
+    unreadable = any(p.startswith("cannot read the notebook") for p in res.problems)
+    row.update(
+        status="unreadable" if unreadable else "graded",
+        late="yes" if rec.get("late") else "no",
+        score=res.score,
+        max_score=res.max_score,
+        gpu_points_not_run=res.skipped_points,
+        flagged="yes" if flags else "no",
+        flags=" | ".join(flags),
+        seconds=round(res.seconds, 1),
+    )
+    return row
+
+
+class Progress:
+    """A one-line progress bar on a terminal; a line per submission otherwise."""
+
+    def __init__(self, total: int, stream=None):
+        self.total, self.done, self.t0 = total, 0, time.time()
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def step(self, text: str) -> None:
+        self.done += 1
+        el = time.time() - self.t0
+        eta = el / self.done * (self.total - self.done)
+        width = 30
+        fill = int(width * self.done / max(1, self.total))
+        bar = "#" * fill + "." * (width - fill)
+        line = f"[{bar}] {self.done}/{self.total}  {el:.0f} s, ~{eta:.0f} s left  {text}"
+        if self.tty:
+            self.stream.write("\r\x1b[2K" + line)
+            if self.done == self.total:
+                self.stream.write("\n")
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def grade_class(
+    folder: Path,
+    out: Path,
+    *,
+    lesson: str | None = None,
+    jobs: int = 1,
+    force: bool = False,
+    timeout: float = 120.0,
+    hidden: bool = True,
+    seed: int | None = None,
+    roster: list[str] | None = None,
+    deadline: datetime | None = None,
+    solutions: Path | None = None,
+    only: str | None = None,
+    progress_stream=None,
+) -> dict:
+    """Grade every submission in ``folder``; returns a summary (counts, paths, seconds)."""
+    t0 = time.time()
+    folder, out = Path(folder), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    state_path = out / "run.json"
+    state = json.loads(state_path.read_text()) if state_path.exists() else {}
+    if seed is None:
+        seed = state.get("seed")
+    if seed is None:
+        seed = secrets.randbits(31)
+    state.update(seed=int(seed))
+    state_path.write_text(json.dumps(state, indent=1) + "\n")
+
+    subs = find_submissions(folder, lesson, roster)
+    options = {"hidden": hidden, "only": only, "seed": int(seed)}
+    todo, skipped = [], 0
+    for sub in subs:
+        if sub.path is None:
+            continue
+        digest = _digest(sub.path, sub.lesson, options)
+        rpath = out / "results" / _safe(sub.student) / f"{sub.lesson}.json"
+        if not force and rpath.exists():
+            try:
+                if json.loads(rpath.read_text()).get("digest") == digest:
+                    skipped += 1
+                    continue
+            except ValueError:
+                pass
+        late = bool(deadline and datetime.fromtimestamp(sub.path.stat().st_mtime) > deadline)
+        todo.append(
+            dict(
+                path=str(sub.path),
+                out=str(out),
+                student=sub.student,
+                lesson=sub.lesson,
+                seed=int(seed),
+                timeout=timeout,
+                hidden=hidden,
+                solutions=str(solutions) if solutions else None,
+                only=only,
+                digest=digest,
+                late=late,
+            )
+        )
+    bar = Progress(len(todo), progress_stream)
+
+    def done(r: dict) -> None:
+        bar.step(f"{r['student']} {r['lesson']}: {r['score']}/{r['max']}")
+
+    if jobs <= 1 or len(todo) <= 1:
+        for job in todo:
+            done(grade_one(job))
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+            futs = [pool.submit(grade_one, job) for job in todo]
+            for f in as_completed(futs):
+                done(f.result())
+
+    rows = []
+    graded_lessons = sorted({s.lesson for s in subs if s.lesson != "?"})
+    cols = _columns(graded_lessons, only)
+    for sub in subs:
+        rec = None
+        if sub.path is not None:
+            rpath = out / "results" / _safe(sub.student) / f"{sub.lesson}.json"
+            if rpath.exists():
+                rec = json.loads(rpath.read_text())
+        rows.append(_row(sub, rec, cols, out))
+    book = out / "gradebook.csv"
+    write_gradebook(book, rows, cols)
+    return dict(
+        gradebook=str(book),
+        feedback=str(out / "feedback"),
+        submissions=len(subs),
+        graded=len(todo),
+        skipped=skipped,
+        missing=sum(1 for s in subs if s.path is None),
+        flagged=sum(1 for r in rows if r.get("flagged") == "yes"),
+        seconds=time.time() - t0,
+    )

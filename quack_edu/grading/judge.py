@@ -1,0 +1,962 @@
+"""Judging an answer outside the learner's process.
+
+``quack-edu grade`` runs a learner's notebook (to report its cell errors, hangs and crashes),
+but what an exercise scores is decided here, in the grader's own process, which never runs the
+learner's code:
+
+1. The answer cell's source is screened (``screen``): a cell that reaches for the grader, the
+   process, the file system or the library's own implementation of the piece is flagged and
+   scores 0, unjudged.
+2. The source is loaded into a fresh worker process that imported the grader before it (a fork
+   of a server that imported torch, CuTe DSL and the grader; the learner's code never ran in
+   that server). The worker has an empty working directory, no grading seed and no path to the
+   solutions.
+3. The exercise's checks run here. Where a check calls the answer, compiles it into a stage
+   kernel or launches that kernel, the worker does that one thing on inputs made here from the
+   grading seed and sends back plain data (numbers, arrays, PTX text, register counts), encoded
+   as JSON (never pickled back); the comparison with the reference happens here. An object
+   whose ``==`` is always true cannot come back: only numbers, strings, lists, dicts, dtypes
+   and tensors' bytes do.
+4. A check that must trace the learner's function inside its own Python (a DSL layout handed
+   to a grader helper, a learner kernel class launched by the library) runs whole in the
+   worker with a seed derived for that check alone, and sends back its verdict as data. That
+   verdict is the remaining trust boundary (see the README's instructor section).
+
+A worker that runs past the time limit is killed; one that dies (``os._exit``, a fault) is
+reported as a crash; neither stops the grader.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import dataclasses
+import json
+import os
+import pickle
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import hints
+from .checks import MISSING, Context, _one_cpu_thread, is_not_implemented, run_exercise
+from .registry import Check, CheckFailed, Exercise, ShortcutUsed
+from .report import FAIL, NOT_ATTEMPTED, ExerciseResult
+
+# ---- the screen -------------------------------------------------------------------------------
+#: modules an answer cell may import (roots), and names it may import from quack_edu
+ALLOWED_IMPORTS = {
+    "math",
+    "operator",
+    "functools",
+    "itertools",
+    "typing",
+    "dataclasses",
+    "numpy",
+    "torch",
+    "cutlass",
+}
+ALLOWED_FROM_QUACK_EDU = {"f32_bits"}  # a bit-cast helper lesson 04 hands the learner
+#: names that reach the process, the file system, the grader or Python's own machinery
+FORBIDDEN_NAMES = {
+    "os",
+    "sys",
+    "subprocess",
+    "builtins",
+    "importlib",
+    "ctypes",
+    "signal",
+    "gc",
+    "inspect",
+    "pickle",
+    "marshal",
+    "shutil",
+    "socket",
+    "threading",
+    "multiprocessing",
+    "atexit",
+    "pathlib",
+    "Path",
+    "io",
+    "IPython",
+    "get_ipython",
+    "exec",
+    "eval",
+    "compile",
+    "open",
+    "globals",
+    "locals",
+    "vars",
+    "getattr",
+    "setattr",
+    "delattr",
+    "exit",
+    "quit",
+    "breakpoint",
+    "input",
+    "check",
+    "run_exercise",
+    "_record",
+    "grading",
+    "environ",
+    "super",  # a whole-kernel answer sits on a subclass of the stage: super() is its kernel
+}
+#: special methods a class in an answer cell may not define (an answer that compares equal to
+#: anything, or converts to whatever is asked)
+FORBIDDEN_METHODS = {"__eq__", "__ne__", "__hash__", "__float__", "__int__", "__index__"}
+FORBIDDEN_METHODS |= {"__bool__", "__str__", "__repr__", "__format__"}
+FORBIDDEN_METHODS |= {"__array__", "__torch_function__", "__torch_dispatch__", "__getattr__"}
+FORBIDDEN_METHODS |= {"__getattribute__", "__instancecheck__", "__class_getitem__", "__del__"}
+
+
+def _given_name(ex: Exercise, module: str, name: str) -> bool:
+    """Whether ``name`` of the library module ``module`` is one the exercise hands over."""
+    import importlib
+    import types
+
+    given = getattr(ex, "given", None) or {}
+    if module not in given or name.startswith("_"):
+        return False
+    names = given[module]
+    if names is not None:
+        return name in names
+    obj = getattr(importlib.import_module(module), name, None)
+    return obj is not None and not isinstance(obj, types.ModuleType)
+
+
+def screen(source: str, ex: Exercise) -> list[str]:
+    """Why the answer cell is flagged (empty: it may be judged). A syntax error is not a flag:
+    loading the cell reports it. The library's code is off limits except what the exercise
+    hands the learner (``Exercise.given``): a given module may be imported under a name
+    (``from quack_edu.primitives import copy as copy_utils``) and used only as
+    ``copy_utils.<given helper>``; a given helper may be imported by name."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    why: list[str] = []
+    given = getattr(ex, "given", None) or {}
+
+    def flag(node, text):
+        line = getattr(node, "lineno", None)
+        msg = f"line {line}: {text}" if line else text
+        if msg not in why:
+            why.append(msg)
+
+    # the names a given module is bound to, and their uses as `alias.helper`
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in given and a.asname:
+                    aliases[a.asname] = a.name
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            for a in node.names:
+                if f"{node.module}.{a.name}" in given:
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    used_ok: set[int] = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+        ):
+            if _given_name(ex, aliases[node.value.id], node.attr):
+                used_ok.add(id(node.value))
+            else:
+                flag(node, f"uses {node.value.id}.{node.attr} (not one of the helpers given)")
+                used_ok.add(id(node.value))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                root = a.name.split(".")[0]
+                if a.name in given and a.asname:
+                    continue  # a module the exercise hands over, under its own name
+                if root == "quack_edu":
+                    flag(node, f"imports {a.name} (the library's own code)")
+                elif root not in ALLOWED_IMPORTS:
+                    flag(node, f"imports {a.name}")
+        elif isinstance(node, ast.ImportFrom):
+            root = (node.module or "").split(".")[0]
+            if node.level:
+                flag(node, "a relative import")
+            elif root == "quack_edu":
+                bad = [
+                    a.name
+                    for a in node.names
+                    if a.name not in ALLOWED_FROM_QUACK_EDU
+                    and f"{node.module}.{a.name}" not in given
+                    and not _given_name(ex, node.module, a.name)
+                ]
+                if bad:
+                    flag(node, f"imports {', '.join(bad)} from {node.module} (the library's own)")
+            elif root not in ALLOWED_IMPORTS:
+                flag(node, f"imports from {node.module}")
+        elif isinstance(node, ast.Name):
+            if node.id in FORBIDDEN_NAMES:
+                flag(node, f"uses `{node.id}`")
+            elif node.id == "quack_edu":
+                flag(node, "uses the library's own code (quack_edu...)")
+            elif node.id.startswith("__") and node.id.endswith("__") and node.id != "__name__":
+                flag(node, f"uses `{node.id}`")
+            elif node.id in aliases and id(node) not in used_ok:
+                flag(node, f"uses `{node.id}` other than to call the helpers it gives")
+        elif isinstance(node, ast.Attribute):
+            a = node.attr
+            if a.startswith("__") and a.endswith("__"):
+                flag(node, f"uses the attribute `{a}`")
+            elif a in ("_record", "run_exercise", "environ", "check", "showtraceback"):
+                flag(node, f"uses the attribute `{a}`")
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            if node.name in FORBIDDEN_METHODS:
+                flag(node, f"defines `{node.name}` (an answer that compares or converts as asked)")
+        elif isinstance(node, ast.Delete):
+            flag(node, "deletes names (`del`)")
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            flag(node, "declares `global`/`nonlocal` names")
+    return why
+
+
+# ---- plain data -------------------------------------------------------------------------------
+class Unencodable(TypeError):
+    pass
+
+
+def encode(v, _depth: int = 0):
+    """A JSON-able form of ``v`` that keeps only its data (see ``decode``)."""
+    import torch
+
+    if _depth > 32:
+        raise Unencodable("nested too deep")
+    if v is None or type(v) in (str, bool):
+        return v
+    if isinstance(v, bool):
+        return bool(v)
+    if isinstance(v, int):
+        return {"t": "int", "v": str(int.__index__(v))}
+    if isinstance(v, float):
+        return {"t": "float", "v": float.hex(float.__float__(v))}
+    if isinstance(v, str):
+        return str.__str__(v)
+    if isinstance(v, torch.Tensor):
+        t = v.detach().to("cpu").contiguous()
+        t = torch.Tensor.as_subclass(t, torch.Tensor)
+        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        return {
+            "t": "tensor",
+            "dtype": str(t.dtype).removeprefix("torch."),
+            "shape": list(t.shape),
+            "device": v.device.type,
+            "data": base64.b64encode(raw).decode(),
+        }
+    if isinstance(v, torch.dtype):
+        return {"t": "dtype", "v": str(v).removeprefix("torch.")}
+    if isinstance(v, list | tuple):
+        return {
+            "t": "tuple" if isinstance(v, tuple) else "list",
+            "v": [encode(x, _depth + 1) for x in v],
+        }
+    if isinstance(v, dict) and all(type(k) is str for k in v):
+        return {"t": "dict", "v": {k: encode(x, _depth + 1) for k, x in v.items()}}
+    try:  # numpy and torch scalars
+        import numbers
+
+        if isinstance(v, numbers.Integral):
+            return encode(int(v), _depth + 1)
+        if isinstance(v, numbers.Real):
+            return encode(float(v), _depth + 1)
+    except (TypeError, ValueError):
+        pass
+    raise Unencodable(f"{type(v).__module__}.{type(v).__qualname__}")
+
+
+def decode(d, device_ok: bool = True):
+    """Plain Python values and torch tensors from ``encode``'s form (in the grader)."""
+    import torch
+
+    if d is None or type(d) in (str, bool):
+        return d
+    if type(d) is not dict:
+        raise ValueError(f"not an encoded value: {type(d).__name__}")
+    t = d.get("t")
+    if t == "int":
+        return int(str(d["v"]))
+    if t == "float":
+        return float.fromhex(str(d["v"]))
+    if t in ("list", "tuple"):
+        out = [decode(x, device_ok) for x in d["v"]]
+        return tuple(out) if t == "tuple" else out
+    if t == "dict":
+        return {str(k): decode(x, device_ok) for k, x in d["v"].items()}
+    if t == "dtype":
+        dt = getattr(torch, str(d["v"]), None)
+        if not isinstance(dt, torch.dtype):
+            raise ValueError(f"no dtype {d['v']!r}")
+        return dt
+    if t == "tensor":
+        dt = getattr(torch, str(d["dtype"]), None)
+        if not isinstance(dt, torch.dtype):
+            raise ValueError(f"no dtype {d['dtype']!r}")
+        shape = [int(s) for s in d["shape"]]
+        raw = base64.b64decode(d["data"])
+        n = 1
+        for s in shape:
+            n *= s
+        itemsize = torch.empty((), dtype=dt).element_size()
+        if len(raw) != n * itemsize:
+            raise ValueError("tensor bytes do not match its shape")
+        if n == 0:
+            out = torch.empty(shape, dtype=dt)
+        else:
+            out = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dt).reshape(shape)
+        if d.get("device") == "cuda" and device_ok and torch.cuda.is_available():
+            out = out.cuda()
+        return out
+    raise ValueError(f"unknown encoded type {t!r}")
+
+
+def _plain_args(v, _depth=0) -> bool:
+    """Whether ``v`` is data the grader may send (not a DSL value met while tracing)."""
+    import torch
+
+    if _depth > 16:
+        return False
+    if _depth == 0 and torch._C._len_torch_dispatch_stack():
+        return False  # a check is watching torch's dispatch (counting kernels): trace it
+    if type(v) is torch.Tensor:
+        return v.device.type in ("cpu", "cuda")  # not meta tensors, not subclasses
+    if v is None or type(v) in (bool, int, float, str) or isinstance(v, torch.dtype):
+        return True
+    if isinstance(v, list | tuple):
+        return all(_plain_args(x, _depth + 1) for x in v)
+    if isinstance(v, dict):
+        return all(_plain_args(x, _depth + 1) for x in v.values())
+    if isinstance(v, type) and (v.__module__ or "").startswith("cutlass"):
+        return True  # a DSL numeric type (Float32, BFloat16): sent by reference
+    return False
+
+
+# ---- the worker (a fresh process; the learner's code runs only here) --------------------------
+def _hole_ref(hole):
+    """(module, name) of a module-level KernelHole, so the worker can find the same object."""
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("quack_edu.grading") or mod is None:
+            continue
+        for k, v in vars(mod).items():
+            if v is hole:
+                return (name, k)
+    return None
+
+
+def _hole_of(ref):
+    import importlib
+
+    return getattr(importlib.import_module(ref[0]), ref[1])
+
+
+def _raised(e: BaseException) -> dict:
+    cause = e.__cause__ or e.__context__
+    return {
+        "raised": type(e).__name__,
+        "module": type(e).__module__ or "",
+        "evalue": str(e)[:20000],
+        "cause": f"{type(cause).__name__}: {str(cause)[:4000]}" if cause is not None else "",
+        "not_implemented": is_not_implemented(e),
+        "short": hints.short_error(e, 400),
+    }
+
+
+def _worker(conn) -> None:
+    """The worker's life (a fork of the judge server): read the job, load the answer cell, then
+    answer the grader's requests."""
+    source, ex_id = pickle.loads(conn.recv_bytes())
+    workdir = tempfile.mkdtemp(prefix="quack_edu_judge_")
+    os.chdir(workdir)
+    sys.argv = ["quack-edu-judge"]
+    for k in [k for k in os.environ if k.startswith("QUACK_EDU_GRAD")]:
+        del os.environ[k]
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from .notebook import answer_from_source
+    from .registry import get
+
+    ex = get(ex_id)
+    try:
+        answer = answer_from_source(source, ex.answer)
+    except BaseException as e:  # SystemExit and KeyboardInterrupt are the learner's too
+        conn.send_bytes(json.dumps({"loaded": False, **_raised(e)}).encode())
+        return
+    if answer is MISSING:
+        kind, value = "missing", None
+    elif callable(answer):
+        kind, value = "callable", None
+    else:
+        try:
+            kind, value = "value", encode(answer)
+        except Unencodable:
+            kind, value = "object", None
+    conn.send_bytes(json.dumps({"loaded": True, "kind": kind, "value": value}).encode())
+    state = {"launchers": {}}
+    while True:
+        try:
+            req = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        try:
+            reply = _serve(req, answer, ex, state)
+        except BaseException as e:
+            reply = _raised(e)
+        try:
+            data = json.dumps(reply, allow_nan=True).encode()
+        except (TypeError, ValueError) as e:
+            data = json.dumps(_raised(e)).encode()
+        conn.send_bytes(data)
+
+
+def _build(answer, ref, N, dtype, config):
+    from ..runtime import torch_dtype
+    from ..stages import get_stage
+
+    hole = _hole_of(ref)
+    dtype = torch_dtype(dtype)
+    config = config if config is not None else get_stage(hole.stage).default_config(N, dtype)
+    return hole.build(answer)(dtype, N, config, dtype)
+
+
+def _serve(req, answer, ex, state) -> dict:
+    from .checks import shortcut_guard
+
+    op = req[0]
+    if op == "call":
+        _, args, kwargs = req
+        with shortcut_guard() as seen:
+            out = answer(*args, **kwargs)
+        if seen:
+            return {"shortcut": seen[0]}
+        try:
+            return {"value": encode(out)}
+        except Unencodable as e:
+            return {"unencodable": str(e), "module": type(out).__module__ or ""}
+    if op == "report":
+        from ..tools.inspect import kernel_report
+
+        _, ref, N, dtype, config, sass, stage = req
+        kernel = _build(answer, ref, N, dtype, config)
+        with shortcut_guard() as seen:
+            rep = kernel_report(kernel, stage=stage, sass=sass)
+        if seen:
+            return {"shortcut": seen[0]}
+        keep = ("ptx", "sass", "registers", "stack_bytes", "spill_store_bytes")
+        keep += ("spill_load_bytes", "ptxas_log")
+        return {"value": encode({k: getattr(rep, k) for k in keep})}
+    if op in ("launch", "time"):
+        import torch
+
+        from ..runtime import compile_kernel
+
+        _, ref, N, dtype, config, args = req
+        key = (ref, N, str(dtype), repr(config))
+        if key not in state["launchers"]:
+            kernel = _build(answer, ref, N, dtype, config)
+            with shortcut_guard() as seen:
+                fn = compile_kernel(kernel)
+            if seen:
+                return {"shortcut": seen[0]}
+            state["launchers"][key] = fn
+        fn = state["launchers"][key]
+        if op == "launch":
+            x, w, out, eps = args
+            fn(x, w, out, eps)
+            torch.cuda.synchronize()
+            return {"value": encode(out)}
+        from ..tools.bench import cuda_time_us
+
+        M, eps = args
+        x = torch.randn(M, N, device="cuda", dtype=dtype)
+        w = torch.randn(N, device="cuda", dtype=dtype)
+        out = torch.empty_like(x)
+        return {"value": encode(float(cuda_time_us(lambda: fn(x, w, out, eps))))}
+    if op == "check":
+        _, name, hidden, seed, gpu = req
+        c = next(c for c in ex.checks if c.name == name)
+        ctx = Context(ex, answer, hidden, seed)
+        try:
+            with _one_cpu_thread():
+                detail = c.fn(ctx)
+        except ShortcutUsed as e:
+            return {"verdict": "shortcut", "message": e.message, "hint": e.hint}
+        except CheckFailed as e:
+            return {
+                "verdict": "fail",
+                "message": e.message,
+                "expected": e.expected,
+                "seen": e.seen,
+                "hint": e.hint,
+            }
+        except BaseException as e:
+            return {"verdict": "raised", **_raised(e), "hint": hints.diagnose_compile_error(e)}
+        return {"verdict": "pass", "message": str(detail) if detail else ""}
+    raise ValueError(f"unknown request {op!r}")
+
+
+# ---- the grader's side ------------------------------------------------------------------------
+class JudgeAbort(BaseException):
+    """The worker ran past the time limit or died: the exercise fails with ``message``.
+    A BaseException, so that a check's ``except Exception`` does not take it for the learner's
+    error."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind, self.message = kind, message
+
+
+class NeedsTrace(BaseException):
+    """A check handed the answer something only a live DSL trace has (a DSL value)."""
+
+
+class LearnerError(Exception):
+    """An exception raised by the learner's code in the worker, rebuilt from its text."""
+
+
+def _rebuild(reply: dict) -> BaseException:
+    if reply.get("not_implemented"):
+        return NotImplementedError(reply.get("evalue", ""))
+    name = str(reply.get("raised", "Error"))
+    cls = type(name if name.isidentifier() else "Error", (LearnerError,), {})
+    e = cls(str(reply.get("evalue", "")))
+    if reply.get("cause"):
+        cname, _, cval = str(reply["cause"]).partition(": ")
+        ccls = type(cname if cname.isidentifier() else "Error", (LearnerError,), {})
+        e.__cause__ = ccls(cval)
+    return e
+
+
+class _Server:
+    """The grader's handle on its judge server (``_judgeserver``), started on first use."""
+
+    _lock = None
+    _proc = None
+    _ctl = None
+
+    @classmethod
+    def start(cls) -> None:
+        """Start the server now (it imports while the grader does other work)."""
+        import threading
+
+        if cls._lock is None:
+            cls._lock = threading.Lock()
+        with cls._lock:
+            cls._start()
+
+    @classmethod
+    def _start(cls) -> None:
+        import socket
+        import subprocess
+
+        if cls._proc is None or cls._proc.poll() is not None:
+            mine, theirs = socket.socketpair()
+            env = {k: v for k, v in os.environ.items() if not k.startswith("QUACK_EDU_GRAD")}
+            root = str(Path(__file__).resolve().parents[2])
+            env["PYTHONPATH"] = root + (
+                os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+            )
+            env.setdefault("MPLBACKEND", "Agg")
+            # on a GPU each worker imports the DSL itself: whether importing it before a
+            # fork leaves the child a usable CUDA driver is not something to rely on
+            from .._env import MODE
+
+            env.setdefault("QUACK_EDU_JUDGE_PRELOAD", "0" if MODE.gpu else "1")
+            cls._proc = subprocess.Popen(
+                [sys.executable, "-m", "quack_edu.grading._judgeserver", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                env=env,
+                cwd=tempfile.gettempdir(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            theirs.close()
+            cls._ctl = mine
+            cls._ctl_file = mine.makefile("r")
+
+    @classmethod
+    def fork(cls):
+        """A new worker: (its pid, the grader's end of its connection)."""
+        import socket
+        import threading
+        from multiprocessing.connection import Connection
+
+        if cls._lock is None:
+            cls._lock = threading.Lock()
+        with cls._lock:
+            cls._start()
+            a, b = socket.socketpair()
+            socket.send_fds(cls._ctl, [b"fork"], [b.fileno()])
+            b.close()
+            line = cls._ctl_file.readline()
+            if not line:
+                cls._proc = None
+                raise JudgeAbort("died", "the grader's judge server did not start")
+            pid = int(json.loads(line)["pid"])
+        return pid, Connection(a.detach())
+
+
+class Worker:
+    """One learner answer loaded in its own process."""
+
+    def __init__(self, source: str, ex: Exercise, timeout: float):
+        self.source, self.ex, self.timeout = source, ex, timeout
+        self.pid = self.conn = None
+        self.kind = None
+        self.value = None
+        self.load_error: dict | None = None
+        self.traced: list[str] = []
+
+    def __enter__(self):
+        self.pid, self.conn = _Server.fork()
+        self.conn.send_bytes(pickle.dumps((self.source, self.ex.id)))
+        msg = self._receive(self.timeout + 60.0, "loading the answer cell")
+        if msg.get("loaded"):
+            self.kind = msg.get("kind")
+            self.value = msg.get("value")
+        else:
+            self.load_error = msg
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def close(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except OSError:
+                pass
+            self.conn = None
+        self._kill()
+
+    def _kill(self) -> None:
+        import signal
+
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.pid = None
+
+    def _receive(self, timeout: float, what: str) -> dict:
+        try:
+            ready = self.conn.poll(timeout)
+        except (EOFError, OSError):
+            ready = True
+        if not ready:
+            self._kill()
+            raise JudgeAbort(
+                "timeout",
+                f"{what} ran past the time limit of {timeout:g} s (timeout) and was stopped. "
+                f"hint: {self.ex.timeout_hint or hints.TIMEOUT}",
+            )
+        try:
+            data = self.conn.recv_bytes()
+        except (EOFError, OSError):
+            self._kill()
+            raise JudgeAbort(
+                "died",
+                f"{what} crashed the grader's worker process (it exited). hint: {hints.DIED}",
+            ) from None
+        try:
+            msg = json.loads(data)
+            if not isinstance(msg, dict):
+                raise ValueError("not an object")
+        except ValueError as e:
+            raise JudgeAbort("garbled", f"the worker's reply was not data ({e})") from None
+        return msg
+
+    def ask(self, req: tuple, what: str = "the answer") -> dict:
+        try:
+            payload = pickle.dumps(req)
+        except Exception:
+            raise NeedsTrace() from None
+        try:
+            self.conn.send_bytes(payload)
+        except (BrokenPipeError, OSError):
+            self._receive(0, what)  # reports the death
+        return self._receive(self.timeout, what)
+
+    def value_of(self, reply: dict, call: bool = False):
+        """The reply's value, or the learner's exception / shortcut raised here."""
+        if "shortcut" in reply:
+            from .checks import shortcut_failure
+
+            raise shortcut_failure(str(reply["shortcut"]))
+        if "raised" in reply:
+            dsl = str(reply.get("module", "")).startswith("cutlass")
+            if call and dsl and not reply.get("not_implemented"):
+                raise NeedsTrace()  # a DSL call outside the trace the grader had open
+            raise _rebuild(reply)
+        if "unencodable" in reply:
+            if str(reply.get("module", "")).startswith("cutlass"):
+                raise NeedsTrace()
+            raise CheckFailed(
+                f"the answer returned a {reply['unencodable']}, not a number, string, list or "
+                "tensor",
+                hint="return the plain value (a number, a tuple of numbers, a torch tensor)",
+            )
+        return decode(reply.get("value"))
+
+
+class RemoteAnswer:
+    """Stands in for the learner's answer in the grader: a call is made in the worker."""
+
+    def __init__(self, worker: Worker, name: str, source: str):
+        self._worker = worker
+        self.__name__ = name
+        self._judge_source = source
+        self.needs_trace = False
+
+    def __call__(self, *args, **kwargs):
+        if not (_plain_args(args) and _plain_args(kwargs)):
+            self.needs_trace = True
+            raise NeedsTrace()
+        w = self._worker
+        try:
+            return w.value_of(w.ask(("call", args, kwargs), f"calling {self.__name__}"), call=True)
+        except NeedsTrace:
+            self.needs_trace = True
+            raise
+
+    def __repr__(self):
+        return f"<{self.__name__} (in the grader's worker)>"
+
+    def _traced_only(self):
+        self.needs_trace = True
+        raise NeedsTrace()
+
+    # a check that reads the function itself (its source to replay, its cell's other
+    # functions) runs whole in the worker, where the function is
+    __globals__ = property(_traced_only)
+    __wrapped__ = property(_traced_only)
+
+
+class RemoteLauncher:
+    def __init__(self, worker: Worker, ref, N, dtype, config):
+        self.worker, self.key = worker, (ref, N, dtype, config)
+
+    def __call__(self, x, w, out, eps):
+        r = self.worker.ask(("launch", *self.key, (x, w, out, eps)), "launching your kernel")
+        got = self.worker.value_of(r)
+        out.copy_(got.to(out.device))
+
+    def time_us(self, M: int, eps: float) -> float:
+        r = self.worker.ask(("time", *self.key, (M, eps)), "timing your kernel")
+        return float(self.worker.value_of(r))
+
+
+class _Unused:
+    """The piece of a kernel the grader builds only to read its tiling (never traced here)."""
+
+    def __call__(self, *a, **k):
+        raise RuntimeError("the grader's copy of the kernel is not compiled")
+
+
+class JudgeContext(Context):
+    """A check's context in the grader: the answer lives in the worker."""
+
+    def _ref(self, hole):
+        ref = _hole_ref(hole)
+        if ref is None:
+            self.answer.needs_trace = True
+            raise NeedsTrace()
+        return ref
+
+    def call(self, *args, **kwargs):
+        return self.answer(*args, **kwargs)
+
+    def kernel(self, hole, N: int, dtype, config=None):
+        from ..runtime import torch_dtype
+        from ..stages import get_stage
+
+        dtype = torch_dtype(dtype)
+        config = config if config is not None else get_stage(hole.stage).default_config(N, dtype)
+        return hole.build(_Unused())(dtype, N, config, dtype)
+
+    def report(self, hole, N: int, dtype="bf16", config=None, sass=False):
+        from ..tools.inspect import CompileReport, _torch_of
+        from .checks import _dtype_key
+
+        key = ("report", hole, N, _dtype_key(dtype), config, sass)
+        if key not in self.cache:
+            ref = self._ref(hole)
+            kernel = self.kernel(hole, N, dtype, config)
+            stage = f"{hole.stage}+{self.exercise.id}"
+            w = self.answer._worker
+            got = w.value_of(
+                w.ask(("report", ref, N, dtype, config, sass, stage), "compiling your kernel")
+            )
+            if not isinstance(got, dict) or not isinstance(got.get("ptx"), str):
+                raise CheckFailed("the worker sent no PTX back")
+            self.cache[key] = CompileReport(
+                stage=stage,
+                N=kernel.N,
+                dtype=_torch_of(kernel.dtype),
+                config=kernel.config,
+                M=4096,
+                ptx=got["ptx"],
+                sass=got.get("sass"),
+                registers=int(got["registers"]),
+                stack_bytes=int(got["stack_bytes"]),
+                spill_store_bytes=int(got["spill_store_bytes"]),
+                spill_load_bytes=int(got["spill_load_bytes"]),
+                launch=kernel.launch_shape(4096),
+                ptxas_log=str(got.get("ptxas_log") or ""),
+            )
+        return self.cache[key]
+
+    def launcher(self, hole, N: int, dtype, config=None):
+        from ..runtime import torch_dtype
+        from .checks import _dtype_key
+
+        key = ("launch", hole, N, _dtype_key(dtype), config)
+        if key not in self.cache:
+            kernel = self.kernel(hole, N, dtype, config)
+            worker = self.answer._worker
+            launch = RemoteLauncher(worker, self._ref(hole), N, torch_dtype(dtype), config)
+            self.cache[key] = (kernel, launch)
+        return self.cache[key]
+
+
+def _subseed(seed: int, ex_id: str, name: str) -> int:
+    return random.Random(f"{seed}:{ex_id}:{name}:worker").getrandbits(31)
+
+
+def _in_worker(worker: Worker, c: Check, ctx: Context, gpu: bool):
+    worker.traced.append(c.name)
+    r = worker.ask(
+        ("check", c.name, ctx.hidden, _subseed(ctx.seed, ctx.exercise.id, c.name), gpu),
+        f"the check '{c.name}'",
+    )
+    verdict = r.get("verdict")
+    if verdict == "pass":
+        return str(r.get("message") or "")
+    if verdict == "shortcut":
+        raise ShortcutUsed(str(r.get("message", "")), hint=r.get("hint"))
+    if verdict == "fail":
+        s = lambda k: None if r.get(k) is None else str(r[k])  # noqa: E731
+        raise CheckFailed(
+            str(r.get("message", "")), expected=s("expected"), seen=s("seen"), hint=s("hint")
+        )
+    if verdict == "raised":
+        if r.get("not_implemented"):
+            raise NotImplementedError()
+        raise CheckFailed(f"raised {r.get('short') or r.get('raised')}", hint=r.get("hint"))
+    raise CheckFailed("the worker sent no verdict back")
+
+
+def _judged_checks(ex: Exercise, worker: Worker, answer, gpu: bool) -> Exercise:
+    """``ex`` with each check run here, falling back to the worker for a check that traces."""
+
+    def wrap(c: Check) -> Check:
+        def fn(ctx):
+            if not isinstance(answer, RemoteAnswer):
+                if worker.kind == "object":  # an object only the worker can hold
+                    return _in_worker(worker, c, ctx, gpu)
+                return c.fn(ctx)  # plain data, here
+            answer.needs_trace = False
+            try:
+                out = c.fn(ctx)
+            except NeedsTrace:
+                return _in_worker(worker, c, ctx, gpu)
+            except JudgeAbort:
+                raise
+            except BaseException:
+                if answer.needs_trace:
+                    return _in_worker(worker, c, ctx, gpu)
+                raise
+            if answer.needs_trace:
+                return _in_worker(worker, c, ctx, gpu)
+            return out
+
+        return dataclasses.replace(c, fn=fn)
+
+    return dataclasses.replace(ex, checks=[wrap(c) for c in ex.checks])
+
+
+def _blank(ex: Exercise, hidden: bool, gpu: bool) -> ExerciseResult:
+    return run_exercise(ex, MISSING, hidden=hidden, gpu=gpu)
+
+
+def judge_exercise(
+    ex: Exercise,
+    source: str | None,
+    *,
+    hidden: bool = True,
+    seed: int | None = None,
+    gpu: bool | None = None,
+    timeout: float = 120.0,
+    screened: bool = True,
+) -> ExerciseResult:
+    """Grade ``ex`` on the answer cell ``source`` (None: the cell is missing), judged here."""
+    from .._env import MODE
+
+    gpu = MODE.gpu if gpu is None else gpu
+    seed = random.SystemRandom().getrandbits(31) if seed is None else int(seed)
+    t0 = time.perf_counter()
+    if source is None:
+        return _blank(ex, hidden, gpu)
+    flags = screen(source, ex) if screened else []
+    if flags:
+        res = _blank(ex, hidden, gpu)
+        res.forced_status = FAIL
+        res.forced_message = (
+            "flagged: the answer cell " + "; ".join(flags) + ". An answer computes from its "
+            "inputs with torch, math and the DSL; it does not reach the grader, the process, "
+            "files or the library's own implementation."
+        )
+        return res
+    try:
+        with Worker(source, ex, timeout) as worker:
+            if worker.load_error is not None:
+                res = _blank(ex, hidden, gpu)
+                err = worker.load_error
+                if err.get("not_implemented"):
+                    res.forced_status = NOT_ATTEMPTED
+                    res.forced_message = (
+                        "not attempted: the exercise cell raises NotImplementedError"
+                    )
+                else:
+                    res.forced_status = FAIL
+                    res.forced_message = (
+                        f"the exercise cell must run cleanly: it raised {err.get('short')}"
+                    )
+                    rule = hints.diagnose_compile_text(f"{err.get('raised')}: {err.get('evalue')}")
+                    if rule:
+                        res.forced_message += f" ({rule})"
+                return res
+            if worker.kind == "missing":
+                return _blank(ex, hidden, gpu)
+            if worker.kind == "value":
+                answer = decode(worker.value)
+            elif worker.kind == "callable":
+                answer = RemoteAnswer(worker, ex.answer, source)
+            else:
+                answer = object()  # only the worker holds it: every check runs there
+            judged = _judged_checks(ex, worker, answer, gpu)
+            res = run_exercise(
+                judged, answer, hidden=hidden, seed=seed, gpu=gpu, context=JudgeContext
+            )
+            res.judged_in_worker = list(dict.fromkeys(worker.traced))
+    except JudgeAbort as e:
+        res = _blank(ex, hidden, gpu)
+        res.forced_status = FAIL
+        res.forced_message = e.message
+    res.seconds = time.perf_counter() - t0
+    return res

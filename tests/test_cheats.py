@@ -1,0 +1,325 @@
+"""The cheat suite: known ways to game a same-process autograder, each of which must score 0 or
+be flagged (kept with the mutants: a mutant is an honest mistake, a cheat a dishonest answer).
+
+Answer-cell cheats are judged on their own (``judge.judge_exercise``, a second or so each): the
+screen flags them, and, with the screen off, the process boundary alone still scores them 0
+(the grader's checks never run where the learner's code ran). Cheats that live in the
+notebook's other cells run in one graded notebook (``cheat_notebook``), shared with the class
+test (``tests/test_class_grade.py``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from quack_edu.grading import get
+from quack_edu.grading.judge import judge_exercise, screen
+from quack_edu.grading.notebook import find_cell, read, solutions_dir
+
+LESSON = "00_setup_and_roofline"
+WRONG = "def bytes_moved(M, N, dtype):\n    return 0\n"
+
+#: the seven lines of the issue, placed in an answer cell with a wrong answer
+PATCH_RUN_EXERCISE = (
+    "import quack_edu.grading as _g\n"
+    "_orig = _g.run_exercise\n"
+    "def _pass(ex, answer, **kw):\n"
+    "    r = _orig(ex, answer, **kw)\n"
+    "    for c in r.checks:\n"
+    '        c.status = "pass"; c.shortcut = False\n'
+    "    return r\n"
+    "_g.run_exercise = _pass\n"
+)
+
+
+def solution(ex_id: str) -> str:
+    ex = get(ex_id)
+    return find_cell(read(solutions_dir() / f"{ex.lesson}.ipynb"), ex.cell_id).source
+
+
+#: (name, exercise, answer cell): each a cheat in the answer cell itself
+ANSWER_CELL_CHEATS = [
+    ("the seven-line run_exercise patch", "00.bytes_moved", PATCH_RUN_EXERCISE + WRONG),
+    (
+        "patching check and _record",
+        "00.bytes_moved",
+        "import quack_edu.grading as g\n"
+        "g.check = lambda *a, **k: None\n"
+        "g._record = lambda *a, **k: None\n"
+        "from quack_edu.grading import checks as C\n"
+        "C._run_checks = lambda *a, **k: None\n" + WRONG,
+    ),
+    (
+        "an answer that compares equal to anything",
+        "00.bytes_moved",
+        "class Anything(int):\n"
+        "    def __eq__(self, other):\n        return True\n"
+        "    def __float__(self):\n        return 1.0\n\n"
+        "def bytes_moved(M, N, dtype):\n    return Anything(0)\n",
+    ),
+    (
+        "reading the seed and the solutions from the environment and disk",
+        "00.bytes_moved",
+        "import os, json, pathlib\n"
+        "seed = os.environ.get('QUACK_EDU_GRADE_SEED')\n"
+        "nb = pathlib.Path(quack_edu.__file__).parents[1] / 'solutions' / "
+        "'00_setup_and_roofline.ipynb'\n"
+        "cells = json.loads(nb.read_text())['cells']\n"
+        "src = next(''.join(c['source']) for c in cells if 'def bytes_moved' in ''.join("
+        "c['source']))\n"
+        "exec(src)\n",
+    ),
+    (
+        "importing the library's reference as the answer",
+        "00.eager_rmsnorm",
+        "from quack_edu.reference import rmsnorm_ref as eager_rmsnorm\n",
+    ),
+    (
+        "the library's own kernel under another name",
+        "00.eager_rmsnorm",
+        "def eager_rmsnorm(x, w, eps=1e-6):\n    return quack_edu.rmsnorm.rmsnorm_fwd(x, w, eps)\n",
+    ),
+    (
+        "F.rms_norm as the answer",
+        "00.eager_rmsnorm",
+        "import torch.nn.functional as F\n\n"
+        "def eager_rmsnorm(x, w, eps=1e-6):\n"
+        "    return F.rms_norm(x, (x.shape[-1],), w, eps)\n",
+    ),
+    (
+        "the stage's own helper as the answer",
+        "02.warp_reduce",
+        "from quack_edu.primitives.reduce import warp_reduce\n\n"
+        "def warp_reduce_sum(val, width=32):\n"
+        "    return warp_reduce(val, lambda a, b: a + b, width)\n",
+    ),
+    (
+        "the stage's own helper: its kernel as the whole-kernel answer",
+        "02.warp_kernel",
+        "from quack_edu.primitives import copy as copy_utils\n"
+        "from quack_edu.stages.warp import WarpRMSNorm\n\n"
+        "warp_kernel = WarpRMSNorm.kernel\n",
+    ),
+    (
+        "QuACK as the answer",
+        "00.eager_rmsnorm",
+        "from quack.rmsnorm import rmsnorm as eager_rmsnorm\n",
+    ),
+    (
+        "deleting the check functions",
+        "00.bytes_moved",
+        "import quack_edu.grading\ndel quack_edu.grading.check\n" + WRONG,
+    ),
+    (
+        "hiding tracebacks and output",
+        "00.bytes_moved",
+        "import sys, io\nsys.stdout = io.StringIO()\nsys.stderr = sys.stdout\n"
+        "get_ipython().showtraceback = lambda *a, **k: None\n" + WRONG,
+    ),
+    (
+        "exiting the process",
+        "00.bytes_moved",
+        "import os\n" + WRONG + "os._exit(0)\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "name,ex_id,source", ANSWER_CELL_CHEATS, ids=[c[0] for c in ANSWER_CELL_CHEATS]
+)
+def test_answer_cell_cheat_is_flagged_and_scores_zero(name, ex_id, source):
+    ex = get(ex_id)
+    res = judge_exercise(ex, source, seed=1, timeout=60)
+    shortcut = any(c.shortcut for c in res.checks)  # a library RMSNorm, caught as before
+    assert res.score == 0 and (res.flagged or shortcut), res.table()
+    assert bool(screen(source, ex)) == res.flagged
+
+
+#: the same cheats judged with the screen off: the process boundary alone scores them 0. Not
+#: these: reading the solutions off the disk and calling the stage's own helper work in any
+#: process that can read the package (the screen is what stops them); hiding the output and
+#: QuACK fail to load there (no IPython, no quack)
+SCREEN_ONLY = ("reading", "stage's own helper", "hiding", "QuACK")
+UNSCREENED = [c for c in ANSWER_CELL_CHEATS if not any(w in c[0] for w in SCREEN_ONLY)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,ex_id,source", UNSCREENED, ids=[c[0] for c in UNSCREENED])
+def test_answer_cell_cheat_scores_zero_without_the_screen(name, ex_id, source):
+    res = judge_exercise(get(ex_id), source, seed=1, timeout=60, screened=False)
+    assert res.score == 0, res.table()
+    assert res.status in ("fail", "not attempted"), res.table()
+
+
+def test_reading_the_seed_finds_nothing_in_the_worker():
+    # an answer right only where the grading environment leaks (a seed or results log in the
+    # environment, files in its working directory) scores 0; its mirror image passes (so it
+    # did run)
+    def src(cond):
+        return (
+            "import os\n"
+            "def bytes_moved(M, N, dtype):\n"
+            "    leaked = [k for k in os.environ if k.startswith('QUACK_EDU_GRAD')]\n"
+            "    leaked += os.listdir('.')\n"
+            "    size = torch.tensor([], dtype=dtype).element_size()\n"
+            f"    return (2 * M * N * size + N * size) if {cond} else 0\n"
+        )
+
+    ex = get("00.bytes_moved")
+    assert judge_exercise(ex, src("leaked"), seed=1, timeout=60, screened=False).score == 0
+    assert judge_exercise(ex, src("not leaked"), seed=1, timeout=60, screened=False).score == 1
+
+
+def test_an_object_that_equals_anything_cannot_cross_back():
+    src = (
+        "class Anything:\n"
+        "    def __eq__(self, other):\n        return True\n"
+        "    def __float__(self):\n        return 0.0\n\n"
+        "def bytes_moved(M, N, dtype):\n    return Anything()\n"
+    )
+    res = judge_exercise(get("00.bytes_moved"), src, seed=1, timeout=60, screened=False)
+    assert res.score == 0
+    assert "not a number" in " ".join(res.failures), res.table()
+
+
+def test_a_hang_and_a_crash_in_the_worker_are_reported():
+    hang = "def bytes_moved(M, N, dtype):\n    while True:\n        pass\n"
+    res = judge_exercise(get("00.bytes_moved"), hang, seed=1, timeout=3)
+    assert res.score == 0 and "timeout" in res.failures[0], res.table()
+    crash = "import os\ndef bytes_moved(M, N, dtype):\n    os._exit(3)\n"
+    res = judge_exercise(get("00.bytes_moved"), crash, seed=1, timeout=30, screened=False)
+    assert res.score == 0 and "crashed" in res.failures[0], res.table()
+
+
+def test_solutions_and_blanks_judged_outside_the_learners_process():
+    # every lesson-00 solution scores full judged by the worker, each blank 0; a mutant fails
+    # with its hint (the same hints as in-process: tests/test_grading_exercises.py)
+    from quack_edu.grading import all_exercises
+    from quack_edu.grading.notebook import notebooks_dir
+
+    student = read(notebooks_dir() / f"{LESSON}.ipynb")
+    for ex in all_exercises(LESSON):
+        good = judge_exercise(ex, solution(ex.id), seed=3, timeout=60)
+        assert good.status == "pass" and good.score == good.max_score, good.table()
+        blank = judge_exercise(ex, find_cell(student, ex.cell_id).source, seed=3, timeout=60)
+        assert blank.status == "not attempted" and blank.score == 0, blank.table()
+    ex = get("00.bytes_moved")
+    m = ex.mutants[0]
+    bad = judge_exercise(ex, m.apply(solution(ex.id)), seed=3, timeout=60)
+    assert bad.score == 0 and m.hint in " ".join(bad.failures), bad.table()
+
+
+def test_metadata_claiming_another_lesson_is_flagged(tmp_path):
+    from quack_edu.grading.notebook import grade_notebook, write
+
+    nb = read(solutions_dir() / f"{LESSON}.ipynb")
+    nb.metadata["quack_edu"]["lesson"] = "01_naive"
+    path = tmp_path / "01_naive.ipynb"
+    write(nb, path)
+    res = grade_notebook(path, only="00.bytes_moved", seed=1, timeout=60)
+    assert res.lesson == LESSON and res.flags and "01_naive" in res.flags[0]
+    # handed in as lesson 01: graded as lesson 01 (no answer there) and flagged
+    res = grade_notebook(path, lesson="01_naive", only="01.rstd", seed=1, timeout=60)
+    assert res.score == 0 and any("not '01_naive'" in f for f in res.flags), res.flags
+
+
+# ---- cheats in the notebook's other cells (graded in tests/test_class_grade.py) ----------------
+#: cells a learner adds after the first code cell, each a cheat on the learner's own kernel
+KERNEL_CHEATS = {
+    "the seven-line run_exercise patch": PATCH_RUN_EXERCISE,
+    "patching check, _record and the result's score": (
+        "import quack_edu.grading as g\n"
+        "from quack_edu.grading import report\n"
+        "g.check = lambda *a, **k: print('pass')\n"
+        "g._record = lambda *a, **k: None\n"
+        "report.ExerciseResult.score = property(lambda self: self.max_score)\n"
+    ),
+    "appending to the results log": (
+        "import glob, json, os, tempfile\n"
+        "rec = {'exercise': '00.bytes_moved', 'result': {'id': '00.bytes_moved', 'title': '',"
+        " 'lesson': '00_setup_and_roofline', 'points': {'compile': 1}, 'checks': []}}\n"
+        "logs = [v for k, v in os.environ.items() if 'LOG' in k and os.path.isfile(v)]\n"
+        "logs += glob.glob(tempfile.gettempdir() + '/quack_edu_grade_*/*.jsonl')\n"
+        "for p in logs:\n"
+        "    with open(p, 'a') as f:\n"
+        "        f.write(json.dumps(rec) + '\\n')\n"
+    ),
+    "reading the seed and the solutions' path from the environment": (
+        "import os\n"
+        "leaks = [k for k in os.environ if 'SEED' in k or 'HIDDEN' in k or 'GRADE_LOG' in k]\n"
+        "leaks += [v for v in os.environ.values() if 'solutions' in v]\n"
+        "if leaks:\n"
+        "    raise RuntimeError(f'grading secrets leaked into the kernel: {leaks}')\n"
+    ),
+    "hiding tracebacks and output": (
+        "try:\n"
+        "    get_ipython().showtraceback = lambda *a, **k: None\n"
+        "except NameError:\n"
+        "    pass\n"
+    ),
+}
+#: the last cell: fails (a cell problem the test looks for) if a cheat did not take effect
+CHEATS_AUDIT = (
+    "import quack_edu.grading as g\n"
+    "if g.run_exercise is not _pass or g.check('00.bytes_moved', None) is not None:\n"
+    "    raise RuntimeError('a cheat did not take effect in the kernel')\n"
+)
+#: redefining a check cell's names after it ran: the right eager_rmsnorm and a silent check
+REDEFINE_AFTER_CHECK = (
+    "def eager_rmsnorm(x, w, eps=1e-6):\n"
+    "    xf = x.float()\n"
+    "    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w).to(x.dtype)\n"
+    "check = lambda *a, **k: None\n"
+)
+#: exiting the process from a check cell: check redefined to end the kernel
+EXIT_IN_CHECK = "import os\ncheck = lambda *a, **k: os._exit(0)\n"
+
+
+def cheat_notebook():
+    """Lesson 00's student copy with the kernel cheats: wrong or blank answers (0 points
+    honestly; the first one with the seven-line patch), the cheats above, eager_rmsnorm
+    redefined after its check, and the last exercise answered right but its check cell made
+    to end the kernel."""
+    from quack_edu.grading.notebook import notebooks_dir
+
+    nb = read(notebooks_dir() / f"{LESSON}.ipynb")
+    v4 = _v4()
+    first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    for k, src in enumerate(KERNEL_CHEATS.values()):
+        nb.cells.insert(first + 1 + k, v4.new_code_cell(src))
+    # the seven lines in an answer cell too: flagged (and they would patch only the worker)
+    find_cell(nb, get("00.bytes_moved").cell_id).source = PATCH_RUN_EXERCISE + WRONG
+    find_cell(
+        nb, get("00.eager_rmsnorm").cell_id
+    ).source = "def eager_rmsnorm(x, w, eps=1e-6):\n    return x\n"
+    at = nb.cells.index(find_cell(nb, get("00.eager_rmsnorm").test_cell_id))
+    nb.cells.insert(at + 1, v4.new_code_cell(REDEFINE_AFTER_CHECK))
+    find_cell(nb, get("00.eager_bytes").cell_id).source = solution("00.eager_bytes")
+    at = nb.cells.index(find_cell(nb, get("00.eager_bytes").test_cell_id))
+    nb.cells.insert(at, v4.new_code_cell(EXIT_IN_CHECK))
+    nb.cells.append(v4.new_code_cell(CHEATS_AUDIT))
+    return nb
+
+
+def _v4():
+    from quack_edu.grading.notebook import nbformat
+
+    return nbformat.v4
+
+
+@pytest.mark.gpu
+def test_gpu_tier_judged_outside_the_learners_process():
+    # on a Hopper GPU: each exercise with GPU points passes both tiers judged by the worker
+    # (values and timings come back as data), its blank scores 0, and a GPU mutant fails
+    from quack_edu.grading import GPU, all_exercises
+    from quack_edu.grading.notebook import notebooks_dir
+
+    for ex in [e for e in all_exercises() if e.points.get(GPU)]:
+        good = judge_exercise(ex, solution(ex.id), seed=7, timeout=300, gpu=True)
+        assert good.status == "pass" and good.score == good.max_score, good.table()
+        student = read(notebooks_dir() / f"{ex.lesson}.ipynb")
+        blank = judge_exercise(ex, find_cell(student, ex.cell_id).source, seed=7, gpu=True)
+        assert blank.score == 0, blank.table()
+        for m in [m for m in ex.mutants if GPU in m.tiers][:1]:
+            bad = judge_exercise(ex, m.apply(solution(ex.id)), seed=7, timeout=300, gpu=True)
+            assert bad.tiers()[GPU]["score"] == 0, bad.table()

@@ -1,0 +1,113 @@
+"""`quack-edu grade FOLDER`: a small class of lesson-00 submissions (a solution, a blank, a
+mutant handed in late, a notebook of cheats, a student who handed nothing in) graded with
+``-j 2`` to a CSV gradebook and one feedback file each; a re-run grades nothing new. The one
+class run is checked in several ways by one test, and its cheat notebook is the cheat
+suite's notebook-level half (tests/test_cheats.py): the kernel cheats in cells of their own,
+and the seven-line patch in an answer cell (flagged)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import time
+from datetime import datetime, timedelta
+
+import pytest
+from test_cheats import LESSON, cheat_notebook, solution
+
+from quack_edu.grading import get
+from quack_edu.grading.cli import grade_main
+from quack_edu.grading.notebook import find_cell, notebooks_dir, read, solutions_dir, write
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_class_graded_to_a_gradebook(tmp_path, capsys):
+    # one test, not several sharing a module fixture: pytest-xdist would grade the class once
+    # in every worker that took one of them
+    graded = _grade_class(tmp_path)
+    _gradebook_rows(graded)
+    _kernel_cheats_ran_and_scored_nothing(graded)
+    _one_feedback_file_per_student_with_hints_and_no_hidden_source(graded)
+    _a_rerun_grades_nothing_new_unless_forced(graded, capsys)
+
+
+def _grade_class(root):
+    subs = root / "submissions"
+    write(read(solutions_dir() / f"{LESSON}.ipynb"), subs / "ana" / f"{LESSON}.ipynb")
+    write(read(notebooks_dir() / f"{LESSON}.ipynb"), subs / "ben.ipynb")
+    mutant = read(solutions_dir() / f"{LESSON}.ipynb")
+    ex = get("00.bytes_moved")
+    cell = find_cell(mutant, ex.cell_id)
+    cell.source = ex.mutants[0].apply(solution(ex.id))
+    late = subs / f"cat_{LESSON}.ipynb"
+    write(mutant, late)
+    write(cheat_notebook(), subs / "dan" / "my_work.ipynb")
+    deadline = datetime.now() - timedelta(hours=1)
+    stamp = time.time() - 3 * 3600
+    for p in subs.rglob("*.ipynb"):
+        os.utime(p, (stamp, stamp))  # on time, but cat's, written after the deadline
+    roster = root / "roster.txt"
+    roster.write_text("ana\nben\ncat\ndan\nfay\n")
+    out = root / "grades"
+    args = [str(subs), "--lesson", LESSON, "--out", str(out), "-j", "2", "--timeout", "60"]
+    args += ["--roster", str(roster), "--deadline", deadline.isoformat(timespec="minutes")]
+    os.utime(late, None)
+    assert grade_main(args) == 0
+    rows = {r["student"]: r for r in csv.DictReader(open(out / "gradebook.csv"))}
+    return dict(out=out, subs=subs, rows=rows, args=args)
+
+
+def _gradebook_rows(graded):
+    rows = graded["rows"]
+    assert sorted(rows) == ["ana", "ben", "cat", "dan", "fay"]
+    ids = ["00.bytes_moved", "00.roofline_time_us", "00.eager_rmsnorm", "00.eager_bytes"]
+    got = {s: [r[f"{i} compile"] for i in ids] for s, r in rows.items()}
+    assert got["ana"] == ["1", "1", "1", "1"]
+    assert got["ben"] == ["0", "0", "0", "0"]
+    assert got["cat"] == ["0", "1", "1", "1"]  # the mutant: bytes_moved only
+    assert got["dan"] == ["0", "0", "0", "0"]  # every cheat
+    scores = [rows[s]["score"] for s in ("ana", "ben", "cat", "dan", "fay")]
+    assert scores == ["4", "0", "3", "0", "0"]
+    assert rows["ana"]["max_score"] == "4" and rows["ana"]["status"] == "graded"
+    assert rows["fay"]["status"] == "missing"
+    assert rows["cat"]["late"] == "yes" and rows["ana"]["late"] == "no"
+    assert rows["dan"]["flagged"] == "yes" and "00.bytes_moved: flagged" in rows["dan"]["flags"]
+    assert rows["ana"]["flagged"] == "no" and rows["cat"]["flagged"] == "no"
+
+
+def _kernel_cheats_ran_and_scored_nothing(graded):
+    import json
+
+    rec = json.loads((graded["out"] / "results" / "dan" / f"{LESSON}.json").read_text())
+    nb = rec["result"]
+    problems = " ".join(nb["problems"])
+    # every cheat cell ran cleanly and took effect in the kernel (the audit cell did not raise)
+    assert "leaked" not in problems and "did not take effect" not in problems, problems
+    ex = {e["id"]: e for e in nb["exercises"]}
+    assert "crashed" in ex["00.eager_bytes"]["failures"][0]  # check redefined to exit
+    assert nb["score"] == 0
+
+
+def _one_feedback_file_per_student_with_hints_and_no_hidden_source(graded):
+    fb = graded["out"] / "feedback"
+    files = sorted(p.relative_to(fb).as_posix() for p in fb.rglob("*.txt"))
+    assert files == [f"{s}/{LESSON}.txt" for s in ("ana", "ben", "cat", "dan")]
+    cat = (fb / "cat" / f"{LESSON}.txt").read_text()
+    ex = get("00.bytes_moved")
+    assert ex.mutants[0].hint in " ".join(cat.split())  # the hint, whole
+    assert "submitted late" in cat
+    for p in fb.rglob("*.txt"):
+        text = p.read_text()
+        assert "BEGIN HIDDEN" not in text and "check(" not in text
+
+
+def _a_rerun_grades_nothing_new_unless_forced(graded, capsys):
+    capsys.readouterr()
+    assert grade_main(graded["args"]) == 0
+    out = capsys.readouterr().out
+    assert "0 graded, 4 already graded" in out, out
+    # --force grades again (one exercise, judged without running the notebooks: fast)
+    args = [*graded["args"], "--force", "--only", "00.bytes_moved", "-j", "1"]
+    assert grade_main(args) == 0
+    assert "4 graded" in capsys.readouterr().out

@@ -1,0 +1,107 @@
+"""Units of the judge and the report, no notebook run: the screen passes every solution and
+mutant (honest answers are never flagged), the plain-data codec keeps data and nothing else,
+and the report prints hints whole (wrapped, never clipped)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from quack_edu.grading import all_exercises
+from quack_edu.grading.judge import Unencodable, decode, encode, screen
+from quack_edu.grading.notebook import find_cell, read, solutions_dir
+from quack_edu.grading.report import CheckResult, ExerciseResult, NotebookResult
+
+
+def test_no_solution_or_mutant_is_flagged():
+    for ex in all_exercises():
+        src = find_cell(read(solutions_dir() / f"{ex.lesson}.ipynb"), ex.cell_id).source
+        assert screen(src, ex) == [], ex.id
+        for m in ex.mutants:
+            assert screen(m.apply(src), ex) == [], (ex.id, m.name)
+
+
+def _with(ex_id: str, *lines: str) -> str:
+    from quack_edu.grading import get
+
+    ex = get(ex_id)
+    src = find_cell(read(solutions_dir() / f"{ex.lesson}.ipynb"), ex.cell_id).source
+    return "\n".join(lines) + "\n" + src
+
+
+@pytest.mark.parametrize(
+    "ex_id,lines,why",
+    [
+        # a module given to one exercise is not given to another
+        ("02.warp_kernel", ["from quack_edu.primitives import reduce as r"], "imports reduce"),
+        ("03.block_kernel", ["from quack_edu.primitives.reduce import row_reduce"], "row_reduce"),
+        # a given module's helpers that are not given: the reductions the learner writes
+        ("04.cluster_kernel", ["f = reduce_utils.cluster_reduce"], "reduce_utils.cluster_reduce"),
+        ("04.cluster_kernel", ["from quack_edu.primitives.reduce import row_reduce"], "row_red"),
+        # a module reached through a given one, or the given module passed around
+        ("02.warp_kernel", ["c = copy_utils.cute"], "copy_utils.cute"),
+        ("02.warp_kernel", ["m = copy_utils"], "other than to call"),
+        ("02.warp_kernel", ["import quack_edu.primitives.copy"], "library's own"),
+        # the stage's own kernel, which is the answer
+        ("02.warp_kernel", ["from quack_edu.stages.warp import WarpRMSNorm"], "WarpRMSNorm"),
+        ("04.cluster_kernel", ["import quack_edu.stages.cluster as s"], "stages.cluster"),
+        ("03.block_kernel", ["k = super(type(self), self).kernel"], "super"),
+    ],
+)
+def test_given_helpers_only(ex_id, lines, why):
+    # the whole-kernel exercises hand the learner the library's copy (and, in lesson 04,
+    # reduction-buffer) helpers: those are allowed in their answer cells, nothing else is
+    from quack_edu.grading import get
+
+    flags = screen(_with(ex_id, *lines), get(ex_id))
+    assert any(why in f for f in flags), flags
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        3,
+        -(2**70),
+        1.5e-300,
+        float("inf"),
+        "text",
+        (1, [2.0, "x"], {"k": None}),
+        torch.bfloat16,
+        torch.arange(12, dtype=torch.float32).reshape(3, 4).to(torch.bfloat16),
+        torch.empty(0, 5, dtype=torch.float16),
+    ],
+)
+def test_plain_data_round_trips(value):
+    back = decode(encode(value))
+    if isinstance(value, torch.Tensor):
+        assert back.dtype == value.dtype and back.shape == value.shape
+        assert torch.equal(back, value)
+    else:
+        assert back == value and type(back) is type(value)
+
+
+def test_only_data_crosses():
+    class Anything(float):
+        def __eq__(self, other):
+            return True
+
+    assert type(decode(encode(Anything(2.0)))) is float  # the number, not the object
+    with pytest.raises(Unencodable):
+        encode(object())
+    with pytest.raises(ValueError):
+        decode({"t": "tensor", "dtype": "float32", "shape": [4], "data": ""})  # short bytes
+    with pytest.raises(ValueError):
+        decode({"t": "dtype", "v": "Tensor"})  # not a dtype
+
+
+def test_hints_are_printed_whole():
+    hint = "a hint " + " ".join(f"word{i}" for i in range(60)) + " the-end"
+    c = CheckResult("values", "compile", "fail", message="m " * 40, hint=hint)
+    ex = ExerciseResult("00.x", "title", "00_x", {"compile": 1}, checks=[c])
+    nb = NotebookResult("nb.ipynb", "00_x", exercises=[ex])
+    for text in (ex.table(width=70), nb.table(width=70)):
+        assert "…" not in text
+        assert "the-end" in text and all(f"word{i}" in text for i in range(60))
+        assert max(len(line) for line in text.splitlines()) <= 80, text
