@@ -307,19 +307,26 @@ def _v4():
     return nbformat.v4
 
 
+def _gpu_exercise_ids() -> list[str]:
+    from quack_edu.grading import GPU, all_exercises
+
+    return [e.id for e in all_exercises() if e.points.get(GPU)]
+
+
 @pytest.mark.gpu
-def test_gpu_tier_judged_outside_the_learners_process():
+@pytest.mark.parametrize("ex_id", _gpu_exercise_ids())
+def test_gpu_tier_judged_outside_the_learners_process(ex_id):
     # on a Hopper GPU: each exercise with GPU points passes both tiers judged by the worker
     # (values and timings come back as data), its blank scores 0, and a GPU mutant fails
-    from quack_edu.grading import GPU, all_exercises
+    from quack_edu.grading import GPU
     from quack_edu.grading.notebook import notebooks_dir
 
-    for ex in [e for e in all_exercises() if e.points.get(GPU)]:
-        good = judge_exercise(ex, solution(ex.id), seed=7, timeout=300, gpu=True)
-        assert good.status == "pass" and good.score == good.max_score, good.table()
-        student = read(notebooks_dir() / f"{ex.lesson}.ipynb")
-        blank = judge_exercise(ex, find_cell(student, ex.cell_id).source, seed=7, gpu=True)
-        assert blank.score == 0, blank.table()
-        for m in [m for m in ex.mutants if GPU in m.tiers][:1]:
-            bad = judge_exercise(ex, m.apply(solution(ex.id)), seed=7, timeout=300, gpu=True)
-            assert bad.tiers()[GPU]["score"] == 0, bad.table()
+    ex = get(ex_id)
+    good = judge_exercise(ex, solution(ex.id), seed=7, timeout=300, gpu=True)
+    assert good.status == "pass" and good.score == good.max_score, good.table()
+    student = read(notebooks_dir() / f"{ex.lesson}.ipynb")
+    blank = judge_exercise(ex, find_cell(student, ex.cell_id).source, seed=7, gpu=True)
+    assert blank.score == 0, blank.table()
+    for m in [m for m in ex.mutants if GPU in m.tiers][:1]:
+        bad = judge_exercise(ex, m.apply(solution(ex.id)), seed=7, timeout=300, gpu=True)
+        assert bad.tiers()[GPU]["score"] == 0, bad.table()

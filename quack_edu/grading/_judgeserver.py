@@ -1,8 +1,10 @@
 """The judge's fork server: one per grading process, started before any learner code exists.
 
-    python -m quack_edu.grading._judgeserver CONTROL_FD
+    python quack_edu/grading/_judgeserver.py CONTROL_FD
 
-It imports torch, CuTe DSL and the grader once, then waits on a Unix socket for requests from
+It is started as a file, not with ``-m``, so that importing it does not import ``quack_edu``
+(whose GPU detection initialises CUDA: a process that forks must not have done that). It
+imports what ``QUACK_EDU_JUDGE_PRELOAD`` names once, then waits on a Unix socket for requests from
 the grader (``judge._Server``): each request carries one end of a new socket pair, and the
 server forks a worker (``judge._worker``) that talks to the grader over it. A worker is a fresh
 copy of this process, so the learner's code it loads has never run anywhere the grader reads
@@ -22,17 +24,21 @@ import sys
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ctl = socket.socket(fileno=int(argv[0]))
-    if os.environ.get("QUACK_EDU_JUDGE_PRELOAD", "1") != "0":
-        # quack_edu first: it pins the DSL's target to sm_90a before cutlass is imported
-        import quack_edu  # noqa: F401, I001
-        import cutlass  # noqa: F401
-        import cutlass.cute  # noqa: F401
+    preload = os.environ.get("QUACK_EDU_JUDGE_PRELOAD", "all")
+    if preload in ("all", "dsl", "torch"):
         import matplotlib
+        import numpy  # noqa: F401
         import torch  # noqa: F401
 
         matplotlib.use("Agg")
-        from . import judge, notebook  # noqa: F401
-        from .registry import all_exercises
+    if preload == "all":  # quack_edu first: it pins the DSL's target to sm_90a without a Hopper
+        import quack_edu  # noqa: F401
+    if preload in ("all", "dsl"):
+        import cutlass  # noqa: F401
+        import cutlass.cute  # noqa: F401
+    if preload == "all":
+        from quack_edu.grading import judge, notebook  # noqa: F401
+        from quack_edu.grading.registry import all_exercises
 
         all_exercises()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped by the kernel
@@ -51,7 +57,7 @@ def main(argv=None) -> int:
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 from multiprocessing.connection import Connection
 
-                from .judge import _worker
+                from quack_edu.grading.judge import _worker
 
                 _worker(Connection(fds[0]))
             except BaseException:
@@ -63,4 +69,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     sys.exit(main())

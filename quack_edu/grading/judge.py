@@ -568,13 +568,14 @@ class _Server:
                 os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
             )
             env.setdefault("MPLBACKEND", "Agg")
-            # on a GPU each worker imports the DSL itself: whether importing it before a
-            # fork leaves the child a usable CUDA driver is not something to rely on
+            # on a GPU each worker imports the DSL and quack_edu itself: a process that forks
+            # must not have initialised CUDA, and quack_edu's GPU detection does
             from .._env import MODE
 
-            env.setdefault("QUACK_EDU_JUDGE_PRELOAD", "0" if MODE.gpu else "1")
+            env.setdefault("QUACK_EDU_JUDGE_PRELOAD", "dsl" if MODE.gpu else "all")
+            server = str(Path(__file__).with_name("_judgeserver.py"))  # a file: see its doc
             cls._proc = subprocess.Popen(
-                [sys.executable, "-m", "quack_edu.grading._judgeserver", str(theirs.fileno())],
+                [sys.executable, server, str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 env=env,
                 cwd=tempfile.gettempdir(),
