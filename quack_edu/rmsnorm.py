@@ -1316,12 +1316,12 @@ def rmsnorm_bwd_ref(x, w, dout, rstd, eps=1e-6, weight_offset=0.0):
 _module_call = torch.nn.Module.__call__
 #: the global hooks ``nn.Module``'s call runs (the short way in ``QuackRMSNorm`` is taken only
 #: when there are none)
-_MODULE_HOOKS = (
-    torch.nn.modules.module._global_forward_pre_hooks,
-    torch.nn.modules.module._global_forward_hooks,
-    torch.nn.modules.module._global_backward_pre_hooks,
-    torch.nn.modules.module._global_backward_hooks,
-)
+_GLOBAL_FWD_PRE_HOOKS = torch.nn.modules.module._global_forward_pre_hooks
+_GLOBAL_FWD_HOOKS = torch.nn.modules.module._global_forward_hooks
+_GLOBAL_BWD_PRE_HOOKS = torch.nn.modules.module._global_backward_pre_hooks
+_GLOBAL_BWD_HOOKS = torch.nn.modules.module._global_backward_hooks
+_tracing_state = torch._C._get_tracing_state
+_dispatch_depth = torch._C._len_torch_dispatch_stack
 
 
 def _requires_grad(t) -> bool:
@@ -1348,12 +1348,13 @@ class QuackRMSNorm(torch.nn.RMSNorm):
         super().__init__(dim, eps, elementwise_affine, device=device, dtype=dtype)
         # N of a one-dim row: the inference call's fast path (0: the general path)
         self._row_n = self.normalized_shape[0] if len(self.normalized_shape) == 1 else 0
+        self._plans = {}  # _inference_plan's
 
     def __call__(self, *args, **kwargs):
         """``nn.Module``'s call, with a short way for inference: ``norm(x)`` without autograd,
         hooks, tracing or compiling, through the key's plan (``nn.Module``'s own call costs
         about 2 us on the H200's host, as much as the rest of the call's Python)."""
-        if len(args) == 1 and not kwargs and not torch.is_grad_enabled() and self._row_n:
+        if len(args) == 1 and not kwargs and self._row_n and not torch.is_grad_enabled():
             x = args[0]
             if (
                 type(x) is Tensor
@@ -1364,22 +1365,49 @@ class QuackRMSNorm(torch.nn.RMSNorm):
                     or self._forward_hooks
                     or self._backward_pre_hooks
                     or self._backward_hooks
-                    or _MODULE_HOOKS[0]
-                    or _MODULE_HOOKS[1]
-                    or _MODULE_HOOKS[2]
-                    or _MODULE_HOOKS[3]
+                    or _GLOBAL_FWD_PRE_HOOKS
+                    or _GLOBAL_FWD_HOOKS
+                    or _GLOBAL_BWD_PRE_HOOKS
+                    or _GLOBAL_BWD_HOOKS
                 )  # fmt: skip
-                and not torch._C._get_tracing_state()
-                and not torch.compiler.is_compiling()
-                and not torch._C._len_torch_dispatch_stack()
+                and not torch.compiler.is_compiling()  # (first: dynamo stops here)
+                and not _tracing_state()
+                and not _dispatch_depth()
             ):
-                w = self._parameters["weight"]
-                # a weight's plan holds N; without one, x's rows must be the module's
-                if w is not None or (x.dim() and x.shape[-1] == self._row_n):
-                    plan = _FWD_PLANS.get(_plain_key(x, w))
-                    if plan is not None:
-                        return plan.run_plain(x, w, self.eps)
+                plan = self._inference_plan(x)
+                if plan is not None:
+                    return plan.run_plain(x, self._parameters["weight"], self.eps)
         return _module_call(self, *args, **kwargs)
+
+    def _inference_plan(self, x: Tensor):
+        """The plan of the plain call ``norm(x)`` (x a contiguous ``Tensor``), or None where
+        there is none yet. The module keeps the plans it used, by what of the key can change
+        from call to call (x's dtype, N, device, alignment): the weight is its own, so its part
+        of the key is checked by identity and address, not recomputed (~0.6 us a call)."""
+        if not x.dim() or not x.is_contiguous():
+            return None
+        w = self._parameters["weight"]
+        key = (x.dtype, x.shape[-1], x.get_device(), x.data_ptr() & 15)
+        got = self._plans.get(key)
+        if got is not None:
+            if got[0] is w and (w is None or got[1] == w.data_ptr()):
+                return got[2]
+            self._plans = {}  # another weight, or new data under it: the plans were the old's
+        if x.shape[-1] != self._row_n:  # (a plan in the module's keeps this true)
+            return None
+        plan = _FWD_PLANS.get(_plain_key(x, w))
+        if plan is not None:
+            self._plans[key] = (w, None if w is None else w.data_ptr(), plan)
+        return plan
+
+    def __getstate__(self):  # the plans hold compiled kernels: a copy makes its own
+        state = super().__getstate__()
+        state.pop("_plans", None)
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._plans = {}
 
     def forward(self, x: Tensor, residual: Tensor | None = None):
         """``norm(x)``; with a ``residual``, the pre-norm form of serving engines: ``(out,
@@ -1389,13 +1417,11 @@ class QuackRMSNorm(torch.nn.RMSNorm):
         if residual is None and type(x) is Tensor and self._row_n:
             w = self._parameters["weight"]  # (not through nn.Module's __getattr__: host cost)
             if (
-                x.dim()
-                and x.shape[-1] == self._row_n
-                and not (torch.is_grad_enabled() and (x.requires_grad or _requires_grad(w)))
+                not (torch.is_grad_enabled() and (x.requires_grad or _requires_grad(w)))
                 and type(self.eps) is float
                 and not _through_op(x)
             ):  # inference's call: straight to the plan, when there is one
-                plan = _FWD_PLANS.get(_plain_key(x, w))
+                plan = self._inference_plan(x)
                 if plan is not None:
                     return plan.run_plain(x, w, self.eps)
         return self._forward(x, residual)

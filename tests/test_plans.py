@@ -122,6 +122,53 @@ def test_module_call_takes_the_short_way_only_without_hooks(fake_kernel, counted
             R.QuackRMSNorm(40, elementwise_affine=False)(x)
 
 
+def test_the_modules_plans_follow_its_weight(fake_kernel, counted_checks):
+    """The module keeps the plans its inference calls used; a new weight, new weight data
+    (``.data =``, ``.to``), another dtype or N of x, and copies of the module all get the
+    right answer, and a copy (deepcopy, pickle) starts with no plans of its own."""
+    import copy
+    import pickle
+
+    torch.manual_seed(3)
+    module = R.QuackRMSNorm(48)
+    with torch.no_grad():
+        module.weight.copy_(torch.randn(48))
+    x = torch.randn(37, 48, dtype=BF16)
+
+    def want(m, x):
+        """The reference, once the plan the module keeps for x is checked to be the one its
+        key names now (a fake kernel computes the right values with any plan)."""
+        kept = m._plans.get((x.dtype, x.shape[-1], x.get_device(), x.data_ptr() & 15))
+        if kept is not None:
+            assert kept[2] is R._FWD_PLANS[R._plain_key(x, m.weight)]
+        return ref32(x, m.weight.detach()).to(x.dtype)
+
+    with torch.no_grad():
+        assert torch.equal(module(x), want(module, x))  # the first call: checks, then a plan
+        counted_checks["fwd"] = 0
+        assert torch.equal(module(x), want(module, x)) and counted_checks["fwd"] == 0
+        assert len(module._plans) == 1  # the module's own, from the second call
+        module.weight.mul_(2)  # in place: the same weight, new values
+        assert torch.equal(module(x), want(module, x)) and counted_checks["fwd"] == 0
+        module.weight.data = torch.randn(48)  # new storage under the same Parameter
+        assert torch.equal(module(x), want(module, x))
+        module.weight = torch.nn.Parameter(torch.randn(48, dtype=BF16))  # another weight
+        assert torch.equal(module(x), want(module, x)) and not module._plans  # the old's gone
+        assert torch.equal(module(x), want(module, x)) and len(module._plans) == 1
+        module.to(torch.float16)  # .to: new weight data, another dtype
+        assert torch.equal(module(x), want(module, x))
+        assert torch.equal(module(x), want(module, x))
+        x16 = x.to(torch.float16)
+        assert torch.equal(module(x16), want(module, x16))
+        with pytest.raises(ValueError, match="expects x of shape"):
+            module(torch.randn(5, 40, dtype=BF16))  # another N never takes a plan
+        for other in (copy.deepcopy(module), pickle.loads(pickle.dumps(module))):
+            assert other._plans == {}
+            other.weight.add_(1)
+            assert torch.equal(other(x16), want(other, x16))
+            assert not torch.equal(other(x16), module(x16))
+
+
 def test_every_feature_is_its_own_plan_and_right(fake_kernel):
     torch.manual_seed(1)
     x = torch.randn(3, 7, 2, 48, dtype=BF16)
