@@ -11,6 +11,9 @@ the host's time to issue it. Two measurements:
 * **module**: one eager inference call (``torch.no_grad``) of ``QuackRMSNorm`` (an fp32
   weight, as a model holds under autocast), of ``rmsnorm_fwd`` with a plain tensor weight,
   and of ``nn.RMSNorm`` with a weight of x's dtype (PyTorch's fused path).
+* **kernel call**: the compiled kernel of that call alone, called with its eight arguments,
+  as compiled in this process and as loaded from the disk cache (``quack_edu.compile_cache``,
+  in a scratch folder): a new process's kernels are the loaded ones.
 
 The norms: ``quack_edu`` with the compile policy "kernel" (the op's own host cost), ``quack_edu``
 with the default policy ("auto"), QuACK's ``quack.rmsnorm.rmsnorm`` where installed, and
@@ -162,6 +165,57 @@ def module_rows(M: int, N: int, rounds: int, calls: int, log=print) -> list[dict
     return rows
 
 
+def kernel_call_rows(M: int, N: int, rounds: int, calls: int, log=print) -> list[dict]:
+    """The raw call of one compiled kernel (x bf16, an fp32 weight), compiled here and loaded
+    from a disk cache, taking turns."""
+    import tempfile
+
+    import cutlass.cute as cute
+
+    from .. import compile_cache
+    from ..runtime import direct_call
+    from ..stages import final
+
+    x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(N, device="cuda")
+    out = torch.empty_like(x)
+    kernel = final.kernel_for(x, w, None, None, out, None, None).kernel
+    opts = "--enable-tvm-ffi"
+
+    def build():
+        return cute.compile(kernel, *kernel.compile_args(), options=opts)
+
+    fresh = direct_call(build())
+    with tempfile.TemporaryDirectory() as d:
+        compile_cache.cached_compile(kernel, opts, build, directory=d)  # compiles and stores
+        loaded = compile_cache.cached_compile(kernel, opts, build, directory=d)
+        if loaded is None or hasattr(loaded, "execution_args"):
+            raise RuntimeError("the disk cache did not load the kernel it stored")
+        fns = {
+            "kernel compiled in this process": fresh,
+            "kernel loaded from the disk cache": loaded,
+        }
+        for fn in fns.values():
+            fn(x, w, None, None, out, None, None, EPS)
+        torch.cuda.synchronize()
+        ref = out.clone()
+        loaded(x, w, None, None, out, None, None, EPS)
+        torch.cuda.synchronize()
+        if not torch.equal(out, ref):
+            raise RuntimeError("the loaded kernel's output differs from the compiled one's")
+        got = {name: [] for name in fns}
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                got[name].append(
+                    _per_call_us(lambda fn=fn: fn(x, w, None, None, out, None, None, EPS), calls)
+                )
+    rows = []
+    for name, us in got.items():
+        rows.append(dict(M=M, N=N, call=name, us_rounds=us, us_per_call=statistics.median(us)))
+        log(f"kernel call {name:<34} {M}x{N} {rows[-1]['us_per_call']:6.2f} us/call")
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m quack_edu.tools.host_cost", description=__doc__)
     ap.add_argument("--M", default="1,8,128", help="rows (default 1,8,128)")
@@ -200,6 +254,7 @@ def main(argv=None) -> int:
                 json.dump(record, f, indent=1)
 
     record["module"] = module_rows(8, 4096, a.rounds, a.calls * 10)
+    record["kernel_call"] = kernel_call_rows(8, 4096, a.rounds, a.calls * 10)
     record["rows"] = []
     chain_rows(
         [int(m) for m in a.M.split(",")], [int(n) for n in a.N.split(",")], a.rounds, a.calls,
