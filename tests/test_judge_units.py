@@ -105,3 +105,38 @@ def test_hints_are_printed_whole():
         assert "…" not in text
         assert "the-end" in text and all(f"word{i}" in text for i in range(60))
         assert max(len(line) for line in text.splitlines()) <= 80, text
+
+
+def test_the_judge_server_on_a_gpu_preloads_the_dsl_but_not_quack_edu():
+    """A process that forks must not have initialised CUDA, and importing quack_edu does (its
+    GPU detection). The server is started as a file, so that with ``dsl`` (the GPU default) it
+    holds torch and CuTe DSL but never imported quack_edu; on the H200 a fork of a process that
+    had imported it failed every GPU check ("Cannot re-initialize CUDA")."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import quack_edu.grading.judge as judge
+
+    server = Path(judge.__file__).with_name("_judgeserver.py")
+    probe = (
+        "import runpy, sys\n"
+        f"sys.argv = [{str(server)!r}, sys.argv[1]]\n"
+        "try:\n"
+        f"    runpy.run_path({str(server)!r}, run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in ('quack_edu', 'cutlass', 'torch') if m in sys.modules))\n"
+    )
+    mine, theirs = socket.socketpair()
+    mine.close()  # the server sees its control socket closed and returns at once
+    env = {**os.environ, "QUACK_EDU_JUDGE_PRELOAD": "dsl"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(theirs.fileno())],
+        pass_fds=(theirs.fileno(),), env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    theirs.close()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "['cutlass', 'torch']", done.stdout
