@@ -1840,6 +1840,7 @@ def _copy_quotes() -> list[tuple[str, str]]:
     lessons 01, 03 and 05 put in Little's law."""
     import json
 
+    from quack_edu.lessons.roofline import H200
     from quack_edu.tools.bench import rmsnorm_bytes
 
     run = results.load(LADDER)
@@ -1871,7 +1872,7 @@ def _copy_quotes() -> list[tuple[str, str]]:
             f"{small} at {tbs}: about {floor_us(4096, 4096):.0f} µs. For a batch of 32768 "
             f"tokens, {floor_us(32768, 4096):.0f} µs.",
         ),
-        (L00, f"bandwidth ({tbs}), not the datasheet's 4.8 TB/s."),
+        (L00, f"bandwidth ({tbs}), not the datasheet's {H200.hbm_gbps / 1e3:.1f} TB/s."),
         (L01, f"One load takes {ns:.0f} ns on an idle H200"),
         (L01, f"at least {tbs} × {ns:.0f} ns ≈ {mb:.1f} MB"),
         (L03, f"Little's law asks for ({per_sm:.0f} KB at the idle latency of lesson 01"),
