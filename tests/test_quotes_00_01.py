@@ -113,9 +113,12 @@ def _own_00() -> list[str]:
 
     s = H200
     hbm = f"{s.hbm_gbps / 1e3:.1f} TB/s"
-    for fig in (f"{hbm} HBM3e", f"{s.bf16_tensor_tflops:.0f} TFLOPS dense BF16"):
-        assert fig in s.source, fig
-    assert f"{s.fp32_tflops:.0f} TFLOPS FP32" in s.source
+    for fig in (
+        f"{hbm} HBM3e",
+        f"{s.bf16_tensor_tflops:.0f} TFLOPS dense BF16",
+        f"{s.fp32_tflops:.0f} TFLOPS FP32",
+    ):
+        assert fig in s.source, fig  # the datasheet's figures, as the spec records their source
     h100 = re.search(r"an H100 SXM enables (\d+) MB", s.source).group(1)
     e16, e32 = _eager()["bf16"], _eager()["fp32"]
     ratio16, ratio32 = e16["eager"] / e16["fused"], e32["eager"] / e32["fused"]
