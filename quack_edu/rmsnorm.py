@@ -1354,7 +1354,14 @@ class QuackRMSNorm(torch.nn.RMSNorm):
         """``nn.Module``'s call, with a short way for inference: ``norm(x)`` without autograd,
         hooks, tracing or compiling, through the key's plan (``nn.Module``'s own call costs
         about 2 us on the H200's host, as much as the rest of the call's Python)."""
-        if len(args) == 1 and not kwargs and self._row_n and not torch.is_grad_enabled():
+        # is_compiling first: under dynamo it is a constant, and what it skips adds no guards
+        if (
+            not torch.compiler.is_compiling()
+            and len(args) == 1
+            and not kwargs
+            and self._row_n
+            and not torch.is_grad_enabled()
+        ):
             x = args[0]
             if (
                 type(x) is Tensor
@@ -1370,7 +1377,6 @@ class QuackRMSNorm(torch.nn.RMSNorm):
                     or _GLOBAL_BWD_PRE_HOOKS
                     or _GLOBAL_BWD_HOOKS
                 )  # fmt: skip
-                and not torch.compiler.is_compiling()  # (first: dynamo stops here)
                 and not _tracing_state()
                 and not _dispatch_depth()
             ):
@@ -1414,12 +1420,17 @@ class QuackRMSNorm(torch.nn.RMSNorm):
         residual_out)`` with ``residual_out = x + residual`` and ``out = norm(residual_out)``,
         both in the dtype of ``x + residual`` (what adding them and then calling
         ``nn.RMSNorm`` gives), in one kernel; differentiable in x, residual and the weight."""
-        if residual is None and type(x) is Tensor and self._row_n:
+        if (
+            not torch.compiler.is_compiling()  # (first, as in __call__)
+            and residual is None
+            and type(x) is Tensor
+            and self._row_n
+        ):
             w = self._parameters["weight"]  # (not through nn.Module's __getattr__: host cost)
             if (
                 not (torch.is_grad_enabled() and (x.requires_grad or _requires_grad(w)))
                 and type(self.eps) is float
-                and not _through_op(x)
+                and not _dispatch_depth()
             ):  # inference's call: straight to the plan, when there is one
                 plan = self._inference_plan(x)
                 if plan is not None:
