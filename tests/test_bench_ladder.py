@@ -272,3 +272,39 @@ def test_every_committed_plot_can_be_drawn_again_from_its_record(tmp_path):
         extra = {Path(p).name for p in paths} - {png.name}
         # the ladder's extra plots are committed beside it too
         assert all((png.parent / name).exists() for name in extra), (png.name, extra)
+
+
+def _ladder_compare():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "ladder_compare.py"
+    spec = importlib.util.spec_from_file_location("ladder_compare", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_ladder_compare_flags_a_row_that_fell_against_its_peer_and_the_copy(tmp_path, capsys):
+    """scripts/ladder_compare.py: the record against itself has no slower row; a copy whose
+    library row at one point lost 10% (GB/s and % of copy, QuACK's unchanged) has exactly that
+    one, and a row that lost GB/s on a slower machine instance (peer and copy lost as much)
+    has none."""
+    lc = _ladder_compare()
+    old = json.loads((results.results_dir() / "ladder.json").read_text())
+    lines, slower = lc.compare(old, old)
+    assert slower == 0 and len(lines) > 40
+    new = json.loads(json.dumps(old))
+    for r in new["fwd"]["rows"]:
+        if r["kernel"] == "lib" and r["N"] == 4096 and not r.get("graph"):
+            if r["weight_dtype"] == "bf16":
+                r["gbps"] *= 0.9
+                r["pct_copy"] *= 0.9
+    for r in new["bwd"]["rows"]:  # a slower instance: everything in the run 20% lower
+        if r["N"] == 8192:
+            r["gbps"] *= 0.8
+    path = tmp_path / "new.json"
+    path.write_text(json.dumps(new))
+    assert lc.main([str(results.results_dir() / "ladder.json"), str(path)]) == 1
+    out = capsys.readouterr().out
+    flagged = [ln for ln in out.splitlines() if ln.endswith("SLOWER")]
+    assert len(flagged) == 1 and flagged[0].split()[:4] == ["fwd", "4096", "bf16", "no"], out
