@@ -107,6 +107,31 @@ def test_hints_are_printed_whole():
         assert max(len(line) for line in text.splitlines()) <= 80, text
 
 
+def test_a_compile_tier_pass_without_a_gpu_says_values_were_not_checked():
+    """A learner without a Hopper GPU sees "pass" on the compile tier only with the words that
+    it checked the compiled code, not the values (a wrong kernel can compile to the right
+    instructions); with the GPU tier run, or the compile tier failed, the note is not there."""
+    from quack_edu.grading.report import COMPILE_ONLY_MEANS, RunResult
+
+    def result(compile_status, gpu_status):
+        checks = [
+            CheckResult("compiles", "compile", compile_status),
+            CheckResult("values", "gpu", gpu_status, message="needs a Hopper GPU"),
+        ]
+        return ExerciseResult("02.x", "t", "02_x", {"compile": 1, "gpu": 1}, checks=checks)
+
+    words = "not the values it computes"
+    assert words in COMPILE_ONLY_MEANS
+    flat = " ".join(result("pass", "skip").table(width=90).split())
+    assert words in flat and "score 1/1" in flat
+    assert words not in " ".join(result("pass", "pass").table(width=90).split())
+    assert words not in " ".join(result("fail", "skip").table(width=90).split())
+    nb = NotebookResult("nb.ipynb", "02_x", exercises=[result("pass", "skip")])
+    assert "values and speed not checked" in nb.table(width=90)
+    run = RunResult([nb], "compile-only", "no GPU", hidden=True, seed=0)
+    assert words in " ".join(run.table(width=90).split())
+
+
 def test_the_judge_server_on_a_gpu_preloads_the_dsl_but_not_quack_edu():
     """A process that forks must not have initialised CUDA, and importing quack_edu does (its
     GPU detection). The server is started as a file, so that with ``dsl`` (the GPU default) it

@@ -20,6 +20,15 @@ from .registry import COMPILE, GPU, TIERS
 
 PASS, FAIL, SKIP, NOT_ATTEMPTED, BLOCKED = "pass", "fail", "skip", "not attempted", "blocked"
 
+#: what a skipped GPU tier leaves unchecked, in the report's words: a compile-tier pass is about
+#: the compiled code, and a kernel can compile to the right instructions and compute wrong values
+SKIPPED_GPU = "skipped (needs a Hopper GPU): values and speed not checked"
+COMPILE_ONLY_MEANS = (
+    "the compile tier checks what your code compiles to (the PTX: loads, shuffles, barriers, "
+    "registers), not the values it computes: a kernel can pass it and still be wrong; the GPU "
+    "tier runs it against the reference"
+)
+
 
 @dataclass
 class CheckResult:
@@ -220,6 +229,9 @@ class ExerciseResult:
                 lines.append(_wrap("", first.message, width))
         for n in self.notes:
             lines.append(_wrap("note", n, width))
+        t = self.tiers()
+        if t.get("gpu", {}).get("status") == SKIP and t.get("compile", {}).get("status") == PASS:
+            lines.append(_wrap("note", COMPILE_ONLY_MEANS, width))
         lines.append(f"  score  {self.summary().split(': ', 1)[1]}")
         return "\n".join(lines)
 
@@ -316,7 +328,7 @@ class NotebookResult:
             first = True
             for tier, v in e.tiers().items():
                 if v["status"] == SKIP:
-                    pts, res = f"-/{v['skipped_points']}", "skipped (needs a Hopper GPU)"
+                    pts, res = f"-/{v['skipped_points']}", SKIPPED_GPU
                 else:
                     pts, res = f"{v['score']}/{v['max_score']}", v["status"]
                 rows.append((e.id if first else "", tier, pts, res))
@@ -395,6 +407,7 @@ class RunResult:
                 f"mode: {self.mode} ({self.mode_reason}); gpu-tier checks are skipped and "
                 "left out of max_score"
             )
+            out.append(_wrap_line(COMPILE_ONLY_MEANS, width or terminal_width(), 2))
         else:
             out.append(f"mode: gpu ({self.mode_reason}); both tiers run")
         for n in self.notebooks:
