@@ -165,3 +165,25 @@ def test_the_judge_server_on_a_gpu_preloads_the_dsl_but_not_quack_edu():
     theirs.close()
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "['cutlass', 'torch']", done.stdout
+
+
+def test_every_solution_takes_the_arguments_its_stub_requires():
+    """run_exercise fails an answer at once when it cannot take the student stub's required
+    positional arguments (instead of compiling kernels around it first). Every solution's
+    def must take them, or a right answer would be failed there."""
+    import ast
+
+    from quack_edu.grading.checks import _stub_arity
+
+    for ex in all_exercises():
+        need = _stub_arity(ex)
+        assert need is not None, ex.id
+        src = find_cell(read(solutions_dir() / f"{ex.lesson}.ipynb"), ex.cell_id).source
+        (fn,) = [
+            n for n in ast.walk(ast.parse(src))
+            if isinstance(n, ast.FunctionDef) and n.name == ex.answer
+        ]  # fmt: skip
+        a = fn.args
+        most = len(a.posonlyargs) + len(a.args)
+        least = most - len(a.defaults)
+        assert least <= need and (need <= most or a.vararg), (ex.id, least, most, need)

@@ -365,6 +365,23 @@ def run_exercise(
                 add(c, BLOCKED, message="blocked: the answer is not a function")
         return res
 
+    wrong_args = _wrong_arguments(ex, answer)
+    if wrong_args:  # at once, in Python's words: the checks would compile kernels first
+        first, *rest = checks
+        add(
+            first,
+            FAIL,
+            hint=f"keep the parameters of the cell's def {ex.answer}(...): the checks call it "
+            "with them",
+            message=f"your {ex.answer} cannot be called as the exercise calls it{wrong_args}",
+        )
+        for c in rest:
+            if c.tier == GPU and not gpu:
+                add(c, SKIP, message=skip_msg)
+            else:
+                add(c, BLOCKED, message="blocked: the answer's parameters")
+        return res
+
     shortcut = scan_source(answer, allow=(ex.answer,))
     if shortcut:
         first, *rest = checks
@@ -385,6 +402,60 @@ def run_exercise(
     with _one_cpu_thread():
         _run_checks(ex, checks, ctx, res, add, gpu, skip_msg)
     return res
+
+
+def _stub_arity(ex: Exercise) -> int | None:
+    """How many positional parameters without a default the student notebook's ``def`` of the
+    answer has (what every check passes), or None when that cannot be read."""
+    got = _STUB_ARITY.get(ex.id, ...)
+    if got is ...:
+        got = None
+        try:
+            import ast
+
+            from .notebook import find_cell, notebooks_dir, read
+
+            src = find_cell(read(notebooks_dir() / f"{ex.lesson}.ipynb"), ex.cell_id).source
+            for node in ast.walk(ast.parse(src)):
+                if isinstance(node, ast.FunctionDef) and node.name == ex.answer:
+                    a = node.args
+                    got = len(a.posonlyargs) + len(a.args) - len(a.defaults)
+                    break
+        except Exception:  # noqa: BLE001 (no notebook, a cell that does not parse: no check)
+            got = None
+        _STUB_ARITY[ex.id] = got
+    return got
+
+
+_STUB_ARITY: dict = {}
+
+
+def _wrong_arguments(ex: Exercise, answer) -> str:
+    """ " (TypeError: ...)" when ``answer`` cannot take the stub's required positional
+    arguments (Python's words, from a call that fails before the answer's body runs); "" when
+    it can, or when that cannot be known (not a plain function)."""
+    import types
+
+    if not isinstance(answer, types.FunctionType | types.MethodType):
+        return ""  # (a judged answer's proxy, a class: the checks say what is wrong)
+    n = _stub_arity(ex)
+    if n is None:
+        return ""
+    try:
+        sig = _inspect.signature(answer)
+    except (TypeError, ValueError):
+        return ""
+    try:
+        sig.bind(*[None] * n)
+    except TypeError as e:
+        try:
+            answer(*[None] * n)  # raises before the body runs: the arguments do not bind
+        except TypeError as call_error:
+            return f" ({type(call_error).__name__}: {call_error})"
+        except Exception:  # noqa: BLE001
+            pass
+        return f" (TypeError: {e})"
+    return ""
 
 
 @contextmanager
