@@ -27,6 +27,8 @@ from ..checks import (
     CheckFailed,
     KernelHole,
     Ptx,
+    _shared_get,
+    _shared_put,
     f32_hex,
     gpu_values,
     is_not_implemented,
@@ -707,11 +709,44 @@ def loop_config(N, dtype):
     return FinalConfig(64, 128, cluster_n=2, buffers=2, blocks_per_cta=4)
 
 
-LOOP_HOLE = KernelHole(
-    stage="final",
-    piece="row_blocks",
-    adapt=lambda answer: lambda self, *helpers: answer(*helpers),
-)
+#: the helpers in row_blocks's order, by the names the replay records their calls under
+HELPER_KINDS = ("issue", "first", "send", "wait", "combine", "rearm", "second")
+HELPER_ARGS = {
+    "issue": ("blk", "b"),
+    "first": ("it", "blk", "b"),
+    "send": ("val", "p"),
+    "wait": ("p", "phase"),
+    "combine": ("p",),
+    "rearm": ("p",),
+    "second": ("it", "blk", "b", "total"),
+}
+#: the helper calls of the latest compile of a learner's loop, in the order traced: (kind,
+#: {argument index: value} of the arguments that were Python constants, not values of the kernel)
+_TRACE: list[tuple[str, dict]] = []
+
+
+def _recording(kind, helper):
+    def call(*args):
+        consts = {i: a for i, a in enumerate(args) if isinstance(a, int)}
+        _TRACE.append((kind, consts))
+        return helper(*args)
+
+    return call
+
+
+def _traced(answer):
+    """The kernel's ``row_blocks``: the learner's loop, each helper call recorded while the
+    kernel is traced (one pass over the loop's body, each branch of a runtime ``if`` once)."""
+
+    def method(self, n_iter, blk0, tidx, *helpers):
+        _TRACE.clear()
+        rec = [_recording(k, h) for k, h in zip(HELPER_KINDS, helpers, strict=True)]
+        return answer(n_iter, blk0, tidx, *rec)
+
+    return method
+
+
+LOOP_HOLE = KernelHole(stage="final", piece="row_blocks", adapt=_traced)
 REPLAY = "the loop replayed on the CPU: buffers, exchange parity, mbarrier phases, re-arms"
 LOOP_COMPILES = "compiles (cluster of 2, two buffers, 4 row blocks a CTA)"
 
@@ -761,6 +796,17 @@ L_REARM_ONE = (
 )
 L_COMBINE = "combine(p) reads the peers' partials: only after wait_peers(p, ...) has returned"
 L_SECOND = "second_pass gets the row's total, the value combine returned for this block"
+L_NO_WAIT = (
+    "no wait: the compiled loop never calls wait_peers, so combine reads the exchange buffer "
+    "before the peers' partials have landed. Every iteration waits on barrier it % 2 for phase "
+    "parity (it // 2) % 2 before combine"
+)
+L_COMPILED = (
+    "the compiled loop does not make the calls the replayed one makes. The kernel runs the "
+    "loop as compiled, and the replay judges the protocol only if both are the same code: one "
+    "loop body, each helper called once in it (rearm under its condition), with arguments "
+    "computed from it, not a branch on how the loop is being run"
+)
 L_HELPERS = (
     "the loop calls something other than its helpers (or fails in plain Python): write it with "
     "the helpers given, plain arithmetic on it, and cutlass.range for the loop"
@@ -1025,6 +1071,142 @@ def _replay_check() -> Check:
     return Check(REPLAY, COMPILE, fn)
 
 
+def _trace_of(ctx, dt) -> list | None:
+    """The helper calls traced when the kernel around ``ctx.answer`` was compiled for ``dt``:
+    recorded by this compile, or kept from the one that made the cached report."""
+    key = ("row_blocks trace", dt)
+    if _TRACE:
+        _shared_put(ctx.answer, key, list(_TRACE))
+    return _shared_get(ctx.answer, key)
+
+
+def _replayed_body(answer) -> list[str]:
+    """The helper calls of one middle iteration (1 of 5, thread 0) of the replayed loop: the
+    calls its compiled body must make, each once."""
+    ev = replay_loop(answer, 5, 0)
+    ends = [i for i, e in enumerate(ev) if e[0] == "second"]
+    return [e[0] for e in ev[ends[0] + 1 : ends[1] + 1]]
+
+
+def judge_trace(trace: list | None, body: list[str]) -> None:
+    """The compiled loop makes the replayed iteration's calls (the same number of each, none
+    with a constant for an argument that changes with the iteration)."""
+    if trace is None:  # no record of this compile (not expected): the PTX checks still run
+        return
+    kinds = [k for k, _ in trace]
+    for kind in HELPER_KINDS:
+        got, want = kinds.count(kind), body.count(kind)
+        if got == want:
+            continue
+        what = (
+            f"compiled, the loop calls {kind} {got} times an iteration; replayed, {want} "
+            f"(compiled: {', '.join(kinds) or 'no calls'}; replayed: {', '.join(body)})"
+        )
+        hint = L_COMPILED
+        if got < want and kind == "wait":
+            hint = L_NO_WAIT
+        elif got < want and kind == "rearm":
+            hint = L_NOT_ARMED
+        raise CheckFailed(what, expected=f"{want} {kind}", seen=f"{got}", hint=hint)
+    for kind, consts in trace:
+        for i, v in consts.items():
+            arg = HELPER_ARGS[kind][i] if i < len(HELPER_ARGS[kind]) else f"#{i}"
+            raise CheckFailed(
+                f"compiled, {kind}'s argument {arg} is the constant {v}, the same in every "
+                "iteration",
+                expected=f"{arg} computed from it",
+                seen=str(v),
+                hint=L_PHASE if (kind, arg) == ("wait", "phase") else L_COMPILED,
+            )
+
+
+def _loop_region(ptx: str) -> list[str]:
+    """The lines of the learner's loop in the PTX: from the label before its ``nounroll`` pragma
+    (``cutlass.range(..., unroll=1)``) to the branch back to it; all lines if there is none."""
+    import re
+
+    lines = ptx.splitlines()
+    for i, ln in enumerate(lines):
+        if '.pragma "nounroll"' not in ln:
+            continue
+        head = next(
+            (lines[j].strip()[:-1] for j in range(i, -1, -1) if lines[j].strip().endswith(":")),
+            None,
+        )
+        if head is None:
+            break
+        back = [
+            j
+            for j in range(i, len(lines))
+            if re.search(rf"\bbra(\.uni)?\s+{re.escape(head)};", lines[j])
+        ]
+        region = lines[i : back[-1] + 1] if back else []
+        if any("mbarrier" in x for x in region):
+            return region
+    return lines
+
+
+def loop_protocol(ptx: str, commits: int) -> None:
+    """The compiled loop, read from its PTX: a wait whose parity is a register the loop
+    updates, a re-arm that a branch skips (thread 0 only, not for the last blocks), and one
+    block's ``commits`` copy groups issued an iteration."""
+    import re
+
+    region = _loop_region(ptx)
+    waits = [ln for ln in region if "mbarrier.try_wait.parity" in ln]
+    if not waits:
+        raise CheckFailed(
+            "compiled, the loop has no mbarrier wait",
+            expected="mbarrier.try_wait.parity (wait_peers) in the loop",
+            seen="none",
+            hint=L_NO_WAIT,
+        )
+    for ln in waits:
+        ops = [o.strip() for o in ln.split(",")]
+        parity = ops[2] if len(ops) > 2 else ""
+        written = any(re.match(rf"\s*[a-z][\w.]*\s+{re.escape(parity)},", x) for x in region)
+        if not parity.startswith("%") or not written:
+            raise CheckFailed(
+                f"compiled, the wait's phase parity is {parity}, the same in every iteration",
+                expected="a parity that changes with the iteration, (it // 2) % 2",
+                seen=f"{parity}" + ("" if parity.startswith("%") else " (the constant)"),
+                hint=L_PHASE,
+            )
+    arms = [i for i, ln in enumerate(region) if "mbarrier.arrive" in ln]
+    if not arms:
+        raise CheckFailed(
+            "compiled, the loop never re-arms a barrier",
+            expected="mbarrier.arrive.expect_tx (rearm) in the loop",
+            seen="none",
+            hint=L_NOT_ARMED,
+        )
+    for i in arms:
+        skipped = False
+        for j in range(i - 1, -1, -1):
+            m = re.match(r"\s*@!?%p\w*\s+bra(\.uni)?\s+(\S+);", region[j])
+            if m:
+                label = m.group(2)
+                skipped = any(x.strip() == f"{label}:" for x in region[i + 1 :])
+                break
+            if region[j].strip().endswith(":"):
+                break
+        if not skipped:
+            raise CheckFailed(
+                "compiled, every thread re-arms the barrier in every iteration",
+                expected="the re-arm under a condition (tidx == 0 and it + 2 < n_iter)",
+                seen="unconditional",
+                hint=L_REARM_ONE,
+            )
+    n = sum(1 for ln in region if "cp.async.commit_group" in ln)
+    if n != commits:
+        raise CheckFailed(
+            f"compiled, the loop issues {n} copy groups an iteration",
+            expected=f"{commits}: one block's (issue once an iteration)",
+            seen=str(n),
+            hint=L_COMPILED,
+        )
+
+
 def _loop_compiles(dtypes=("bf16",), hidden: bool = False) -> Check:
     def fn(ctx):
         from .. import hints
@@ -1032,6 +1214,7 @@ def _loop_compiles(dtypes=("bf16",), hidden: bool = False) -> Check:
         out = []
         for dt in dtypes:
             try:
+                _TRACE.clear()
                 rep = ctx.report(LOOP_HOLE, 1000, dt, loop_config(1000, dt))
             except (CheckFailed, NotImplementedError):
                 raise
@@ -1043,12 +1226,14 @@ def _loop_compiles(dtypes=("bf16",), hidden: bool = False) -> Check:
                     f"{hints.short_error(e, 400)}",
                     hint=hints.diagnose_compile_error(e),
                 ) from None
+            judge_trace(_trace_of(ctx, dt), _replayed_body(ctx.answer))
+            loop_protocol(rep.ptx, loop_config(1000, dt).stages)
             if "mbarrier.try_wait.parity" not in rep.ptx:
                 raise CheckFailed(
                     "no mbarrier wait in the PTX",
                     expected="mbarrier.try_wait.parity (wait_peers)",
                     seen="none",
-                    hint=L_PHASE,
+                    hint=L_NO_WAIT,
                 )
             out.append(f"{dt}: {rep.registers} registers")
         return "; ".join(out)
@@ -1117,6 +1302,35 @@ row_loop = register(
                 "the next block into the buffer being read",
                 [("issue(blk + 1, 1 - buf)", "issue(blk + 1, buf)")],
                 hint="still reads",
+            ),
+            # cheats that tell the replay (plain Python ints) from the compile: right replayed,
+            # wrong compiled. The compiled trace's calls and the loop's PTX give them away; the
+            # compile tier only (the gpu tier's checks need it, so they are blocked, not failed)
+            Mutant(
+                "compiled, never re-armed",
+                [("if tidx == 0 and", "if isinstance(n_iter, int) and tidx == 0 and")],
+                hint="not armed again",
+            ),
+            Mutant(
+                "compiled, phase 0 always",
+                [
+                    (
+                        "wait_peers(parity, (it // 2) % 2)",
+                        "wait_peers(parity, (it // 2) % 2 if isinstance(n_iter, int) else 0)",
+                    )
+                ],
+                hint="the constant 0",
+            ),
+            Mutant(
+                "compiled, the current block issued again",
+                [
+                    (
+                        "issue(blk + 1, 1 - buf)",
+                        "issue(blk + 1, 1 - buf)\n        if not isinstance(n_iter, int):\n"
+                        "            issue(blk, buf)",
+                    )
+                ],
+                hint="calls issue 2 times",
             ),
         ],
     )
