@@ -796,6 +796,21 @@ L_REARM_ONE = (
 )
 L_COMBINE = "combine(p) reads the peers' partials: only after wait_peers(p, ...) has returned"
 L_SECOND = "second_pass gets the row's total, the value combine returned for this block"
+L_MISSING = (
+    "iterations are missing: the loop runs it = 0, 1, ..., n_iter - 1 "
+    "(cutlass.range(n_iter, unroll=1)), and every iteration calls first_pass and second_pass "
+    "for its block blk0 + it; a block left out is never normalized"
+)
+L_ITERS = (
+    "first_pass and second_pass take the loop's own counter: it, blk0 + it, in order, once each "
+    "an iteration"
+)
+L_LAST_ISSUE = (
+    "the last iteration issues no next block: issue it anyway. issue(blk, b) copies nothing "
+    "past the CTA's last block, but it still commits the copy groups that first_pass counts on "
+    "(first_pass lets one block's groups stay in flight, the next block's: without them, it "
+    "would read this block before it lands)"
+)
 L_NO_WAIT = (
     "no wait: the compiled loop never calls wait_peers, so combine reads the exchange buffer "
     "before the peers' partials have landed. Every iteration waits on barrier it % 2 for phase "
@@ -891,14 +906,41 @@ def judge_loop(ev: list[tuple], n_iter: int, tidx: int, blk0: int, arms: dict | 
         arms = {}
     it, done = -1, 0
     state: dict = {}
-    firsts = [e for e in ev if e[0] == "first"]
-    if [e[1] for e in firsts] != list(range(n_iter)):
+    firsts = [e[1] for e in ev if e[0] == "first"]
+    seconds = [e[1] for e in ev if e[0] == "second"]
+    want = list(range(n_iter))
+    if firsts != want or seconds != want:
+        seen = f"first_pass in iterations {firsts}, second_pass in {seconds}"
+        miss = [
+            f"iterations {[i for i in want if i not in calls]} never ran {name}"
+            for name, calls in (("first_pass", firsts), ("second_pass", seconds))
+            if any(i not in calls for i in want)
+        ]
+        if miss and set(firsts) <= set(want) and set(seconds) <= set(want):
+            _fail(
+                f"{where}: " + "; ".join(miss), f"both in each of 0..{n_iter - 1}", seen, L_MISSING
+            )
         _fail(
-            f"{where}: first_pass called for iterations {[e[1] for e in firsts]}",
-            f"once per iteration 0..{n_iter - 1}",
-            f"{len(firsts)} calls",
-            L_HELPERS,
+            f"{where}: {seen}", f"each once in iterations 0..{n_iter - 1}, in order", seen, L_ITERS
         )
+    # which exchange buffer and mbarrier each block uses, before the order of the rest
+    cur = -1
+    for e in ev:
+        if e[0] == "first":
+            cur = e[1]
+        elif e[0] in ("send", "wait") and cur >= 0:
+            p = e[2] if e[0] == "send" else e[1]
+            if p != cur % 2:
+                used = {x[2] if x[0] == "send" else x[1] for x in ev if x[0] in ("send", "wait")}
+                one = (
+                    " (one exchange buffer and mbarrier for every block)" if len(used) == 1 else ""
+                )
+                _fail(
+                    f"{where}, iteration {cur}: {e[0]} on {p}{one}",
+                    f"exchange buffer and mbarrier {cur % 2}",
+                    str(p),
+                    L_PARITY,
+                )
     for e in ev:
         kind = e[0]
         if kind == "issue":
@@ -930,13 +972,14 @@ def judge_loop(ev: list[tuple], n_iter: int, tidx: int, blk0: int, arms: dict | 
                     L_BUFFER,
                 )
             prior = [x for x in ev[: ev.index(e)] if x[0] == "issue" and x[1] == blk + 1]
-            if it + 1 < n_iter and not prior:
+            if not prior:
+                last = it + 1 == n_iter and not any(x[0] == "issue" and x[1] == blk + 1 for x in ev)
                 _fail(
                     f"{where}, iteration {it}: block {blk + 1} not issued before block {blk}'s "
-                    "first pass",
-                    "issue(blk + 1, 1 - buf) at the top of the iteration",
+                    "first pass" + (" (the last iteration)" if last else ""),
+                    "issue(blk + 1, 1 - buf) at the top of every iteration",
                     "issued later, or never",
-                    L_NO_OVERLAP,
+                    L_LAST_ISSUE if last else L_NO_OVERLAP,
                 )
         elif kind == "send":
             _, val, p = e
@@ -979,11 +1022,13 @@ def judge_loop(ev: list[tuple], n_iter: int, tidx: int, blk0: int, arms: dict | 
         elif kind == "combine":
             _, p, tok = e
             if state.get("wait") != p:
+                none = "wait" not in state
                 _fail(
-                    f"{where}, iteration {it}: combine({p}) before its wait",
-                    "after",
-                    "before",
-                    L_COMBINE,
+                    f"{where}, iteration {it}: combine({p}) "
+                    + ("with no wait in this iteration" if none else "before its wait"),
+                    "after wait_peers",
+                    "no wait" if none else "before",
+                    L_NO_WAIT if none else L_COMBINE,
                 )
             state["combine"] = tok
         elif kind == "rearm":
@@ -1299,6 +1344,36 @@ row_loop = register(
                 hint="more than one thread re-arms",
             ),
             Mutant(
+                "the last block skipped",
+                [("cutlass.range(n_iter, unroll=1)", "cutlass.range(n_iter - 1, unroll=1)")],
+                hint="never ran first_pass",
+            ),
+            Mutant(
+                "an empty loop body",
+                [
+                    (
+                        "for it in cutlass.range(n_iter, unroll=1):",
+                        "for it in cutlass.range(n_iter, unroll=1):\n        pass\n    if False:",
+                    )
+                ],
+                hint="never ran first_pass",
+            ),
+            Mutant(
+                "one exchange buffer, re-armed for the next block",
+                [("parity = it % 2", "parity = 0"), ("it + 2 < n_iter", "it + 1 < n_iter")],
+                hint="one exchange buffer and mbarrier for every block",
+            ),
+            Mutant(
+                "no issue in the last iteration",
+                [
+                    (
+                        "issue(blk + 1, 1 - buf)",
+                        "if it + 1 < n_iter:\n            issue(blk + 1, 1 - buf)",
+                    )
+                ],
+                hint="the last iteration issues no next block",
+            ),
+            Mutant(
                 "the next block into the buffer being read",
                 [("issue(blk + 1, 1 - buf)", "issue(blk + 1, buf)")],
                 hint="still reads",
@@ -1331,6 +1406,17 @@ row_loop = register(
                     )
                 ],
                 hint="calls issue 2 times",
+            ),
+            Mutant(
+                "compiled, no wait",
+                [
+                    (
+                        "wait_peers(parity, (it // 2) % 2)",
+                        "if isinstance(n_iter, int):\n"
+                        "            wait_peers(parity, (it // 2) % 2)",
+                    )
+                ],
+                hint="no wait",
             ),
         ],
     )
