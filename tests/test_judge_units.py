@@ -46,6 +46,9 @@ def _with(ex_id: str, *lines: str) -> str:
         ("02.warp_kernel", ["from quack_edu.stages.warp import WarpRMSNorm"], "WarpRMSNorm"),
         ("04.cluster_kernel", ["import quack_edu.stages.cluster as s"], "stages.cluster"),
         ("03.block_kernel", ["k = super(type(self), self).kernel"], "super"),
+        # the loop that could tell the grader's replay from the compiled kernel
+        ("06.row_loop", ["replayed = isinstance(1, int)"], "uses `isinstance`"),
+        ("06.row_loop", ["replayed = type(cutlass.Int32)"], "uses `type`"),
     ],
 )
 def test_given_helpers_only(ex_id, lines, why):

@@ -1319,12 +1319,29 @@ def _loop_speed(fraction=0.8, M=8192, N=32768) -> Check:
     )
 
 
+#: builtins that ask what a value is: the loop has no use for them, and they could tell the
+#: replay's plain ints from the kernel's values (the compile tier checks the compiled loop too)
+INTROSPECTION = (
+    "isinstance",
+    "issubclass",
+    "type",
+    "hasattr",
+    "getattr",
+    "vars",
+    "dir",
+    "callable",
+    "id",
+    "repr",
+)
+WHY_NOT_INTROSPECT = "the loop does not ask what its arguments are: one loop, run as it is written"
+
 row_loop = register(
     Exercise(
         id="06.row_loop",
         lesson=LESSON,
         answer="row_blocks",
         title="the double-buffered loop over a CTA's row blocks: buffers, mbarrier phases, re-arms",
+        forbidden=dict.fromkeys(INTROSPECTION, WHY_NOT_INTROSPECT),
         points={COMPILE: 2, GPU: 2},
         mutants=[
             Mutant("one exchange buffer", [("parity = it % 2", "parity = 0")], hint="it % 2"),
@@ -1378,12 +1395,13 @@ row_loop = register(
                 [("issue(blk + 1, 1 - buf)", "issue(blk + 1, buf)")],
                 hint="still reads",
             ),
-            # cheats that tell the replay (plain Python ints) from the compile: right replayed,
-            # wrong compiled. The compiled trace's calls and the loop's PTX give them away; the
-            # compile tier only (the gpu tier's checks need it, so they are blocked, not failed)
+            # cheats that tell the replay (plain Python ints) from the compile, right replayed and
+            # wrong compiled, by a test the screen lets through (it flags isinstance and the
+            # like). The compiled trace's calls and the loop's PTX give them away: the compile
+            # tier only (the gpu tier's checks need it, so they are blocked, not failed)
             Mutant(
                 "compiled, never re-armed",
-                [("if tidx == 0 and", "if isinstance(n_iter, int) and tidx == 0 and")],
+                [("if tidx == 0 and", "if cutlass.Int32 is int and tidx == 0 and")],
                 hint="not armed again",
             ),
             Mutant(
@@ -1391,7 +1409,7 @@ row_loop = register(
                 [
                     (
                         "wait_peers(parity, (it // 2) % 2)",
-                        "wait_peers(parity, (it // 2) % 2 if isinstance(n_iter, int) else 0)",
+                        "wait_peers(parity, (it // 2) % 2 if cutlass.Int32 is int else 0)",
                     )
                 ],
                 hint="the constant 0",
@@ -1401,7 +1419,7 @@ row_loop = register(
                 [
                     (
                         "issue(blk + 1, 1 - buf)",
-                        "issue(blk + 1, 1 - buf)\n        if not isinstance(n_iter, int):\n"
+                        "issue(blk + 1, 1 - buf)\n        if cutlass.Int32 is not int:\n"
                         "            issue(blk, buf)",
                     )
                 ],
@@ -1412,8 +1430,7 @@ row_loop = register(
                 [
                     (
                         "wait_peers(parity, (it // 2) % 2)",
-                        "if isinstance(n_iter, int):\n"
-                        "            wait_peers(parity, (it // 2) % 2)",
+                        "if cutlass.Int32 is int:\n            wait_peers(parity, (it // 2) % 2)",
                     )
                 ],
                 hint="no wait",
