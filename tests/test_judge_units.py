@@ -143,3 +143,30 @@ def test_the_judge_server_on_a_gpu_preloads_the_dsl_but_not_quack_edu():
     theirs.close()
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "['cutlass', 'torch']", done.stdout
+
+
+BODY = ["issue", "first", "send", "wait", "combine", "rearm", "second"]
+
+
+@pytest.mark.parametrize(
+    "trace,why",
+    [
+        ([(k, {}) for k in BODY if k != "rearm"], "not armed again"),
+        ([(k, {}) for k in BODY if k != "wait"], "no wait"),
+        ([("issue", {})] + [(k, {}) for k in BODY], "calls issue 2 times"),
+        (
+            [(k, {}) for k in ["issue", "first", "send", "rearm", "wait", "combine", "second"]],
+            "order",
+        ),
+        ([(k, {1: 0} if k == "wait" else {}) for k in BODY], "phase is the constant 0"),
+    ],
+)
+def test_row_loop_compiled_calls_must_be_the_replayed_ones(trace, why):
+    # 06.row_loop: the helper calls traced while compiling against one replayed iteration's
+    from quack_edu.grading.checks import CheckFailed
+    from quack_edu.grading.exercises.lesson06 import judge_trace
+
+    judge_trace([(k, {}) for k in BODY], BODY)  # the solution's
+    with pytest.raises(CheckFailed) as e:
+        judge_trace(trace, BODY)
+    assert why in f"{e.value} {e.value.hint}", (str(e.value), e.value.hint)

@@ -1134,8 +1134,8 @@ def _replayed_body(answer) -> list[str]:
 
 
 def judge_trace(trace: list | None, body: list[str]) -> None:
-    """The compiled loop makes the replayed iteration's calls (the same number of each, none
-    with a constant for an argument that changes with the iteration)."""
+    """The compiled loop makes the replayed iteration's calls (the same number of each, in the
+    same order, none with a constant for an argument that changes with the iteration)."""
     if trace is None:  # no record of this compile (not expected): the PTX checks still run
         return
     kinds = [k for k, _ in trace]
@@ -1153,6 +1153,13 @@ def judge_trace(trace: list | None, body: list[str]) -> None:
         elif got < want and kind == "rearm":
             hint = L_NOT_ARMED
         raise CheckFailed(what, expected=f"{want} {kind}", seen=f"{got}", hint=hint)
+    if kinds != body:  # the same calls, each once: a straight pass makes them in the same order
+        raise CheckFailed(
+            "compiled, the loop makes its calls in another order than replayed",
+            expected=", ".join(body),
+            seen=", ".join(kinds),
+            hint=L_COMPILED,
+        )
     for kind, consts in trace:
         for i, v in consts.items():
             arg = HELPER_ARGS[kind][i] if i < len(HELPER_ARGS[kind]) else f"#{i}"
