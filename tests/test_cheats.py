@@ -121,6 +121,13 @@ ANSWER_CELL_CHEATS = [
         "00.bytes_moved",
         "import os\n" + WRONG + "os._exit(0)\n",
     ),
+    (
+        "a loop right when replayed, never re-armed when compiled",
+        "06.row_loop",
+        solution("06.row_loop").replace(
+            "if tidx == 0 and", "if isinstance(n_iter, int) and tidx == 0 and"
+        ),
+    ),
 ]
 
 

@@ -46,6 +46,9 @@ def _with(ex_id: str, *lines: str) -> str:
         ("02.warp_kernel", ["from quack_edu.stages.warp import WarpRMSNorm"], "WarpRMSNorm"),
         ("04.cluster_kernel", ["import quack_edu.stages.cluster as s"], "stages.cluster"),
         ("03.block_kernel", ["k = super(type(self), self).kernel"], "super"),
+        # the loop that could tell the grader's replay from the compiled kernel
+        ("06.row_loop", ["replayed = isinstance(1, int)"], "uses `isinstance`"),
+        ("06.row_loop", ["replayed = type(cutlass.Int32)"], "uses `type`"),
     ],
 )
 def test_given_helpers_only(ex_id, lines, why):
@@ -187,3 +190,30 @@ def test_every_solution_takes_the_arguments_its_stub_requires():
         most = len(a.posonlyargs) + len(a.args)
         least = most - len(a.defaults)
         assert least <= need and (need <= most or a.vararg), (ex.id, least, most, need)
+
+
+BODY = ["issue", "first", "send", "wait", "combine", "rearm", "second"]
+
+
+@pytest.mark.parametrize(
+    "trace,why",
+    [
+        ([(k, {}) for k in BODY if k != "rearm"], "not armed again"),
+        ([(k, {}) for k in BODY if k != "wait"], "no wait"),
+        ([("issue", {})] + [(k, {}) for k in BODY], "calls issue 2 times"),
+        (
+            [(k, {}) for k in ["issue", "first", "send", "rearm", "wait", "combine", "second"]],
+            "order",
+        ),
+        ([(k, {1: 0} if k == "wait" else {}) for k in BODY], "phase is the constant 0"),
+    ],
+)
+def test_row_loop_compiled_calls_must_be_the_replayed_ones(trace, why):
+    # 06.row_loop: the helper calls traced while compiling against one replayed iteration's
+    from quack_edu.grading.checks import CheckFailed
+    from quack_edu.grading.exercises.lesson06 import judge_trace
+
+    judge_trace([(k, {}) for k in BODY], BODY)  # the solution's
+    with pytest.raises(CheckFailed) as e:
+        judge_trace(trace, BODY)
+    assert why in f"{e.value} {e.value.hint}", (str(e.value), e.value.hint)

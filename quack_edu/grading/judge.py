@@ -198,6 +198,8 @@ def screen(source: str, ex: Exercise) -> list[str]:
         elif isinstance(node, ast.Name):
             if node.id in FORBIDDEN_NAMES:
                 flag(node, f"uses `{node.id}`")
+            elif node.id in (getattr(ex, "forbidden", None) or {}):
+                flag(node, f"uses `{node.id}` ({ex.forbidden[node.id]})")
             elif node.id == "quack_edu":
                 flag(node, "uses the library's own code (quack_edu...)")
             elif node.id.startswith("__") and node.id.endswith("__") and node.id != "__name__":

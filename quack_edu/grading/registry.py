@@ -160,6 +160,9 @@ class Exercise:
     #: {module: the names of it the cell may use (None: every public name that is not a
     #: module)}. Not the stage's own implementation of the piece: that stays off limits.
     given: dict[str, frozenset[str] | None] = field(default_factory=dict)
+    #: names the answer cell may not use in this exercise: {name: why}, e.g. the builtins that
+    #: tell a grader's plain-Python replay of the answer from its compiled run
+    forbidden: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         if not _ID_RE.match(self.id):

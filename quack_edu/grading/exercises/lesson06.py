@@ -27,6 +27,8 @@ from ..checks import (
     CheckFailed,
     KernelHole,
     Ptx,
+    _shared_get,
+    _shared_put,
     f32_hex,
     gpu_values,
     is_not_implemented,
@@ -707,11 +709,44 @@ def loop_config(N, dtype):
     return FinalConfig(64, 128, cluster_n=2, buffers=2, blocks_per_cta=4)
 
 
-LOOP_HOLE = KernelHole(
-    stage="final",
-    piece="row_blocks",
-    adapt=lambda answer: lambda self, *helpers: answer(*helpers),
-)
+#: the helpers in row_blocks's order, by the names the replay records their calls under
+HELPER_KINDS = ("issue", "first", "send", "wait", "combine", "rearm", "second")
+HELPER_ARGS = {
+    "issue": ("blk", "b"),
+    "first": ("it", "blk", "b"),
+    "send": ("val", "p"),
+    "wait": ("p", "phase"),
+    "combine": ("p",),
+    "rearm": ("p",),
+    "second": ("it", "blk", "b", "total"),
+}
+#: the helper calls of the latest compile of a learner's loop, in the order traced: (kind,
+#: {argument index: value} of the arguments that were Python constants, not values of the kernel)
+_TRACE: list[tuple[str, dict]] = []
+
+
+def _recording(kind, helper):
+    def call(*args):
+        consts = {i: a for i, a in enumerate(args) if isinstance(a, int)}
+        _TRACE.append((kind, consts))
+        return helper(*args)
+
+    return call
+
+
+def _traced(answer):
+    """The kernel's ``row_blocks``: the learner's loop, each helper call recorded while the
+    kernel is traced (one pass over the loop's body, each branch of a runtime ``if`` once)."""
+
+    def method(self, n_iter, blk0, tidx, *helpers):
+        _TRACE.clear()
+        rec = [_recording(k, h) for k, h in zip(HELPER_KINDS, helpers, strict=True)]
+        return answer(n_iter, blk0, tidx, *rec)
+
+    return method
+
+
+LOOP_HOLE = KernelHole(stage="final", piece="row_blocks", adapt=_traced)
 REPLAY = "the loop replayed on the CPU: buffers, exchange parity, mbarrier phases, re-arms"
 LOOP_COMPILES = "compiles (cluster of 2, two buffers, 4 row blocks a CTA)"
 
@@ -761,6 +796,32 @@ L_REARM_ONE = (
 )
 L_COMBINE = "combine(p) reads the peers' partials: only after wait_peers(p, ...) has returned"
 L_SECOND = "second_pass gets the row's total, the value combine returned for this block"
+L_MISSING = (
+    "iterations are missing: the loop runs it = 0, 1, ..., n_iter - 1 "
+    "(cutlass.range(n_iter, unroll=1)), and every iteration calls first_pass and second_pass "
+    "for its block blk0 + it; a block left out is never normalized"
+)
+L_ITERS = (
+    "first_pass and second_pass take the loop's own counter: it, blk0 + it, in order, once each "
+    "an iteration"
+)
+L_LAST_ISSUE = (
+    "the last iteration issues no next block: issue it anyway. issue(blk, b) copies nothing "
+    "past the CTA's last block, but it still commits the copy groups that first_pass counts on "
+    "(first_pass lets one block's groups stay in flight, the next block's: without them, it "
+    "would read this block before it lands)"
+)
+L_NO_WAIT = (
+    "no wait: the compiled loop never calls wait_peers, so combine reads the exchange buffer "
+    "before the peers' partials have landed. Every iteration waits on barrier it % 2 for phase "
+    "parity (it // 2) % 2 before combine"
+)
+L_COMPILED = (
+    "the compiled loop does not make the calls the replayed one makes. The kernel runs the "
+    "loop as compiled, and the replay judges the protocol only if both are the same code: one "
+    "loop body, each helper called once in it (rearm under its condition), with arguments "
+    "computed from it, not a branch on how the loop is being run"
+)
 L_HELPERS = (
     "the loop calls something other than its helpers (or fails in plain Python): write it with "
     "the helpers given, plain arithmetic on it, and cutlass.range for the loop"
@@ -845,14 +906,41 @@ def judge_loop(ev: list[tuple], n_iter: int, tidx: int, blk0: int, arms: dict | 
         arms = {}
     it, done = -1, 0
     state: dict = {}
-    firsts = [e for e in ev if e[0] == "first"]
-    if [e[1] for e in firsts] != list(range(n_iter)):
+    firsts = [e[1] for e in ev if e[0] == "first"]
+    seconds = [e[1] for e in ev if e[0] == "second"]
+    want = list(range(n_iter))
+    if firsts != want or seconds != want:
+        seen = f"first_pass in iterations {firsts}, second_pass in {seconds}"
+        miss = [
+            f"iterations {[i for i in want if i not in calls]} never ran {name}"
+            for name, calls in (("first_pass", firsts), ("second_pass", seconds))
+            if any(i not in calls for i in want)
+        ]
+        if miss and set(firsts) <= set(want) and set(seconds) <= set(want):
+            _fail(
+                f"{where}: " + "; ".join(miss), f"both in each of 0..{n_iter - 1}", seen, L_MISSING
+            )
         _fail(
-            f"{where}: first_pass called for iterations {[e[1] for e in firsts]}",
-            f"once per iteration 0..{n_iter - 1}",
-            f"{len(firsts)} calls",
-            L_HELPERS,
+            f"{where}: {seen}", f"each once in iterations 0..{n_iter - 1}, in order", seen, L_ITERS
         )
+    # which exchange buffer and mbarrier each block uses, before the order of the rest
+    cur = -1
+    for e in ev:
+        if e[0] == "first":
+            cur = e[1]
+        elif e[0] in ("send", "wait") and cur >= 0:
+            p = e[2] if e[0] == "send" else e[1]
+            if p != cur % 2:
+                used = {x[2] if x[0] == "send" else x[1] for x in ev if x[0] in ("send", "wait")}
+                one = (
+                    " (one exchange buffer and mbarrier for every block)" if len(used) == 1 else ""
+                )
+                _fail(
+                    f"{where}, iteration {cur}: {e[0]} on {p}{one}",
+                    f"exchange buffer and mbarrier {cur % 2}",
+                    str(p),
+                    L_PARITY,
+                )
     for e in ev:
         kind = e[0]
         if kind == "issue":
@@ -884,13 +972,14 @@ def judge_loop(ev: list[tuple], n_iter: int, tidx: int, blk0: int, arms: dict | 
                     L_BUFFER,
                 )
             prior = [x for x in ev[: ev.index(e)] if x[0] == "issue" and x[1] == blk + 1]
-            if it + 1 < n_iter and not prior:
+            if not prior:
+                last = it + 1 == n_iter and not any(x[0] == "issue" and x[1] == blk + 1 for x in ev)
                 _fail(
                     f"{where}, iteration {it}: block {blk + 1} not issued before block {blk}'s "
-                    "first pass",
-                    "issue(blk + 1, 1 - buf) at the top of the iteration",
+                    "first pass" + (" (the last iteration)" if last else ""),
+                    "issue(blk + 1, 1 - buf) at the top of every iteration",
                     "issued later, or never",
-                    L_NO_OVERLAP,
+                    L_LAST_ISSUE if last else L_NO_OVERLAP,
                 )
         elif kind == "send":
             _, val, p = e
@@ -933,11 +1022,13 @@ def judge_loop(ev: list[tuple], n_iter: int, tidx: int, blk0: int, arms: dict | 
         elif kind == "combine":
             _, p, tok = e
             if state.get("wait") != p:
+                none = "wait" not in state
                 _fail(
-                    f"{where}, iteration {it}: combine({p}) before its wait",
-                    "after",
-                    "before",
-                    L_COMBINE,
+                    f"{where}, iteration {it}: combine({p}) "
+                    + ("with no wait in this iteration" if none else "before its wait"),
+                    "after wait_peers",
+                    "no wait" if none else "before",
+                    L_NO_WAIT if none else L_COMBINE,
                 )
             state["combine"] = tok
         elif kind == "rearm":
@@ -1025,6 +1116,149 @@ def _replay_check() -> Check:
     return Check(REPLAY, COMPILE, fn)
 
 
+def _trace_of(ctx, dt) -> list | None:
+    """The helper calls traced when the kernel around ``ctx.answer`` was compiled for ``dt``:
+    recorded by this compile, or kept from the one that made the cached report."""
+    key = ("row_blocks trace", dt)
+    if _TRACE:
+        _shared_put(ctx.answer, key, list(_TRACE))
+    return _shared_get(ctx.answer, key)
+
+
+def _replayed_body(answer) -> list[str]:
+    """The helper calls of one middle iteration (1 of 5, thread 0) of the replayed loop: the
+    calls its compiled body must make, each once."""
+    ev = replay_loop(answer, 5, 0)
+    ends = [i for i, e in enumerate(ev) if e[0] == "second"]
+    return [e[0] for e in ev[ends[0] + 1 : ends[1] + 1]]
+
+
+def judge_trace(trace: list | None, body: list[str]) -> None:
+    """The compiled loop makes the replayed iteration's calls (the same number of each, in the
+    same order, none with a constant for an argument that changes with the iteration)."""
+    if trace is None:  # no record of this compile (not expected): the PTX checks still run
+        return
+    kinds = [k for k, _ in trace]
+    for kind in HELPER_KINDS:
+        got, want = kinds.count(kind), body.count(kind)
+        if got == want:
+            continue
+        what = (
+            f"compiled, the loop calls {kind} {got} times an iteration; replayed, {want} "
+            f"(compiled: {', '.join(kinds) or 'no calls'}; replayed: {', '.join(body)})"
+        )
+        hint = L_COMPILED
+        if got < want and kind == "wait":
+            hint = L_NO_WAIT
+        elif got < want and kind == "rearm":
+            hint = L_NOT_ARMED
+        raise CheckFailed(what, expected=f"{want} {kind}", seen=f"{got}", hint=hint)
+    if kinds != body:  # the same calls, each once: a straight pass makes them in the same order
+        raise CheckFailed(
+            "compiled, the loop makes its calls in another order than replayed",
+            expected=", ".join(body),
+            seen=", ".join(kinds),
+            hint=L_COMPILED,
+        )
+    for kind, consts in trace:
+        for i, v in consts.items():
+            arg = HELPER_ARGS[kind][i] if i < len(HELPER_ARGS[kind]) else f"#{i}"
+            raise CheckFailed(
+                f"compiled, {kind}'s argument {arg} is the constant {v}, the same in every "
+                "iteration",
+                expected=f"{arg} computed from it",
+                seen=str(v),
+                hint=L_PHASE if (kind, arg) == ("wait", "phase") else L_COMPILED,
+            )
+
+
+def _loop_region(ptx: str) -> list[str]:
+    """The lines of the learner's loop in the PTX: from the label before its ``nounroll`` pragma
+    (``cutlass.range(..., unroll=1)``) to the branch back to it; all lines if there is none."""
+    import re
+
+    lines = ptx.splitlines()
+    for i, ln in enumerate(lines):
+        if '.pragma "nounroll"' not in ln:
+            continue
+        head = next(
+            (lines[j].strip()[:-1] for j in range(i, -1, -1) if lines[j].strip().endswith(":")),
+            None,
+        )
+        if head is None:
+            break
+        back = [
+            j
+            for j in range(i, len(lines))
+            if re.search(rf"\bbra(\.uni)?\s+{re.escape(head)};", lines[j])
+        ]
+        region = lines[i : back[-1] + 1] if back else []
+        if any("mbarrier" in x for x in region):
+            return region
+    return lines
+
+
+def loop_protocol(ptx: str, commits: int) -> None:
+    """The compiled loop, read from its PTX: a wait whose parity is a register the loop
+    updates, a re-arm that a branch skips (thread 0 only, not for the last blocks), and one
+    block's ``commits`` copy groups issued an iteration."""
+    import re
+
+    region = _loop_region(ptx)
+    waits = [ln for ln in region if "mbarrier.try_wait.parity" in ln]
+    if not waits:
+        raise CheckFailed(
+            "compiled, the loop has no mbarrier wait",
+            expected="mbarrier.try_wait.parity (wait_peers) in the loop",
+            seen="none",
+            hint=L_NO_WAIT,
+        )
+    for ln in waits:
+        ops = [o.strip() for o in ln.split(",")]
+        parity = ops[2] if len(ops) > 2 else ""
+        written = any(re.match(rf"\s*[a-z][\w.]*\s+{re.escape(parity)},", x) for x in region)
+        if not parity.startswith("%") or not written:
+            raise CheckFailed(
+                f"compiled, the wait's phase parity is {parity}, the same in every iteration",
+                expected="a parity that changes with the iteration, (it // 2) % 2",
+                seen=f"{parity}" + ("" if parity.startswith("%") else " (the constant)"),
+                hint=L_PHASE,
+            )
+    arms = [i for i, ln in enumerate(region) if "mbarrier.arrive" in ln]
+    if not arms:
+        raise CheckFailed(
+            "compiled, the loop never re-arms a barrier",
+            expected="mbarrier.arrive.expect_tx (rearm) in the loop",
+            seen="none",
+            hint=L_NOT_ARMED,
+        )
+    for i in arms:
+        skipped = False
+        for j in range(i - 1, -1, -1):
+            m = re.match(r"\s*@!?%p\w*\s+bra(\.uni)?\s+(\S+);", region[j])
+            if m:
+                label = m.group(2)
+                skipped = any(x.strip() == f"{label}:" for x in region[i + 1 :])
+                break
+            if region[j].strip().endswith(":"):
+                break
+        if not skipped:
+            raise CheckFailed(
+                "compiled, every thread re-arms the barrier in every iteration",
+                expected="the re-arm under a condition (tidx == 0 and it + 2 < n_iter)",
+                seen="unconditional",
+                hint=L_REARM_ONE,
+            )
+    n = sum(1 for ln in region if "cp.async.commit_group" in ln)
+    if n != commits:
+        raise CheckFailed(
+            f"compiled, the loop issues {n} copy groups an iteration",
+            expected=f"{commits}: one block's (issue once an iteration)",
+            seen=str(n),
+            hint=L_COMPILED,
+        )
+
+
 def _loop_compiles(dtypes=("bf16",), hidden: bool = False) -> Check:
     def fn(ctx):
         from .. import hints
@@ -1032,6 +1266,7 @@ def _loop_compiles(dtypes=("bf16",), hidden: bool = False) -> Check:
         out = []
         for dt in dtypes:
             try:
+                _TRACE.clear()
                 rep = ctx.report(LOOP_HOLE, 1000, dt, loop_config(1000, dt))
             except (CheckFailed, NotImplementedError):
                 raise
@@ -1043,12 +1278,14 @@ def _loop_compiles(dtypes=("bf16",), hidden: bool = False) -> Check:
                     f"{hints.short_error(e, 400)}",
                     hint=hints.diagnose_compile_error(e),
                 ) from None
+            judge_trace(_trace_of(ctx, dt), _replayed_body(ctx.answer))
+            loop_protocol(rep.ptx, loop_config(1000, dt).stages)
             if "mbarrier.try_wait.parity" not in rep.ptx:
                 raise CheckFailed(
                     "no mbarrier wait in the PTX",
                     expected="mbarrier.try_wait.parity (wait_peers)",
                     seen="none",
-                    hint=L_PHASE,
+                    hint=L_NO_WAIT,
                 )
             out.append(f"{dt}: {rep.registers} registers")
         return "; ".join(out)
@@ -1089,12 +1326,29 @@ def _loop_speed(fraction=0.8, M=8192, N=32768) -> Check:
     )
 
 
+#: builtins that ask what a value is: the loop has no use for them, and they could tell the
+#: replay's plain ints from the kernel's values (the compile tier checks the compiled loop too)
+INTROSPECTION = (
+    "isinstance",
+    "issubclass",
+    "type",
+    "hasattr",
+    "getattr",
+    "vars",
+    "dir",
+    "callable",
+    "id",
+    "repr",
+)
+WHY_NOT_INTROSPECT = "the loop does not ask what its arguments are: one loop, run as it is written"
+
 row_loop = register(
     Exercise(
         id="06.row_loop",
         lesson=LESSON,
         answer="row_blocks",
         title="the double-buffered loop over a CTA's row blocks: buffers, mbarrier phases, re-arms",
+        forbidden=dict.fromkeys(INTROSPECTION, WHY_NOT_INTROSPECT),
         points={COMPILE: 2, GPU: 2},
         mutants=[
             Mutant("one exchange buffer", [("parity = it % 2", "parity = 0")], hint="it % 2"),
@@ -1114,9 +1368,79 @@ row_loop = register(
                 hint="more than one thread re-arms",
             ),
             Mutant(
+                "the last block skipped",
+                [("cutlass.range(n_iter, unroll=1)", "cutlass.range(n_iter - 1, unroll=1)")],
+                hint="never ran first_pass",
+            ),
+            Mutant(
+                "an empty loop body",
+                [
+                    (
+                        "for it in cutlass.range(n_iter, unroll=1):",
+                        "for it in cutlass.range(n_iter, unroll=1):\n        pass\n    if False:",
+                    )
+                ],
+                hint="never ran first_pass",
+            ),
+            Mutant(
+                "one exchange buffer, re-armed for the next block",
+                [("parity = it % 2", "parity = 0"), ("it + 2 < n_iter", "it + 1 < n_iter")],
+                hint="one exchange buffer and mbarrier for every block",
+            ),
+            Mutant(
+                "no issue in the last iteration",
+                [
+                    (
+                        "issue(blk + 1, 1 - buf)",
+                        "if it + 1 < n_iter:\n            issue(blk + 1, 1 - buf)",
+                    )
+                ],
+                hint="the last iteration issues no next block",
+            ),
+            Mutant(
                 "the next block into the buffer being read",
                 [("issue(blk + 1, 1 - buf)", "issue(blk + 1, buf)")],
                 hint="still reads",
+            ),
+            # cheats that tell the replay (plain Python ints) from the compile, right replayed and
+            # wrong compiled, by a test the screen lets through (it flags isinstance and the
+            # like). The compiled trace's calls and the loop's PTX give them away: the compile
+            # tier only (the gpu tier's checks need it, so they are blocked, not failed)
+            Mutant(
+                "compiled, never re-armed",
+                [("if tidx == 0 and", "if cutlass.Int32 is int and tidx == 0 and")],
+                hint="not armed again",
+            ),
+            Mutant(
+                "compiled, phase 0 always",
+                [
+                    (
+                        "wait_peers(parity, (it // 2) % 2)",
+                        "wait_peers(parity, (it // 2) % 2 if cutlass.Int32 is int else 0)",
+                    )
+                ],
+                hint="the constant 0",
+            ),
+            Mutant(
+                "compiled, the current block issued again",
+                [
+                    (
+                        "issue(blk + 1, 1 - buf)",
+                        "issue(blk + 1, 1 - buf)\n        if cutlass.Int32 is not int:\n"
+                        "            issue(blk, buf)",
+                    )
+                ],
+                hint="calls issue 2 times",
+            ),
+            Mutant(
+                "compiled, no wait",
+                [
+                    (
+                        "wait_peers(parity, (it // 2) % 2)",
+                        "if cutlass.Int32 is int:\n            wait_peers(parity, (it // 2) % 2)",
+                    )
+                ],
+                hint="no wait",
             ),
         ],
     )
