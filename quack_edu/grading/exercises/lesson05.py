@@ -213,8 +213,10 @@ TOO_FEW = (
     "group s, so it has surely landed only once at most stages - 1 - s groups remain"
 )
 REVERSED = (
-    "the counts run the wrong way: the first part read must wait for the most (only group 0 "
-    "has to land, stages - 1 may fly on) and the last for everything (0 pending)"
+    "the counts run the wrong way: the answer is how many groups may still be in flight, the "
+    "most for the first part and none for the last. Part 0 needs only group 0 to have landed, "
+    "so it waits for the fewest: stages - 1 groups may fly on (wait_group stages - 1); the "
+    "last part needs every group, so it waits for them all (wait_group 0)"
 )
 
 _WAIT_VARIANTS = [
@@ -248,10 +250,10 @@ def _probe_waits(rep, ctx):
     if got != want:
         if got and all(g == 0 for g in got) and stages > 1:
             hint = NO_OVERLAP
+        elif got == want[::-1]:  # also too few for the last part: this says more
+            hint = REVERSED
         elif len(got) == len(want) and any(g > w for g, w in zip(got, want, strict=True)):
             hint = TOO_FEW
-        elif got == want[::-1]:
-            hint = REVERSED
         else:
             hint = None
         raise CheckFailed(
@@ -281,6 +283,11 @@ wait_groups = register(
                 [("return stages - 1 - stage", "return stages - stage")],
                 hint="waited for too few groups",
                 tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "counts reversed (returns stage)",
+                [("return stages - 1 - stage", "return stage")],
+                hint="so it waits for the fewest",
             ),
         ],
     )
@@ -550,10 +557,10 @@ def _probe_pipeline(rep, ctx):
     if got != want:
         if got and all(g == 0 for g in got) and stages > 1:
             hint = NO_OVERLAP
+        elif got == want[::-1]:  # also too few for the last part: this says more
+            hint = REVERSED
         elif len(got) == len(want) and any(g > w for g, w in zip(got, want, strict=True)):
             hint = TOO_FEW
-        elif got == want[::-1]:
-            hint = REVERSED
         else:
             hint = None
         raise CheckFailed(
