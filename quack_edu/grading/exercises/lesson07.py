@@ -25,11 +25,15 @@ The gpu tier runs the learner's kernel class through
 of every dtype, none, and both offsets.
 
 07.dw_partial's compile tier reads the PTX of the backward built with x bf16, dout fp16 and an
-fp32 weight at a short row (8 rows a CTA) and a long one (one row a CTA): no atomics; the partial
-stores (those not packed back to bf16, as dx is) built from x and dout; with several rows, a
-barrier before the accumulators overwrite the tiles, one before row 0 reads the other rows, and
-those reads. Its gpu tier runs the kernel twice on NaN-poisoned partial buffers: dw against
-``rmsnorm_bwd_ref`` and the two runs bitwise equal.
+fp32 weight at a short row (8 rows a CTA) and a long one (one row a CTA): every barrier reached
+by every thread; no atomics (any memory); the partial stores (those not packed back to bf16, as
+dx is) built from x and dout, through a sum carried around the row-block loop, never multiplied
+by 0; with several rows, the drain (wait_group 0) and a barrier before the accumulators overwrite
+the tiles, one before row 0 reads the other rows, exactly rows - 1 rows read, the stores under a
+branch on the thread's row and, at a ragged N, some under a column test. Its gpu tier runs the
+kernel twice on NaN-poisoned partial buffers with one poisoned row after them: dw against
+``rmsnorm_bwd_ref`` (M=20000 gives each CTA several row blocks), nothing written past the last
+row and the two runs bitwise equal; an answer with a divergent barrier is not launched.
 """
 
 from __future__ import annotations
