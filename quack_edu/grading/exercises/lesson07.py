@@ -1099,6 +1099,21 @@ def _dw_probe(N: int, name: str, hidden: bool = False) -> Check:
 DW_CASES = (("bf16", "bf16"), ("bf16", "fp32"), ("fp16", "fp16"), ("fp32", "fp32"))
 
 
+def _launchable(ctx):
+    """The compile tier's (report, tiling) of the answer; CheckFailed, before any launch, where
+    a barrier is not reached by every thread (the kernel would hang the GPU)."""
+    rep, t = dw_report(ctx.answer, DW_N_ROWS)
+    bad = divergent_barriers(rep.ptx)
+    if bad:
+        raise CheckFailed(
+            "not run: a barrier that not every thread of the CTA reaches would hang it",
+            expected="bar.sync outside any branch on the thread's row",
+            seen=bad[0],
+            hint=DW_DIVERGENT,
+        )
+    return rep, t
+
+
 def _dw_values(hidden: bool) -> Check:
     def fn(ctx):
         import torch
@@ -1108,15 +1123,7 @@ def _dw_values(hidden: bool) -> Check:
         from ..checks import HIDDEN_M, VISIBLE_M
 
         cls = _dw_build(ctx.answer)
-        rep, t = dw_report(ctx.answer, DW_N_ROWS)
-        bad = divergent_barriers(rep.ptx)
-        if bad:  # not launched: it would hang the GPU
-            raise CheckFailed(
-                "not run: a barrier that not every thread of the CTA reaches would hang it",
-                expected="bar.sync outside any branch on the thread's row",
-                seen=bad[0],
-                hint=DW_DIVERGENT,
-            )
+        rep, t = _launchable(ctx)
 
         def ptx_hint():  # what the compile tier's probe says of the same answer, if anything
             try:
@@ -1218,6 +1225,7 @@ def _dw_speed(fraction: float = 0.8, M: int = 32768, N: int = 4096) -> Check:
         from ...tools.bench import copy_bandwidth, cuda_time_us, gbps, rmsnorm_bwd_bytes
 
         cls = _dw_build(ctx.answer)
+        _launchable(ctx)
         gen = torch.Generator().manual_seed(1)
         x, w, dout, rstd = _row_inputs(M, N, "bf16", "bf16", 0.0, gen, "cuda")
         dx = torch.empty_like(x)
