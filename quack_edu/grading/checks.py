@@ -887,6 +887,69 @@ def divergent_barriers(ptx_text: str) -> list[str]:
     return out
 
 
+def thread_guards(ptx_text: str, any_predicate: bool = False) -> dict[int, frozenset[str]]:
+    """For each instruction of ``Ptx(ptx_text)`` (by index), the predicates computed from the
+    thread's index (``%tid``, ``%laneid``, ``%warpid``) under which it runs: those of the forward
+    branches it lies inside and its own ``@%p`` (the same simple scan as
+    ``divergent_barriers``: a forward ``@%p bra`` opens a region that its label closes). With
+    ``any_predicate``, every predicate counts, also those every thread of the CTA shares."""
+    ptx = Ptx(ptx_text)
+    memo: dict[str, bool] = {}
+
+    def per_thread(pred: str) -> bool:
+        if any_predicate:
+            return True
+        if pred not in memo:
+            memo[pred] = any(
+                r in ins.text
+                for j in ptx.defs.get(pred, [])
+                for ins in (ptx.instrs[j], *ptx.ancestors(ptx.instrs[j]))
+                for r in _THREAD_REGS
+            )
+        return memo[pred]
+
+    seen: set[str] = set()
+    open_: list[tuple[str, str]] = []
+    out: dict[int, frozenset[str]] = {}
+    index = 0
+    for line in ptx_text.splitlines():
+        s = line.strip()
+        label = re.match(r"^(\$[\w.$]+):$", s.split("//")[0].strip())
+        if label:
+            seen.add(label.group(1))
+            open_ = [(t, p) for t, p in open_ if t != label.group(1)]
+            continue
+        # the instructions Ptx counts, in its order
+        if not s or s.startswith(("//", ".", "$", "{", "}", ")")) or s.endswith(":"):
+            continue
+        s = s.rstrip(";").split("//")[0].strip()
+        branch = re.match(r"^@!?(%\w+)\s+bra(?:\.uni)?\s+(\$[\w.$]+)", s)
+        own = re.match(r"^@!?(%\w+)\s+", s)
+        preds = {p for _, p in open_}
+        if own and not branch and per_thread(own.group(1)):
+            preds.add(own.group(1))
+        out[index] = frozenset(preds)
+        index += 1
+        if branch and branch.group(2) not in seen and per_thread(branch.group(1)):
+            open_.append((branch.group(2), branch.group(1)))
+    return out
+
+
+_ZEROS = ("0f00000000", "0f80000000")
+
+
+def times_zero(i) -> bool:
+    """Whether a PTX instruction is an fp32 multiply (mul, or fma's two factors) by the
+    constant 0: a cheat's way of keeping a value's loads while dropping the value."""
+    if "f32" not in i.opcode:
+        return False
+    if i.opcode.startswith("mul"):
+        return any(o in _ZEROS for o in i.operands[1:])
+    if i.opcode.startswith("fma"):
+        return any(o in _ZEROS for o in i.operands[1:3])
+    return False
+
+
 def _split_operands(s: str) -> list[str]:
     out, depth, cur = [], 0, ""
     for ch in s:

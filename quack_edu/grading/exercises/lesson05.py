@@ -20,11 +20,14 @@ from dataclasses import replace
 
 from ..checks import (
     KernelHole,
+    Ptx,
     compiles,
     gpu_speed,
     gpu_values,
     no_local_memory,
     ptx_probe,
+    thread_guards,
+    times_zero,
     value_check,
 )
 from ..hints import Variant
@@ -210,8 +213,10 @@ TOO_FEW = (
     "group s, so it has surely landed only once at most stages - 1 - s groups remain"
 )
 REVERSED = (
-    "the counts run the wrong way: the first part read must wait for the most (only group 0 "
-    "has to land, stages - 1 may fly on) and the last for everything (0 pending)"
+    "the counts run the wrong way: the answer is how many groups may still be in flight, the "
+    "most for the first part and none for the last. Part 0 needs only group 0 to have landed, "
+    "so it waits for the fewest: stages - 1 groups may fly on (wait_group stages - 1); the "
+    "last part needs every group, so it waits for them all (wait_group 0)"
 )
 
 _WAIT_VARIANTS = [
@@ -245,10 +250,10 @@ def _probe_waits(rep, ctx):
     if got != want:
         if got and all(g == 0 for g in got) and stages > 1:
             hint = NO_OVERLAP
+        elif got == want[::-1]:  # also too few for the last part: this says more
+            hint = REVERSED
         elif len(got) == len(want) and any(g > w for g, w in zip(got, want, strict=True)):
             hint = TOO_FEW
-        elif got == want[::-1]:
-            hint = REVERSED
         else:
             hint = None
         raise CheckFailed(
@@ -278,6 +283,11 @@ wait_groups = register(
                 [("return stages - 1 - stage", "return stages - stage")],
                 hint="waited for too few groups",
                 tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "counts reversed (returns stage)",
+                [("return stages - 1 - stage", "return stage")],
+                hint="so it waits for the fewest",
             ),
         ],
     )
@@ -403,6 +413,33 @@ NOT_SQUARES = (
     "no square in the sum: the row's sum is of x * x (in fp32: "
     "xv = tXsX[None, None, v].load().to(Float32); (xv * xv).reduce(cute.ReductionOp.ADD, ...))"
 )
+COMMIT_IN_ROW = (
+    "cp.async.commit_group inside `if in_row`: a thread whose row is past M then commits no "
+    "groups, and wait_group n counts the groups of each thread, so the threads of the CTA no "
+    "longer count theirs the same way. Commit each part outside `if in_row`, after its "
+    "copies (a group with no copies in it is fine)"
+)
+NO_AFTER_ISSUE = (
+    "the weight is not loaded while x's copies fly: after_issue() issues the weight's loads "
+    "(into registers, for the second pass); call it once, after the last commit_group and "
+    "before the first wait_group. Without it the weight is never loaded"
+)
+AFTER_ISSUE_EARLY = (
+    "after_issue() is called before x's copies: x goes out first (every part issued and "
+    "committed), then after_issue() (the weight's loads, which fly with x's copies), then the "
+    "waits"
+)
+MASKED_SUMMED = (
+    "vectors past column N are summed: they were never copied (tXpX masks them), so their "
+    "shared memory holds garbage. Add a vector's squares only where tXpX[0, 0, v], as its copy"
+)
+SUM_NOT_FROM_X = (
+    "the value returned does not carry the sum of the squares of x: it is multiplied by 0 on "
+    "the way (or built without x). Return sum_sq itself, the fp32 sum of x * x of the "
+    "thread's vectors"
+)
+
+
 _SQUARE = re.compile(
     r"^(?:mul(?:\.rn)?\.f32\s+%\w+,\s*(%\w+),\s*\1\b|fma\.rn\.f32\s+%\w+,\s*(%\w+),\s*\2\b)"
 )
@@ -453,13 +490,14 @@ def _probe_pipeline(rep, ctx):
             seen=f"{copies}",
             hint=PIPE_COPIES,
         )
-    if commits != stages:
-        raise CheckFailed(
-            f"{commits} commit groups for {stages} parts",
-            expected=f"{stages} cp.async.commit_group ({where})",
-            seen=f"{commits}",
-            hint=COMMIT_PER_PART,
-        )
+    ptx = Ptx(rep.ptx)
+    ins = ptx.instrs
+    end = next((i.index for i in ins if i.opcode.startswith("shfl.sync.bfly")), len(ins))
+    at = {
+        k: [i.index for i in ins[:end] if i.opcode.startswith(k)]
+        for k in ("cp.async.c", "cp.async.commit_group", "cp.async.wait_group", "ld.global")
+    }
+    w8 = at["cp.async.wait_group"][0] if at["cp.async.wait_group"] else end
     first_wait = kinds.index("wait") if "wait" in kinds else len(kinds)
     if "copy" in kinds[first_wait:]:
         raise CheckFailed(
@@ -467,6 +505,38 @@ def _probe_pipeline(rep, ctx):
             expected=f"all {t.vecs} copies and {stages} commits before the first wait",
             seen=f"{kinds[first_wait:].count('copy')} copies after it",
             hint=ISSUE_FIRST,
+        )
+    if ctx.kernel(PIPE_HOLE, rep.N, rep.dtype, rep.config).early_weight:
+        loads = at["ld.global"]
+        if at["cp.async.c"] and loads and loads[0] < at["cp.async.c"][0]:
+            raise CheckFailed(
+                "the weight's loads go out before x's copies",
+                expected="x's copies and commits, then the weight's ld.global, then the waits",
+                seen=f"ld.global first, then {copies} cp.async",
+                hint=AFTER_ISSUE_EARLY,
+            )
+        if not [i for i in loads if i < w8]:
+            raise CheckFailed(
+                "no load of the weight before the first cp.async.wait_group",
+                expected="ld.global of the weight between the last commit and the first wait",
+                seen=f"{len([i for i in loads if i >= w8])} ld.global after the first wait",
+                hint=NO_AFTER_ISSUE,
+            )
+    if commits != stages:
+        raise CheckFailed(
+            f"{commits} commit groups for {stages} parts",
+            expected=f"{stages} cp.async.commit_group ({where})",
+            seen=f"{commits}",
+            hint=COMMIT_PER_PART,
+        )
+    guards = thread_guards(rep.ptx, any_predicate=True)
+    guarded = [i for i in at["cp.async.commit_group"] if guards[i]]
+    if guarded:
+        raise CheckFailed(
+            f"{len(guarded)} of the {commits} cp.async.commit_group under a branch",
+            expected="every commit_group reached by every thread (outside `if in_row`)",
+            seen=ins[guarded[0]].text + " inside a branch",
+            hint=COMMIT_IN_ROW,
         )
     sizes, n = [], 0
     for k in kinds[:first_wait]:
@@ -487,10 +557,10 @@ def _probe_pipeline(rep, ctx):
     if got != want:
         if got and all(g == 0 for g in got) and stages > 1:
             hint = NO_OVERLAP
+        elif got == want[::-1]:  # also too few for the last part: this says more
+            hint = REVERSED
         elif len(got) == len(want) and any(g > w for g, w in zip(got, want, strict=True)):
             hint = TOO_FEW
-        elif got == want[::-1]:
-            hint = REVERSED
         else:
             hint = None
         raise CheckFailed(
@@ -521,6 +591,38 @@ def _probe_pipeline(rep, ctx):
             seen="no x * x",
             hint=NOT_SQUARES,
         )
+    if not t.even_cols and at["cp.async.c"]:  # some vectors are masked: so is their sum
+
+        def same(pred):  # what computes a predicate, whatever its register
+            return frozenset(
+                f"{ins[j].opcode} {', '.join(ins[j].operands[1:])}" for j in ptx.defs.get(pred, [])
+            )
+
+        copied = {same(p) for p in guards[at["cp.async.c"][0]]}
+        used = set()
+        for i in ins[w8:end]:
+            m = re.match(r"^@!?(%\w+)\s", i.text)
+            if m:
+                used.add(m.group(1))
+            if i.opcode.startswith("selp"):
+                used.add(i.operands[-1])
+        if all(same(p) in copied for p in used):
+            raise CheckFailed(
+                "the squares of every vector are summed, the masked ones too",
+                expected="the sum of a vector past column N skipped (a branch or select on tXpX)",
+                seen="no condition in the sum but the copies' first",
+                hint=MASKED_SUMMED,
+            )
+    if end < len(ins):
+        anc = ptx.ancestors(ins[end])
+        zeroed = [a.text for a in anc if times_zero(a)]
+        if zeroed or not any(a.opcode.startswith("ld.shared") for a in anc):
+            raise CheckFailed(
+                "the row's reduction does not receive the sum of the squares of x",
+                expected="shfl.sync.bfly of a sum of ld.shared x * x",
+                seen=zeroed[0] if zeroed else "no ld.shared of x behind it",
+                hint=SUM_NOT_FROM_X,
+            )
     return f"{stages} groups of {per} copies issued first; wait_group {got}; part s summed after"
 
 
@@ -568,13 +670,83 @@ pipeline = register(
                 [("(xv * xv).reduce(", "xv.reduce(")],
                 hint="no square in the sum",
             ),
+            Mutant(
+                "masked vectors summed anyway",
+                [
+                    (
+                        "                elif tXpX[0, 0, v]:\n                    sum_sq += sq\n",
+                        "                else:\n                    sum_sq += sq\n",
+                    )
+                ],
+                hint="vectors past column N are summed",
+            ),
+            Mutant(
+                "each part counted twice",
+                [("sum_sq += sq", "sum_sq += sq + sq")],
+                hint="about 2x the true one",
+                tiers=(GPU,),
+            ),
+            Mutant(
+                "after_issue() never called",
+                [("    after_issue()\n", "")],
+                hint="Without it the weight is never loaded",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "after_issue() before the copies",
+                [
+                    ("    after_issue()\n", ""),
+                    (
+                        "    per_stage = cute.size(tXsX, mode=[2]) // stages\n",
+                        "    per_stage = cute.size(tXsX, mode=[2]) // stages\n    after_issue()\n",
+                    ),
+                ],
+                hint="after_issue() is called before x's copies",
+            ),
+            Mutant(
+                "cheat: every load kept, the sum times 0.0",
+                [("    return sum_sq\n", "    return sum_sq * 0.0 + 1.0\n")],
+                hint="multiplied by 0 on the way",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "commit inside if in_row",
+                [
+                    (
+                        "        cute.arch.cp_async_commit_group()  # part s is group s\n",
+                        "            cute.arch.cp_async_commit_group()  # part s is group s\n",
+                    )
+                ],
+                hint="cp.async.commit_group inside `if in_row`",
+            ),
         ],
     )
 )
 
 
-# The mutants fail the compile tier only: reading a part before its group landed may still give
-# the right values on a GPU (a race), and a wrong sum's values carry no hint of their own.
+def _with_probe_hint(inner: Check) -> Check:
+    """``inner`` (gpu values), whose failure carries the compile tier's hint where the same
+    answer fails its PTX probe (4 parts, bf16, N=1000): wrong values of a known mistake."""
+
+    def fn(ctx):
+        try:
+            return inner.fn(ctx)
+        except CheckFailed as e:
+            import torch
+
+            cfg = four_stages(1000, torch.bfloat16)
+            try:
+                _probe_pipeline(ctx.report(PIPE_HOLE, 1000, "bf16", cfg), ctx)
+            except CheckFailed as p:
+                e.hint = p.hint or e.hint
+            raise
+
+    return Check(inner.name, GPU, fn, inner.hidden, inner.needs)
+
+
+# Most mutants fail the compile tier only: reading a part before its group landed may still give
+# the right values on a GPU (a race), and so may summing masked vectors (shared memory may
+# hold zeros there). A wrong answer's wrong values carry the PTX probe's hint where it has one.
 pipeline.add(
     # the visible compile tier compiles one kernel a config (bf16); fp32 and fp16 are hidden
     compiles(PIPE_HOLE, N=1000, dtypes=("bf16",), config=four_stages),
@@ -599,16 +771,20 @@ pipeline.add(
         hidden=True,
         config=four_stages,
     ),
-    gpu_values(
-        PIPE_HOLE,
-        config=four_stages,
-        name="values vs rmsnorm_ref, 4 commit groups (M in 1/37/199, N=1000, 3 dtypes)",
+    _with_probe_hint(
+        gpu_values(
+            PIPE_HOLE,
+            config=four_stages,
+            name="values vs rmsnorm_ref, 4 commit groups (M in 1/37/199, N=1000, 3 dtypes)",
+        )
     ),
-    gpu_values(
-        PIPE_HOLE,
-        config=two_stages,
-        hidden=True,
-        name="values with 2 commit groups at more shapes, grading seed",
+    _with_probe_hint(
+        gpu_values(
+            PIPE_HOLE,
+            config=two_stages,
+            hidden=True,
+            name="values with 2 commit groups at more shapes, grading seed",
+        )
     ),
     gpu_speed(PIPE_HOLE, fraction=0.85, M=4096, N=65536),
 )
