@@ -212,9 +212,42 @@ def warp_total_first(rep, kernel, opcode: str, what: str, hint: str) -> str:
     return f"{n} shuffle rounds before the {what}"
 
 
+NOT_ZEROED = (
+    "the vectors the column predicate skips are never written in x's register fragment: they "
+    "hold whatever those registers held, and their squares go into the row's sum. Fill the "
+    "fragment with zeros (tXrX.fill(0)) before the predicated copy"
+)
+
+
+def unzeroed_loads(ptx_text: str) -> list[str]:
+    """The column-guarded loads of x whose destination registers have no other definition: on
+    the path that skips the load they are undefined (a fragment not filled before the copy)."""
+    ptx = Ptx(ptx_text)
+    good = set(guarded_by_cols(ptx_text, "ld", X)[0])
+    # register -> the movs and cvts that copy, unpack (16-bit halves) or widen it: the zeros
+    # may be set on any of these (the compiler moves them past the conversion to fp32)
+    movs: dict[str, list] = {}
+    for ins in ptx.instrs:
+        if ins.opcode.startswith(("mov", "cvt")):
+            for r in ins.srcs:
+                movs.setdefault(r, []).append(ins)
+
+    def zeroed(reg: str, depth: int = 0) -> bool:
+        if len(ptx.defs.get(reg, [])) > 1:
+            return True  # also set on the path that skips the load
+        outs = [d for m in movs.get(reg, []) for d in m.dests]
+        return depth < 4 and bool(outs) and all(zeroed(d, depth + 1) for d in outs)
+
+    return [
+        ins.text
+        for ins in ptx.find("ld.global")
+        if ins.text in good and not all(zeroed(d) for d in ins.dests)
+    ]
+
+
 def _check_cols(rep, kernel, where: str) -> None:
     """Where N is ragged, some load of x and of the weight and some store of y is guarded by a
-    column test (``guarded_by_cols``)."""
+    column test (``guarded_by_cols``), and the vectors of x it skips are zeros."""
     if kernel.tiling.even_cols:
         return
     for kind, arg in (("ld", X), ("ld", W), ("st", OUT)):
@@ -228,6 +261,15 @@ def _check_cols(rep, kernel, where: str) -> None:
                 seen=f"`{bad[-1]}` with no test of its column",
                 hint=COLS_PAST_N,
             )
+    bad = unzeroed_loads(rep.ptx)
+    if bad:
+        raise CheckFailed(
+            f"{where}: {len(bad)} predicated loads of x into registers that are not zeroed first",
+            expected="the fragment's skipped vectors set to 0 (mov ..., 0 before the predicated "
+            "load)",
+            seen=f"`{bad[0]}`, its registers written nowhere else",
+            hint=NOT_ZEROED,
+        )
 
 
 #: the store of y in the solutions of 02-04 (a mutant guards it further)
@@ -241,19 +283,17 @@ COLUMN_MUTANTS = (
         hint="with a column predicate",
         tiers=(COMPILE, GPU),
     ),
-)
-
-#: wrong values that compile to the right instructions: only the gpu tier sees them. The
-#: fragment of x not zeroed leaves what its registers held in the masked vectors of a ragged
-#: N (1000 is not a multiple of any tile); the others are known wrong RMSNorms
-#: (``WHOLE_VARIANTS``) or zeros.
-VALUE_MUTANTS = (
     Mutant(
         "the fragment of x not zeroed",
         [("    tXrX.fill(0)", "    pass")],
-        hint="outputs differ from rmsnorm_ref",
-        tiers=(GPU,),
+        hint="never written in x's register fragment",
+        tiers=(COMPILE, GPU),
     ),
+)
+
+#: wrong values that compile to the right instructions: only the gpu tier sees them, as known
+#: wrong RMSNorms (``WHOLE_VARIANTS``), zeros or outputs never written.
+VALUE_MUTANTS = (
     Mutant(
         "rsqrt of the sum, not the mean",
         [("rstd = self.rstd(sum_sq, eps)", "rstd = cute.math.rsqrt(sum_sq + eps)")],
@@ -367,7 +407,8 @@ def mixed_values(
 def _refuse_out_of_bounds(rep, where: str, kernel=None) -> None:
     """A kernel that loads or stores rows past M (or, given the kernel, columns past a ragged
     N) is not launched: it would read or write outside x and y (another tensor's memory, or an
-    illegal address that ends the process's CUDA context)."""
+    illegal address that ends the process's CUDA context). Nor is one whose skipped vectors of
+    x are undefined registers (no fill): its values would depend on what they held."""
     for kind, arg in (("st", OUT), ("ld", X)):
         bad = unguarded_by_rows(rep.ptx, kind, arg)
         if bad:
@@ -506,25 +547,35 @@ def _guards(ptx_text: str, kind: str, arg: int, is_guard: Callable) -> tuple[lis
     return good, bad
 
 
-def _shape_pred(ptx: Ptx, pred: str) -> bool:
-    """``pred`` is computed from a tensor's shape (a 32-bit kernel parameter of x or y: M)."""
-    for j in ptx.defs.get(pred, []):
-        for a in [ptx.instrs[j], *ptx.ancestors(ptx.instrs[j])]:
-            if a.opcode.startswith("ld.param.b32") or a.opcode.startswith("ld.param.u32"):
-                m = _PARAM.search(a.text + "]") or _PARAM.search(a.text)
-                if m and int(m.group(1)) in (X, OUT):
-                    return True
+def _reads_shape(chain) -> bool:
+    """Some instruction of ``chain`` loads a tensor's shape (a 32-bit kernel parameter of x or
+    y: M)."""
+    for a in chain:
+        if a.opcode.startswith("ld.param.b32") or a.opcode.startswith("ld.param.u32"):
+            m = _PARAM.search(a.text + "]") or _PARAM.search(a.text)
+            if m and int(m.group(1)) in (X, OUT):
+                return True
     return False
 
 
+def _shape_pred(ptx: Ptx, pred: str) -> bool:
+    """``pred`` is computed from a tensor's shape (M)."""
+    return any(
+        _reads_shape([ptx.instrs[j], *ptx.ancestors(ptx.instrs[j])]) for j in ptx.defs.get(pred, [])
+    )
+
+
 def _column_pred(ptx: Ptx, pred: str) -> bool:
-    """``pred`` depends on the thread's index and not on M: a test of the thread's columns
-    (N is a compile-time constant of the kernel, so its bound is an immediate)."""
-    if _shape_pred(ptx, pred):
-        return False
+    """``pred`` holds a test of the thread's own index that does not involve M (a comparison of
+    its column with N, a compile-time constant, so an immediate), alone or combined with the
+    row test (``or.pred``)."""
     for j in ptx.defs.get(pred, []):
-        if any("%tid" in a.text for a in [ptx.instrs[j], *ptx.ancestors(ptx.instrs[j])]):
-            return True
+        for s in [ptx.instrs[j], *ptx.ancestors(ptx.instrs[j])]:
+            if not s.opcode.startswith("setp"):
+                continue
+            chain = [s, *ptx.ancestors(s)]
+            if any("%tid" in a.text for a in chain) and not _reads_shape(chain):
+                return True
     return False
 
 
