@@ -40,6 +40,11 @@ COLS_PAST_N = (
     "column predicate, the column of each vector (its identity coordinate) < self.N: "
     "copy_utils.predicate_cols(...) and cute.copy(..., pred=...)"
 )
+SAME_WEIGHT_SLICE = (
+    "every CTA of the cluster multiplies by the same slice of the weight: CTA rank r holds "
+    "columns r * tile_cols ... of x, and needs the weight's columns there, so the weight's tile "
+    "takes the rank as its column coordinate too"
+)
 FIXED_N = (
     "if your column predicate compares with a number you wrote (1000), that is it: the kernel "
     "is compiled for each row length, and the vectors past your number are never loaded; "
@@ -177,6 +182,15 @@ def probe_accesses(rep, kernel, *, cluster: bool = False, hint_tile: str, hint_r
                 expected="x's tile chosen by the CTA's rank in the cluster (its slice)",
                 seen="an address that does not depend on the rank",
                 hint=hint_rank,
+            )
+    for ins in acc.get(("ld", W), []) if cluster else ():
+        chain = " ".join(a.text for a in ptx.ancestors(ins))
+        if not any(r in chain for r in ("%cluster_ctarank", "%ctaid.y")):
+            raise CheckFailed(
+                f"`{ins.text}`: the same slice of the weight in every CTA of the cluster",
+                expected="the weight's tile chosen by the CTA's rank, as x's is",
+                seen="a weight address that does not depend on the rank",
+                hint=SAME_WEIGHT_SLICE,
             )
     return f"{seen}, all tiled by the CTA"
 

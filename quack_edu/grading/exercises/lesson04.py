@@ -640,6 +640,7 @@ expected_tx.add(
 
 
 # ---- 04.cluster_kernel ------------------------------------------------------------------------
+WEIGHT_TILE = "gW = cute.local_tile(mW2, t.tiler, (0, rank))"
 # The whole kernel: the learner writes the cluster stage's @cute.kernel with one row block per
 # CTA (seq_rows = 1), given exchange_smem (the buffer and the armed mbarrier), warp_reduce,
 # cluster_exchange (the stage's send), combine_buffer and rstd. Graded with a cluster forced.
@@ -881,14 +882,14 @@ cluster_kernel = register(
             *VALUE_MUTANTS,
             Mutant(
                 "the weight's slice of rank 0 in every CTA",
-                [
-                    (
-                        "gW = cute.local_tile(mW2, t.tiler, (0, rank))",
-                        "gW = cute.local_tile(mW2, t.tiler, (0, 0))",
-                    )
-                ],
+                [(WEIGHT_TILE, WEIGHT_TILE.replace("(0, rank)", "(0, 0)"))],
                 hint="outputs differ from rmsnorm_ref",
                 tiers=(GPU,),
+            ),
+            Mutant(
+                "the weight's slice of rank 0 in every CTA (its PTX)",
+                [(WEIGHT_TILE, WEIGHT_TILE.replace("(0, rank)", "(0, 0)"))],
+                hint="the same slice of the weight",
             ),
             Mutant(
                 "y stored by thread 0 only",
