@@ -65,6 +65,14 @@ MISSING_COLUMN = (
 )
 NOT_SQUARED = "you sum x, not x * x: the mean is of the squares"
 NO_WEIGHT = "the output is not multiplied by the weight vector w"
+NOT_NORMALISED = (
+    "the output is x * w: the row is never normalised; multiply by rstd = rsqrt(mean of "
+    "squares + eps), the row's own factor"
+)
+ALL_ZERO = (
+    "every output is 0 where rmsnorm_ref is not: the kernel stores zeros (a product with 0, "
+    "or the output fragment stored before anything was written into it)"
+)
 NOT_JIT = (
     "a device function with a loop over cutlass.range (or dynamic if/for) must be decorated with "
     "@cute.jit, so the DSL can turn the Python loop into a device loop"
@@ -132,6 +140,20 @@ _COMPILE_ERRORS: list[tuple[str, str]] = [
     ),
     # an `if` on a run-time value (lane == 0) in a function the DSL did not rewrite
     (r"Cannot use a Runtime value", NOT_JIT),
+    (
+        r"expects pred to have compatible shape",
+        "a copy's pred= must have the shape of that copy's own partition: a predicate made from "
+        "another tensor's partition does not fit when the two move different numbers of "
+        "elements per 16-byte access (an fp32 weight beside bf16 x: 4, not 8). The weight has "
+        "its own partition of the identity tensor (thr_W.partition_S(cX)) and so its own "
+        "predicate",
+    ),
+    (
+        r"restAtomVRank",
+        "the two sides of a copy are split for different copy atoms: a register fragment made "
+        "like x's partition (8 bf16 per access) copied with the weight's tiled copy (4 fp32 per "
+        "access). Hand the copy the fragment as the weight's copy sees it: thr_W.retile(tXrW)",
+    ),
 ]
 
 
@@ -277,6 +299,9 @@ NOT_SQUARED_V = Variant(
 NO_WEIGHT_V = Variant(
     "no weight", lambda x, w, eps: _rms_variant(x, w, eps, weight=False), NO_WEIGHT
 )
+NOT_NORMALISED_V = Variant(
+    "not normalised", lambda x, w, eps: x.float() * w.float(), NOT_NORMALISED
+)
 
 # (eps added after the rsqrt is numerically the same as no eps: NO_EPS_V covers it)
 RSTD_VARIANTS = (NO_EPS_V, SUM_NOT_MEAN_V, SQRT_V, N_MINUS_1_V, N_PLUS_1_V)
@@ -324,6 +349,8 @@ def diagnose_rmsnorm(
             elif cols:
                 where = f" (whole columns unwritten, first {cols[:3]} of {len(cols)})"
             return NOT_WRITTEN + where
+    if bool((o == 0).all()) and bool((r != 0).any()):
+        return ALL_ZERO
     bad = ~_close(o, r, tol)
     if not bad.any():
         return None

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from .. import hints
 from ..checks import EPS, HIDDEN_M, POISON, VISIBLE_M, KernelHole, Ptx, rmsnorm_inputs
-from ..registry import GPU, Check, CheckFailed
+from ..registry import COMPILE, GPU, Check, CheckFailed, Mutant
 
 X, W, OUT = 0, 1, 2
 _NAMES = {X: "x", W: "the weight", OUT: "y"}
@@ -32,6 +32,23 @@ ROWS_PAST_M = (
     "the last CTA's tile of rows runs past the end of the tensor (M is seldom a multiple of "
     "rows_per_cta), and its rows past M are loaded or stored anyway: reads and writes outside "
     "x and y. Guard the copies of x and y with the thread's row (its identity coordinate) < M"
+)
+COLS_PAST_N = (
+    "the tile's columns run past N (N is not a multiple of the columns a tile covers), and the "
+    "vectors past N are loaded or stored anyway: reads past the end of the row (the next row, "
+    "or past the tensor) and writes outside y. Guard every copy of x, the weight and y with a "
+    "column predicate, the column of each vector (its identity coordinate) < self.N: "
+    "copy_utils.predicate_cols(...) and cute.copy(..., pred=...)"
+)
+SAME_WEIGHT_SLICE = (
+    "every CTA of the cluster multiplies by the same slice of the weight: CTA rank r holds "
+    "columns r * tile_cols ... of x, and needs the weight's columns there, so the weight's tile "
+    "takes the rank as its column coordinate too"
+)
+FIXED_N = (
+    "if your column predicate compares with a number you wrote (1000), that is it: the kernel "
+    "is compiled for each row length, and the vectors past your number are never loaded; "
+    "compare with self.N"
 )
 _PARAM = re.compile(r"_param_(\d+)(?:\+\d+)?\]")
 
@@ -97,6 +114,14 @@ def probe_accesses(rep, kernel, *, cluster: bool = False, hint_tile: str, hint_r
     want_w = t.vecs * t.chunks * wb // xb
     seen = f"{x_loads} x 16 B of x, {w_loads} of the weight, {y_stores} stores of y"
     where = f"N={kernel.N} {kernel.dtype.__name__}, {t.vecs} vectors per thread"
+    if y_stores == 0 and acc.get(("st", X)):
+        raise CheckFailed(
+            f"{where}: y is never written, and x is",
+            expected=f"{t.vecs} 16-byte stores of y per thread",
+            seen=f"{len(acc[('st', X)])} stores into x's tensor, none into y's",
+            hint="the output is stored into x's tensor: y's tile must be cut from y (mO), "
+            "not from mX",
+        )
     if y_stores == 0:
         raise CheckFailed(
             f"{where}: y is never written",
@@ -119,7 +144,7 @@ def probe_accesses(rep, kernel, *, cluster: bool = False, hint_tile: str, hint_r
             expected=f"{t.vecs}",
             seen=seen,
             hint="part of a thread's share of x is never loaded: copy the whole partitioned "
-            "tile (all its vectors) into registers",
+            "tile (all its vectors) into registers; " + FIXED_N,
         )
     if w_loads < want_w:
         raise CheckFailed(
@@ -140,6 +165,7 @@ def probe_accesses(rep, kernel, *, cluster: bool = False, hint_tile: str, hint_r
                 seen=f"`{bad[0]}`",
                 hint=ROWS_PAST_M,
             )
+    _check_cols(rep, kernel, where)
     regs = ("%ctaid.x",)
     for ins in acc.get(("ld", X), []):
         chain = " ".join(a.text for a in ptx.ancestors(ins))
@@ -157,8 +183,164 @@ def probe_accesses(rep, kernel, *, cluster: bool = False, hint_tile: str, hint_r
                 seen="an address that does not depend on the rank",
                 hint=hint_rank,
             )
+    for ins in acc.get(("ld", W), []) if cluster else ():
+        chain = " ".join(a.text for a in ptx.ancestors(ins))
+        if not any(r in chain for r in ("%cluster_ctarank", "%ctaid.y")):
+            raise CheckFailed(
+                f"`{ins.text}`: the same slice of the weight in every CTA of the cluster",
+                expected="the weight's tile chosen by the CTA's rank, as x's is",
+                seen="a weight address that does not depend on the rank",
+                hint=SAME_WEIGHT_SLICE,
+            )
     return f"{seen}, all tiled by the CTA"
 
+
+def shuffles_before(rep, opcode: str) -> tuple[int, bool]:
+    """(lane shuffles, excluding ``shfl.sync.idx`` broadcasts, that come before the first
+    ``opcode`` instruction in the PTX's order; whether there is one)."""
+    n = 0
+    for line in rep.instructions():
+        parts = line.split()
+        parts = parts[1:] if parts and parts[0].startswith("@") else parts
+        op = parts[0].rstrip(";") if parts else ""
+        if op.startswith(opcode):
+            return n, True
+        if op.startswith("shfl.sync") and not op.startswith("shfl.sync.idx"):
+            n += 1
+    return n, False
+
+
+def warp_total_first(rep, kernel, opcode: str, what: str, hint: str) -> str:
+    """The lanes of a warp are summed (log2 of the lanes per row, up to 32, shuffle rounds)
+    before the first ``opcode`` (the step that takes one value per warp)."""
+    width = min(kernel.config.threads_per_row, 32)
+    want = width.bit_length() - 1
+    n, found = shuffles_before(rep, opcode)
+    if found and n < want:
+        raise CheckFailed(
+            f"{n} lane shuffles before the {what}, for {width} lanes per warp of a row",
+            expected=f"{want} butterfly rounds (log2({width})) before the first {opcode}",
+            seen=f"{n}",
+            hint=hint,
+        )
+    return f"{n} shuffle rounds before the {what}"
+
+
+NOT_ZEROED = (
+    "the vectors the column predicate skips are never written in x's register fragment: they "
+    "hold whatever those registers held, and their squares go into the row's sum. Fill the "
+    "fragment with zeros (tXrX.fill(0)) before the predicated copy"
+)
+
+
+def unzeroed_loads(ptx_text: str) -> list[str]:
+    """The column-guarded loads of x whose destination registers have no other definition: on
+    the path that skips the load they are undefined (a fragment not filled before the copy)."""
+    ptx = Ptx(ptx_text)
+    good = set(guarded_by_cols(ptx_text, "ld", X)[0])
+    # register -> the movs and cvts that copy, unpack (16-bit halves) or widen it: the zeros
+    # may be set on any of these (the compiler moves them past the conversion to fp32)
+    movs: dict[str, list] = {}
+    for ins in ptx.instrs:
+        if ins.opcode.startswith(("mov", "cvt")):
+            for r in ins.srcs:
+                movs.setdefault(r, []).append(ins)
+
+    def zeroed(reg: str, depth: int = 0) -> bool:
+        if len(ptx.defs.get(reg, [])) > 1:
+            return True  # also set on the path that skips the load
+        outs = [d for m in movs.get(reg, []) for d in m.dests]
+        return depth < 4 and bool(outs) and all(zeroed(d, depth + 1) for d in outs)
+
+    return [
+        ins.text
+        for ins in ptx.find("ld.global")
+        if ins.text in good and not all(zeroed(d) for d in ins.dests)
+    ]
+
+
+def _check_cols(rep, kernel, where: str) -> None:
+    """Where N is ragged, some load of x and of the weight and some store of y is guarded by a
+    column test (``guarded_by_cols``), and the vectors of x it skips are zeros."""
+    if kernel.tiling.even_cols:
+        return
+    for kind, arg in (("ld", X), ("ld", W), ("st", OUT)):
+        good, bad = guarded_by_cols(rep.ptx, kind, arg)
+        if bad and not good:
+            what = f"{'loads' if kind == 'ld' else 'stores'} of {_NAMES[arg]}"
+            raise CheckFailed(
+                f"{where}: no column predicate on the {len(bad)} {what}",
+                expected="the vectors past N skipped: a copy with pred= (a test of the column "
+                f"against N = {kernel.N})",
+                seen=f"`{bad[-1]}` with no test of its column",
+                hint=COLS_PAST_N,
+            )
+    bad = unzeroed_loads(rep.ptx)
+    if bad:
+        raise CheckFailed(
+            f"{where}: {len(bad)} predicated loads of x into registers that are not zeroed first",
+            expected="the fragment's skipped vectors set to 0 (mov ..., 0 before the predicated "
+            "load)",
+            seen=f"`{bad[0]}`, its registers written nowhere else",
+            hint=NOT_ZEROED,
+        )
+
+
+#: the store of y in the solutions of 02-04 (a mutant guards it further)
+STORE_Y = "    if row < M:\n        cute.copy(copy_O, tXrO, tXgO, pred=tXpX)"
+
+#: mutants of every whole kernel, seen in its PTX (the compile tier) and refused a launch
+COLUMN_MUTANTS = (
+    Mutant(
+        "no column predicates",
+        [(", pred=tXpX)", ")"), (", pred=tWpW)", ")")],
+        hint="with a column predicate",
+        tiers=(COMPILE, GPU),
+    ),
+    Mutant(
+        "the fragment of x not zeroed",
+        [("    tXrX.fill(0)", "    pass")],
+        hint="never written in x's register fragment",
+        tiers=(COMPILE, GPU),
+    ),
+)
+
+#: wrong values that compile to the right instructions: only the gpu tier sees them, as known
+#: wrong RMSNorms (``WHOLE_VARIANTS``), zeros or outputs never written.
+VALUE_MUTANTS = (
+    Mutant(
+        "rsqrt of the sum, not the mean",
+        [("rstd = self.rstd(sum_sq, eps)", "rstd = cute.math.rsqrt(sum_sq + eps)")],
+        hint="the mean of squares is sum / N",
+        tiers=(GPU,),
+    ),
+    Mutant(
+        "sum of x, not of x * x",
+        [("(x * x).reduce(", "x.reduce(")],
+        hint="you sum x, not x * x",
+        tiers=(GPU,),
+    ),
+    Mutant(
+        "output multiplied by 0",
+        [
+            (
+                "y = x * rstd * tXrW.load().to(Float32)",
+                "y = x * rstd * tXrW.load().to(Float32) * 0.0",
+            )
+        ],
+        hint="every output is 0",
+        tiers=(GPU,),
+    ),
+    Mutant(
+        "y = x * w, not normalised",
+        [("y = x * rstd * tXrW.load().to(Float32)", "y = x * tXrW.load().to(Float32)")],
+        hint="the row is never normalised",
+        tiers=(GPU,),
+    ),
+)
+
+#: known wrong RMSNorms a whole kernel can compute, checked against its wrong values
+WHOLE_VARIANTS = (hints.SUM_NOT_MEAN_V, hints.NOT_SQUARED_V, hints.NOT_NORMALISED_V)
 
 #: (x dtype, weight dtype) pairs the values are checked in: every dtype, and weights kept in
 #: fp32 beside 16-bit activations (a model in mixed precision)
@@ -202,7 +384,7 @@ def mixed_values(
                     kernel = hole.build(ctx.answer)(xdt, N, cfg, wdt)
                     with shortcut_guard() as seen:
                         rep = kernel_report(kernel)
-                        _refuse_out_of_bounds(rep, f"x {xd}, weight {wd}, N={N}")
+                        _refuse_out_of_bounds(rep, f"x {xd}, weight {wd}, N={N}", kernel)
                         if guard is not None:
                             guard(ctx, kernel, rep)
                         launch = compile_kernel(kernel)
@@ -236,10 +418,11 @@ def mixed_values(
     return Check(name, GPU, fn, hidden, tuple(needs))
 
 
-def _refuse_out_of_bounds(rep, where: str) -> None:
-    """A kernel that loads or stores rows past M is not launched: it would read or write
-    outside x and y (another tensor's memory, or an illegal address that ends the process's
-    CUDA context)."""
+def _refuse_out_of_bounds(rep, where: str, kernel=None) -> None:
+    """A kernel that loads or stores rows past M (or, given the kernel, columns past a ragged
+    N) is not launched: it would read or write outside x and y (another tensor's memory, or an
+    illegal address that ends the process's CUDA context). Nor is one whose skipped vectors of
+    x are undefined registers (no fill): its values would depend on what they held."""
     for kind, arg in (("st", OUT), ("ld", X)):
         bad = unguarded_by_rows(rep.ptx, kind, arg)
         if bad:
@@ -249,6 +432,12 @@ def _refuse_out_of_bounds(rep, where: str) -> None:
                 seen=f"`{bad[0]}`",
                 hint=ROWS_PAST_M,
             )
+    if kernel is not None:
+        try:
+            _check_cols(rep, kernel, where)
+        except CheckFailed as e:
+            e.message = f"not launched: {e.message}"
+            raise
 
 
 def ragged_Ns(visible: tuple, hidden_choices: tuple, k: int = 2) -> Callable:
@@ -334,14 +523,12 @@ def access_check(
 _SKIP = ("//", ".", "$", "{", "}", ")")
 
 
-def unguarded_by_rows(ptx_text: str, kind: str, arg: int) -> list[str]:
-    """The global ``kind`` ("ld"/"st") accesses of argument ``arg`` that no test of the row
-    count guards: neither predicated on, nor inside a forward branch over, a predicate computed
-    from a tensor's shape (``mX.shape[0]``, a 32-bit kernel parameter of x or y). A tile of
-    rows_per_cta rows runs past M in the last CTA; such an access reads or writes past the end
-    of the tensor."""
+def _guards(ptx_text: str, kind: str, arg: int, is_guard: Callable) -> tuple[list, list]:
+    """(guarded, unguarded) instruction texts of the global ``kind`` ("ld"/"st") accesses of
+    argument ``arg``: an access is guarded when it is predicated on, or inside a forward branch
+    over, a predicate ``p`` with ``is_guard(ptx, p)``."""
     ptx = Ptx(ptx_text)
-    raw = []  # (line index, guard predicate or None, negated) per instruction, as Ptx counts
+    raw = []  # (line index, guard predicate or None) per instruction, as Ptx counts
     lines = [ln.strip() for ln in ptx_text.splitlines()]
     labels = {}
     for i, s in enumerate(lines):
@@ -354,32 +541,70 @@ def unguarded_by_rows(ptx_text: str, kind: str, arg: int) -> list[str]:
         g = re.match(r"^@(!?)(%\w+)\s+", s)
         raw.append((i, g.group(2) if g else None))
 
-    def shape_pred(pred: str) -> bool:
-        for j in ptx.defs.get(pred, []):
-            chain = [ptx.instrs[j], *ptx.ancestors(ptx.instrs[j])]
-            for a in chain:
-                if a.opcode.startswith("ld.param.b32") or a.opcode.startswith("ld.param.u32"):
-                    m = _PARAM.search(a.text + "]") or _PARAM.search(a.text)
-                    if m and int(m.group(1)) in (X, OUT):
-                        return True
-        return False
-
-    branches = []  # (line, target line) of forward branches on a shape predicate
+    branches = []  # (line, target line) of forward branches on a guarding predicate
     for k, ins in enumerate(ptx.instrs):
         line, pred = raw[k]
-        if ins.opcode.startswith("bra") and pred and shape_pred(pred):
+        if ins.opcode.startswith("bra") and pred and is_guard(ptx, pred):
             target = labels.get(ins.operands[0].strip()) if ins.operands else None
             if target is not None and target > line:
                 branches.append((line, target))
-    bad = []
+    good, bad = [], []
     op = f"{kind}.global"
     for k, ins in enumerate(ptx.instrs):
         if not ins.opcode.startswith(op) or arg not in _param_of(ptx, ins):
             continue
         line, pred = raw[k]
-        if pred and shape_pred(pred):
-            continue
-        if any(b < line < t for b, t in branches):
-            continue
-        bad.append(ins.text)
-    return bad
+        if (pred and is_guard(ptx, pred)) or any(b < line < t for b, t in branches):
+            good.append(ins.text)
+        else:
+            bad.append(ins.text)
+    return good, bad
+
+
+def _reads_shape(chain) -> bool:
+    """Some instruction of ``chain`` loads a tensor's shape (a 32-bit kernel parameter of x or
+    y: M)."""
+    for a in chain:
+        if a.opcode.startswith("ld.param.b32") or a.opcode.startswith("ld.param.u32"):
+            m = _PARAM.search(a.text + "]") or _PARAM.search(a.text)
+            if m and int(m.group(1)) in (X, OUT):
+                return True
+    return False
+
+
+def _shape_pred(ptx: Ptx, pred: str) -> bool:
+    """``pred`` is computed from a tensor's shape (M)."""
+    return any(
+        _reads_shape([ptx.instrs[j], *ptx.ancestors(ptx.instrs[j])]) for j in ptx.defs.get(pred, [])
+    )
+
+
+def _column_pred(ptx: Ptx, pred: str) -> bool:
+    """``pred`` holds a test of the thread's own index that does not involve M (a comparison of
+    its column with N, a compile-time constant, so an immediate), alone or combined with the
+    row test (``or.pred``)."""
+    for j in ptx.defs.get(pred, []):
+        for s in [ptx.instrs[j], *ptx.ancestors(ptx.instrs[j])]:
+            if not s.opcode.startswith("setp"):
+                continue
+            chain = [s, *ptx.ancestors(s)]
+            if any("%tid" in a.text for a in chain) and not _reads_shape(chain):
+                return True
+    return False
+
+
+def unguarded_by_rows(ptx_text: str, kind: str, arg: int) -> list[str]:
+    """The global ``kind`` ("ld"/"st") accesses of argument ``arg`` that no test of the row
+    count guards: neither predicated on, nor inside a forward branch over, a predicate computed
+    from a tensor's shape (``mX.shape[0]``, a 32-bit kernel parameter of x or y). A tile of
+    rows_per_cta rows runs past M in the last CTA; such an access reads or writes past the end
+    of the tensor."""
+    return _guards(ptx_text, kind, arg, _shape_pred)[1]
+
+
+def guarded_by_cols(ptx_text: str, kind: str, arg: int) -> tuple[list[str], list[str]]:
+    """(guarded, unguarded) global ``kind`` accesses of argument ``arg`` by a column test (a
+    predicate from the thread's index, not from M). Where N is not a multiple of the columns
+    a tile covers, the vectors past N must be skipped: some access of x, the weight and y is
+    guarded."""
+    return _guards(ptx_text, kind, arg, _column_pred)

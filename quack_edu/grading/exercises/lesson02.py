@@ -25,7 +25,11 @@ from ..checks import (
 from ..hints import Variant
 from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
 from ._kernels import (
+    COLUMN_MUTANTS,
     GIVEN_COPY,
+    STORE_Y,
+    VALUE_MUTANTS,
+    WHOLE_VARIANTS,
     access_check,
     kernel_hole,
     mixed_values,
@@ -550,6 +554,7 @@ _KERNEL_CASES = (
     (1000, "bf16", "fp32", None),
     (1000, "fp32", "fp32", None),
     (64, "bf16", "bf16", None),  # 8 lanes per row: four rows share a warp
+    (1544, "fp32", "fp32", None),  # 13 vectors per thread, past 1000 (a bound fixed at 1000)
 )
 _KERNEL_NS = (64, 1000)
 _KERNEL_HIDDEN_NS = (136, 520, 1544, 2040)
@@ -594,6 +599,44 @@ warp_kernel = register(
                 [("y = x * rstd * tXrW.load().to(Float32)", "y = x * rstd")],
                 hint="not multiplied by the weight",
             ),
+            *COLUMN_MUTANTS,
+            Mutant(
+                "the column bound fixed at 1000",
+                [
+                    ("tXcX, self.N)  # columns < N", "tXcX, 1000)  # columns < N"),
+                    ("thr_W.partition_S(cX), self.N)", "thr_W.partition_S(cX), 1000)"),
+                ],
+                hint="compare with self.N",
+            ),
+            Mutant(
+                "y's tile cut from x",
+                [("gO = cute.local_tile(mO,", "gO = cute.local_tile(mX,")],
+                hint="the output is stored into x's tensor",
+            ),
+            Mutant(
+                "the weight's predicate from x's partition",
+                [("predicate_cols(thr_W.partition_S(cX), self.N)", "predicate_cols(tXcX, self.N)")],
+                hint="its own predicate",
+            ),
+            Mutant(
+                "the weight's fragment not retiled",
+                [("thr_W.retile(tXrW)", "tXrW")],
+                hint="thr_W.retile(tXrW)",
+            ),
+            *VALUE_MUTANTS,
+            Mutant(
+                "y stored by lane 0 of each warp only",
+                [
+                    (
+                        STORE_Y,
+                        STORE_Y.replace(
+                            "    cute.copy", "    if tidx % 32 == 0:\n            cute.copy"
+                        ),
+                    )
+                ],
+                hint="some outputs were never written",
+                tiers=(GPU,),
+            ),
         ],
     )
 )
@@ -623,7 +666,7 @@ warp_kernel.add(
         Ns=ragged_Ns(_KERNEL_NS, _KERNEL_HIDDEN_NS),
         config=one_pass_config,
         name="values vs rmsnorm_ref (M in 1/37/199, N in 64/1000, x and weight dtypes)",
-        variants=(ROWS_MIXED_V,),
+        variants=(ROWS_MIXED_V, *WHOLE_VARIANTS),
     ),
     gpu_speed(KERNEL_HOLE, fraction=0.85, N=4096),
     mixed_values(
@@ -632,6 +675,6 @@ warp_kernel.add(
         config=one_pass_config,
         name="values at more shapes and dtype pairs, grading seed",
         hidden=True,
-        variants=(ROWS_MIXED_V,),
+        variants=(ROWS_MIXED_V, *WHOLE_VARIANTS),
     ),
 )

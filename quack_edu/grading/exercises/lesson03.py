@@ -28,11 +28,16 @@ from ..checks import (
 from ..hints import Variant
 from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
 from ._kernels import (
+    COLUMN_MUTANTS,
     GIVEN_COPY,
+    STORE_Y,
+    VALUE_MUTANTS,
+    WHOLE_VARIANTS,
     access_check,
     kernel_hole,
     mixed_values,
     ragged_Ns,
+    warp_total_first,
 )
 
 LESSON = "03_block_reduction"
@@ -646,6 +651,13 @@ BUFFER_SHAPE = (
 )
 
 
+WARP_FIRST = (
+    "the lanes of a warp are not summed before the shared-memory step: block_reduce stores one "
+    "value per warp (lane 0's), so it must already be the warp's total; lanes 1..31's squares "
+    "are lost. self.warp_reduce(sum_sq) first, then block_reduce"
+)
+
+
 def _warps_meet(rep, kernel):
     ptx = rep.ptx
     if "bar.sync" not in ptx and "st.shared" not in ptx:
@@ -655,6 +667,7 @@ def _warps_meet(rep, kernel):
             seen="no st.shared, no bar.sync",
             hint=NEVER_MEET,
         )
+    warp_total_first(rep, kernel, "st.shared", "shared-memory store", WARP_FIRST)
     cfg = kernel.config
     got = slots_read(ptx, cfg.threads_per_row, cfg.num_threads)
     if got is not None:
@@ -740,6 +753,28 @@ block_kernel = register(
                 [("y = x * rstd * tXrW.load().to(Float32)", "y = x * rstd")],
                 hint="not multiplied by the weight",
             ),
+            *COLUMN_MUTANTS,
+            Mutant(
+                "block_reduce without warp_reduce",
+                [("    sum_sq = self.warp_reduce(sum_sq)  # the warp's sum, in every lane\n", "")],
+                hint="the lanes of a warp are not summed before the shared-memory step",
+                tiers=(COMPILE, GPU),
+            ),
+            *VALUE_MUTANTS,
+            Mutant(
+                "only the first row of each CTA stored",
+                [
+                    (
+                        STORE_Y,
+                        STORE_Y.replace(
+                            "    cute.copy",
+                            "    if tidx < t.threads_per_row:\n            cute.copy",
+                        ),
+                    )
+                ],
+                hint="some outputs were never written",
+                tiers=(GPU,),
+            ),
         ],
     )
 )
@@ -768,7 +803,7 @@ block_kernel.add(
             Ns=ragged_Ns(_KERNEL_NS, _KERNEL_HIDDEN_NS),
             config=one_pass_config,
             name="values vs rmsnorm_ref (M in 1/37/199, N in 1000/8200, x and weight dtypes)",
-            variants=_VARIANTS,
+            variants=(*_VARIANTS, *WHOLE_VARIANTS),
         )
     ),
     _guarded_kernel(gpu_speed(KERNEL_HOLE, fraction=0.85, N=8192)),
@@ -779,7 +814,7 @@ block_kernel.add(
             config=one_pass_config,
             name="values at more shapes and dtype pairs, grading seed",
             hidden=True,
-            variants=_VARIANTS,
+            variants=(*_VARIANTS, *WHOLE_VARIANTS),
         )
     ),
 )

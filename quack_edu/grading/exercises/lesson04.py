@@ -42,11 +42,16 @@ from ..checks import (
 from ..hints import Variant
 from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
 from ._kernels import (
+    COLUMN_MUTANTS,
     GIVEN_COPY_REDUCE,
+    STORE_Y,
+    VALUE_MUTANTS,
+    WHOLE_VARIANTS,
     access_check,
     kernel_hole,
     mixed_values,
     ragged_Ns,
+    warp_total_first,
 )
 
 LESSON = "04_cluster_reduction"
@@ -412,9 +417,15 @@ ELEMENTS = (
     "each st.async of an fp32 credits 4; the wait completes early: " + EARLY
 )
 BITS = "8 x the bytes (bits?): " + NEVER
+PEERS_ONLY = (
+    "the slots of cluster_n - 1 senders: each CTA's own slot is written too (its own partials "
+    "go through the same exchange, lane p storing into CTA p, its own rank included), so "
+    "cluster_n stores land per (row, warp); the wait completes early: " + EARLY
+)
 
 _TX_VARIANTS = [
     Variant("no cluster_n", lambda r, w, c: r * w * 4, NO_CLUSTER_N),
+    Variant("peers only", lambda r, w, c: r * w * (c - 1) * 4, PEERS_ONLY),
     Variant("elements", lambda r, w, c: r * w * c, ELEMENTS),
     Variant("bits", lambda r, w, c: r * w * c * 32, BITS),
     Variant(
@@ -542,6 +553,12 @@ expected_tx = register(
                 hint="never completes",
                 tiers=(COMPILE, GPU),
             ),
+            Mutant(
+                "counts the peers only",
+                [("warps_per_row * cluster_n", "warps_per_row * (cluster_n - 1)")],
+                hint="each CTA's own slot is written too",
+                tiers=(COMPILE, GPU),
+            ),
         ],
     )
 )
@@ -623,6 +640,7 @@ expected_tx.add(
 
 
 # ---- 04.cluster_kernel ------------------------------------------------------------------------
+WEIGHT_TILE = "gW = cute.local_tile(mW2, t.tiler, (0, rank))"
 # The whole kernel: the learner writes the cluster stage's @cute.kernel with one row block per
 # CTA (seq_rows = 1), given exchange_smem (the buffer and the armed mbarrier), warp_reduce,
 # cluster_exchange (the stage's send), combine_buffer and rstd. Graded with a cluster forced.
@@ -652,6 +670,54 @@ NO_COMBINE = (
     "the buffer is never read: after the mbarrier wait, every thread adds its row's slots "
     "(reduce_utils.combine_buffer) to get the row's total"
 )
+
+
+WARP_FIRST = (
+    "the lanes of a warp are not summed before the exchange: cluster_exchange sends one value "
+    "per warp (per row group), so it must already be the warp's total; the other lanes' squares "
+    "are lost. self.warp_reduce(sum_sq) first, then the exchange"
+)
+UNPAIRED_WAIT = (
+    "a cluster_wait with no cluster_arrive of its own before it: a wait completes when every "
+    "CTA of the cluster has arrived, and that arrive never comes, so the kernel hangs. Each "
+    "cluster_wait pairs with the cluster_arrive before it: after combining the buffer, "
+    "cute.arch.cluster_arrive() (done reading), and last, cute.arch.cluster_wait() (no CTA "
+    "exits while a peer may still write into it)"
+)
+UNWAITED_ARRIVE = (
+    "a cluster_arrive with no cluster_wait after it: this CTA may exit while a peer still "
+    "stores into its shared memory. End the kernel with cute.arch.cluster_wait(), after the "
+    "cluster_arrive that follows the combine"
+)
+
+
+def _pairing(ops: list[str]) -> str:
+    """Every barrier.cluster.wait follows an arrive not yet waited for (an arrive, relaxed or
+    not, then its wait), and no arrive is left unwaited at the end."""
+    pending, seq = 0, []
+    for o in ops:
+        if not o.startswith("barrier.cluster"):
+            continue
+        seq.append(o.removeprefix("barrier.cluster."))
+        if o.startswith("barrier.cluster.arrive"):
+            pending += 1
+        elif o.startswith("barrier.cluster.wait"):
+            if pending == 0:
+                raise CheckFailed(
+                    f"cluster barrier {len(seq)} is a wait with no arrive before it",
+                    expected="arrive.relaxed (exchange_smem), wait, ..., arrive, wait",
+                    seen=" -> ".join(seq),
+                    hint=UNPAIRED_WAIT,
+                )
+            pending -= 1
+    if pending:
+        raise CheckFailed(
+            "the kernel ends with a cluster arrive no wait follows",
+            expected="arrive.relaxed (exchange_smem), wait, ..., arrive, wait",
+            seen=" -> ".join(seq),
+            hint=UNWAITED_ARRIVE,
+        )
+    return " -> ".join(seq)
 
 
 def _protocol(rep, kernel):
@@ -687,7 +753,9 @@ def _protocol(rep, kernel):
             seen=f"{len(mwaits)} mbarrier.try_wait, none between the exchange and the first read",
             hint=READ_TOO_EARLY,
         )
-    return "cluster wait -> st.async -> mbarrier wait -> ld.shared"
+    _pairing(ops)
+    warp_total_first(rep, kernel, "st.async", "exchange", WARP_FIRST)
+    return "cluster wait -> st.async -> mbarrier wait -> ld.shared; arrive/wait paired"
 
 
 def _kernel_guard(ctx, kernel, rep):
@@ -783,6 +851,59 @@ cluster_kernel = register(
                 [("    self.cluster_exchange(sum_sq, buffer, mbar_ptr)", "    pass")],
                 hint="peers never receive",
             ),
+            *COLUMN_MUTANTS,
+            Mutant(
+                "the final wait with no arrive",
+                [("    cute.arch.cluster_arrive()  # done reading the buffer\n", "")],
+                hint="a cluster_wait with no cluster_arrive of its own before it",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "the final wait before its arrive",
+                [
+                    (
+                        "    cute.arch.cluster_arrive()  # done reading",
+                        "    cute.arch.cluster_wait()  # done reading",
+                    ),
+                    (
+                        "    cute.arch.cluster_wait()  # no CTA exits",
+                        "    cute.arch.cluster_arrive()  # no CTA exits",
+                    ),
+                ],
+                hint="a cluster_wait with no cluster_arrive of its own before it",
+                tiers=(COMPILE, GPU),
+            ),
+            Mutant(
+                "the exchange without warp_reduce",
+                [("    sum_sq = self.warp_reduce(sum_sq)\n", "")],
+                hint="the lanes of a warp are not summed before the exchange",
+                tiers=(COMPILE, GPU),
+            ),
+            *VALUE_MUTANTS,
+            Mutant(
+                "the weight's slice of rank 0 in every CTA",
+                [(WEIGHT_TILE, WEIGHT_TILE.replace("(0, rank)", "(0, 0)"))],
+                hint="outputs differ from rmsnorm_ref",
+                tiers=(GPU,),
+            ),
+            Mutant(
+                "the weight's slice of rank 0 in every CTA (its PTX)",
+                [(WEIGHT_TILE, WEIGHT_TILE.replace("(0, rank)", "(0, 0)"))],
+                hint="the same slice of the weight",
+            ),
+            Mutant(
+                "y stored by thread 0 only",
+                [
+                    (
+                        STORE_Y,
+                        STORE_Y.replace(
+                            "    cute.copy", "    if tidx == 0:\n            cute.copy"
+                        ),
+                    )
+                ],
+                hint="some outputs were never written",
+                tiers=(GPU,),
+            ),
         ],
     )
 )
@@ -815,6 +936,7 @@ cluster_kernel.add(
         Ns=ragged_Ns((1000,), _KERNEL_HIDDEN_NS),
         config=exchange_config,
         guard=_kernel_guard,
+        variants=WHOLE_VARIANTS,
         name="values with a cluster vs rmsnorm_ref (M in 1/37/199, N=1000, x and weight dtypes)",
     ),
     _guarded_speed(gpu_speed(KERNEL_HOLE, fraction=0.75, M=16384, N=65536)),
@@ -823,6 +945,7 @@ cluster_kernel.add(
         Ns=ragged_Ns((1000,), _KERNEL_HIDDEN_NS),
         config=exchange_config,
         guard=_kernel_guard,
+        variants=WHOLE_VARIANTS,
         hidden=True,
         name="values with a cluster at more shapes and dtype pairs, grading seed",
     ),
