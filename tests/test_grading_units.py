@@ -442,3 +442,16 @@ def test_a_notebook_cell_error_names_the_rule_without_colours():
     text = CellEvent(19, "05_g2s_atom", "error", type(caught.value).__name__, raw).describe(60)
     assert "\x1b" not in text and "[91m" not in text and "[0m" not in text, text
     assert "16 bytes" in text and "LoadCacheMode.ALWAYS" in text, text
+
+
+@pytest.mark.parametrize("scale", [2.0**-10, 2.0**-9, 1.0])
+def test_double_count_hint_on_a_row_near_eps(scale):
+    # a row whose mean square is near eps: its sum counted twice moves rstd much less than
+    # 1/sqrt(2) (eps is added after the sum), and it is still the same mistake
+    x, w = _rms_inputs(M=2)
+    x = x[:1] * scale
+    xf = x.float()
+    out = xf * torch.rsqrt(2 * xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    ref = rmsnorm_ref(x, w)
+    hint = hints.diagnose_rmsnorm(out, ref, x, w, 1e-6, tol=TOL)
+    assert hint is not None and "about 2x" in hint, hint

@@ -217,3 +217,26 @@ def test_row_loop_compiled_calls_must_be_the_replayed_ones(trace, why):
     with pytest.raises(CheckFailed) as e:
         judge_trace(trace, BODY)
     assert why in f"{e.value} {e.value.hint}", (str(e.value), e.value.hint)
+
+
+def test_a_remote_launch_is_timed_in_the_worker():
+    # the GPU tier's speed checks time a judged answer where it lives: one request to the
+    # worker, never a launch per timed call (that would ship x and out through the pipe:
+    # 06.row_loop's 512 MiB input timed at 20 s a call on the H200)
+    import torch
+
+    from quack_edu.grading.checks import launch_time_us
+
+    asked = []
+
+    class Remote:
+        def __call__(self, *a):
+            raise AssertionError("launched through the pipe")
+
+        def time_us(self, M, eps):
+            asked.append((M, eps))
+            return 12.5
+
+    x = torch.zeros(37, 8)
+    assert launch_time_us(Remote(), x, x[0], x, 1e-6) == 12.5
+    assert asked == [(37, 1e-6)]

@@ -1094,6 +1094,17 @@ def gpu_values(
     return Check(name or default, GPU, fn, hidden, tuple(needs))
 
 
+def launch_time_us(launch, x, w, out, eps: float) -> float:
+    """Microseconds a call of ``launch(x, w, out, eps)`` (a context's ``launcher``) takes: where
+    the answer lives in the grader's worker (``judge.RemoteLauncher``), the worker times it on
+    inputs of x's shape and dtype (shipping the tensors every call would time the pipe)."""
+    from ..tools.bench import cuda_time_us
+
+    if hasattr(launch, "time_us"):
+        return launch.time_us(x.shape[0], eps)
+    return cuda_time_us(lambda: launch(x, w, out, eps))
+
+
 def _right_with(ctx: Context, hole: KernelHole, cfg, x, w, ref, tol) -> bool:
     """Whether the learner's kernel is right on these inputs with another config."""
     import torch
@@ -1123,7 +1134,7 @@ def gpu_speed(
         import torch
 
         from ..runtime import torch_dtype
-        from ..tools.bench import copy_bandwidth, cuda_time_us, gbps, rmsnorm_bytes
+        from ..tools.bench import copy_bandwidth, gbps, rmsnorm_bytes
 
         dt = torch_dtype(dtype)
         kernel, launch = ctx.launcher(hole, N, dt)
@@ -1131,10 +1142,7 @@ def gpu_speed(
         x, w = rmsnorm_inputs(M, N, dt, gen)
         out = torch.empty_like(x)
         nbytes = rmsnorm_bytes(M, N, x.dtype, w.dtype)
-        if hasattr(launch, "time_us"):  # judge.RemoteLauncher: timed in the grader's worker
-            us = launch.time_us(M, EPS)
-        else:
-            us = cuda_time_us(lambda: launch(x, w, out, EPS))
+        us = launch_time_us(launch, x, w, out, EPS)
         got = gbps(nbytes, us)
         copy = copy_bandwidth()
         if got < fraction * copy:

@@ -362,20 +362,44 @@ def diagnose_rmsnorm(
         return TAIL_COLUMNS
     if tail_start is None and first_bad > 0 and N - first_bad <= max(1, N // 4):
         return TAIL_COLUMNS
-    # one factor for every row: compare the sums of squares the output implies
-    mask = (r.abs() > 1e-3) & torch.isfinite(o) & (o != 0)
-    if mask.sum() > 0:
-        q = (o[mask] / r[mask]).median().item()  # out / ref = rstd_seen / rstd_ref
-        if q > 0 and math.isfinite(q):
-            ss_ratio = 1.0 / (q * q)  # seen sum of squares / true sum of squares
-            for k in range(1, 6):
-                if abs(ss_ratio * 2**k - 1) < 0.15:
-                    return MISSING_SHUFFLE + f" (the sum seen is about 1/{2**k} of the true one)"
-                if abs(ss_ratio / 2**k - 1) < 0.15:
-                    return DOUBLE_COUNT + f" (the sum seen is about {2**k}x the true one)"
-            if abs(ss_ratio * N - 1) < 0.05 or abs(ss_ratio / N - 1) < 0.05:
-                return SUM_NOT_MEAN
+    ss_ratio = _sum_of_squares_ratio(o, r, x, eps)
+    if ss_ratio is not None:
+        for k in range(1, 6):
+            if abs(ss_ratio * 2**k - 1) < 0.15:
+                return MISSING_SHUFFLE + f" (the sum seen is about 1/{2**k} of the true one)"
+            if abs(ss_ratio / 2**k - 1) < 0.15:
+                return DOUBLE_COUNT + f" (the sum seen is about {2**k}x the true one)"
+        if abs(ss_ratio * N - 1) < 0.05 or abs(ss_ratio / N - 1) < 0.05:
+            return SUM_NOT_MEAN
     return None
+
+
+def _sum_of_squares_ratio(o, r, x, eps: float) -> float | None:
+    """The one factor between the mean square the output implies and the true one, or None.
+
+    A row's out / ref is rstd_seen / rstd_ref = q, so the kernel's mean square was
+    (ms + eps) / q^2 - eps. The eps is taken out row by row: on a tiny row (ms near eps) a sum
+    twice too large moves rstd far less than 1/sqrt(2), yet it is the same mistake. Rows whose
+    mean square is well above eps say it best; they are used when there are any."""
+    xf = x.float().cpu()
+    ms = xf.pow(2).mean(-1)
+    mask = (r.abs() > 1e-6 * r.abs().amax(-1, keepdim=True).clamp_min(1e-30)) & torch.isfinite(o)
+    mask &= (o != 0) & (r != 0)
+    ratios, weights = [], []
+    for i in range(o.shape[0]):
+        m = mask[i]
+        if ms[i] <= 0 or not bool(m.any()):
+            continue
+        q = (o[i][m] / r[i][m]).median().item()
+        if not (q > 0 and math.isfinite(q)):
+            continue
+        seen = (ms[i].item() + eps) / (q * q) - eps
+        ratios.append(seen / ms[i].item())
+        weights.append(ms[i].item() > 4 * eps)
+    if not ratios:
+        return None
+    strong = [v for v, ok in zip(ratios, weights, strict=True) if ok]
+    return float(torch.tensor(strong or ratios).median().item())
 
 
 # ---- appended: cp.async (lesson 05) -----------------------------------------------------------

@@ -1300,14 +1300,14 @@ def _loop_speed(fraction=0.8, M=8192, N=32768) -> Check:
         import torch
 
         from ...config import FinalConfig
-        from ...tools.bench import copy_bandwidth, cuda_time_us, gbps, rmsnorm_bytes
-        from ..checks import rmsnorm_inputs
+        from ...tools.bench import copy_bandwidth, gbps, rmsnorm_bytes
+        from ..checks import launch_time_us, rmsnorm_inputs
 
         cfg = FinalConfig(256, 256, cluster_n=4, buffers=2, blocks_per_cta=4)
         _, launch = ctx.launcher(LOOP_HOLE, N, "bf16", cfg)
         x, w = rmsnorm_inputs(M, N, torch.bfloat16, torch.Generator().manual_seed(1))
         out = torch.empty_like(x)
-        us = cuda_time_us(lambda: launch(x, w, out, 1e-6))
+        us = launch_time_us(launch, x, w, out, 1e-6)
         got = gbps(rmsnorm_bytes(M, N, x.dtype, w.dtype), us)
         copy = copy_bandwidth()
         if got < fraction * copy:
