@@ -323,10 +323,12 @@ def run_exercise(
     seed: int | None = None,
     gpu: bool | None = None,
     context: type | None = None,
+    stop_after: Callable | None = None,
 ) -> ExerciseResult:
     """Run the checks of ``ex`` on ``answer``; never raises for the learner's mistakes.
     ``context``: the ``Context`` class the checks get (``judge.JudgeContext`` when the answer
-    lives in another process)."""
+    lives in another process). ``stop_after(check_result)``: True ends the run there, the
+    checks left reported as blocked (the mutant tests stop at the failure they look for)."""
     from .._env import MODE
 
     gpu = MODE.gpu if gpu is None else gpu
@@ -400,7 +402,7 @@ def run_exercise(
         return res
 
     with _one_cpu_thread():
-        _run_checks(ex, checks, ctx, res, add, gpu, skip_msg)
+        _run_checks(ex, checks, ctx, res, add, gpu, skip_msg, stop_after)
     return res
 
 
@@ -472,10 +474,18 @@ def _one_cpu_thread():
         torch.set_num_threads(n)
 
 
-def _run_checks(ex, checks, ctx, res, add, gpu, skip_msg) -> None:
+def _run_checks(ex, checks, ctx, res, add, gpu, skip_msg, stop_after=None) -> None:
     passed: set[str] = set()
     not_attempted = False
+    stopped = False
     for c in checks:
+        if stopped:
+            add(c, BLOCKED, message="not run: the run stopped at an earlier check")
+            continue
+        if stop_after is not None and res.checks and stop_after(res.checks[-1]):
+            stopped = True
+            add(c, BLOCKED, message="not run: the run stopped at an earlier check")
+            continue
         if c.tier == GPU and not gpu:
             add(c, SKIP, message=skip_msg)
             continue
