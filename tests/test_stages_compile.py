@@ -129,6 +129,12 @@ def test_every_config_compiles_without_spills(stage, N, dtype):
     cfgs = mod.configs(N, dtype)
     assert cfgs and cfgs[0] == mod.default_config(N, dtype)
     assert len(set(cfgs)) == len(cfgs)
+    if dtype == torch.float16:
+        # fp16 is bf16's code with another conversion (same vectors, registers, layouts): its
+        # default config is compiled at every N here, its alternatives are bf16's (compiled in
+        # the bf16 case), which keeps CI's 2 cores from compiling 86 near-copies
+        assert cfgs == mod.configs(N, torch.bfloat16)
+        cfgs = cfgs[:1]
     for cfg in cfgs:
         r = compile_report(stage, N, dtype, config=cfg, sass=False)
         _check(stage, r, cfg)
