@@ -479,11 +479,9 @@ def _run_checks(ex, checks, ctx, res, add, gpu, skip_msg, stop_after=None) -> No
     not_attempted = False
     stopped = False
     for c in checks:
+        if not stopped and stop_after is not None and res.checks:
+            stopped = bool(stop_after(res.checks[-1]))
         if stopped:
-            add(c, BLOCKED, message="not run: the run stopped at an earlier check")
-            continue
-        if stop_after is not None and res.checks and stop_after(res.checks[-1]):
-            stopped = True
             add(c, BLOCKED, message="not run: the run stopped at an earlier check")
             continue
         if c.tier == GPU and not gpu:

@@ -381,25 +381,15 @@ def _sum_of_squares_ratio(o, r, x, eps: float) -> float | None:
     (ms + eps) / q^2 - eps. The eps is taken out row by row: on a tiny row (ms near eps) a sum
     twice too large moves rstd far less than 1/sqrt(2), yet it is the same mistake. Rows whose
     mean square is well above eps say it best; they are used when there are any."""
-    xf = x.float().cpu()
-    ms = xf.pow(2).mean(-1)
+    ms = x.float().cpu().pow(2).mean(-1)
     mask = (r.abs() > 1e-6 * r.abs().amax(-1, keepdim=True).clamp_min(1e-30)) & torch.isfinite(o)
     mask &= (o != 0) & (r != 0)
-    ratios, weights = [], []
-    for i in range(o.shape[0]):
-        m = mask[i]
-        if ms[i] <= 0 or not bool(m.any()):
-            continue
-        q = (o[i][m] / r[i][m]).median().item()
-        if not (q > 0 and math.isfinite(q)):
-            continue
-        seen = (ms[i].item() + eps) / (q * q) - eps
-        ratios.append(seen / ms[i].item())
-        weights.append(ms[i].item() > 4 * eps)
-    if not ratios:
-        return None
-    strong = [v for v, ok in zip(ratios, weights, strict=True) if ok]
-    return float(torch.tensor(strong or ratios).median().item())
+    q = torch.where(mask, o / r, torch.nan).nanmedian(dim=-1).values  # rstd_seen / rstd_ref
+    ok = (ms > 0) & (q > 0) & torch.isfinite(q)
+    ratio = (((ms + eps) / (q * q) - eps) / ms)[ok]  # the mean square seen / the true one
+    strong = ratio[(ms > 4 * eps)[ok]]
+    pick = strong if strong.numel() else ratio
+    return float(pick.median().item()) if pick.numel() else None
 
 
 # ---- appended: cp.async (lesson 05) -----------------------------------------------------------
