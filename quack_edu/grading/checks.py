@@ -19,6 +19,7 @@ Helpers, by tier:
 
 from __future__ import annotations
 
+import functools
 import inspect as _inspect
 import io
 import random
@@ -409,27 +410,24 @@ def run_exercise(
 def _stub_arity(ex: Exercise) -> int | None:
     """How many positional parameters without a default the student notebook's ``def`` of the
     answer has (what every check passes), or None when that cannot be read."""
-    got = _STUB_ARITY.get(ex.id, ...)
-    if got is ...:
-        got = None
-        try:
-            import ast
-
-            from .notebook import find_cell, notebooks_dir, read
-
-            src = find_cell(read(notebooks_dir() / f"{ex.lesson}.ipynb"), ex.cell_id).source
-            for node in ast.walk(ast.parse(src)):
-                if isinstance(node, ast.FunctionDef) and node.name == ex.answer:
-                    a = node.args
-                    got = len(a.posonlyargs) + len(a.args) - len(a.defaults)
-                    break
-        except Exception:  # noqa: BLE001 (no notebook, a cell that does not parse: no check)
-            got = None
-        _STUB_ARITY[ex.id] = got
-    return got
+    return _stub_arity_of(ex.lesson, ex.cell_id, ex.answer)
 
 
-_STUB_ARITY: dict = {}
+@functools.cache
+def _stub_arity_of(lesson: str, cell_id: str, name: str) -> int | None:
+    try:
+        import ast
+
+        from .notebook import find_cell, notebooks_dir, read
+
+        src = find_cell(read(notebooks_dir() / f"{lesson}.ipynb"), cell_id).source
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                a = node.args
+                return len(a.posonlyargs) + len(a.args) - len(a.defaults)
+    except Exception:  # noqa: BLE001 (no notebook, a cell that does not parse: no check)
+        return None
+    return None
 
 
 def _wrong_arguments(ex: Exercise, answer) -> str:
