@@ -1139,46 +1139,58 @@ class CompilePolicy:
       make is written as nn.RMSNorm's users write it (add, then ``F.rms_norm``): the compiled
       graph is the one nn.RMSNorm gives, op for op; other calls (a bias, a weight offset,
       a per-head weight, other output dtypes) use the fp32 reference formula.
-    * ``"auto"`` (default): inductor for rows of at most ``inductor_max_n`` elements, where
-      its fused norm is as fast as the kernels' and saves the passes the op cannot fuse (a
-      cast after the norm, RoPE after a QK-norm), and for calls of at most
-      ``inductor_max_elems`` elements (decoding a few rows, where the op's host cost, a few
-      microseconds, is longer than the kernel); the kernels for longer rows, where inductor's
-      reductions fall behind (65536: 2959 against 4336 GB/s forward, ladder.json). Measured in
-      the decoder of ``quack_edu.tools.model_bench`` (hidden 2048): with the kernels on its
-      2048-element rows it trained at 0.99x and prefilled at 0.94x of nn.RMSNorm's speed
-      (model_h2048.json), with this rule at 1.00x (model_h2048_compiled.json).
+    * ``"auto"`` (default), in this order:
+
+      1. the kernels for a norm that needs a gradient (grad mode on, an input requiring grad)
+         over rows of at most ``grad_kernel_max_n`` elements and more than
+         ``inductor_max_elems`` elements in all: the per-head QK-norms of a training step,
+         whose forward and backward the kernels run in less GPU time than inductor's
+         (its dw sum over every head's rows, and the norm fused with RoPE);
+      2. inductor for rows of at most ``inductor_max_n`` elements, where its fused norm is
+         as fast as the kernels' and saves the passes the op cannot fuse (the cast after a
+         hidden norm, the sum of the gradients flowing into it, RoPE after a QK-norm when
+         nothing needs a gradient), and for calls of at most ``inductor_max_elems`` elements
+         (decoding a few rows, where the op's host cost, a few microseconds, is longer than
+         the kernel);
+      3. the kernels for longer rows, where inductor's reductions fall behind (65536: 2959
+         against 4336 GB/s forward, ladder.json).
+
+      Measured in the decoder of ``quack_edu.tools.model_bench``: the records
+      ``model_h2048_compiled.json`` and ``model_h4096_compiled.json`` (README, "In a model").
 
     Eager calls always run the kernels. Set it with ``set_compile_policy`` or the environment
     (``QUACK_EDU_COMPILE_POLICY=auto|kernel|inductor``, ``QUACK_EDU_INDUCTOR_MAX_N``,
-    ``QUACK_EDU_INDUCTOR_MAX_ELEMS``); it is read when a model is traced, so a model compiled
-    before a change keeps its path until it is traced again (``torch._dynamo.reset()``).
+    ``QUACK_EDU_INDUCTOR_MAX_ELEMS``, ``QUACK_EDU_GRAD_KERNEL_MAX_N``); it is read when a model
+    is traced, so a model compiled before a change keeps its path until it is traced again
+    (``torch._dynamo.reset()``).
     """
 
     mode: str = "auto"
     inductor_max_n: int = 16384
     inductor_max_elems: int = 1 << 20
+    grad_kernel_max_n: int = 256
 
     def __post_init__(self):
         if self.mode not in ("auto", "kernel", "inductor"):
             raise ValueError(
                 f"compile policy mode must be 'auto', 'kernel' or 'inductor', got {self.mode!r}"
             )
-        for name in ("inductor_max_n", "inductor_max_elems"):
+        for name in ("inductor_max_n", "inductor_max_elems", "grad_kernel_max_n"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {value!r}")
 
-    def path(self, x: Tensor) -> str:
-        """``"kernel"`` or ``"inductor"`` for a norm over ``x`` (..., N)."""
+    def path(self, x: Tensor, grad: bool = False) -> str:
+        """``"kernel"`` or ``"inductor"`` for a norm over ``x`` (..., N); ``grad``: the norm
+        needs a gradient (it is traced into a training step)."""
         if self.mode != "auto":
             return self.mode
-        N = x.shape[-1]
-        if N <= self.inductor_max_n:
-            return "inductor"
-        numel = x.numel()
-        # a symbolic row count (dynamic shapes) is not known small: the kernels
-        if isinstance(numel, int) and numel <= self.inductor_max_elems:
+        N, numel = x.shape[-1], x.numel()
+        # a symbolic row count (dynamic shapes) is not known small
+        small = isinstance(numel, int) and numel <= self.inductor_max_elems
+        if grad and N <= self.grad_kernel_max_n and not small:
+            return "kernel"
+        if N <= self.inductor_max_n or small:
             return "inductor"
         return "kernel"
 
@@ -1190,9 +1202,13 @@ def _policy_from_env() -> CompilePolicy:
             env.get("QUACK_EDU_COMPILE_POLICY", "auto").strip().lower() or "auto",
             int(env.get("QUACK_EDU_INDUCTOR_MAX_N", CompilePolicy.inductor_max_n)),
             int(env.get("QUACK_EDU_INDUCTOR_MAX_ELEMS", CompilePolicy.inductor_max_elems)),
+            int(env.get("QUACK_EDU_GRAD_KERNEL_MAX_N", CompilePolicy.grad_kernel_max_n)),
         )
     except ValueError as e:
-        raise ValueError(f"QUACK_EDU_COMPILE_POLICY / QUACK_EDU_INDUCTOR_MAX_*: {e}") from None
+        raise ValueError(
+            "QUACK_EDU_COMPILE_POLICY / QUACK_EDU_INDUCTOR_MAX_* / QUACK_EDU_GRAD_KERNEL_MAX_N: "
+            f"{e}"
+        ) from None
 
 
 _POLICY = _policy_from_env()
@@ -1208,6 +1224,7 @@ def set_compile_policy(
     *,
     inductor_max_n: int | None = None,
     inductor_max_elems: int | None = None,
+    grad_kernel_max_n: int | None = None,
 ) -> CompilePolicy:
     """Change the compile policy (``None`` keeps a field); returns the previous one. Models
     traced afterwards follow it (``torch._dynamo.reset()`` retraces the ones compiled before)."""
@@ -1218,7 +1235,10 @@ def set_compile_policy(
         **{
             k: v
             for k, v in dict(
-                mode=mode, inductor_max_n=inductor_max_n, inductor_max_elems=inductor_max_elems
+                mode=mode,
+                inductor_max_n=inductor_max_n,
+                inductor_max_elems=inductor_max_elems,
+                grad_kernel_max_n=grad_kernel_max_n,
             ).items()
             if v is not None
         },
@@ -1276,15 +1296,16 @@ def rmsnorm(
     record (grad mode off, or no input requiring grad) the autograd.Function is skipped.
     """
     x, residual = _contiguous_last(x), _contiguous_last(residual)
-    if torch.compiler.is_compiling() and _POLICY.path(x) == "inductor":
+    grad = torch.is_grad_enabled() and any(
+        isinstance(t, Tensor) and t.requires_grad for t in (x, weight, bias, residual)
+    )
+    if torch.compiler.is_compiling() and _POLICY.path(x, grad) == "inductor":
         eps, wo = _check_number(eps, "eps"), _check_number(weight_offset, "weight_offset")
         _check_args(x, weight, bias, residual, out_dtype, residual_dtype, wo)
         return _inductor_rmsnorm(
             x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm, wo
         )
-    if not torch.is_grad_enabled() or not any(
-        isinstance(t, Tensor) and t.requires_grad for t in (x, weight, bias, residual)
-    ):
+    if not grad:
         out, residual_out, _ = rmsnorm_fwd(
             x, weight, bias, residual, out_dtype, residual_dtype, eps, False, weight_offset
         )

@@ -322,7 +322,12 @@ def test_policy_rule_and_its_errors():
     big = torch.empty(4096, 32768, device="meta")
     assert P().path(big) == "kernel"  # long rows: the kernels
     assert P().path(torch.empty(4096, 4096, device="meta")) == "inductor"  # a hidden size
-    assert P().path(torch.empty(8192, 16, 128, device="meta")) == "inductor"  # a QK-norm
+    qk = torch.empty(8192, 16, 128, device="meta")  # a QK-norm's heads
+    assert P().path(qk) == "inductor"  # (inference)
+    assert P().path(qk, grad=True) == "kernel"  # (a training step)
+    assert P(grad_kernel_max_n=64).path(qk, grad=True) == "inductor"
+    assert P().path(torch.empty(4096, 4096, device="meta"), grad=True) == "inductor"
+    assert P().path(torch.empty(8, 16, 128, device="meta"), grad=True) == "inductor"  # small
     assert P().path(torch.empty(32, 65536, device="meta")) == "kernel"
     assert P(inductor_max_n=256).path(torch.empty(16, 4096, device="meta")) == "inductor"
     assert P(inductor_max_n=256).path(torch.empty(4096, 4096, device="meta")) == "kernel"
@@ -335,11 +340,14 @@ def test_policy_rule_and_its_errors():
         P("triton")
     with pytest.raises(ValueError, match="inductor_max_n must be an int"):
         P(inductor_max_n=-1)
-    old = R.set_compile_policy("kernel", inductor_max_n=8)
+    with pytest.raises(ValueError, match="grad_kernel_max_n must be an int"):
+        P(grad_kernel_max_n=1.5)
+    old = R.set_compile_policy("kernel", inductor_max_n=8, grad_kernel_max_n=0)
     try:
-        assert R.compile_policy() == P("kernel", 8, old.inductor_max_elems)
+        assert R.compile_policy() == P("kernel", 8, old.inductor_max_elems, 0)
     finally:
-        R.set_compile_policy(old.mode, inductor_max_n=old.inductor_max_n)
+        R.set_compile_policy(old.mode, inductor_max_n=old.inductor_max_n,
+                             grad_kernel_max_n=old.grad_kernel_max_n)  # fmt: skip
     assert R.compile_policy() == old
 
 
@@ -347,6 +355,8 @@ def test_policy_from_the_environment(monkeypatch):
     monkeypatch.setenv("QUACK_EDU_COMPILE_POLICY", "Inductor")
     monkeypatch.setenv("QUACK_EDU_INDUCTOR_MAX_N", "512")
     assert R._policy_from_env() == R.CompilePolicy("inductor", 512)
+    monkeypatch.setenv("QUACK_EDU_GRAD_KERNEL_MAX_N", "64")
+    assert R._policy_from_env() == R.CompilePolicy("inductor", 512, grad_kernel_max_n=64)
     monkeypatch.setenv("QUACK_EDU_INDUCTOR_MAX_N", "lots")
     with pytest.raises(ValueError, match="QUACK_EDU_INDUCTOR_MAX"):
         R._policy_from_env()
@@ -387,32 +397,47 @@ def _graphs_of(model, *args, train):
     compiled = torch.compile(
         model, fullgraph=True, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep)
     )
-    out, res = compiled(*args)
+    with torch.set_grad_enabled(train):
+        out, res = compiled(*args)
     if train:
         (out.float().sum() + res.float().sum()).backward()
     return graphs, (out, res)
 
 
 @pytest.mark.parametrize(
-    ("mode", "fwd_ops"),
-    [("kernel", 3), ("inductor", 0), ("auto", 2)],  # auto: the QK-norm (N = 32) to inductor
+    ("mode", "max_n", "grad_max_n", "fwd_ops"),
+    [
+        ("kernel", 32, 0, 3),
+        ("inductor", 32, 32, 0),
+        ("auto", 32, 0, 2),  # the QK-norm (N = 32) to inductor, the hidden norms (320) not
+        ("auto", 320, 32, 1),  # as the defaults do in a model: the QK-norm on the kernels
+    ],
 )
-def test_compiled_graph_says_which_path_each_norm_took(fake_kernel, mode, fwd_ops):
+def test_compiled_graph_says_which_path_each_norm_took(fake_kernel, mode, max_n, grad_max_n,
+                                                       fwd_ops):  # fmt: skip
     torch.manual_seed(4)
     model = _Block()
     x, res = torch.randn(2, 8, 320, dtype=BF16), torch.randn(2, 8, 320)
     with torch.no_grad():
         want = model(x, res)
-    old = R.set_compile_policy(mode, inductor_max_n=32, inductor_max_elems=1000)
+    old = R.set_compile_policy(
+        mode, inductor_max_n=max_n, inductor_max_elems=500, grad_kernel_max_n=grad_max_n
+    )
     try:
         graphs, got = _graphs_of(model, x, res, train=True)
+        (inference,), _ = _graphs_of(model, x, res, train=False)
     finally:
         R.set_compile_policy(old.mode, inductor_max_n=old.inductor_max_n,
-                             inductor_max_elems=old.inductor_max_elems)  # fmt: skip
+                             inductor_max_elems=old.inductor_max_elems,
+                             grad_kernel_max_n=old.grad_kernel_max_n)  # fmt: skip
         torch._dynamo.reset()
     fwd, bwd = graphs
     assert fwd.count("quack_edu.rmsnorm_fwd.default") == fwd_ops
     assert bwd.count("quack_edu.rmsnorm_bwd.default") == fwd_ops
+    # traced without a gradient, only the rows longer than inductor_max_n take the kernels
+    assert inference.count("quack_edu.rmsnorm_fwd.default") == {"kernel": 3, "inductor": 0}.get(
+        mode, 2 * (max_n < 320)
+    )
     for g, e in zip(got, want, strict=True):
         torch.testing.assert_close(g.float(), e.float(), rtol=2e-2, atol=2e-2)
 
