@@ -1,6 +1,7 @@
 """Every number lesson 09 quotes, recomputed from the record it reads (benchmarks/results/:
-model_h2048.json, model_h2048_compiled.json, model_h4096.json, host_cost.json,
-host_module.json, ladder.json's copy), and the claims its prose makes of them."""
+model_h2048.json, model_h2048_compiled.json, model_h2048_default.json, model_h4096.json,
+model_h4096_compiled.json, model_h4096_train.json, host_cost.json, host_module.json,
+ladder.json's copy), and the claims its prose makes of them."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from quack_edu.rmsnorm import CompilePolicy
 LESSON = "09_in_a_model"
 RECORDS = (
     "model_h2048", "model_h2048_compiled", "model_h4096", "model_h4096_compiled", "host_cost",
-    "host_module", "model_h4096_train",
+    "host_module", "model_h4096_train", "model_h2048_default",
 )  # fmt: skip
 
 
@@ -89,6 +90,12 @@ def _amdahl(name, workload) -> tuple[str, str]:
     return f"{100 * s:.1f}%", f"{step_speedup_ref(s, math.inf):.3f}x"
 
 
+def _same_or_both(a: str, b: str, words=("at 2048 and at 4096", "at 2048", "at 4096")) -> str:
+    """'1.000 at 2048 and at 4096', or '1.000 at 2048 and 1.001 at 4096' where they differ."""
+    both, first, second = words
+    return f"{a} {both}" if a == b else f"{a} {first} and {b} {second}"
+
+
 def _span(values) -> str:
     return f"{min(values):.2f}-{max(values):.2f}x"
 
@@ -98,6 +105,7 @@ def _recomputed() -> dict[str, str]:
     """Quoted -> the same, recomputed from the records and formatted as the prose writes it."""
     A, C, B, D = "model_h2048", "model_h2048_compiled", "model_h4096", "model_h4096_compiled"
     L = "model_h4096_train"  # the longer run of D's compiled training step
+    E = "model_h2048_default"  # C's torch.compile groups again, with longer turns
     eager = [
         r["vs_torch"]
         for name in (A, B)
@@ -124,7 +132,7 @@ def _recomputed() -> dict[str, str]:
             _ms(A, "decode@1", "eager", "torch"),
             _ms(A, "decode@1", "eager", "torch", "gpu_busy_ms"),
         ),
-        "and 2.111 ms compiled against 0.660 ms": "and {} ms compiled against {} ms".format(
+        "and 1.996 ms compiled against 0.666 ms": "and {} ms compiled against {} ms".format(
             _ms(C, "decode@1", "default", "torch"),
             _ms(C, "decode@1", "default", "torch", "gpu_busy_ms"),
         ),
@@ -141,13 +149,13 @@ def _recomputed() -> dict[str, str]:
                 round(results.load(B)["model"]["params"] / results.load(A)["model"]["params"])
             )
         ),
-        "at 0.636 of nn.RMSNorm's speed (3.320 ms against 2.111 ms)": "at {:.3f} of nn.RMSNorm's "
+        "at 0.606 of nn.RMSNorm's speed (3.296 ms against 1.996 ms)": "at {:.3f} of nn.RMSNorm's "
         "speed ({} ms against {} ms)".format(
             _row(C, "decode@1", "default", "quack")["vs_torch"],
             _ms(C, "decode@1", "default", "quack"),
             _ms(C, "decode@1", "default", "torch"),
         ),
-        "(0.027 ms against 0.026 ms a step)": "({} ms against {} ms a step)".format(
+        "(0.027 ms against 0.027 ms a step)": "({} ms against {} ms a step)".format(
             f"{_row(C, 'decode@1', 'default', 'quack')['norm_gpu_ms']:.3f}",
             f"{_row(C, 'decode@1', 'default', 'torch')['norm_gpu_ms']:.3f}",
         ),
@@ -186,44 +194,61 @@ def _recomputed() -> dict[str, str]:
             _row(A, "train", "eager", "quack_edu")["gpu_busy_ms"],
             _row(A, "train", "eager", "torch")["gpu_busy_ms"],
         ),
-        "at 2048, 1.001 training, 1.001 prefill, 1.009 decoding one row; at 4096, 0.989, 1.006 and "
-        "1.001": "at 2048, {} training, {} prefill, {} decoding one row; at 4096, {}, {} and "
-        "{}".format(
-            *(_vs(C, w, "default") for w in ("train", "prefill", "decode@1")),
-            *(_vs(B, w, "default") for w in ("train", "prefill", "decode@1")),
+        "at 2048, 0.997 prefill and 0.905 decoding one row; at 4096, 1.008 and 1.000": "at 2048, "
+        "{} prefill and {} decoding one row; at 4096, {} and {}".format(
+            *(_vs(X, w, "default") for X in (C, D) for w in ("prefill", "decode@1"))
         ),
-        "(1.000 at 2048, from the first record; 0.999 at 4096)": "({} at 2048, from the first "
-        "record; {} at 4096)".format(
-            _vs(A, "decode@1", "reduce-overhead"), _vs(B, "decode@1", "reduce-overhead")
-        ),
-        "prefill 1.017, decoding one row 1.017, but the training step 0.975 (1.000 under CUDA "
-        "graphs)": "prefill {}, decoding one row {}, but the training step {} ({} under CUDA "
-        "graphs)".format(
-            _vs(D, "prefill", "default"),
-            _vs(D, "decode@1", "default"),
-            _vs(D, "train", "default"),
-            _vs(D, "train", "reduce-overhead"),
+        "repeated with 9 turns of 0.5 s (`model_h2048_default.json`), one row at 2048 is 0.992 "
+        "and 8 rows 1.082": "repeated with {} turns of {:g} s (`{}.json`), one row at 2048 is {} "
+        "and 8 rows {}".format(
+            results.load(E)["options"]["rounds"],
+            results.load(E)["options"]["round_s"],
+            E,
+            _vs(E, "decode@1", "default"),
+            _vs(E, "decode@8", "default"),
         ),  # fmt: skip
-        "the step is 0.999: 65.742 ms against 65.650 ms, while one norm's turns alone spread "
-        "over 65.28-66.27 ms": "the step is {}: {} ms against {} ms, while one norm's turns alone "
-        "spread over {:.2f}-{:.2f} ms".format(
-            _vs(L, "train", "default"),
-            _ms(L, "train", "default", "quack_edu"),
-            _ms(L, "train", "default", "torch"),
+        "Under CUDA graphs the host's cost is gone from decode: 1.000 at 2048 and at 4096": "Under "
+        "CUDA graphs the host's cost is gone from decode: {}".format(
+            _same_or_both(
+                _vs(C, "decode@1", "reduce-overhead"), _vs(D, "decode@1", "reduce-overhead")
+            )
+        ),
+        "the GPU works less: 62.598 ms a step against 63.837 ms at 4096, 20.222 ms against "
+        "20.643 ms at 2048": "the GPU works less: {} ms a step against {} ms at 4096, {} ms "
+        "against {} ms at 2048".format(
+            *(
+                _ms(X, "train", "default", n, "gpu_busy_ms")
+                for X in (D, C)
+                for n in ("quack_edu", "torch")
+            )
+        ),  # fmt: skip
+        "The step ratios are 1.016 at 4096 and 0.996 at 2048, and 1.002 at both with longer "
+        "turns": "The step ratios are {} at 4096 and {} at 2048, and {} with longer turns".format(
+            _vs(D, "train", "default"),
+            _vs(C, "train", "default"),
+            _same_or_both(
+                _vs(L, "train", "default"),
+                _vs(E, "train", "default"),
+                ("at both", "at 4096", "at 2048"),
+            ),
+        ),  # fmt: skip
+        "One norm's turns alone spread over 65.23-66.21 ms at 4096": "One norm's turns alone "
+        "spread over {:.2f}-{:.2f} ms at 4096".format(
             min(_row(L, "train", "default", "quack_edu")["turn_ms"]),
             max(_row(L, "train", "default", "quack_edu")["turn_ms"]),
         ),
         # after 09.step_speedup: Amdahl on the norms' share
         "the training step spends 5.3% of its GPU time in the norms' kernels: norms that took no "
-        "time would make it at most 1.056x faster. A prefill spends 11.4%, at most 1.129x; at "
+        "time would make it at most 1.056x faster. A prefill spends 11.9%, at most 1.135x; at "
         "hidden 4096 a training step spends 3.6%, at most 1.038x": "the training step spends {} "
         "of its GPU time in the norms' kernels: norms that took no time would make it at most {} "
         "faster. A prefill spends {}, at most {}; at hidden 4096 a training step spends {}, at "
         "most {}".format(*train_c, *prefill_c, *train_b),
         # the summary
-        "QuACK's decode step ran at 0.636 of nn.RMSNorm's speed": "QuACK's decode step ran at "
+        "QuACK's decode step ran at 0.606 of nn.RMSNorm's speed": "QuACK's decode step ran at "
         f"{_row(C, 'decode@1', 'default', 'quack')['vs_torch']:.3f} of nn.RMSNorm's speed",
-        "1.04-1.28x eager, 1.00 compiled": f"{_span(eager)} eager, 1.00 compiled",
+        "1.04-1.28x eager; compiled, 1.00 within the runs' noise": f"{_span(eager)} eager; "
+        "compiled, 1.00 within the runs' noise",
     }
 
 
@@ -237,16 +262,29 @@ def test_lesson09_claims_on_the_records():
     prose = _prose()
     for name in RECORDS:
         assert results.load(name)["gpu"] == "NVIDIA H200", name
-    # "the ratios are 1.00 within the runs' noise (about 1%)": every compiled ratio of the
-    # library, at 2048 with the policy and at 4096
+    # "1.00 within the runs' noise": every compiled ratio of the library with the policy is
+    # within 10% (a host-bound decode step the noisiest), training within 2%
     compiled = [
-        r["vs_torch"]
-        for name in ("model_h2048_compiled", "model_h4096")
+        r
+        for name in ("model_h2048_compiled", "model_h4096_compiled", "model_h2048_default",
+                     "model_h4096_train")
         for r in results.load(name)["rows"]
         if r["norm"] == "quack_edu" and r["mode"] != "eager"
-    ]
-    assert "1.00 within the runs' noise (about 1%)" in prose
-    assert compiled and max(abs(v - 1) for v in compiled) < 0.015
+    ]  # fmt: skip
+    assert "1.00 within the runs' noise" in prose
+    assert max(abs(r["vs_torch"] - 1) for r in compiled) < 0.1
+    assert max(abs(r["vs_torch"] - 1) for r in compiled if r["workload"] == "train") < 0.02
+    # "a norm that needs no gradient goes to inductor ... op for op": no kernel of the library
+    # in an inference step's profile; the QK-norms' kernels in a training step's; "the GPU
+    # works less" there, in both compiled modes
+    for name in ("model_h2048_compiled", "model_h4096_compiled"):
+        for r in results.load(name)["rows"]:
+            if r["norm"] == "quack_edu" and r["mode"] != "eager":
+                ours = [k for k in r["norm_kernels"] if "quack_edu" in k["name"]]
+                assert bool(ours) == (r["workload"] == "train"), (name, r["workload"], r["mode"])
+                if r["workload"] == "train":
+                    t = _row(name, "train", r["mode"], "torch")
+                    assert r["gpu_busy_ms"] < t["gpu_busy_ms"], (name, r["mode"])
     # "Eager, the library is faster at every workload"
     assert "Eager, the library is faster at every workload" in prose
     eager = [
@@ -273,6 +311,7 @@ def test_lesson09_claims_on_the_records():
     # the policy's thresholds, as the lesson states them, are the library's defaults
     p = CompilePolicy()
     assert p.mode == "auto" and p.inductor_max_n == 16384 and p.inductor_max_elems == 2**20
+    assert p.grad_kernel_max_n == 256 and "rows of at most 256 elements" in prose
     assert "rows of at most 16384 elements, and calls of at most 2^20 elements" in prose
     assert "rows longer than 16384" in prose
     # the decode step's calls "have 1 to 64 rows": the records' decode workloads
