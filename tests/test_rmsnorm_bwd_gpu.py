@@ -374,6 +374,42 @@ def test_torch_compile_fullgraph_forward_and_backward():
         torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
 
 
+def test_compiled_qk_norm_of_a_training_step_runs_the_kernels():
+    # the compile policy's training rule: per-head rows (N = 128) with a gradient, over 2^20
+    # elements, take the kernels inside the compiled graph; values and gradients as eager's
+    torch._dynamo.reset()
+    torch.manual_seed(3)
+    B, S, H, D = 2, 2048, 4, 128  # 2^21 elements
+    norm = R.QuackRMSNorm(D, device="cuda")
+    with torch.no_grad():
+        norm.weight.normal_(1.0, 0.1)
+    proj = torch.nn.Linear(H * D, H * D, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(B, S, H * D, device="cuda", dtype=torch.bfloat16)
+    g = torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16)
+
+    def f(x):
+        return norm(proj(x).view(B, S, H, D))
+
+    assert R.compile_policy().path(torch.empty(B, S, H, D, device="meta"), grad=True) == "kernel"
+    runs = []
+    for fn in (f, torch.compile(f, fullgraph=True)):
+        for t in (norm.weight, *proj.parameters()):
+            t.grad = None
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            out = fn(x)
+            out.backward(g)
+            torch.cuda.synchronize()
+        ours = [e.name for e in prof.events() if "quack_edu" in e.name]
+        assert any("Bwd" in n for n in ours) and any("Bwd" not in n for n in ours), ours
+        runs.append([out.detach(), norm.weight.grad, proj.weight.grad])
+    (eager, compiled) = runs
+    tol = TOLERANCES[torch.bfloat16]
+    torch.testing.assert_close(compiled[0], eager[0], **tol)
+    torch.testing.assert_close(compiled[1], eager[1], rtol=1e-3, atol=1e-3 * math.sqrt(B * S * H))
+    torch.testing.assert_close(compiled[2].float(), eager[2].float(), rtol=2e-2, atol=2e-2)
+    torch._dynamo.reset()
+
+
 def test_cuda_graph_capture_of_forward_and_backward():
     x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(4096, device="cuda", requires_grad=True)
