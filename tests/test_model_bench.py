@@ -141,9 +141,10 @@ RECORD_FIELDS = {
 
 def test_the_driver_end_to_end_with_a_fake_quack_edu():
     saved = []
-    opts = options(norms=("torch", "quack_edu", "quack", "nope"))
+    opts = options(norms=("torch", "quack_edu", "quack", "nope", "control"))
     ms = makers(quack_edu=FakeQuackRMSNorm)
     ms["quack"] = mb.NORMS["quack"]  # skipped with its reason where QuACK is not installed
+    ms["control"] = mb.NORMS["control"]  # nn.RMSNorm again: the A/A control
     result = mb.Run(opts, mb.Device("cpu"), makers=ms, log=str, save=saved.append).go()
     assert saved and saved[-1] is result
     assert RECORD_FIELDS <= set(result)
@@ -159,6 +160,14 @@ def test_the_driver_end_to_end_with_a_fake_quack_edu():
         assert r["step_ms"] > 0 and len(r["turn_ms"]) == 2 and 0 < r["norm_share"] < 1
         assert r["norm_kernels"] and r["gpu_busy_ms"] >= r["norm_gpu_ms"] > 0
     assert all(r["vs_torch"] == 1.0 for r in result["rows"] if r["norm"] == "torch")
+    # the ratio round by round, torch's turn over the norm's turn of the same round
+    for r in result["rows"]:
+        (t,) = [t for t in result["rows"] if (t["workload"], t["norm"]) == (r["workload"], "torch")]
+        want = [a / b for a, b in zip(t["turn_ms"], r["turn_ms"], strict=True)]
+        assert r["vs_torch_turns"] == pytest.approx(want)
+    assert result["norms"]["control"]["class"] == result["norms"]["torch"]["class"]
+    assert "A/A" in result["norms"]["control"]["form"]
+    assert "turns " in mb.format_row(next(r for r in result["rows"] if r["norm"] == "control"))
     decode = next(r for r in result["rows"] if r["workload"] == "decode@4")
     assert decode["tokens"] == 4
     json.dumps(result)  # the record is JSON as it stands

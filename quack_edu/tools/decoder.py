@@ -10,8 +10,9 @@ residual.
 
 The norms (``NORMS``): ``torch`` (the add, then nn.RMSNorm), ``quack_edu`` (QuackRMSNorm: fused
 when its forward takes a residual, else the add then the norm), ``quack`` (QuACK's rmsnorm,
-prenorm=True). Each is an nn.RMSNorm with one parameter, ``weight``: one state dict runs with
-every norm (``build_models``).
+prenorm=True), ``control`` (``torch`` again, a second model: its ratio to ``torch`` is the
+run's noise, an A/A control). Each is an nn.RMSNorm with one parameter, ``weight``: one state
+dict runs with every norm (``build_models``).
 """
 
 from __future__ import annotations
@@ -96,9 +97,13 @@ def _quack_norm():
     return QuackNorm, "fused (quack.rmsnorm.rmsnorm, prenorm=True)"
 
 
+def _control_norm():
+    return TorchNorm, "add-then-norm, nn.RMSNorm again: a second model, the run's noise (A/A)"
+
+
 #: name -> () -> (class, form); a maker raises (ImportError...) when its norm cannot run
 NORMS: dict[str, Callable] = {"torch": _torch_norm, "quack_edu": _quack_edu_norm,
-                              "quack": _quack_norm}  # fmt: skip
+                              "quack": _quack_norm, "control": _control_norm}  # fmt: skip
 
 
 # --- the model ------------------------------------------------------------------------------

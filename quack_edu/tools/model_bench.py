@@ -22,7 +22,9 @@ Method:
 * Timing (``Device``): CUDA events around each step, the steps of a turn back to back and one
   sync at its end; ``step_ms`` is the median over every step of every turn. ``tokens_per_s`` =
   tokens of a step / step time; ``vs_torch`` = torch's step time / this norm's (>= 1.00: not
-  slower), within the group.
+  slower), within the group; ``vs_torch_turns`` the same ratio round by round (torch's turn over
+  this norm's turn of the same round: its spread is the run's noise). The norm ``control`` is
+  nn.RMSNorm again, a second model: an A/A control whose ``vs_torch`` is 1.00 but for noise.
 * GPU time: one step of each row under torch.profiler. ``gpu_busy_ms`` sums every kernel,
   memcpy and memset; ``norm_gpu_ms`` the kernels whose names match ``NORM_KERNEL_RULE`` (the row
   lists the largest): a rule on names, not a proof.
@@ -415,9 +417,14 @@ class Run:
                 except Exception as e:
                     row["profile_error"] = _why(e)
         base = rows.get("torch", {}).get("step_ms")
+        base_turns = rows.get("torch", {}).get("turn_ms")
         for row in rows.values():
             if base and "step_ms" in row:
                 row["vs_torch"] = base / row["step_ms"]
+                if base_turns and len(base_turns) == len(row["turn_ms"]):
+                    # round by round: how far one pair of turns alone can put the ratio
+                    pairs = zip(base_turns, row["turn_ms"], strict=True)
+                    row["vs_torch_turns"] = [a / b for a, b in pairs]
             if "step_ms" in row:
                 self.log(format_row(row))
         self.save()
@@ -502,7 +509,9 @@ def format_row(r: dict) -> str:
         f" {_num(r.get('compile_s'), '.1f', 9)} {_num(r.get('gpu_busy_ms'), '.3f', 8)}"
         f" {_num(r.get('norm_gpu_ms'), '.3f', 8)} {_num(share and 100 * share, '.1f', 6)}"
         + ("" if r.get("fullgraph") is not False else "  (not fullgraph)")
-    )
+        + (f"  turns {min(pairs):.3f}-{max(pairs):.3f}" if (pairs := r.get("vs_torch_turns"))
+           and r["norm"] != "torch" else "")
+    )  # fmt: skip
 
 
 def table(result: dict) -> str:
