@@ -213,9 +213,9 @@ def _recomputed() -> dict[str, str]:
                 _vs(C, "decode@1", "reduce-overhead"), _vs(D, "decode@1", "reduce-overhead")
             )
         ),
-        "the GPU works less: 62.598 ms a step against 63.837 ms at 4096, 20.222 ms against "
-        "20.643 ms at 2048": "the GPU works less: {} ms a step against {} ms at 4096, {} ms "
-        "against {} ms at 2048".format(
+        "the GPU is busy for less of it: 62.598 ms a step against 63.837 ms at 4096, 20.222 "
+        "ms against 20.643 ms at 2048": "the GPU is busy for less of it: {} ms a step against "
+        "{} ms at 4096, {} ms against {} ms at 2048".format(
             *(
                 _ms(X, "train", "default", n, "gpu_busy_ms")
                 for X in (D, C)
@@ -276,7 +276,7 @@ def test_lesson09_claims_on_the_records():
     assert max(abs(r["vs_torch"] - 1) for r in compiled if r["workload"] == "train") < 0.02
     # "a norm that needs no gradient goes to inductor ... op for op": no kernel of the library
     # in an inference step's profile; the QK-norms' kernels in a training step's; "the GPU
-    # works less" there, in both compiled modes
+    # is busy for less of it" there, in both compiled modes
     for name in ("model_h2048_compiled", "model_h4096_compiled"):
         for r in results.load(name)["rows"]:
             if r["norm"] == "quack_edu" and r["mode"] != "eager":
