@@ -3,6 +3,7 @@ residual-passing form, the gradient check (and a wrong norm caught by it), the d
 with a fake QuackRMSNorm, the record, --summarize, and the command line without CUDA."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -168,6 +169,10 @@ def test_the_driver_end_to_end_with_a_fake_quack_edu():
     assert result["norms"]["control"]["class"] == result["norms"]["torch"]["class"]
     assert "A/A" in result["norms"]["control"]["form"]
     assert "turns " in mb.format_row(next(r for r in result["rows"] if r["norm"] == "control"))
+    # every row but torch's has its interval; the norms (not the control) a verdict
+    for r in result["rows"]:
+        assert ("vs_torch_ci" in r) == (r["norm"] != "torch"), r["norm"]
+        assert ("verdict" in r) == (r["norm"] not in ("torch", "control")), r["norm"]
     decode = next(r for r in result["rows"] if r["workload"] == "decode@4")
     assert decode["tokens"] == 4
     json.dumps(result)  # the record is JSON as it stands
@@ -258,3 +263,55 @@ def test_options_presets_and_quick():
         ("eager", "decode@1"),
         ("eager", "decode@64"),
     ]
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 6, 9, 15, 40])
+def test_the_median_interval_covers_95_percent(n):
+    """The interval's order statistics: their coverage (exact, from the binomial) is at least
+    95%, and one step narrower it would not be; below 6 values, the whole range."""
+    lo, hi = mb.median_ci(list(range(n, 0, -1)))  # unsorted on purpose: n..1
+    k = int(lo)  # the k-th smallest of 1..n is k
+    assert hi == n + 1 - k  # symmetric: the k-th largest
+    cover = lambda k: 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n  # noqa: E731
+    if n < 6:
+        assert (lo, hi) == (1, n)
+    else:
+        assert cover(k) >= 0.95 > cover(k + 1)
+    assert mb.median_ci(list(range(1, 16))) == (4, 12)  # n = 15: the 4th and the 12th
+
+
+def _group(ours, control=None, workload="train", mode="default"):
+    rows = [{"workload": workload, "mode": mode, "norm": "quack_edu", "vs_torch_turns": ours}]
+    if control is not None:
+        rows.append({"workload": workload, "mode": mode, "norm": "control",
+                     "vs_torch_turns": control})  # fmt: skip
+    mb.judge(rows)
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("ours", "control", "verdict"),
+    [
+        ([1.02] * 15, None, "faster"),
+        ([0.98] * 15, None, "slower"),
+        ([0.998] * 15, None, "tie"),  # within TIE of 1.00
+        ([1.004] * 15, None, "tie"),
+        ([0.98] * 14 + [1.1], None, "slower"),  # one good round does not change it
+        ([0.9, 1.1] * 7 + [1.0], None, "tie"),  # the interval spans 1.00
+        ([0.98] * 15, [0.97] * 15, "tie"),  # the A/A control is as far off as we are
+        ([0.98] * 15, [0.99] * 15, "slower"),  # further off than the A/A control
+        ([1.03] * 15, [1.01] * 15, "faster"),
+    ],
+)
+def test_the_verdict(ours, control, verdict):
+    rows = _group(ours, control)
+    assert rows[0]["verdict"] == verdict
+    assert rows[0]["noise"] >= mb.TIE
+    if control is not None:
+        assert "verdict" not in rows[1] and rows[1]["vs_torch_ci"]
+    assert verdict in mb.format_row({**rows[0], "step_ms": 1.0, "vs_torch": 1.0})
+
+
+def test_groups_are_judged_apart():
+    rows = _group([0.98] * 15, [0.97] * 15) + _group([0.98] * 15, workload="prefill")
+    assert [r.get("verdict") for r in rows] == ["tie", None, "slower"]

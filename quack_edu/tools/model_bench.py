@@ -47,6 +47,7 @@ import dataclasses
 import datetime as _dt
 import gc
 import json
+import math
 import platform
 import re
 import statistics
@@ -66,6 +67,8 @@ MODES = ("eager", "default", "reduce-overhead")
 WORKLOADS = ("train", "prefill", "decode")
 #: the gradient check's goal: a norm's error at most this times nn.RMSNorm's
 GOAL = 1.1
+#: a step-time ratio within 1.00 +- TIE is a tie: the goals state ratios to two decimals
+TIE = 0.005
 #: errors below this count as this in the ratios: in fp32 (the CPU tests) the roundoff moves
 #: by 2x with the order of the ops alone; bf16 errors are far above any floor
 ERR_FLOOR = {"amp": 0.0, "bf16": 0.0, "fp32": 1e-5}
@@ -425,6 +428,8 @@ class Run:
                     # round by round: how far one pair of turns alone can put the ratio
                     pairs = zip(base_turns, row["turn_ms"], strict=True)
                     row["vs_torch_turns"] = [a / b for a, b in pairs]
+        judge(list(rows.values()))
+        for row in rows.values():
             if "step_ms" in row:
                 self.log(format_row(row))
         self.save()
@@ -457,6 +462,44 @@ class Run:
                 row["cudagraph_skips"] = counters["inductor"]["cudagraph_skips"] - skips
             return step, warm or [first_ms]
         raise AssertionError("unreachable")
+
+
+def median_ci(values: list, level: float = 0.95) -> tuple[float, float]:
+    """A distribution-free interval for the median of ``values``: the k-th smallest and k-th
+    largest, k the largest with P(k-1 or fewer of n fair coins come up heads) * 2 <= 1 - level
+    (n = 15: the 4th and the 12th, 96.5%). Below 6 values no k reaches 95%: the min and max."""
+    v, n = sorted(values), len(values)
+    k, tail = 0, 0.0  # tail: P(Binomial(n, 1/2) <= k - 1)
+    while k < n // 2:
+        nxt = tail + math.comb(n, k) / 2**n
+        if 2 * nxt > 1 - level:
+            break
+        k, tail = k + 1, nxt
+    k = max(k, 1)
+    return v[k - 1], v[n - k]
+
+
+def judge(rows: list) -> None:
+    """Each row's ``vs_torch_ci`` (95% interval of the median round-by-round ratio) and
+    ``verdict`` within its (workload, mode) group: ``faster`` / ``slower`` when the interval
+    lies wholly above / below 1.00 by more than ``noise``, else ``tie``. ``noise`` is how far
+    the A/A control's interval reaches from 1.00 (two copies of the same model, by position
+    in the turns or placement in memory, differ that much in this run), and at least ``TIE``.
+    The control's row gives the noise and has no verdict."""
+    groups: dict = {}
+    for r in rows:
+        if r.get("vs_torch_turns") and r["norm"] != "torch":
+            r["vs_torch_ci"] = list(median_ci(r["vs_torch_turns"]))
+            groups.setdefault((r["workload"], r["mode"]), []).append(r)
+    for group in groups.values():
+        ci = {r["norm"]: r["vs_torch_ci"] for r in group}
+        c = ci.get("control")
+        noise = max(TIE, 1 - c[0], c[1] - 1) if c else TIE
+        for r in group:
+            if r["norm"] != "control":
+                lo, hi = r["vs_torch_ci"]
+                r["noise"] = noise
+                r["verdict"] = "faster" if lo > 1 + noise else "slower" if hi < 1 - noise else "tie"
 
 
 def predicted_s(mode: str, workload: str, spent: list) -> float:
@@ -511,11 +554,17 @@ def format_row(r: dict) -> str:
         + ("" if r.get("fullgraph") is not False else "  (not fullgraph)")
         + (f"  turns {min(pairs):.3f}-{max(pairs):.3f}" if (pairs := r.get("vs_torch_turns"))
            and r["norm"] != "torch" else "")
+        + (f", median's 95% {ci[0]:.3f}-{ci[1]:.3f}" if (ci := r.get("vs_torch_ci"))
+           and r["norm"] != "torch" else "")
+        + (f", A/A +-{r['noise']:.3f}: {r['verdict']}" if "verdict" in r
+           and r["norm"] not in ("torch", "control") else "")
+        + (" (the A/A noise)" if r["norm"] == "control" and "vs_torch_ci" in r else "")
     )  # fmt: skip
 
 
 def table(result: dict) -> str:
     """The record as text: the rows, the gradient check, the norms' forms, what was skipped."""
+    judge(result["rows"])  # (records made before the verdicts get them here)
     m = result["model"]
     out = [
         f"{result['gpu']}, {result['date']}: hidden {m['hidden']}, {m['layers']} layers, "
