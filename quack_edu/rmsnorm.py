@@ -1145,7 +1145,7 @@ class CompilePolicy:
          over rows of at most ``grad_kernel_max_n`` elements and more than
          ``inductor_max_elems`` elements in all: the per-head QK-norms of a training step,
          whose forward and backward the kernels run in less GPU time than inductor's fused
-         kernels (the norm kernels' time in a profiled step, model_h4096_compiled.json);
+         kernels (the norm kernels' time in a profiled step, model_h4096_aa.json);
       2. inductor for rows of at most ``inductor_max_n`` elements, where its fused norm is
          as fast as the kernels' and saves the passes the op cannot fuse (the cast after a
          hidden norm, the sum of the gradients flowing into it, RoPE after a QK-norm when
@@ -1156,7 +1156,7 @@ class CompilePolicy:
          against 4336 GB/s forward, ladder.json).
 
       Measured in the decoder of ``quack_edu.tools.model_bench``: the records
-      ``model_h2048_compiled.json`` and ``model_h4096_compiled.json`` (README, "In a model").
+      ``model_h2048_aa.json`` and ``model_h4096_aa.json`` (README, "In a model").
 
     Eager calls always run the kernels. Set it with ``set_compile_policy`` or the environment
     (``QUACK_EDU_COMPILE_POLICY=auto|kernel|inductor``, ``QUACK_EDU_INDUCTOR_MAX_N``,
