@@ -391,13 +391,18 @@ def test_shortcut_guard_flags_quack_rmsnorm_but_not_its_dsl_patches():
 
     from quack_edu.grading.checks import shortcut_guard
 
-    def fake_module(name, src):
+    def fake_module(name, src):  # as installed: site-packages/quack/...
         mod = types.ModuleType(name)
-        exec(compile(src, f"<{name}>", "exec"), mod.__dict__)
+        path = "/venv/lib/python3.11/site-packages/" + name.replace(".", "/") + ".py"
+        exec(compile(src, path, "exec"), mod.__dict__)
         return mod
 
     dsl = fake_module("quack.dsl.cute_tensor_indexing", "def helper(x):\n    return x + 1\n")
     norm = fake_module("quack.rmsnorm", "def rmsnorm(x):\n    return x * 2\n")
+    ours = fake_module("quack_edu.rmsnorm", "def rmsnorm(x):\n    return x * 2\n")
+    with shortcut_guard() as seen:
+        ours.rmsnorm(1)  # quack_edu is not quack
+    assert seen == []
     with shortcut_guard() as seen:
         dsl.helper(1)
     assert seen == []
@@ -408,6 +413,48 @@ def test_shortcut_guard_flags_quack_rmsnorm_but_not_its_dsl_patches():
     with shortcut_guard() as seen:
         torch.nn.functional.rms_norm(torch.ones(2, 4), (4,))
     assert seen[0] == "torch.nn.functional.rms_norm"  # (and the torch.rms_norm it calls)
+
+
+def test_shortcut_guard_sees_aliases_builtins_and_a_switched_off_profiler():
+    import sys
+
+    import torch
+    from torch import rms_norm as alias
+
+    from quack_edu.grading.checks import shortcut_guard
+    from quack_edu.reference import rmsnorm_ref
+
+    x = torch.randn(3, 8)
+    calls = {
+        "a built-in under another name": (lambda: alias(x, (8,)), ["torch.rms_norm"]),
+        "the aten op": (lambda: torch.ops.aten.rms_norm(x, [8]), ["torch.rms_norm"]),
+        "the module (the outer call named first)": (
+            lambda: torch.nn.RMSNorm(8)(x),
+            ["torch.nn.RMSNorm", "torch.nn.functional.rms_norm", "torch.rms_norm"],
+        ),
+        "the reference": (
+            lambda: rmsnorm_ref(x, None),
+            ["quack_edu.reference.rmsnorm_ref", "quack_edu.reference.rstd_ref"],  # (it calls)
+        ),
+        "its own arithmetic": (lambda: x * torch.rsqrt((x * x).mean(-1, keepdim=True)), []),
+    }
+    for what, (call, want) in calls.items():
+        with shortcut_guard() as seen:
+            call()
+        assert seen == want, what
+    # nested: the inner block's calls are the inner's; the outer goes on after it
+    with shortcut_guard() as outer:
+        with shortcut_guard() as inner:
+            torch.nn.functional.rms_norm(x, (8,))
+        alias(x, (8,))
+    assert inner[0] == "torch.nn.functional.rms_norm" and outer == ["torch.rms_norm"]
+    # code that switches the profiler off is reported, and the profiler before is restored
+    before = sys.getprofile()
+    with shortcut_guard() as seen:
+        sys.setprofile(None)
+        alias(x, (8,))
+    assert seen and "sys.setprofile" in seen[-1]
+    assert sys.getprofile() is before
 
 
 # ---- error messages without terminal colours --------------------------------------------------

@@ -19,6 +19,7 @@ Helpers, by tier:
 
 from __future__ import annotations
 
+import cProfile
 import functools
 import inspect as _inspect
 import io
@@ -122,18 +123,18 @@ def scan_source(answer, allow=()) -> str | None:
 
 
 def _forbidden_targets():
+    """(code objects, built-in names as ``cProfile`` writes them) of the library RMSNorms."""
     import torch
 
-    codes, cfuncs = {}, {}
-    fn = getattr(torch.nn.functional, "rms_norm", None)
-    if fn is not None and hasattr(fn, "__code__"):
-        codes[fn.__code__] = "torch.nn.functional.rms_norm"
+    codes, builtins = {}, {}  # (in the order a report names them first: the outer call)
     mod = getattr(torch.nn, "RMSNorm", None)
     if mod is not None:
         codes[mod.forward.__code__] = "torch.nn.RMSNorm"
-    for c in (getattr(torch, "rms_norm", None), getattr(torch.ops.aten, "rms_norm", None)):
-        if c is not None:
-            cfuncs[id(c)] = "torch.rms_norm"
+    fn = getattr(torch.nn.functional, "rms_norm", None)
+    if fn is not None and hasattr(fn, "__code__"):
+        codes[fn.__code__] = "torch.nn.functional.rms_norm"
+    for name in ("torch.rms_norm", "torch._ops.aten.rms_norm"):  # an alias is the same object
+        builtins[f"<built-in method {name}>"] = "torch.rms_norm"
     from .. import reference
 
     for name in ("rmsnorm_ref", "rstd_ref", "rmsnorm_bwd_ref"):
@@ -141,42 +142,60 @@ def _forbidden_targets():
     from .. import runtime
 
     codes[runtime.run_forward.__code__] = "a finished quack_edu kernel (run_forward)"
-    return codes, cfuncs
+    return codes, builtins
+
+
+def _quack_norm_file(path: str) -> bool:
+    """Whether ``path`` is one of QuACK's norm modules (``.../quack/rmsnorm.py`` ...)."""
+    parts = path.replace("\\", "/").split("/")
+    if "quack" not in parts:
+        return False
+    rest = "/".join(parts[len(parts) - parts[::-1].index("quack") :])
+    return "norm" in rest or "rms" in rest
 
 
 @contextmanager
 def shortcut_guard():
-    """Record calls to library RMSNorms while the learner's code runs (yields a list of names).
+    """Record calls to library RMSNorms while the learner's code runs (yields a list of names,
+    filled when the block ends).
 
-    A profile hook sees every Python and C call, so aliases (``from torch.nn.functional import
-    rms_norm as f``) are caught too. QuACK is caught by the module any executed code lives in:
-    its norm modules (``quack.rmsnorm`` ...), not all of ``quack``: importing QuACK patches
-    CuTe DSL process-wide (``quack.dsl``, ``quack.cute_dsl_utils``), so once a notebook has
-    imported it to measure against, every kernel compile runs some QuACK code.
+    ``cProfile`` sees every Python and C call the block makes, so aliases (``from
+    torch.nn.functional import rms_norm as f``) are caught too: what ran is named by its code
+    object, or for a built-in by its own name. It is C: a kernel compile under it takes about
+    as long as without (a Python profile hook doubled it). QuACK is caught by the file any
+    executed code lives in: its norm modules (``quack/rmsnorm.py`` ...), not all of ``quack``:
+    importing QuACK patches CuTe DSL process-wide (``quack.dsl``, ``quack.cute_dsl_utils``), so
+    once a notebook has imported it to measure against, every kernel compile runs some QuACK
+    code. Code that switches the profiler off (``sys.setprofile``) is reported as a shortcut.
     """
-    codes, cfuncs = _forbidden_targets()
+    codes, builtins = _forbidden_targets()
     seen: list[str] = []
-
-    def prof(frame, event, arg):
-        if event == "call":
-            hit = codes.get(frame.f_code)
-            if hit is None:
-                mod = frame.f_globals.get("__name__", "") or ""
-                if mod.startswith("quack.") and ("norm" in mod or "rms" in mod):
-                    hit = "QuACK (the quack package)"
-            if hit and hit not in seen:
-                seen.append(hit)
-        elif event == "c_call":
-            hit = cfuncs.get(id(arg))
-            if hit and hit not in seen:
-                seen.append(hit)
-
     old = sys.getprofile()
-    sys.setprofile(prof)
+    prof = cProfile.Profile()
+    prof.enable()
     try:
         yield seen
     finally:
-        sys.setprofile(old)
+        tampered = sys.getprofile() is not prof
+        prof.disable()
+        if isinstance(old, cProfile.Profile):
+            old.enable()  # an enclosing guard (or a profiler) goes on
+        elif old is not None:
+            sys.setprofile(old)
+        for entry in prof.getstats():
+            code = entry.code
+            if isinstance(code, str):
+                hit = builtins.get(code)
+            else:
+                hit = codes.get(code)
+                if hit is None and _quack_norm_file(code.co_filename):
+                    hit = "QuACK (the quack package)"
+            if hit and hit not in seen:
+                seen.append(hit)
+        order = [*codes.values(), "QuACK (the quack package)", *builtins.values()]
+        seen.sort(key=order.index)  # the outermost call first, as the learner wrote it
+        if tampered:
+            seen.append("sys.setprofile (the grader's view of the calls was switched off)")
 
 
 def shortcut_failure(what: str) -> ShortcutUsed:
