@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .dtypes import cute_dtype
+
 
 @dataclass(frozen=True)
 class NaiveConfig:
@@ -104,8 +106,6 @@ class RowConfig:
 
 def vector_elems(dtype) -> int:
     """Elements of ``dtype`` in one 16-byte vector (8 for bf16/fp16, 4 for fp32)."""
-    from .runtime import cute_dtype
-
     return VECTOR_BYTES * 8 // cute_dtype(dtype).width
 
 

@@ -22,32 +22,13 @@ from . import (
     _env,  # noqa: F401  (sets the DSL's target before cutlass is imported)
     compile_cache,
 )
-
-TORCH_TO_CUTE = {
-    torch.float32: cutlass.Float32,
-    torch.float16: cutlass.Float16,
-    torch.bfloat16: cutlass.BFloat16,
-}
-DTYPE_NAMES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-SUPPORTED = tuple(TORCH_TO_CUTE)
-
-
-def torch_dtype(dtype) -> torch.dtype:
-    """Accept torch dtypes and the short names bf16/fp16/fp32 (as the CLI and lessons use)."""
-    if isinstance(dtype, str):
-        key = dtype.lower().replace("float", "fp").replace("bfloat", "bf")
-        if key not in DTYPE_NAMES:
-            raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_NAMES)}")
-        return DTYPE_NAMES[key]
-    if dtype not in TORCH_TO_CUTE:
-        raise TypeError(f"dtype {dtype} is not supported; use torch.bfloat16, float16 or float32")
-    return dtype
-
-
-def cute_dtype(dtype) -> type[cutlass.Numeric]:
-    if dtype in TORCH_TO_CUTE.values():
-        return dtype
-    return TORCH_TO_CUTE[torch_dtype(dtype)]
+from .dtypes import (  # noqa: F401  (re-exported: runtime.cute_dtype ...)
+    DTYPE_NAMES,
+    SUPPORTED,
+    TORCH_TO_CUTE,
+    cute_dtype,
+    torch_dtype,
+)
 
 
 @dataclass(frozen=True)
