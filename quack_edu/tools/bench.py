@@ -38,10 +38,8 @@ the verdict of recorded runs (no GPU needed).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as _dt
 import functools
-import gc
 import json
 import math
 import os
@@ -55,6 +53,11 @@ from collections.abc import Callable
 import torch
 
 from ..stages import BACKWARD_STAGES, STAGE_ORDER
+from .runinfo import CLOCK_FIELDS, gpu_clocks, no_gc  # noqa: F401  (bench.gpu_clocks ...)
+from .runinfo import finish as _finish
+from .runinfo import pyplot as _pyplot
+from .runinfo import version as _version
+from .runinfo import why as _why
 
 DEFAULT_SHAPES = [
     (32768, 256),
@@ -140,21 +143,6 @@ def _seconds_per_call(fn, arg_sets) -> float:
     return max(s.elapsed_time(e) / 1e3 / min(3, len(arg_sets)), 1e-7)
 
 
-@contextlib.contextmanager
-def no_gc():
-    """Python's garbage collector off while calls are timed, as ``timeit`` does: a launch-bound
-    call measures the host, and a collection pass over the objects a torch.compile peer leaves
-    behind would land in some kernels' timings and not in others'. (No collection first: over
-    torch.compile's heap one takes long, and the timed calls make no cycles to collect.)"""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def time_calls(
     fn: Callable,
     arg_sets: list,
@@ -218,45 +206,6 @@ def time_graph(fn: Callable, arg_sets: list, replays: int = 20) -> float:
         e.synchronize()
         times.append(s.elapsed_time(e) * 1e3 / len(arg_sets))
     return statistics.median(times)
-
-
-#: what ``gpu_clocks`` asks nvidia-smi for, and the record's names for them
-CLOCK_FIELDS = {
-    "clocks.sm": "sm_mhz",
-    "clocks.mem": "mem_mhz",
-    "clocks.max.sm": "max_sm_mhz",
-    "clocks.max.mem": "max_mem_mhz",
-    "power.draw": "power_w",
-    "power.limit": "power_limit_w",
-    "temperature.gpu": "temperature_c",
-}
-
-
-def gpu_clocks(device: int = 0, smi: str = "nvidia-smi") -> dict:
-    """The GPU's clocks, power and temperature now, for the record (a run keeps them from
-    before and after its timings: a memory-bound kernel's speed follows the memory clock, and
-    the SM clock dips under the power cap). Read with nvidia-smi, found by the device's PCI
-    bus id; {} where that is not possible."""
-    try:
-        p = torch.cuda.get_device_properties(device)
-        bus = f"{p.pci_domain_id:08X}:{p.pci_bus_id:02X}:{p.pci_device_id:02X}.0"
-        done = subprocess.run(
-            [smi, f"--id={bus}", f"--query-gpu={','.join(CLOCK_FIELDS)}",
-             "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
-    except Exception:  # no CUDA device, no nvidia-smi: the record goes without
-        return {}
-    if done.returncode or not done.stdout.strip():
-        return {}
-    values = [v.strip() for v in done.stdout.strip().splitlines()[0].split(",")]
-    if len(values) != len(CLOCK_FIELDS):
-        return {}
-    out = {}
-    for name, v in zip(CLOCK_FIELDS.values(), values, strict=True):
-        with contextlib.suppress(ValueError):
-            out[name] = float(v)
-    return out
 
 
 def copy_bandwidth(nbytes: int = 1 << 30, reps: int = 30) -> float:
@@ -607,11 +556,6 @@ def resolve_kernels(
 
 
 # --- one measurement ------------------------------------------------------------------------
-
-
-def _why(e: Exception, n: int = 300) -> str:
-    """An exception as one line for the record."""
-    return " ".join(f"{type(e).__name__}: {e}".split())[:n]
 
 
 def _sync():
@@ -1142,13 +1086,6 @@ def thresholds_for(pass_: str) -> dict:
     return dict(BWD_THRESHOLDS) if pass_ == "bwd" else {}
 
 
-def _version(package: str) -> str:
-    """'package version' as installed, for the record."""
-    from .doctor import installed_version
-
-    return f"{package} {installed_version(package) or '(not installed)'}"
-
-
 def _config_of(name: str, N: int, dtype, weight_dtype=None) -> str | None:
     """The config a stage kernel runs at N, for the record (None for peers and the library)."""
     if kernel_kind(name) != "stage" or split_name(name)[0] not in STAGE_ORDER:
@@ -1465,27 +1402,6 @@ def format_verdict(v: dict) -> str:
 
 
 # --- plots and the command line -------------------------------------------------------------
-
-
-def _pyplot():
-    """pyplot, on the Agg backend unless a caller (a notebook) imported it first with its own."""
-    import matplotlib
-
-    if "matplotlib.pyplot" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _finish(plt, fig, path):
-    """Save ``fig`` to ``path`` and close it; without a path return it (a notebook shows it)."""
-    fig.tight_layout()
-    if path is None:
-        return fig
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return None
 
 
 def _colors(plt, kernels) -> dict:

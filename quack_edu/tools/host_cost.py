@@ -233,7 +233,8 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("host_cost needs a CUDA GPU, and PyTorch sees none here", file=sys.stderr)
         return 2
-    from .bench import _version, gpu_clocks
+    from .runinfo import gpu_clocks
+    from .runinfo import version as _version
 
     t = time.perf_counter()
     record = {

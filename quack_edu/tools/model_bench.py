@@ -60,8 +60,12 @@ from dataclasses import dataclass, field
 import torch
 
 from ..autotune import Progress
-from .bench import _finish, _pyplot, _version, _why, gpu_clocks, no_gc
 from .decoder import NORMS, PRESETS, Decoder, ModelConfig, TorchNorm, build_models, lm_loss
+from .runinfo import finish as _finish
+from .runinfo import gpu_clocks, no_gc
+from .runinfo import pyplot as _pyplot
+from .runinfo import version as _version
+from .runinfo import why as _why
 
 MODES = ("eager", "default", "reduce-overhead")
 WORKLOADS = ("train", "prefill", "decode")
