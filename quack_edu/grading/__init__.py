@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 
-from .checks import MISSING, run_exercise
+from .checks import ENV_GRADING, MISSING, run_exercise
 from .registry import (
     COMPILE,
     GPU,
@@ -37,8 +37,6 @@ from .registry import (
     register,
 )
 from .report import ExerciseResult, NotebookResult, RunResult
-
-ENV_GRADING = "QUACK_EDU_GRADING"
 
 
 def grading() -> bool:

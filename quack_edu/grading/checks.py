@@ -34,16 +34,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from . import hints
-from .registry import COMPILE, GPU, Check, CheckFailed, Exercise, ShortcutUsed
+from .registry import COMPILE, GPU, MISSING, Check, CheckFailed, Exercise, ShortcutUsed
 from .report import BLOCKED, FAIL, NOT_ATTEMPTED, PASS, SKIP, CheckResult, ExerciseResult
 
-
-class _Missing:
-    def __repr__(self):
-        return "MISSING"
-
-
-MISSING = _Missing()
+#: the grader sets this to "1" in the environment of a notebook it runs
+ENV_GRADING = "QUACK_EDU_GRADING"
 
 #: the shapes every gpu-tier value check runs (M ragged; N not a power of two)
 VISIBLE_M = (1, 37, 199)
@@ -437,7 +432,7 @@ def _stub_arity_of(lesson: str, cell_id: str, name: str) -> int | None:
     try:
         import ast
 
-        from .notebook import find_cell, notebooks_dir, read
+        from .nbfiles import find_cell, notebooks_dir, read
 
         src = find_cell(read(notebooks_dir() / f"{lesson}.ipynb"), cell_id).source
         for node in ast.walk(ast.parse(src)):

@@ -113,7 +113,7 @@ def add_commands(subparsers) -> None:
 
 
 def run_student(args) -> int:
-    from .notebook import generate_students, out_of_date
+    from .nbfiles import generate_students, out_of_date
 
     if args.check:
         stale = out_of_date(args.solutions or None, args.out)

@@ -386,7 +386,7 @@ def _worker(conn) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from .notebook import answer_from_source
+    from .nbfiles import answer_from_source
     from .registry import get
 
     ex = get(ex_id)

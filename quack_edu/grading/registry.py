@@ -66,7 +66,7 @@ Then, in ``solutions/02_warp.ipynb``: a code cell with nbgrader metadata ``grade
     check("02.warp_reduce", warp_reduce_sum, hidden=True)
     ### END HIDDEN TESTS
 
-``quack_edu.grading.notebook.exercise_cells(ex, source)`` makes both cells with that metadata.
+``quack_edu.grading.nbfiles.exercise_cells(ex, source)`` makes both cells with that metadata.
 An exercise cell may use the imports of ``notebook.PRELUDE`` (the lesson's first cell) and
 nothing else from earlier cells. Run ``quack-edu student`` to regenerate ``notebooks/``. The
 generic tests (``tests/test_grading_exercises.py``) then check, for every registered exercise,
@@ -81,6 +81,15 @@ import pkgutil
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+
+
+class _Missing:
+    def __repr__(self):
+        return "MISSING"
+
+
+#: what an exercise's answer is when the notebook does not define it
+MISSING = _Missing()
 
 COMPILE = "compile"
 GPU = "gpu"
