@@ -457,6 +457,30 @@ def test_shortcut_guard_sees_aliases_builtins_and_a_switched_off_profiler():
     assert sys.getprofile() is before
 
 
+def test_shortcut_guard_under_a_profiler_and_its_fallback_hook():
+    import cProfile
+
+    import torch
+    from torch import rms_norm as alias
+
+    from quack_edu.grading import checks
+
+    x = torch.randn(3, 8)
+    outside = cProfile.Profile()  # someone profiling the grader: paused, then resumed
+    outside.enable()
+    with checks.shortcut_guard() as seen:
+        alias(x, (8,))
+    torch.relu(x)
+    outside.disable()
+    assert seen == ["torch.rms_norm"]
+    assert "<built-in method torch.relu>" in {e.code for e in outside.getstats()}
+    # the Python hook a guard falls back to where cProfile cannot be had (Python 3.12+ with
+    # another profiler on): the same names
+    with checks._hook_guard(*checks._forbidden_targets()) as seen:
+        torch.nn.functional.rms_norm(x, (8,))
+    assert seen == ["torch.nn.functional.rms_norm", "torch.rms_norm"]
+
+
 # ---- error messages without terminal colours --------------------------------------------------
 def test_colour_codes_are_stripped_even_without_their_escape_character():
     assert hints._ansi_free("\x1b[91m\x1b[1merror\x1b[0m: x") == "error: x"

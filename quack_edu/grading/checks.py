@@ -149,6 +149,63 @@ def _quack_norm_file(path: str) -> bool:
     return "norm" in rest or "rms" in rest
 
 
+#: the guards' profilers now on, innermost last: one collects at a time (Python 3.12's cProfile
+#: is a sys.monitoring tool, of which one may be active)
+_GUARDS: list = []
+
+
+def _still_profiling(prof) -> bool:
+    """Whether ``prof`` saw the block to its end (code can switch a profiler off)."""
+    if sys.version_info >= (3, 12):  # cProfile is the sys.monitoring profiler tool
+        mon = sys.monitoring
+        return mon.get_tool(mon.PROFILER_ID) is not None and mon.get_events(mon.PROFILER_ID) != 0
+    return sys.getprofile() is prof
+
+
+def _hits(prof, codes, builtins) -> list[str]:
+    """The forbidden targets among what ``prof`` saw, the outermost call first."""
+    seen = []
+    for entry in prof.getstats():
+        code = entry.code
+        if isinstance(code, str):
+            hit = builtins.get(code)
+        else:
+            hit = codes.get(code)
+            if hit is None and _quack_norm_file(code.co_filename):
+                hit = "QuACK (the quack package)"
+        if hit and hit not in seen:
+            seen.append(hit)
+    order = [*codes.values(), "QuACK (the quack package)", *builtins.values()]
+    return sorted(seen, key=order.index)
+
+
+@contextmanager
+def _hook_guard(codes, builtins):
+    """The guard as a Python profile hook, where cProfile cannot be had: the same targets,
+    several times slower (every call materialises a frame for the hook)."""
+    seen: list[str] = []
+
+    def hook(frame, event, arg):
+        if event == "call":
+            hit = codes.get(frame.f_code)
+            if hit is None and _quack_norm_file(frame.f_code.co_filename):
+                hit = "QuACK (the quack package)"
+        elif event == "c_call":
+            mod = getattr(arg, "__module__", None) or ""
+            hit = builtins.get(f"<built-in method {mod}.{getattr(arg, '__name__', '')}>")
+        else:
+            return
+        if hit and hit not in seen:
+            seen.append(hit)
+
+    old = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(old)
+
+
 @contextmanager
 def shortcut_guard():
     """Record calls to library RMSNorms while the learner's code runs (yields a list of names,
@@ -161,35 +218,39 @@ def shortcut_guard():
     executed code lives in: its norm modules (``quack/rmsnorm.py`` ...), not all of ``quack``:
     importing QuACK patches CuTe DSL process-wide (``quack.dsl``, ``quack.cute_dsl_utils``), so
     once a notebook has imported it to measure against, every kernel compile runs some QuACK
-    code. Code that switches the profiler off (``sys.setprofile``) is reported as a shortcut.
+    code. Code that switches the profiler off is reported as a shortcut. Guards nest; a
+    profiler that was on before (``cProfile`` around the grader) is paused, then resumed.
     """
     codes, builtins = _forbidden_targets()
     seen: list[str] = []
-    old = sys.getprofile()
+    outer = _GUARDS[-1] if _GUARDS else None
+    before = None if outer is not None else sys.getprofile()
+    if outer is not None:
+        outer.disable()
+    elif isinstance(before, cProfile.Profile):
+        before.disable()
     prof = cProfile.Profile()
-    prof.enable()
+    try:
+        prof.enable()
+    except ValueError:  # Python 3.12+: another cProfile is on (a profiler around the grader)
+        with _hook_guard(codes, builtins) as seen:
+            yield seen
+        return
+    _GUARDS.append(prof)
     try:
         yield seen
     finally:
-        tampered = sys.getprofile() is not prof
+        switched_off = not _still_profiling(prof)
         prof.disable()
-        if isinstance(old, cProfile.Profile):
-            old.enable()  # an enclosing guard (or a profiler) goes on
-        elif old is not None:
-            sys.setprofile(old)
-        for entry in prof.getstats():
-            code = entry.code
-            if isinstance(code, str):
-                hit = builtins.get(code)
-            else:
-                hit = codes.get(code)
-                if hit is None and _quack_norm_file(code.co_filename):
-                    hit = "QuACK (the quack package)"
-            if hit and hit not in seen:
-                seen.append(hit)
-        order = [*codes.values(), "QuACK (the quack package)", *builtins.values()]
-        seen.sort(key=order.index)  # the outermost call first, as the learner wrote it
-        if tampered:
+        _GUARDS.pop()
+        if outer is not None:
+            outer.enable()
+        elif isinstance(before, cProfile.Profile):
+            before.enable()
+        elif before is not None:
+            sys.setprofile(before)
+        seen.extend(_hits(prof, codes, builtins))
+        if switched_off:
             seen.append("sys.setprofile (the grader's view of the calls was switched off)")
 
 
