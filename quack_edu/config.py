@@ -38,6 +38,9 @@ VECTOR_BYTES = 16
 #: cluster sizes Hopper launches; 16 is "non-portable" (CuTe DSL sets the attribute on every
 #: kernel it builds, so the driver accepts it where a GPC has 16 free SMs)
 CLUSTER_SIZES = (1, 2, 4, 8, 16)
+#: the longest row, in elements, the final kernels (forward and backward) and the library take,
+#: for every dtype
+MAX_N = 262144
 #: usable shared memory per CTA on sm_90 (227 KiB opt-in), bytes
 SMEM_PER_CTA = 232448
 

@@ -52,6 +52,7 @@ import os
 import torch
 from torch import Tensor
 
+from .config import MAX_N
 from .reference import rmsnorm_bwd_ref as _rmsnorm_bwd_ref32
 from .reference import rmsnorm_ref as _rmsnorm_ref32
 
@@ -76,8 +77,6 @@ __all__ = [
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _SUPPORTED = frozenset(SUPPORTED_DTYPES)
 _SUPPORTED_NAMES = "torch.float16, torch.bfloat16 or torch.float32"
-#: the longest row the kernel handles (``final.max_N``; a test checks that they agree)
-MAX_N = 262144
 
 
 # --------------------------------------------------------------------------------------------

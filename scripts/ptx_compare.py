@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Compile the library's kernels (forward ``final``, backward ``final_bwd``) on a set of
 configs and write each one's PTX instructions (register names erased) to a folder; or compare
-two such folders: whether each kernel has the same multiset of instructions, how many lines
-moved, and the compile times. For refactors that must not change the generated code.
+two such folders: whether each kernel's PTX is the same to the byte, else whether it has the
+same multiset of instructions and how many lines moved; and the compile times. For refactors
+that must not change the generated code.
 
     python3 scripts/ptx_compare.py dump DIR        # on the tree to test
     python3 scripts/ptx_compare.py compare A B     # A: before, B: after; exits 1 if any differ
@@ -59,6 +60,7 @@ def dump(folder: str) -> None:
             re.sub(r"%\w+", "R", s.strip()) for s in ptx.splitlines() if re.match(r"^\s+[a-z@]", s)
         ]
         Path(folder, f"{i}.txt").write_text("\n".join(ops))
+        Path(folder, f"{i}.ptx").write_text(ptx)
         meta["cases"].append(f"{p} N={N} {dt} w={w} {feats or ''}")
     Path(folder, "meta.json").write_text(json.dumps(meta))
     print(f"{len(meta['cases'])} kernels, {sum(meta['times'].values()):.1f} s of compiling")
@@ -72,8 +74,11 @@ def compare(a: str, b: str) -> int:
     if ma["cases"] != mb["cases"]:
         print(f"{a} and {b} hold different kernels: dumped by different versions of cases()")
         return 1
-    different = 0
+    different = same_bytes = 0
     for i, name in enumerate(ma["cases"]):
+        raw = [Path(d, f"{i}.ptx") for d in (a, b)]
+        identical = all(r.exists() for r in raw) and raw[0].read_bytes() == raw[1].read_bytes()
+        same_bytes += identical
         A = Path(a, f"{i}.txt").read_text().splitlines()
         B = Path(b, f"{i}.txt").read_text().splitlines()
         extra = Counter(B) - Counter(A)
@@ -84,9 +89,14 @@ def compare(a: str, b: str) -> int:
             different += 1
             note = f"  +{dict(extra)} -{dict(missing)}"
         ta, tb = ma["times"][str(i)], mb["times"][str(i)]
-        print(f"{name[:60]:60s} {ta:5.2f} -> {tb:5.2f} s, {moved:3d} lines moved{note}")
+        where = "same bytes" if identical else f"{moved:3d} lines moved"
+        print(f"{name[:60]:60s} {ta:5.2f} -> {tb:5.2f} s, {where}{note}")
     total_a, total_b = sum(ma["times"].values()), sum(mb["times"].values())
-    print(f"{different} of {len(ma['cases'])} differ; compiling {total_a:.1f} -> {total_b:.1f} s")
+    n = len(ma["cases"])
+    print(
+        f"{different} of {n} differ in instructions, {n - same_bytes} of {n} in bytes; "
+        f"compiling {total_a:.1f} -> {total_b:.1f} s"
+    )
     return 1 if different else 0
 
 

@@ -79,6 +79,7 @@ from cutlass import Float32, Int32, Int64
 from cutlass.memory import SmemAllocator
 
 from ..config import (
+    MAX_N,
     SMEM_PER_CTA,
     SMEM_PER_SM,
     SMEM_RESERVED_PER_CTA,
@@ -93,8 +94,6 @@ from ..runtime import LaunchShape, cute_dtype, direct_call
 from .cluster import ClusterRMSNorm
 
 CONFIG = FinalConfig
-#: the longest row, in elements, for every dtype
-MAX_N = 262144
 
 
 @dataclass(frozen=True)
