@@ -208,3 +208,33 @@ class FinalConfig(RowConfig):
             raise ValueError(f"buffers must be 1 or 2, got {self.buffers}")
         if not 1 <= self.blocks_per_cta <= 64:
             raise ValueError(f"blocks_per_cta must be in [1, 64], got {self.blocks_per_cta}")
+
+
+@dataclass(frozen=True)
+class BwdConfig(RowConfig):
+    """``RowConfig`` plus ``buffers``: row blocks of x and dout staged in shared memory at once
+    (2: the next block's copies are in flight while this one is computed; 3 or 4: the next two
+    or three, for short rows whose CTAs have shared memory to spare). ``stages`` must be 1
+    here. ``max_vecs`` bounds a thread's share of a row in shared memory."""
+
+    max_vecs: int = 32
+    buffers: int = 2
+    #: the CTA's weight slice copied once into shared memory (True), or read from global
+    #: memory (L2: the weight is at most 1 MiB) a vector at a time in each pass: what lets a
+    #: wide (fp32) weight next to long rows leave shared memory to x and dout
+    weight_in_smem: bool = True
+    #: with one buffer, each vector of the next row block is copied in as soon as the second
+    #: pass has read it (True), rather than once the whole pass is done: the next block's
+    #: loads are in flight while this one's dx is computed and stored (+3.5% and +5% at
+    #: 131072 and 262144 with a bf16 weight on the H200; 3-5% slower with an fp32 weight read
+    #: from L2, whose loads then wait behind the refill)
+    refill_early: bool = False
+    #: a prenorm backward's dresidual_out loaded with ``ld.global.nc``: the compiler may then
+    #: issue them together, ahead of the second pass's dx stores, rather than each behind the
+    #: last store (a plain load may not pass a store that could alias it)
+    invariant_loads: bool = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.buffers not in (1, 2, 3, 4):
+            raise ValueError(f"buffers must be 1 to 4, got {self.buffers}")

@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import cutlass
 import cutlass.cute as cute
@@ -85,12 +85,12 @@ from ..config import (
     SMEM_RESERVED_PER_CTA,
     VECTOR_BYTES,
     FinalConfig,
-    _next_pow2,
 )
 from ..primitives import copy as copy_utils
 from ..primitives import reduce as reduce_utils
 from ..primitives.tiling import RowTiling, ceil_div
 from ..runtime import LaunchShape, cute_dtype, direct_call
+from . import final_configs
 from .cluster import ClusterRMSNorm
 
 CONFIG = FinalConfig
@@ -124,155 +124,55 @@ def widest_vec(N: int, dtype) -> int:
 
 
 def final_config(N: int, dtype, weight_dtype=None, features: Features | None = None, vec=None):
-    """The winners of a sweep on the H200 (bf16 x, 2026-11-30), by row length in 16-byte
-    vectors and by whether the weight is wider than x (an fp32 weight next to bf16 x):
-
-    * up to 2048 vectors (16K bf16): no cluster, >= 32 threads a row with <= 16 vectors each,
-      one row block per CTA (many CTAs per SM beat deeper pipelines here), the weight slice in
-      shared memory; a wide weight of > 32 KiB a CTA (fp32 at 16K) in registers instead. Up to
-      32 vectors (bf16 rows of <= 512 B), a wide weight in registers and 2 row blocks a CTA, 2
-      buffers, rather than 1 KiB of fp32 weight staged for every 2 KiB of x (+19% at N = 256;
-      through CUDA graphs +54%: benchmarks/results/ab_configs.json). A narrow weight next to
-      rows of 17-32 vectors (bf16 N = 256): 16 threads a row, 256 a CTA, 2 row blocks, 2
-      buffers (+3.8-4.1% through CUDA graphs in two runs); either weight next to rows of 33-64
-      vectors (512): 256 threads a CTA (+3.5% with a bf16 weight; with an fp32 weight, once
-      its slice was copied flat, +1.1% / +1.2% in two runs over the registers plan, 2026-12-01).
-      Such a CTA moves 16 KiB of x at 256 (2 blocks of 16 rows) and 8 KiB at 512 (8 rows),
-      where 128 threads moved 2 and 4 KiB: fewer, fuller CTAs for the launch to place;
-    * 4096 vectors: 256 threads, no cluster, the weight in registers;
-    * 8192: a narrow weight in shared memory, clusters of 4, 1 buffer, 1 block (what the
-      autotuner picked at N = 65536, fwd_tuned.json; against the 4096-vector plan +12% at
-      65536, +9% at 49152, +1% at 40960: that plan's CTA held 128 KiB of x, one CTA an SM,
-      and a weight too large for registers beside it, so loaded for every row; this one holds
-      32 KiB of x and 32 KiB of weight, three CTAs an SM); a wide one in registers, clusters
-      of 4, 2 blocks, 2 buffers (the 16384-vector wide plan's CTA, 16K columns: against
-      clusters of 8 walking 4 blocks with the weight in shared memory, +2.2% at 65536, +3.0%
-      at 49152, +9.7% / +12.7% / +15.8% at 57344 / 40960 / 36864, 2026-12-01). With a
-      residual (a second tile a row, so no whole row in one CTA's registers) and a narrow
-      weight: clusters of 4, 2 blocks, 2 buffers, the weight in shared memory;
-    * 16384: a narrow weight in shared memory, clusters of 4, 2 blocks, 2 buffers; a wide one
-      in registers, clusters of 8, 2 blocks, 2 buffers (+3.3-4.0% over 8 blocks at N = 73728,
-      98304 and 131072, once the weight was loaded once per CTA rather than per block);
-    * 32768: clusters of 16, 2 buffers; a narrow weight in shared memory and 2 blocks, a wide
-      one in registers and 4 blocks (+1.3% over 32 with the weight loaded once and hinted;
-      2 blocks measured -2.3%).
-    No cluster barrier before a CTA exits (``exit_sync=False``): with it, every CTA of a
-    cluster waited for the slowest before its SM took the next one, and fewer, longer CTA
-    lives (4-8 blocks) had won. Without it, at 131072 / 262144 with a bf16 weight 2 blocks
-    measured +4.2% / +4.6% over the barrier's 4 / 8 blocks, with a residual at 65536 +2.4%;
-    an fp32 weight gained less (+0.5-1.3%: benchmarks/results/ab_configs.json).
-    A pick that does not fit (fp32 x doubles every tile) falls back to larger clusters, then
-    one buffer."""
+    """The config the forward runs rows of N elements with: the heuristic's pick by row length
+    in vectors, weight width and residual (``final_configs.forward_pick``: its rows say why and
+    name their records), else the first of its fallbacks that fits (``forward_fallbacks``)."""
     if not 1 <= N <= MAX_N:
         raise ValueError(f"'final' stage: N must be in [1, {MAX_N}], got N={N}")
     features = features or Features()
     vec = vec or widest_vec(N, dtype)
-    nvec = ceil_div(int(N), vec)
-    wide = (
-        features.weight
-        and weight_dtype is not None
-        and cute_dtype(weight_dtype).width > cute_dtype(dtype).width
+    pick = final_configs.forward_pick(
+        ceil_div(int(N), vec),
+        vec,
+        wide=_wider(features.weight and weight_dtype, dtype),
+        residual=features.residual_dtype is not None,
     )
-    if nvec <= 2048:
-        tpr = min(256, max(4, min(32, _next_pow2(nvec)), _next_pow2(ceil_div(nvec, 16))))
-        w_bytes = tpr * 16 * vec * (4 if wide else 2)
-        pick = FinalConfig(
-            tpr,
-            max(128, tpr),
-            buffers=1,
-            blocks_per_cta=1,
-            weight_in_smem=not (wide and w_bytes > 32 << 10),
-        )
-        if wide and nvec <= 32:  # see the docstring: a wide weight next to rows of <= 512 B
-            pick = replace(pick, buffers=2, blocks_per_cta=2, weight_in_smem=False)
-        elif not wide and 16 < nvec <= 32:  # a narrow weight, rows of 17-32 vectors: see above
-            pick = replace(pick, threads_per_row=16, num_threads=256, buffers=2, blocks_per_cta=2)
-        elif 32 < nvec <= 64:
-            pick = replace(pick, num_threads=256)
-    else:
-        # vectors: (narrow weight plan, wide weight plan); a plan: (cluster, buffers, blocks,
-        # weight in smem)
-        table = {
-            4096: ((1, 1, 1, False), (1, 1, 1, False)),
-            8192: ((4, 1, 1, True), (4, 2, 2, False)),
-            16384: ((4, 2, 2, True), (8, 2, 2, False)),
-            32768: ((16, 2, 2, True), (16, 2, 4, False)),
-        }
-        key = next((k for k in sorted(table) if nvec <= k), 32768)
-        cn, buffers, seq, in_smem = table[key][wide]
-        if key == 8192 and features.residual_dtype is not None and not wide:
-            cn, buffers, seq, in_smem = 4, 2, 2, True  # x and residual: two tiles a row
-        pick = FinalConfig(
-            256, 256, cluster_n=cn, buffers=buffers, blocks_per_cta=seq, weight_in_smem=in_smem
-        )
-    # a narrow row (odd N: one element per access) needs more threads or more vectors a thread
-    fallbacks = [pick] + [
-        replace(
-            pick, threads_per_row=t, num_threads=max(128, t), max_vecs=mv, cluster_n=cn, buffers=b
-        )
-        for mv in (pick.max_vecs, 64)
-        for t in (pick.threads_per_row, 512, 1024)
-        if t >= pick.threads_per_row
-        for b in (pick.buffers, 1)
-        for cn in (1, 2, 4, 8, 16)
-        if cn >= pick.cluster_n and cn <= t
-    ]
-    for cfg in fallbacks:
-        if _try_kernel(N, dtype, cfg, weight_dtype, features, vec) is not None:
-            return cfg
-    raise ValueError(f"no final config fits N={N} {dtype}")
+    found = final_configs.first_fitting(_builder(N, dtype, weight_dtype, features, vec),
+                                final_configs.forward_fallbacks(pick))  # fmt: skip
+    if found is None:
+        raise ValueError(f"no final config fits N={N} {dtype}")
+    return found
 
 
-def _try_kernel(N, dtype, cfg, weight_dtype, features, vec):
-    try:
-        return FinalRMSNorm(dtype, N, cfg, weight_dtype, features=features, vec=vec)
-    except ValueError:
-        return None
+def _wider(weight_dtype, dtype) -> bool:
+    """Is ``weight_dtype`` (None or False: no weight) wider than x's ``dtype``?"""
+    return bool(weight_dtype) and cute_dtype(weight_dtype).width > cute_dtype(dtype).width
+
+
+def _builder(N, dtype, weight_dtype, features, vec):
+    """config -> the kernel for this shape, or None where the config does not fit it."""
+
+    def build(cfg):
+        try:
+            return FinalRMSNorm(dtype, N, cfg, weight_dtype, features=features, vec=vec)
+        except ValueError:
+            return None
+
+    return build
 
 
 def default_config(N: int, dtype, weight_dtype=None, features=None, vec=None) -> FinalConfig:
     return final_config(N, dtype, weight_dtype, features, vec)
 
 
-#: (buffers, blocks_per_cta, weight_in_smem) an autotuner tries
-PLANS = (
-    (1, 1, False),
-    (1, 1, True),
-    (1, 4, True),
-    (2, 2, True),
-    (2, 4, True),
-    (2, 8, True),
-    (2, 4, False),
-)
-
-
 def configs(N: int, dtype, weight_dtype=None, features=None, vec=None) -> list[FinalConfig]:
-    """The heuristic's pick first, then what an autotuner may try instead: half and twice the
-    threads per row, every cluster size, the ``PLANS``, and two commit groups per row."""
+    """The heuristic's pick first, then what an autotuner may try instead
+    (``final_configs.forward_candidates``): those that fit."""
     features = features or Features()
     vec = vec or widest_vec(N, dtype)
     base = final_config(N, dtype, weight_dtype, features, vec)
-    out = [base, replace(base, stages=2)]
-    t0 = base.threads_per_row
-    for tpr in (t0, max(4, t0 // 2), min(512, 2 * t0)):
-        for cn in (c for c in (1, 2, 4, 8, 16) if c <= tpr):  # a lane a peer CTA
-            for buffers, seq, in_smem in PLANS:
-                out.append(
-                    FinalConfig(
-                        tpr,
-                        max(128, tpr),
-                        cluster_n=cn,
-                        buffers=buffers,
-                        blocks_per_cta=seq,
-                        weight_in_smem=in_smem,
-                    )
-                )
-    good = []
-    for c in dict.fromkeys(out):
-        k = _try_kernel(N, dtype, c, weight_dtype, features, vec)
-        if k is not None and k.ctas_per_sm() >= 1:
-            good.append(c)
-    return good
+    build = _builder(N, dtype, weight_dtype, features, vec)
+    return final_configs.fitting(build, final_configs.forward_candidates(base))
 
 
 class FinalRMSNorm(ClusterRMSNorm):

@@ -66,47 +66,18 @@ from ..config import (
     SMEM_PER_SM,
     SMEM_RESERVED_PER_CTA,
     VECTOR_BYTES,
-    RowConfig,
+    BwdConfig,
     _next_pow2,
 )
 from ..primitives import copy as copy_utils
 from ..primitives import reduce as reduce_utils
 from ..primitives.tiling import RowTiling, ceil_div
 from ..runtime import LaunchShape, cute_dtype, resident_clusters
-from .final import MAX_N, FinalRMSNorm, _like, store_as, widest_vec
+from . import final_configs
+from .final import MAX_N, FinalRMSNorm, _like, _wider, store_as, widest_vec
 
 #: SMs of an H200 (the default the host's grid is computed for)
 SM_COUNT = 132
-
-
-@dataclass(frozen=True)
-class BwdConfig(RowConfig):
-    """``RowConfig`` plus ``buffers``: row blocks of x and dout staged in shared memory at once
-    (2: the next block's copies are in flight while this one is computed; 3 or 4: the next two
-    or three, for short rows whose CTAs have shared memory to spare). ``stages`` must be 1
-    here. ``max_vecs`` bounds a thread's share of a row in shared memory."""
-
-    max_vecs: int = 32
-    buffers: int = 2
-    #: the CTA's weight slice copied once into shared memory (True), or read from global
-    #: memory (L2: the weight is at most 1 MiB) a vector at a time in each pass: what lets a
-    #: wide (fp32) weight next to long rows leave shared memory to x and dout
-    weight_in_smem: bool = True
-    #: with one buffer, each vector of the next row block is copied in as soon as the second
-    #: pass has read it (True), rather than once the whole pass is done: the next block's
-    #: loads are in flight while this one's dx is computed and stored (+3.5% and +5% at
-    #: 131072 and 262144 with a bf16 weight on the H200; 3-5% slower with an fp32 weight read
-    #: from L2, whose loads then wait behind the refill)
-    refill_early: bool = False
-    #: a prenorm backward's dresidual_out loaded with ``ld.global.nc``: the compiler may then
-    #: issue them together, ahead of the second pass's dx stores, rather than each behind the
-    #: last store (a plain load may not pass a store that could alias it)
-    invariant_loads: bool = True
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.buffers not in (1, 2, 3, 4):
-            raise ValueError(f"buffers must be 1 to 4, got {self.buffers}")
 
 
 CONFIG = BwdConfig
@@ -128,58 +99,19 @@ class BwdFeatures:
     dres_dtype: object = None
 
 
-#: The winners of sweeps on the H200 (bf16 x, bf16 and fp32 weights, M = 32768 up to
-#: N = 65536, then 16384 x 131072 and 8192 x 262144; 2026-11-30), by row length in 16-byte
-#: vectors: (threads_per_row, num_threads, cluster_n, buffers). Short rows: a few vectors a
-#: thread, two buffers, 8 to 32 rows a CTA (timed through CUDA graphs against 4 to 8 rows:
-#: +27% at N = 256, +13% at 512, +5% at 1024; benchmarks/results/ab_configs.json). From
-#: 16K: 512 threads a row and 64 elements a thread, the smallest cluster that holds the row,
-#: one buffer. Clusters of 8 at 131072 and of 16 at 262144 (smaller CTAs, or two buffers, or
-#: the weight staged) measured 0.75-0.90x of these with a bf16 weight, and within -13..+3%
-#: with an fp32 one, once the grid was one wave (2026-12-01; before that their last partial
-#: wave had made them look up to 1.8x slower).
-BWD_TABLE = {
-    32: (16, 512, 1, 2),
-    64: (32, 512, 1, 2),
-    128: (32, 256, 1, 2),
-    256: (64, 256, 1, 2),
-    512: (128, 128, 1, 1),
-    1024: (128, 128, 1, 2),
-    2048: (512, 512, 1, 2),
-    4096: (512, 512, 1, 1),
-    8192: (512, 512, 2, 1),
-    16384: (512, 512, 4, 1),
-    32768: (512, 512, 8, 1),
-}
-#: a weight wider than x (fp32 next to bf16): at 32K its slice does not fit beside one
-#: buffer, so a cluster of 2 with two buffers; from 64K it is read from L2 in each pass
-#: instead of being staged (``weight_in_smem=False``), which leaves shared memory to x and dout
-WIDE_32K = (512, 512, 2, 2)
-
-
 def bwd_config(N: int, dtype, weight_dtype=None, features: BwdFeatures | None = None, vec=None):
-    """The table's entry for the row's length in vectors (``BWD_TABLE``, the next power of two
-    at or above it), made to fit: db doubles a thread's accumulators, so threads (then the
-    cluster) double while a thread would hold more than its registers allow; rows of narrow
-    vectors copied through registers take one buffer. Rows shorter than 32 vectors: >= 4
-    threads a row with <= 4 vectors each. Then the first of that pick and its fallbacks (larger
-    clusters, one buffer, 512 or 1024 threads with up to 64 vectors a thread) that fits."""
+    """The config the backward runs rows of N elements with: the table's entry for the row's
+    length in vectors (``final_configs.backward_pick``), made to fit: db doubles a thread's
+    accumulators, so threads (then the cluster) double while a thread would hold more than its
+    registers allow; rows of narrow vectors copied through registers take one buffer, long rows
+    with one buffer refill it early. Then the first of that pick and its fallbacks
+    (``final_configs.backward_fallbacks``) that fits."""
     if not 1 <= N <= MAX_N:
         raise ValueError(f"'final_bwd' stage: N must be in [1, {MAX_N}], got N={N}")
     features = features or BwdFeatures()
     vec = vec or widest_vec(N, dtype)
     nvec = ceil_div(int(N), vec)
-    key = _next_pow2(nvec)
-    if key < 32:
-        tpr = max(4, _next_pow2(ceil_div(nvec, 4)))
-        pick = BwdConfig(tpr, 128, buffers=2)
-    else:
-        wide = weight_dtype is not None and cute_dtype(weight_dtype).width > cute_dtype(dtype).width
-        entry = WIDE_32K if wide and key == 4096 else BWD_TABLE[min(key, 32768)]
-        tpr, threads, cn, buffers = entry
-        pick = BwdConfig(
-            tpr, threads, cluster_n=cn, buffers=buffers, weight_in_smem=not (wide and key >= 8192)
-        )
+    pick = final_configs.backward_pick(nvec, _wider(weight_dtype, dtype))
     accs = int(features.dw) + int(features.db)
     # accumulators a thread may hold: 128 below 512 threads (255 registers), 64 at 512 (128
     # registers; fp16 x, whose conversions need more of them, spilled 8 bytes there: 32)
@@ -197,31 +129,25 @@ def bwd_config(N: int, dtype, weight_dtype=None, features: BwdFeatures | None = 
     staged = [dtype, features.dout_dtype or dtype, weight_dtype or dtype]
     if min(vec * cute_dtype(d).width for d in staged) < 32:
         pick = replace(pick, buffers=1)  # copies through registers: nothing is in flight
-    elif pick.buffers == 1 and pick.weight_in_smem and key >= 16384:
+    elif pick.buffers == 1 and pick.weight_in_smem and _next_pow2(nvec) >= 16384:
         pick = replace(pick, refill_early=True)  # rows of 256 KiB and more: see BwdConfig
-    fallbacks = [pick] + [
-        replace(pick, cluster_n=cn, buffers=b)
-        for b in (pick.buffers, 1)
-        for cn in (1, 2, 4, 8, 16)
-        if cn >= pick.cluster_n and cn <= pick.threads_per_row
-    ]
-    fallbacks += [
-        BwdConfig(t, t, cluster_n=16, buffers=1, max_vecs=mv)
-        for mv in (32, 64)
-        for t in (512, 1024)
-    ]
-    for cfg in fallbacks:
-        k = _try_kernel(N, dtype, cfg, weight_dtype, features, vec)
-        if k is not None and k.ctas_per_sm() >= 1:
-            return cfg
-    raise ValueError(f"no final_bwd config fits N={N} {dtype} (vectors of {vec})")
+    build = _builder(N, dtype, weight_dtype, features, vec)
+    found = final_configs.first_fitting(build, final_configs.backward_fallbacks(pick))
+    if found is None:
+        raise ValueError(f"no final_bwd config fits N={N} {dtype} (vectors of {vec})")
+    return found
 
 
-def _try_kernel(N, dtype, cfg, weight_dtype, features, vec=None):
-    try:
-        return FinalBwdRMSNorm(dtype, N, cfg, weight_dtype, features=features, vec=vec)
-    except ValueError:
-        return None
+def _builder(N, dtype, weight_dtype, features, vec=None):
+    """config -> the backward kernel for this shape, or None where the config does not fit."""
+
+    def build(cfg):
+        try:
+            return FinalBwdRMSNorm(dtype, N, cfg, weight_dtype, features=features, vec=vec)
+        except ValueError:
+            return None
+
+    return build
 
 
 def default_config(N: int, dtype, weight_dtype=None, features=None, vec=None) -> BwdConfig:
@@ -229,34 +155,13 @@ def default_config(N: int, dtype, weight_dtype=None, features=None, vec=None) ->
 
 
 def configs(N: int, dtype, weight_dtype=None, features=None, vec=None) -> list[BwdConfig]:
-    """The heuristic's pick first, then half, twice and four times its threads per row, every
-    cluster size and one or two buffers (one: also refilled early), CTAs of 256 and 512
-    threads for short rows, and for a weight wider than x (fp32 next to bf16) the weight read
-    from L2 too: those that fit."""
+    """The heuristic's pick first, then what an autotuner may try instead
+    (``final_configs.backward_candidates``): those that fit."""
     features = features or BwdFeatures()
     base = bwd_config(N, dtype, weight_dtype, features, vec)
-    wide = weight_dtype is not None and cute_dtype(weight_dtype).width > cute_dtype(dtype).width
-    out = [base]
-    t0 = base.threads_per_row
-    for tpr in dict.fromkeys((t0, max(4, t0 // 2), min(1024, 2 * t0), min(1024, 4 * t0))):
-        for cn in (1, 2, 4, 8, 16):
-            for buffers in (2, 1):
-                if cn <= tpr:
-                    cfg = BwdConfig(tpr, max(128, tpr), cluster_n=cn, buffers=buffers)
-                    cfgs = [cfg]
-                    if tpr <= 64 and cn == 1:  # short rows: 4 to 32 rows a CTA
-                        cfgs += [replace(cfg, num_threads=n) for n in (256, 512)]
-                    if buffers == 1:  # long rows: the buffer refilled a vector at a time
-                        cfgs.append(replace(cfg, refill_early=True))
-                    for c in cfgs:
-                        for in_smem in (True, False) if wide and features.weight else (True,):
-                            out.append(replace(c, max_vecs=base.max_vecs, weight_in_smem=in_smem))
-    good = []
-    for c in dict.fromkeys(out):
-        k = _try_kernel(N, dtype, c, weight_dtype, features, vec)
-        if k is not None and k.ctas_per_sm() >= 1:
-            good.append(c)
-    return good
+    wide = features.weight and _wider(weight_dtype, dtype)
+    candidates = final_configs.backward_candidates(base, wide)
+    return final_configs.fitting(_builder(N, dtype, weight_dtype, features, vec), candidates)
 
 
 class PartialView:
