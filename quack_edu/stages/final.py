@@ -69,6 +69,7 @@ shared memory; ``stages`` must divide a thread's vectors.
 
 from __future__ import annotations
 
+import enum
 import math
 import operator
 from dataclasses import dataclass
@@ -111,6 +112,30 @@ class Features:
     rstd: bool = False
     per_head: bool = False
     weight_offset: float = 0.0
+
+
+class WeightPlan(enum.Enum):
+    """Where the forward keeps the CTA's weight and bias slices and when it reads them: one of
+    five, resolved when the kernel is built (``FinalRMSNorm.weight_plan``) from the config's
+    ``weight_in_smem``, the registers the slices need and the kernel's switches."""
+
+    #: copied into shared memory once per CTA, in a commit group of its own before the first
+    #: row block's; waited for with the first block
+    SMEM = "shared memory, before x"
+    #: copied into shared memory once per CTA after the first block's x (a slice copied flat,
+    #: ``weight_after_x``), waited for only before the first block's second pass
+    SMEM_AFTER_X = "shared memory, after x"
+    #: loaded into registers once per CTA, before its first row block (``weight_once``)
+    REGS_ONCE = "registers, once"
+    #: loaded into registers for every row block, before its sum
+    REGS_EACH_BLOCK = "registers, every block"
+    #: loaded into registers for every row block after its sum: a share of over 64 registers
+    #: a thread would otherwise be held across the reduction
+    REGS_AFTER_SUM = "registers, after the sum"
+
+    @property
+    def in_smem(self) -> bool:
+        return self in (WeightPlan.SMEM, WeightPlan.SMEM_AFTER_X)
 
 
 def _esize(dtype) -> int:
@@ -216,6 +241,19 @@ class FinalRMSNorm(ClusterRMSNorm):
             self.bias_dtype,
         ]
         self.use_async = all(self.vec * d.width >= 32 for d in staged if d is not None)
+        #: a weight or bias slice goes to shared memory by ``copy_slice_flat``
+        self.flat_slices = any(
+            d is not None and self.flat_copy(d) for d in (staged[2], self.bias_dtype)
+        )
+        self.weight_plan = self.resolve_weight_plan()
+
+    def resolve_weight_plan(self) -> WeightPlan:
+        if self.config.weight_in_smem:
+            late = self.weight_after_x and self.use_async and self.flat_slices
+            return WeightPlan.SMEM_AFTER_X if late else WeightPlan.SMEM
+        if self.weight_regs() > 64:
+            return WeightPlan.REGS_AFTER_SUM
+        return WeightPlan.REGS_ONCE if self.weight_once else WeightPlan.REGS_EACH_BLOCK
 
     @classmethod
     def max_N_for(cls, dtype) -> int:
@@ -496,9 +534,6 @@ class FinalRMSNorm(ClusterRMSNorm):
         """Does a slice of ``dtype`` go to shared memory by ``copy_slice_flat``?"""
         return self.flat_weight_copy and self.use_async and self.tiling.vec * dtype.width > 128
 
-    def any_flat_copy(self, mW, mB) -> bool:
-        return any(m is not None and self.flat_copy(m.element_type) for m in (mW, mB))
-
     @cute.jit
     def copy_slice_flat(self, m: cute.Tensor, s_: cute.Tensor, rank):
         """Copy this CTA's columns of the (N,) tensor ``m`` into ``s_`` (its shared-memory
@@ -630,7 +665,7 @@ class FinalRMSNorm(ClusterRMSNorm):
             if cutlass.const_expr(
                 s == 0
                 and (sW is not None or sB is not None)
-                and (t.rows_per_cta > 1 or self.any_flat_copy(mW, mB))
+                and (t.rows_per_cta > 1 or self.flat_slices)
             ):
                 if it == 0:  # the weight and bias slices landed (copied by other threads)
                     cute.arch.barrier()
@@ -744,7 +779,9 @@ class FinalRMSNorm(ClusterRMSNorm):
             sR = smem.allocate_tensor(mRes.element_type, x_layout, byte_alignment=16)
         # (rows_per_cta, tile_cols) with row stride 0: every row of the CTA reads one slice
         w_layout = cute.make_layout(t.tiler, stride=(0, 1))
-        smem_w = cutlass.const_expr(cfg.weight_in_smem)
+        plan = self.weight_plan
+        smem_w = cutlass.const_expr(plan.in_smem)
+        late_w = cutlass.const_expr(plan is WeightPlan.SMEM_AFTER_X)
         sW = sB = None
         if cutlass.const_expr(mW is not None and smem_w):
             sW = smem.allocate_tensor(mW.element_type, w_layout, byte_alignment=16)
@@ -768,11 +805,8 @@ class FinalRMSNorm(ClusterRMSNorm):
             cute.arch.griddepcontrol_launch_dependents()
 
         # -- the weight and bias slices, once per CTA, in a commit group of their own: before
-        # the first block's (a slice copied flat, ``weight_after_x``: after it)
-        late_w = cutlass.const_expr(
-            self.weight_after_x and smem_w and self.use_async and self.any_flat_copy(mW, mB)
-        )
-        if cutlass.const_expr(smem_w and (mW is not None or mB is not None) and not late_w):
+        # the first block's, or after it (``WeightPlan``)
+        if cutlass.const_expr(plan is WeightPlan.SMEM and (mW is not None or mB is not None)):
             self.copy_slices(mW, mB, sW, sB, cX, rank, row_in_cta)
 
         seq = cfg.blocks_per_cta
@@ -797,10 +831,8 @@ class FinalRMSNorm(ClusterRMSNorm):
         tRsR = thr_X.partition_D(sR) if cutlass.const_expr(mRes is not None) else None
         tWsW = thr_X.partition_D(sW) if cutlass.const_expr(sW is not None) else None
         tBsB = thr_X.partition_D(sB) if cutlass.const_expr(sB is not None) else None
-        # registers instead: before the sum if they fit, once per CTA (``weight_once``); else
-        # after the sum, for every row block
-        early = cutlass.const_expr(self.weight_regs() <= 64)
-        once = cutlass.const_expr(not smem_w and early and self.weight_once)
+        # or registers: once per CTA, or for every block before or after its sum
+        once = cutlass.const_expr(plan is WeightPlan.REGS_ONCE)
         if cutlass.const_expr(once):
             held = self.load_weights(mW, mB, tXsX, cX, rank)
         copy_O = self.stage_copy(mO.element_type, False)
@@ -875,7 +907,7 @@ class FinalRMSNorm(ClusterRMSNorm):
 
             if cutlass.const_expr(once):
                 rW, rB = held
-            elif cutlass.const_expr(not smem_w and early):
+            elif cutlass.const_expr(plan is WeightPlan.REGS_EACH_BLOCK):
                 rW, rB = self.load_weights(mW, mB, tXsX, cX, rank)
             # first pass: sum of squares of (x + residual), part s as soon as it has landed
             sum_sq = Float32(0.0)
@@ -891,9 +923,9 @@ class FinalRMSNorm(ClusterRMSNorm):
                         cute.arch.cp_async_wait_group(pending)
                 if cutlass.const_expr(
                     s == 0
-                    and not late_w
+                    and plan is WeightPlan.SMEM
                     and (sW is not None or sB is not None)
-                    and (t.rows_per_cta > 1 or self.any_flat_copy(mW, mB))
+                    and (t.rows_per_cta > 1 or self.flat_slices)
                 ):
                     if it == 0:  # the weight and bias slices landed (copied by other threads)
                         cute.arch.barrier()
@@ -932,7 +964,7 @@ class FinalRMSNorm(ClusterRMSNorm):
                 if first_col == 0 and row < M:
                     mRstd[row] = rstd
 
-            if cutlass.const_expr(not smem_w and not early):
+            if cutlass.const_expr(plan is WeightPlan.REGS_AFTER_SUM):
                 rW, rB = self.load_weights(mW, mB, tXsX, cX, rank)
             if cutlass.const_expr(late_w):
                 if it == 0:  # the slices landed (only the next block's groups may be pending)
