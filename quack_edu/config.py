@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .dtypes import cute_dtype
-
 
 @dataclass(frozen=True)
 class NaiveConfig:
@@ -109,6 +107,8 @@ class RowConfig:
 
 def vector_elems(dtype) -> int:
     """Elements of ``dtype`` in one 16-byte vector (8 for bf16/fp16, 4 for fp32)."""
+    from .dtypes import cute_dtype  # here: the library imports config (MAX_N) without the DSL
+
     return VECTOR_BYTES * 8 // cute_dtype(dtype).width
 
 

@@ -381,3 +381,15 @@ def default_config_for(x, heuristic):
     if isinstance(x, torch.Tensor) and x.dim() == 2 and x.dtype in SUPPORTED:
         return heuristic(x.shape[1], x.dtype)
     return None
+
+
+_SMS: dict = {}
+
+
+def sm_count(device_index: int) -> int:
+    """SMs of a CUDA device (asked once per device)."""
+    n = _SMS.get(device_index)
+    if n is None:
+        props = torch.cuda.get_device_properties(device_index)
+        n = _SMS[device_index] = props.multi_processor_count
+    return n

@@ -115,13 +115,12 @@ def run_with(config, pass_: str = "bwd", residual: bool = False, kernel_cls=None
     from quack_edu.tools.bench import EPS
 
     mod = _stage(pass_)
+    kernel_cls = kernel_cls or mod.KERNEL
     if pass_ == "fwd" and residual:
 
         def fwd_residual(x, w, r):
             out, res_out = torch.empty_like(x), torch.empty_like(r)
-            mod.launch_fwd(
-                x, w, None, r, out, res_out, None, EPS, config=config, kernel_cls=kernel_cls
-            )
+            kernel_cls.launch(x, w, None, r, out, res_out, None, EPS, config=config)
             return out, res_out
 
         return fwd_residual
@@ -149,9 +148,7 @@ def run_with(config, pass_: str = "bwd", residual: bool = False, kernel_cls=None
 
     def bwd(x, w, dout, rstd, dres_out=None):
         dx = torch.empty_like(x)
-        dw_p, _ = mod.launch_bwd(
-            x, w, dout, dres_out, rstd, dx, None, False, config=config, kernel_cls=kernel_cls
-        )
+        dw_p, _ = kernel_cls.launch(x, w, dout, dres_out, rstd, dx, None, False, config=config)
         return dx, mod.sum_partials(dw_p, w.dtype)
 
     return bwd

@@ -868,9 +868,9 @@ def _lib_bwd_case(case: Case, device: str):
         dres = None
         if dres_out is not None and dres_out.dtype != dtype:
             dres = torch.empty_like(x, dtype=dres_out.dtype)
-        final_bwd.launch_bwd(
+        kernel_cls.launch(
             x[:0], w, dout[:0], None if atomic else dres_out[:0], rstd[:0], dx[:0],
-            None if dres is None else dres[:0], not atomic, grid=1, kernel_cls=kernel_cls,
+            None if dres is None else dres[:0], not atomic,
         )  # fmt: skip
 
     def launch():

@@ -341,10 +341,24 @@ def test_atomic_variant_adds_into_one_row_without_spills(N, dtype, red):
 
 
 def test_the_variants_leave_the_library_kernel_alone():
-    assert final_bwd.VARIANTS == {"atomic": final_bwd.FinalBwdAtomic}
-    assert final_bwd.FinalBwdRMSNorm.partial_rows is None  # one row per CTA: stores, no adds
-    assert final_bwd.FinalBwdAtomic.grad_in is final_bwd.FinalBwdRMSNorm.grad_in
-    assert final_bwd.FinalBwdAtomic.kernel is final_bwd.FinalBwdRMSNorm.kernel
+    lib, rows = final_bwd.FinalBwdRMSNorm, final_bwd.FinalBwdRowBlocks
+    assert final_bwd.VARIANTS == {"atomic": final_bwd.FinalBwdAtomic, "row_blocks": rows}
+    assert lib.partial_rows is None  # one row per CTA: stores, no adds
+    assert final_bwd.FinalBwdAtomic.grad_in is lib.grad_in
+    assert final_bwd.FinalBwdAtomic.kernel is lib.kernel
+    # the row blocks' variant is the library's kernel on another grid: one CTA a row block
+    assert {k for k, v in vars(rows).items() if callable(v)} == {"grid_x"}
+    k, lib_k = rows(torch.bfloat16, 4096), lib(torch.bfloat16, 4096)
+    assert k.config == lib_k.config and k.tiling.rows_per_cta == lib_k.tiling.rows_per_cta
+    assert [k.grid_x(M) for M in (1, 37, 199)] == [
+        -(-M // k.tiling.rows_per_cta) for M in (1, 37, 199)
+    ]
+    blocks = 10000  # more than the GPU holds at once: the library walks them, the variant not
+    assert (
+        lib_k.grid_x(blocks * k.tiling.rows_per_cta)
+        < blocks
+        == k.grid_x(blocks * k.tiling.rows_per_cta)
+    )
 
 
 # -- the second reduction: final_bwd.PartialSum ---------------------------------------------------

@@ -125,25 +125,23 @@ def partial_bytes(
     return 2 * P * N * 4 + N * 4
 
 
-def run(strategy: str, x, w, dout, rstd, dx, weight_offset: float = 0.0, grid=None):
+#: the kernel class of each strategy (in quack_edu.stages.final_bwd)
+KERNELS = {
+    "atomic": "FinalBwdAtomic",
+    "row_blocks": "FinalBwdRowBlocks",
+    "persistent": "FinalBwdRMSNorm",
+}
+
+
+def run(strategy: str, x, w, dout, rstd, dx, weight_offset: float = 0.0):
     """dw in fp32 by ``strategy`` (dx written into ``dx``): the kernel, then its reduction."""
     from ..stages import final_bwd
 
-    if strategy == "atomic":
-        dw_p, _ = final_bwd.launch_bwd(
-            x, w, dout, None, rstd, dx, None, False, weight_offset, grid=grid,
-            kernel_cls=final_bwd.FinalBwdAtomic,
-        )  # fmt: skip
-        return dw_p[0]
-    if strategy == "row_blocks" and grid is None:
-        wdt = None if w is None else w.dtype
-        grid = partial_rows("row_blocks", x.shape[0], x.shape[1], x.dtype, wdt)
-    elif strategy not in STRATEGIES:
+    if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    dw_p, _ = final_bwd.launch_bwd(
-        x, w, dout, None, rstd, dx, None, False, weight_offset, grid=grid
-    )
-    return dw_p.sum(dim=0)
+    kernel_cls = getattr(final_bwd, KERNELS[strategy])
+    dw_p, _ = kernel_cls.launch(x, w, dout, None, rstd, dx, None, False, weight_offset)
+    return dw_p[0] if strategy == "atomic" else dw_p.sum(dim=0)
 
 
 def _inputs(M, N, dtype, weight_dtype, device="cuda", gen=None):
@@ -177,12 +175,10 @@ def measure_one(
     gen = torch.Generator(device="cuda").manual_seed(M * 7 + N)
     sets = [_inputs(M, N, dtype, wdt, gen=gen) for _ in range(bench.rotation_count(nbytes))]
     x, w, dout, rstd, dx = sets[0]
-    # the row blocks' grid, once: deriving it costs milliseconds of host time (the config
-    # heuristic), which the timed loop must not include
     grid = partial_rows(strategy, M, N, dtype, wdt) if strategy == "row_blocks" else None
 
     def call(*args):
-        return run(strategy, *args, grid=grid)
+        return run(strategy, *args)
 
     dws = []
     for _ in range(runs):

@@ -147,3 +147,17 @@ def cp_async_16(dst: cute.Tensor, src: cute.Tensor, policy: Int64) -> None:
         "cp.async.cg.shared.global.L2::cache_hint [{$r0}], [{$r1}], 16, {$r2};",
         read_only_args=[dst.iterator, src.iterator, policy],
     )
+
+
+def store_as(tiled: cute.TiledCopy, value, like: cute.Tensor, dst: cute.Tensor) -> None:
+    """Store one fp32 vector ``value`` to ``dst`` (global) in dst's dtype: converted into a
+    register tensor of x's vector shape (``like``), then copied in dst's atoms."""
+    r = cute.make_rmem_tensor_like(like, dst.element_type)
+    r.store(value.to(dst.element_type))
+    cute.copy(tiled, _like(r, dst), dst)
+
+
+def _like(r: cute.Tensor, dst: cute.Tensor) -> cute.Tensor:
+    """Register vector ``r`` (x's shape, ((vec, 1), 1)) viewed in the shape of ``dst``'s
+    partition, e.g. ((4, 2), 1) for an fp32 vector: two 16-byte atoms, elements in order."""
+    return cute.make_tensor(r.iterator, cute.make_layout(dst.shape))

@@ -9,37 +9,27 @@ the forward had one) and rstd the forward's:
     dw    = sum over rows of dout * x_hat,  db = sum over rows of dout
 
 Bytes a backward must move: read x and dout, write dx, 3 x M x N x size (4 with
-dresidual_out), plus the weight once per CTA and the partial sums of dw (and db),
-P x N x 4 bytes written and read back by the second reduction, P (the grid) ~ a few hundred: at
-M = 32768 that is ~1% of the traffic. The row reduction is the forward's, on a different
-product; what is new is the column reduction over rows (dw, db):
+dresidual_out), plus the weight once per CTA and the partial sums of dw (and db), P x N x 4
+bytes written and read back, P (the grid) a few hundred: ~1% of the traffic at M = 32768.
+What is new is the column reduction over rows (dw, db):
 
 * Persistent CTAs. The grid is a runtime argument (``grid_x``: the CTAs, or clusters, that
   the GPU holds at once, asked of the CUDA driver): CTA (or cluster) ``b`` walks the row
   blocks b, b + grid_x, b + 2 grid_x, ... and keeps its columns' dw (and db) in fp32
   *registers* across all of them. At the end the rows of the CTA meet in shared memory (in
-  a fixed order) and one row of threads stores them to ``dw_partial[b, cols]`` with plain
-  128-bit stores: no atomics, the same order on every run, so the result is bitwise
-  deterministic. A second, small kernel (``PartialSum``) sums dw_partial over its P rows in a
-  fixed order, so the same bits on every run, and writes dw in the weight's dtype.
+  a fixed order) and one row of threads stores them to ``dw_partial[b, cols]``: no atomics,
+  so bitwise the same on every run. A second, small kernel (``PartialSum``) sums dw_partial
+  over its P rows in a fixed order and writes dw in the weight's dtype.
 * x and dout of a row block come in by cp.async into shared memory (the forward's
-  ``issue_block``, dout in the residual's place), with one or two buffers (``BWD_TABLE``:
-  two for short rows, one from 32K, where larger CTAs, more rows in flight per SM and
-  fewer cluster peers measured faster than a deeper pipeline; three and four buffers are
-  right on the H200 but measured no faster for short rows, so they stay out of ``configs``).
-  From rows of 256 KiB, the one buffer is refilled a vector at a time (``refill_early``). The
-  weight slice is copied once per CTA into shared memory, or, for an fp32 weight next to rows
-  from 64K, read from L2 a vector at a time so that shared memory holds x and dout only:
-  that costs 12-16% at 65536-262144 against a bf16 weight, and it is not the L2 traffic
-  (staging 6 of a thread's 8 weight vectors beside the tiles, which cuts it by 3/4, measured
-  +1.5% at best), nor the second pass's weight loads waiting behind the dx stores (issuing
-  them ahead, as ld.global.nc or vectors early, measured 9-15% slower:
-  benchmarks/results/ab_configs.json). A prenorm backward's dresidual_out is read from HBM in
-  the second pass, a vector at a time between the dx stores; those loads are marked
-  invariant (``ld.global.nc``, ``invariant_loads``), which lets ptxas issue them ahead of the
-  stores instead of one round trip per vector: +10-21% at 4096-65536 with a bf16 weight.
-  Registers hold the accumulators: vecs x vec fp32 a thread each for dw and db (<= 64 at 512
-  threads).
+  ``issue_block``, dout in the residual's place), with one or two buffers (two for short rows,
+  one from 32K: ``final_configs.BWD``); from rows of 256 KiB the one buffer is refilled a
+  vector at a time (``refill_early``). The weight slice is copied once per CTA into shared
+  memory or, for an fp32 weight next to rows from 64K, read from L2 a vector at a time so that
+  shared memory holds x and dout only. A prenorm backward's dresidual_out is read in the
+  second pass between the dx stores, marked invariant (``ld.global.nc``,
+  ``invariant_loads``) so that ptxas may issue those loads ahead of the stores. Registers
+  hold the accumulators: vecs x vec fp32 a thread each for dw and db (<= 64 at 512 threads).
+  What was measured on the way: docs/07_design_notes.md and ab_configs.json.
 * The reduction of c is the forward's: shuffles, then the CTA (two alternating buffers) or
   the cluster (two alternating buffers and mbarriers, ``st.async`` to every peer), and dx is
   written with 128-bit stores from the same shared-memory tiles.
@@ -71,10 +61,11 @@ from ..config import (
 )
 from ..primitives import copy as copy_utils
 from ..primitives import reduce as reduce_utils
-from ..primitives.tiling import RowTiling, ceil_div
-from ..runtime import LaunchShape, cute_dtype, resident_clusters
+from ..primitives.copy import _like, store_as
+from ..primitives.tiling import ceil_div
+from ..runtime import LaunchShape, cute_dtype, resident_clusters, sm_count
 from . import final_configs
-from .final import MAX_N, FinalRMSNorm, _like, _wider, store_as, widest_vec
+from .final import MAX_N, FinalRMSNorm, _wider, widest_vec
 
 #: SMs of an H200 (the default the host's grid is computed for)
 SM_COUNT = 132
@@ -131,23 +122,11 @@ def bwd_config(N: int, dtype, weight_dtype=None, features: BwdFeatures | None = 
         pick = replace(pick, buffers=1)  # copies through registers: nothing is in flight
     elif pick.buffers == 1 and pick.weight_in_smem and _next_pow2(nvec) >= 16384:
         pick = replace(pick, refill_early=True)  # rows of 256 KiB and more: see BwdConfig
-    build = _builder(N, dtype, weight_dtype, features, vec)
+    build = final_configs.builder(FinalBwdRMSNorm, N, dtype, weight_dtype, features, vec)
     found = final_configs.first_fitting(build, final_configs.backward_fallbacks(pick))
     if found is None:
         raise ValueError(f"no final_bwd config fits N={N} {dtype} (vectors of {vec})")
     return found
-
-
-def _builder(N, dtype, weight_dtype, features, vec=None):
-    """config -> the backward kernel for this shape, or None where the config does not fit."""
-
-    def build(cfg):
-        try:
-            return FinalBwdRMSNorm(dtype, N, cfg, weight_dtype, features=features, vec=vec)
-        except ValueError:
-            return None
-
-    return build
 
 
 def default_config(N: int, dtype, weight_dtype=None, features=None, vec=None) -> BwdConfig:
@@ -161,7 +140,8 @@ def configs(N: int, dtype, weight_dtype=None, features=None, vec=None) -> list[B
     base = bwd_config(N, dtype, weight_dtype, features, vec)
     wide = features.weight and _wider(weight_dtype, dtype)
     candidates = final_configs.backward_candidates(base, wide)
-    return final_configs.fitting(_builder(N, dtype, weight_dtype, features, vec), candidates)
+    build = final_configs.builder(FinalBwdRMSNorm, N, dtype, weight_dtype, features, vec)
+    return final_configs.fitting(build, candidates)
 
 
 class PartialView:
@@ -241,30 +221,49 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         features: BwdFeatures | None = None,
         vec: int | None = None,
     ):
-        f = self.features = features or BwdFeatures()
-        self.dtype = cute_dtype(dtype)
-        self.weight_dtype = cute_dtype(weight_dtype if weight_dtype is not None else dtype)
-        self.N = int(N)
-        self.vec = vec or widest_vec(N, dtype)
-        if config is None:
-            config = bwd_config(N, dtype, weight_dtype, f, self.vec)
-        self.config = config
-        self.check_config()
-        self.tiling = RowTiling.make(self.N, self.dtype, config, vec=self.vec)
-        self.check_tiling()
-        self.seq = 1
+        f = self.place(dtype, N, config, weight_dtype, features or BwdFeatures(), vec)
         # the launch bound that makes ``ctas_per_sm`` true (see there)
         self.min_ctas_per_sm = max(1, self.ctas_per_sm())
         self.dout_dtype = cute_dtype(f.dout_dtype or dtype)
         self.dres_out_dtype = cute_dtype(f.dres_out_dtype) if f.dres_out_dtype else None
         self.dres_dtype = cute_dtype(f.dres_dtype) if f.dres_dtype else None
-        # cp.async copies 4, 8 or 16 bytes: narrower vectors go through registers
         staged = [self.dtype, self.dout_dtype, self.weight_dtype if f.weight else None]
-        self.use_async = all(self.vec * d.width >= 32 for d in staged if d is not None)
+        self.use_async = self.async_copies(staged)
 
     @classmethod
     def max_N_for(cls, dtype) -> int:
         return MAX_N
+
+    @classmethod
+    def launch(cls, x, weight, dout, dres_out, rstd, dx, dres, db: bool, weight_offset=0.0,
+               config=None):  # fmt: skip
+        """Run this backward class on rows: x, dout, dres_out, dx, dres (M, N), last dim
+        contiguous, any row strides; weight (N,) or None; rstd (M,) fp32 contiguous. dx (and
+        dres, when given) are written; returns the fp32 partial sums ``(dw_partial,
+        db_partial)``, (P, N) each (None when absent), whose sum over rows is dw (db); P is the
+        kernel's ``grid_x`` (``FinalBwdRowBlocks``: one per row block). A variant whose
+        ``partial_rows`` is set gets that many zeroed rows to add into. dres_out is read as
+        invariant (``ld.global.nc``): it must not share memory with dx or dres. Nothing else is
+        checked here: the library's ``quack_edu.rmsnorm.rmsnorm_bwd`` checks the arguments."""
+        import torch
+
+        M, N = x.shape
+        kernel, fn = kernel_for(x, weight, dout, dres_out, dx, dres, db, weight_offset, config,
+                                cls)  # fmt: skip
+        features = kernel.features
+        dev = x.get_device()
+        P = kernel.grid_x(M, sm_count(dev), kernel.resident(dev))
+        rows = kernel.partial_rows
+        alloc = x.new_zeros if rows else x.new_empty  # a variant that adds needs zeros
+        dw_p = alloc((rows or P, N), dtype=torch.float32) if features.dw else None
+        db_p = alloc((rows or P, N), dtype=torch.float32) if features.db else None
+        if M:
+            fn(x, weight, dout, dres_out, rstd, dx, dres, dw_p, db_p, P)
+        else:  # no row: nothing to sum
+            for t in (dw_p, db_p):
+                if t is not None:
+                    t.zero_()
+        return dw_p, db_p
 
     @classmethod
     def run(cls, *args, **kwargs):
@@ -329,9 +328,8 @@ class FinalBwdRMSNorm(FinalRMSNorm):
         three times that: a cluster's CTAs must share a GPC, so fewer are resident than SMs /
         cluster_n (the H200 holds 30 clusters of 4, not 33, and 15 of 8, not 16), and a grid
         of 33 would run as a wave of 30 and a second of 3 for the last rows, where 99 runs as
-        30, 30, 30 and 9. Exactly one wave of 30 (of 15) measured +11% (bf16 weight) and +15% (fp32)
-        over those 99 at 16384 x 131072, +14% and +18% at 8192 x 262144 (15 against 48), on
-        the H200: every cluster busy until the end."""
+        30, 30, 30 and 9: exactly one wave keeps every cluster busy until the end
+        (docs/07_design_notes.md)."""
         t = self.tiling
         if resident:
             waves = resident
@@ -764,18 +762,6 @@ KERNEL = FinalBwdRMSNorm
 # -- host side: the compiled kernel for a call's tensors, and its launch -------------------------
 
 _COMPILED: dict = {}
-_SMS: dict = {}
-
-
-def sm_count(device_index: int) -> int:
-    """SMs of a CUDA device (asked once per device)."""
-    n = _SMS.get(device_index)
-    if n is None:
-        import torch
-
-        props = torch.cuda.get_device_properties(device_index)
-        n = _SMS[device_index] = props.multi_processor_count
-    return n
 
 
 def compiled_for(
@@ -784,6 +770,8 @@ def compiled_for(
     """(kernel object, compiled kernel) for a compile key, compiled on first use. Another
     ``kernel_cls`` (a lesson's variant, a learner's subclass) is compiled once per class; at
     most 64 of those are kept (a learner's every attempt is a new class)."""
+    if kernel_cls is FinalBwdRMSNorm:
+        kernel_cls = None  # the library's own: never evicted
     key = (dtype, N, weight_dtype, features, vec, config, kernel_cls)
     hit = _COMPILED.get(key)
     if hit is None:
@@ -828,57 +816,16 @@ def kernel_for(x, weight, dout, dres_out, dx, dres, db: bool, weight_offset=0.0,
     )
 
 
-def launch_bwd(
-    x,
-    weight,
-    dout,
-    dres_out,
-    rstd,
-    dx,
-    dres,
-    db: bool,
-    weight_offset=0.0,
-    config=None,
-    grid=None,
-    kernel_cls=None,
-):
-    """Run the backward on rows: x, dout, dres_out, dx, dres (M, N), last dim contiguous, any
-    row strides; weight (N,) or None; rstd (M,) fp32 contiguous. dx (and dres, when given) are
-    written; returns the fp32 partial sums ``(dw_partial, db_partial)``, (P, N) each (None when
-    absent), whose sum over rows is dw (db). ``grid``: P, the CTAs (clusters) along the rows,
-    instead of ``FinalBwdRMSNorm.grid_x`` (e.g. one per row block: no CTA walks two blocks).
-    ``kernel_cls``: another kernel class (a variant whose ``partial_rows`` is set gets that
-    many zeroed rows to add into). dres_out is read as invariant (``ld.global.nc``): it must
-    not share memory with dx or dres. Nothing else is checked here: the library's
-    ``quack_edu.rmsnorm.rmsnorm_bwd`` checks the user's arguments."""
-    import torch
-
-    M, N = x.shape
-    kernel, fn = kernel_for(
-        x, weight, dout, dres_out, dx, dres, db, weight_offset, config, kernel_cls
-    )
-    features = kernel.features
-    dev = x.get_device()
-    P = int(grid) if grid else kernel.grid_x(M, sm_count(dev), kernel.resident(dev))
-    rows = kernel.partial_rows
-    alloc = x.new_zeros if rows else x.new_empty  # a variant that adds needs zeros
-    dw_p = alloc((rows or P, N), dtype=torch.float32) if features.dw else None
-    db_p = alloc((rows or P, N), dtype=torch.float32) if features.db else None
-    if M:
-        fn(x, weight, dout, dres_out, rstd, dx, dres, dw_p, db_p, P)
-    else:  # no row: nothing to sum
-        for t in (dw_p, db_p):
-            if t is not None:
-                t.zero_()
-    return dw_p, db_p
+#: ``launch_bwd(x, weight, dout, dres_out, rstd, dx, dres, db, weight_offset=0.0,
+#: config=None)``: the library's backward on these rows (``FinalBwdRMSNorm.launch``)
+launch_bwd = FinalBwdRMSNorm.launch
 
 
 class PartialSum:
     """The backward's second reduction: ``out[j] = sum over r of partial[r, j]`` in fp32, rows
     in a fixed order (so bitwise the same on every run), written in ``out``'s dtype (the
-    weight's: the cast is fused). It replaces ``partial.sum(0).to(dtype)``: through CUDA
-    graphs on the H200 at N = 256-1024, torch's sum and cast added 4.0-7.9 us to a backward
-    kernel of 18-56 us, this one adds 1.4-2.6 us (benchmarks/results/bwd_sum.json).
+    weight's: the cast is fused). It replaces ``partial.sum(0).to(dtype)``, which cost short
+    rows several microseconds more (bwd_sum.json).
 
     A CTA owns ``lanes`` adjacent columns (one a thread across, so each load instruction of a
     warp reads contiguous bytes) and ``groups`` row groups: group g sums rows g, g + groups,
@@ -980,27 +927,13 @@ def sum_partials(partial, dtype, out=None):
 
 
 __all__ = [
-    "FinalBwdRMSNorm",
-    "BwdConfig",
-    "BwdFeatures",
-    "KERNEL",
-    "CONFIG",
-    "MAX_N",
-    "SM_COUNT",
-    "bwd_config",
-    "default_config",
-    "configs",
-    "compiled_for",
-    "features_for",
-    "kernel_for",
-    "launch_bwd",
-    "sm_count",
-    "PartialSum",
-    "sum_partials",
+    *("FinalBwdRMSNorm", "BwdConfig", "BwdFeatures", "KERNEL", "CONFIG", "MAX_N", "SM_COUNT"),
+    *("bwd_config", "default_config", "configs", "compiled_for", "features_for", "kernel_for"),
+    *("launch_bwd", "sm_count", "PartialSum", "sum_partials"),
 ]
 
 
-# -- lesson 07: the atomics strategy ------------------------------------------------------------
+# -- lesson 07: the atomics and row-block strategies -------------------------------------------
 # Everything below is for lesson 07 (solutions/07_backward.ipynb), which sets three ways of
 # summing dw over rows side by side; the library above uses none of it.
 
@@ -1009,7 +942,7 @@ class FinalBwdAtomic(FinalBwdRMSNorm):
     """Strategy (1) of lesson 07: every CTA adds its columns' dw (and db) into *one* fp32 row,
     row 0 of the partial buffer, with ``red.global.add.f32`` (an atomic add whose old value is
     not returned), instead of storing row ``bidx`` of a (P, N) buffer. The buffer is one row,
-    zeroed before the launch (``launch_bwd`` does both), and that row is dw: no second
+    zeroed before the launch (``launch`` does both), and that row is dw: no second
     reduction. Fast to write and P times fewer partial bytes, but the order in which the CTAs'
     adds land changes from run to run, and fp32 addition is not associative: the low bits of
     dw change too (not bitwise deterministic). Everything else is the library's kernel."""
@@ -1042,7 +975,15 @@ class FinalBwdAtomic(FinalBwdRMSNorm):
             cute.arch.red(ptr, val, op="add", dtype="f32", sem="relaxed", scope="gpu")
 
 
-#: the lesson's kernel variants by name (the library's kernel is ``FinalBwdRMSNorm``)
-VARIANTS = {"atomic": FinalBwdAtomic}
+class FinalBwdRowBlocks(FinalBwdRMSNorm):
+    """Strategy (2) of lesson 07: the library's kernel on a grid of one CTA (cluster) per row
+    block, so that no CTA walks two blocks: a partial row per row block, P up to M."""
 
-__all__ += ["FinalBwdAtomic", "VARIANTS"]
+    def grid_x(self, M: int, sm_count: int = SM_COUNT, resident: int | None = None) -> int:
+        return max(1, ceil_div(M, self.tiling.rows_per_cta))
+
+
+#: the lesson's kernel variants by name (the library's kernel is ``FinalBwdRMSNorm``)
+VARIANTS = {"atomic": FinalBwdAtomic, "row_blocks": FinalBwdRowBlocks}
+
+__all__ += ["FinalBwdAtomic", "FinalBwdRowBlocks", "VARIANTS"]

@@ -247,6 +247,19 @@ def cluster_sizes(threads_per_row: int, at_least: int = 1) -> list[int]:
     return [c for c in CLUSTER_SIZES if at_least <= c <= threads_per_row]
 
 
+def builder(kernel_cls, N, dtype, weight_dtype, features, vec=None):
+    """config -> ``kernel_cls`` built for this shape, or None where it does not take the
+    config (its ValueError says why)."""
+
+    def build(config):
+        try:
+            return kernel_cls(dtype, N, config, weight_dtype, features=features, vec=vec)
+        except ValueError:
+            return None
+
+    return build
+
+
 def fits(build: Callable[[object], object], config) -> bool:
     """The one pruning rule: the kernel class takes ``config`` for the shape (``build`` returns
     the kernel, or None where it raised ValueError) and at least one CTA fits an SM."""
