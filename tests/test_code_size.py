@@ -18,7 +18,6 @@ LONG_MODULES = {
     "quack_edu/rmsnorm.py": 1499,
     "quack_edu/stages/final.py": 1266,
     "quack_edu/stages/final_bwd.py": 1143,
-    "quack_edu/tools/bench.py": 1800,
 }
 #: function -> its parameters today (self and cls not counted)
 MANY_PARAMS = {
@@ -30,8 +29,6 @@ MANY_PARAMS = {
     "quack_edu/stages/final.py:launch_fwd": 11,
     "quack_edu/stages/final_bwd.py:FinalBwdRMSNorm.__call__": 11,
     "quack_edu/stages/final_bwd.py:launch_bwd": 12,
-    "quack_edu/tools/bench.py:bench_one": 11,
-    "quack_edu/tools/bench.py:run": 20,
 }
 
 
