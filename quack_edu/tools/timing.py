@@ -44,7 +44,7 @@ from .runinfo import no_gc, why
 #: the eps of every call the benchmark makes and checks
 EPS = 1e-6
 #: plain timing: a batch of back-to-back calls between two CUDA events spans about this long
-#: (``time_calls``); the event's own host cost (~6 us on the H200's host) is then < 1% of it
+#: (``time_calls``); the event's own host cost is then < 1% of it (docs/bench_notes.md)
 PLAIN_BATCH_S = 1e-3
 
 
