@@ -185,6 +185,7 @@ def main(argv=None) -> int:
 
     from quack_edu.runtime import torch_dtype
     from quack_edu.tools import bench
+    from quack_edu.tools.runinfo import version
 
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
@@ -233,7 +234,7 @@ def main(argv=None) -> int:
             "gpu": name,
             "date": datetime.date.today().isoformat(),
             "torch": torch.__version__,
-            "dsl": bench._version("nvidia-cutlass-dsl"),
+            "dsl": version("nvidia-cutlass-dsl"),
             "command": "python3 scripts/ab_config.py "
             + " ".join(sys.argv[1:] if argv is None else argv),
             "variants": variants,

@@ -57,7 +57,7 @@ def main(argv=None) -> int:
 
                     r = bench.bench_one(fn, M, N, dtype, False, wdt, pass_="bwd", budget_s=0.3)
                     got[name].append(r["gbps"])
-            print(f"{M}x{N} w={bench._short(wdt)} clusters of {cn}: R = {R}; {cfg}")
+            print(f"{M}x{N} w={bench.dtype_name(wdt)} clusters of {cn}: R = {R}; {cfg}")
             sides = {}
             for name, P in grids.items():
                 g = statistics.median(got[name])
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
                     "runs": got[name],
                 }
             rows.append(
-                {"pass": "bwd", "M": M, "N": N, "weight_dtype": bench._short(wdt),
+                {"pass": "bwd", "M": M, "N": N, "weight_dtype": bench.dtype_name(wdt),
                  "graph": False, "residual": False, "copy_gbps": copy, "sides": sides}
             )  # fmt: skip
     if a.json:

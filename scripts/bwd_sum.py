@@ -28,6 +28,7 @@ def main(argv=None) -> int:
 
     from quack_edu.stages import final_bwd as fb
     from quack_edu.tools import bench
+    from quack_edu.tools.runinfo import version
 
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
             part = kernel(*sets[0])
             a_, b_ = torch_sum(*sets[0]), partial_sum(*sets[0])
             torch.testing.assert_close(b_.float(), a_.float(), rtol=1e-2, atol=1e-2)
-            row = {"M": M, "N": N, "weight_dtype": bench._short(wdt), "P": part.shape[0]}
+            row = {"M": M, "N": N, "weight_dtype": bench.dtype_name(wdt), "P": part.shape[0]}
             row["us"] = {
                 "kernel": bench.time_graph(kernel, sets),
                 "kernel + torch.sum": bench.time_graph(torch_sum, sets),
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
             "gpu": torch.cuda.get_device_name(),
             "date": datetime.date.today().isoformat(),
             "torch": torch.__version__,
-            "dsl": bench._version("nvidia-cutlass-dsl"),
+            "dsl": version("nvidia-cutlass-dsl"),
             "command": "python3 scripts/bwd_sum.py "
             + " ".join(sys.argv[1:] if argv is None else argv),
             "what": "microseconds per call through CUDA graphs (bench.time_graph), bf16 x",

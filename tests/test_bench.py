@@ -15,7 +15,7 @@ import types
 import pytest
 import torch
 
-from quack_edu.tools import bench
+from quack_edu.tools import bench, kernels, timing
 from quack_edu.tools.bench import (
     format_verdict,
     kernel_kind,
@@ -178,14 +178,14 @@ def test_rounds_take_turns_and_keep_each_kernels_median(monkeypatch):
 
     fns = {n: types.SimpleNamespace(__name__=n) for n in "abc"}
     _fake_gpu_run(monkeypatch, fns, fake_bench_one)
-    result = bench.run(["a", "b", "c"], [(8, 256)], rounds=3, log=lambda *a: None)
+    result = bench.run(["a", "b", "c"], [(8, 256)], bench.RunOptions(rounds=3), log=lambda *a: None)
     assert calls == list("abc" * 3) and result["rounds"] == 3
     by = {r["kernel"]: r for r in result["rows"]}
     assert by["a"]["us"] == 20.0 and by["a"]["us_rounds"] == [30.0, 10.0, 20.0]
     assert by["b"]["us"] == 6.0 and by["b"]["gbps"] == pytest.approx(1e6 / 6e-6 / 1e9)
     assert "c cannot do this" in by["c"]["error"] and "gbps" not in by["c"]
     with pytest.raises(ValueError, match="rounds"):
-        bench.run(["a"], [(8, 256)], rounds=0)
+        bench.run(["a"], [(8, 256)], bench.RunOptions(rounds=0))
 
 
 def test_launch_bound_shapes_get_more_rounds_of_fewer_calls(monkeypatch):
@@ -201,10 +201,8 @@ def test_launch_bound_shapes_get_more_rounds_of_fewer_calls(monkeypatch):
 
     fns = {"a": types.SimpleNamespace(__name__="a")}
     _fake_gpu_run(monkeypatch, fns, fake_bench_one)
-    result = bench.run(
-        ["a"], [(8, 256), (8, 4096)], rounds=2, graph=True, graph_max_n=2048, budget_s=0.6,
-        log=lambda *a: None,
-    )  # fmt: skip
+    options = bench.RunOptions(rounds=2, graph=True, graph_max_n=2048, budget_s=0.6)
+    result = bench.run(["a"], [(8, 256), (8, 4096)], options, log=lambda *a: None)
     k = bench.LAUNCH_BOUND_ROUNDS
     assert k >= 2
     short = [(g, b) for n, g, b in seen if n == 256]
@@ -232,7 +230,8 @@ def test_weight_dtypes_take_turns_inside_a_round(monkeypatch):
     fns = {n: types.SimpleNamespace(__name__=n) for n in "ab"}
     _fake_gpu_run(monkeypatch, fns, fake_bench_one)
     wdts = [torch.bfloat16, torch.float32]
-    result = bench.run(["a", "b"], [(8, 256)], rounds=2, weight_dtypes=wdts, log=lambda *a: None)
+    options = bench.RunOptions(rounds=2, weight_dtypes=wdts)
+    result = bench.run(["a", "b"], [(8, 256)], options, log=lambda *a: None)
     assert calls == ["bf16a", "fp32a", "bf16b", "fp32b"] * 2
     got = [(r["weight_dtype"], r["kernel"], r["us_rounds"]) for r in result["rows"]]
     assert got == [
@@ -257,8 +256,8 @@ def test_a_kernels_weight_dtypes_are_timed_next_to_each_other_in_each_mode(monke
     fns = {n: types.SimpleNamespace(__name__=n) for n in "ab"}
     _fake_gpu_run(monkeypatch, fns, fake_bench_one)
     wdts = [torch.bfloat16, torch.float32]
-    bench.run(["a", "b"], [(8, 256)], rounds=1, weight_dtypes=wdts, graph=True, graph_max_n=2048,
-              log=lambda *a: None)  # fmt: skip
+    options = bench.RunOptions(rounds=1, weight_dtypes=wdts, graph=True, graph_max_n=2048)
+    bench.run(["a", "b"], [(8, 256)], options, log=lambda *a: None)
     one_round = [(k, m, w) for k in "ab" for m in ("plain", "graph") for w in ("bf16", "fp32")]
     assert calls == one_round * bench.LAUNCH_BOUND_ROUNDS
 
@@ -731,20 +730,20 @@ def test_autograd_peer_backward_is_autograds_and_replays():
 
     def forward(x, w):
         calls.append(1)
-        return bench._composed(x, w)
+        return kernels._composed(x, w)
 
-    fn = bench._autograd_bwd(forward)
+    fn = kernels.autograd_bwd(forward)
     x, w = torch.randn(5, 64), torch.randn(64)
     dout = torch.randn(5, 64)
     rstd = torch.rsqrt(x.square().mean(-1) + bench.EPS)
     for _ in range(3):
         dx, dw = fn(x, w, dout, rstd)
     assert len(calls) == 1 and fn.stream is None  # one forward, backward replayed
-    bench._check_grads((dx, dw), (x, w, dout, rstd), torch.float32)
+    timing.check_grads((dx, dw), (x, w, dout, rstd), torch.float32)
     with pytest.raises(AssertionError, match="dx"):
-        bench._check_grads((dx * 1.1, dw), (x, w, dout, rstd), torch.float32)
+        timing.check_grads((dx * 1.1, dw), (x, w, dout, rstd), torch.float32)
     with pytest.raises(AssertionError, match="dw"):
-        bench._check_grads((dx, dw + 0.1), (x, w, dout, rstd), torch.float32)
+        timing.check_grads((dx, dw + 0.1), (x, w, dout, rstd), torch.float32)
     fn.clear()
     fn(x, w, dout, rstd)
     assert len(calls) == 2
@@ -765,8 +764,8 @@ def test_backward_peers_and_kernels_resolve():
 @pytest.mark.gpu
 def test_bench_times_a_prenorm_backward_against_quack():
     pytest.importorskip("quack")
-    quiet = dict(log=lambda *_: None, budget_s=0.05)
-    res = bench.run(["lib"], [(199, 4104)], peers="quack", residual=True, pass_="bwd", **quiet)
+    options = bench.RunOptions(peers="quack", residual=True, pass_="bwd", budget_s=0.05)
+    res = bench.run(["lib"], [(199, 4104)], options, log=lambda *_: None)
     assert {r["kernel"] for r in res["rows"]} == {"lib", "quack"}, res.get("skipped")
     nbytes = bench.rmsnorm_bwd_bytes(199, 4104, torch.bfloat16, residual=True)
     assert all(r["residual"] and r["bytes"] == nbytes for r in res["rows"])

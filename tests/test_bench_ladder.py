@@ -159,13 +159,13 @@ def test_speedups_are_over_pytorch_ops_else_f_rms_norm(monkeypatch):
 def test_pass_all_names_each_pass_its_stages(monkeypatch):
     seen = {}
 
-    def fake_run_both(stages, shapes, **kw):
+    def fake_run_both(stages, shapes, options, **kw):
         seen["both"] = stages
         return {"pass": "both"}
 
-    def fake_run(stages, shapes, pass_="fwd", **kw):
-        seen[pass_] = stages
-        return {"pass": pass_, "verdict": {}}
+    def fake_run(stages, shapes, options, **kw):
+        seen[options.pass_] = stages
+        return {"pass": options.pass_, "verdict": {}}
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(bench, "run_both", fake_run_both)
@@ -198,9 +198,9 @@ def test_the_progress_bar_counts_every_timing(monkeypatch):
     monkeypatch.setattr(autotune, "Progress", Bar)
     calls: list = []
     _fake_gpu(monkeypatch, calls)
-    bench.run(["lib", "quack"], [(8, 256), (8, 4096)], rounds=2, graph=True, graph_max_n=2048,
-              weight_dtypes=[torch.bfloat16, torch.float32], progress=True,
-              log=lambda *a: None)  # fmt: skip
+    options = bench.RunOptions(rounds=2, graph=True, graph_max_n=2048, progress=True,
+                               weight_dtypes=[torch.bfloat16, torch.float32])  # fmt: skip
+    bench.run(["lib", "quack"], [(8, 256), (8, 4096)], options, log=lambda *a: None)
     k = bench.LAUNCH_BOUND_ROUNDS
     total = 2 * (2 * k * 2 * 2) + 2 * (2 * 1 * 2)  # kernels x (rounds x modes x weights)
     assert counted == [[total, total, True, "timings"]]
@@ -250,7 +250,7 @@ def test_the_final_stage_runs_the_plan_of_its_weights_dtype():
     assert bench.resolve_config("final", N, bf16, fp32) != bench.resolve_config("final", N, bf16)
     assert bench.resolve_config("final#1", N, bf16, fp32) == final.configs(N, bf16, fp32)[1]
     assert bench.resolve_config("cpasync", 4096, bf16, fp32) == cpasync.default_config(4096, bf16)
-    assert "weight_in_smem=False" in bench._config_of("final", N, bf16, fp32)
+    assert "weight_in_smem=False" in bench.config_of("final", N, bf16, fp32)
     from quack_edu.stages import final_bwd  # the backward stage's #k (stage_bwd_fn) the same way
 
     assert (

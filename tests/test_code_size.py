@@ -16,7 +16,6 @@ LONG_MODULES = {
     "quack_edu/grading/exercises/lesson06.py": 1466,
     "quack_edu/grading/exercises/lesson07.py": 1393,
     "quack_edu/rmsnorm.py": 1499,
-    "quack_edu/tools/bench.py": 1800,
 }
 #: function -> its parameters today (self and cls not counted)
 MANY_PARAMS = {
@@ -26,8 +25,6 @@ MANY_PARAMS = {
     # the backward's JIT entry: the kernel's ten arguments (nine tensors and the grid) and the
     # stream; they are what the compiled function is called with, one per tensor
     "quack_edu/stages/final_bwd.py:FinalBwdRMSNorm.__call__": 11,
-    "quack_edu/tools/bench.py:bench_one": 11,
-    "quack_edu/tools/bench.py:run": 20,
 }
 
 

@@ -34,7 +34,7 @@ import sys
 
 import torch
 
-from ..tools.bench import rmsnorm_bwd_bytes
+from ..tools.timing import rmsnorm_bwd_bytes
 
 RESULT = "bwd_dw_strategies"
 STRATEGIES = ("atomic", "row_blocks", "persistent")
@@ -168,12 +168,13 @@ def measure_one(
     inputs give bitwise the same dw, and dw's error against a float64 sum."""
     from ..reference import assert_close, rmsnorm_bwd_ref
     from ..stages import final_bwd
-    from ..tools import bench
+    from ..tools import timing
+    from ..tools.records import dtype_name
 
     wdt = weight_dtype or dtype
     nbytes = rmsnorm_bwd_bytes(M, N, dtype, wdt)
     gen = torch.Generator(device="cuda").manual_seed(M * 7 + N)
-    sets = [_inputs(M, N, dtype, wdt, gen=gen) for _ in range(bench.rotation_count(nbytes))]
+    sets = [_inputs(M, N, dtype, wdt, gen=gen) for _ in range(timing.rotation_count(nbytes))]
     x, w, dout, rstd, dx = sets[0]
     grid = partial_rows(strategy, M, N, dtype, wdt) if strategy == "row_blocks" else None
 
@@ -190,16 +191,16 @@ def measure_one(
     ref = dw_float64(x, dout, rstd)
     err = (dws[0].double() - ref).abs().max().item()
     distinct = len({d.cpu().numpy().tobytes() for d in dws})
-    us = bench.time_calls(call, sets, budget_s=budget_s)
-    gbps = bench.gbps(nbytes, us)
+    us = timing.time_calls(call, sets, budget_s=budget_s)
+    gbps = timing.gbps(nbytes, us)
     k = final_bwd.FinalBwdRMSNorm(dtype, N, None, wdt)
     dev = x.get_device()
     row = {
         "strategy": strategy,
         "M": M,
         "N": N,
-        "dtype": bench._short(dtype),
-        "weight_dtype": bench._short(wdt),
+        "dtype": dtype_name(dtype),
+        "weight_dtype": dtype_name(wdt),
         "config": str(k.config),
         "grid": grid or partial_rows("persistent", M, N, dtype, wdt, device=dev),
         "P": partial_rows(strategy, M, N, dtype, wdt, device=dev),
@@ -234,11 +235,12 @@ def measure(
 ) -> dict:
     """Every strategy at every N (on an sm_90 GPU), with the copy bandwidth of the same run:
     the record of ``benchmarks/results/bwd_dw_strategies.json``."""
-    from ..tools import bench
+    from ..tools.runinfo import version
+    from ..tools.timing import copy_bandwidth
 
     if not torch.cuda.is_available():
         raise RuntimeError("measuring the strategies needs a CUDA GPU (sm_90)")
-    copy = bench.copy_bandwidth()
+    copy = copy_bandwidth()
     log(f"{torch.cuda.get_device_name()}: D2D copy {copy:.0f} GB/s")
     rows = [
         measure_one(s, M, N, dtype, weight_dtype, runs, budget_s, copy, log)
@@ -249,7 +251,7 @@ def measure(
         "gpu": torch.cuda.get_device_name(),
         "date": datetime.date.today().isoformat(),
         "torch": torch.__version__,
-        "dsl": bench._version("nvidia-cutlass-dsl"),
+        "dsl": version("nvidia-cutlass-dsl"),
         "copy_gbps": copy,
         "command": command,
         "what": "dw summed over rows three ways: GB/s of kernel + its reduction over QuACK's "
