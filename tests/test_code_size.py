@@ -22,7 +22,6 @@ LONG_MODULES = {
 }
 #: function -> its parameters today (self and cls not counted)
 MANY_PARAMS = {
-    "quack_edu/grading/class_grade.py:grade_class": 13,
     "quack_edu/rmsnorm.py:_fwd": 11,
     "quack_edu/rmsnorm.py:_fwd_first": 11,
     "quack_edu/stages/final.py:FinalRMSNorm.lesson_first_pass": 13,

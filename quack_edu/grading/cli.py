@@ -139,7 +139,7 @@ def run_student(args) -> int:
 def run_class(args) -> int:
     from datetime import datetime
 
-    from .class_grade import grade_class
+    from .class_grade import ClassOptions, grade_class
 
     if len(args.notebooks) != 1:
         print("error: give one folder of submissions", file=sys.stderr)
@@ -148,9 +148,7 @@ def run_class(args) -> int:
     if args.roster:
         roster = [ln.strip() for ln in args.roster.read_text().splitlines() if ln.strip()]
     deadline = datetime.fromisoformat(args.deadline) if args.deadline else None
-    s = grade_class(
-        args.notebooks[0],
-        args.out,
+    options = ClassOptions(
         lesson=args.lesson,
         jobs=args.jobs,
         force=args.force,
@@ -162,6 +160,7 @@ def run_class(args) -> int:
         solutions=args.solutions,
         only=args.only,
     )
+    s = grade_class(args.notebooks[0], args.out, options)
     print(
         f"{s['submissions']} submissions: {s['graded']} graded, {s['skipped']} already graded "
         f"(--force grades them again), {s['missing']} missing, {s['flagged']} flagged; "
