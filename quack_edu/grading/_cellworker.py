@@ -3,12 +3,12 @@
     python -m quack_edu.grading._cellworker REQUEST_FD REPLY_FD
 
 The engine starts it with the notebook's environment and folder, and talks to it over two
-pipes, one JSON object a line: a request ``{"source", "name", "timeout"}`` runs one cell in the
-child's namespace (``exec_cell``) and the reply is the cell's ``CellOutcome`` as a dict. The
-child exists so that what cannot be interrupted (a GPU kernel that never finishes) or what
-kills a process (an illegal memory access poisons its CUDA context; ``os._exit``) costs the
-child, not its caller: the executor kills or loses it, starts another and replays the cells
-before.
+pipes, one JSON object a line. Once started, the child says ``{"ready": true}``; then each
+request ``{"source", "name", "timeout"}`` runs one cell in the child's namespace
+(``exec_cell``) and the reply is the cell's ``CellOutcome`` as a dict. The child exists so that
+what cannot be interrupted (a GPU kernel that never finishes) or what kills a process (an
+illegal memory access poisons its CUDA context; ``os._exit``) costs the child, not its caller:
+the executor kills or loses it, starts another and replays the cells before.
 
 A cell's source is registered with ``linecache`` under its name before it runs, as IPython
 does, so that CuTe DSL can read the source of a ``@cute.jit``/``@cute.kernel`` defined in a
@@ -103,6 +103,8 @@ def serve(requests, replies) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    replies.write(json.dumps({"ready": True}) + "\n")  # started: the cells' timeouts begin
+    replies.flush()
     ns = {"__name__": "__main__", "display": _display}
     for line in requests:
         msg = json.loads(line)

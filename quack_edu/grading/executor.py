@@ -142,6 +142,8 @@ class Executor:
 
 # ---- engines ----------------------------------------------------------------------------------
 _TIMEOUT = "QuackEduCellTimeout"
+#: seconds a fresh kernel or child Python may take to start (not counted in a cell's timeout)
+_STARTUP_TIMEOUT = 120
 
 
 class JupyterEngine:
@@ -166,7 +168,7 @@ class JupyterEngine:
             allow_errors=True,
             record_timing=False,
             shutdown_kernel="immediate",
-            startup_timeout=120,
+            startup_timeout=_STARTUP_TIMEOUT,
             interrupt_on_timeout=True,
             config=config,
             error_on_timeout={
@@ -280,6 +282,7 @@ class ChildEngine:
         return False
 
     def _start(self) -> None:
+        import select
         import subprocess
 
         req_r, self._req_w = os.pipe()
@@ -303,6 +306,12 @@ class ChildEngine:
         os.close(rep_w)
         self._requests = os.fdopen(self._req_w, "w")
         self._replies = os.fdopen(self._rep_r, "r")
+        # its start (Python, matplotlib) is not the first cell's time
+        ready, _, _ = select.select([self._replies], [], [], _STARTUP_TIMEOUT)
+        if not (ready and self._replies.readline()):
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError(f"the cell worker did not start in {_STARTUP_TIMEOUT:g} s")
 
     def _stop(self) -> None:
         """End the child: its requests close (it leaves its loop), or it is killed."""

@@ -49,6 +49,7 @@ from .nbfiles import (  # noqa: F401  (re-exported: notebook.read ...)
     is_solution_cell,
     is_test_cell,
     lesson_of,
+    nbformat,
     nbgrader_meta,
     notebooks_dir,
     out_of_date,
