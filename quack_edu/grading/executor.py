@@ -81,7 +81,7 @@ class CellEvent:
 
 
 @dataclass
-class Ran:
+class CellRun:
     """One code cell's run: its index in the notebook, what went wrong (None: nothing) and
     how long it took. Its outputs are on the notebook's cell."""
 
@@ -102,19 +102,19 @@ class Executor:
         self.ok_cells: list[int] = []  # the cells whose state the notebook built
         self.failed: set[int] = set()  # the cells not replayed
 
-    def run(self) -> Iterator[Ran]:
+    def run(self) -> Iterator[CellRun]:
         """Each code cell's run, in order (a blank cell is not sent to the engine)."""
         for i, cell in enumerate(self.nb.cells):
             if cell.cell_type != "code":
                 continue
             if not cell.source.strip():
-                yield Ran(i, None, 0.0)
+                yield CellRun(i, None, 0.0)
                 continue
             t = time.time()
             ev = self.engine.execute(cell, i)
             seconds = time.time() - t
             self._settle(cell, i, ev)
-            yield Ran(i, ev, seconds)
+            yield CellRun(i, ev, seconds)
 
     def _settle(self, cell, index: int, ev: CellEvent | None) -> None:
         """What the cell's outcome costs: nothing, or a fresh process and a replay."""

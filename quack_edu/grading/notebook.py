@@ -2,13 +2,14 @@
 
 Grading (nbgrader's model, without nbgrader)
     ``grade_notebook`` runs a learner's notebook headless in a fresh kernel, cell by cell, with
-    a per-cell timeout. Check cells are overwritten by the solution's version (without its hidden
-    checks), as nbgrader does with its read-only test cells. A cell that raises does not
-    stop the run; a cell that runs past the timeout is interrupted (and the kernel restarted
-    and the cells before it replayed if the interrupt does not take). That run reports cell
-    errors, hangs and crashes, mapped to exercises by grade_id; it decides nothing else (its
-    ``check`` calls do nothing, it gets no seed and no hidden checks). Each exercise is then
-    judged from its answer cell's source by ``judge``, in processes the notebook never ran in.
+    a per-cell timeout (``executor``: a Jupyter kernel, or a child Python without Jupyter).
+    Check cells are overwritten by the solution's version (without its hidden checks), as
+    nbgrader does with its read-only test cells. A cell that raises does not stop the run; a
+    cell that runs past the timeout is interrupted (and the kernel restarted and the cells
+    before it replayed if the interrupt does not take). That run reports cell errors, hangs
+    and crashes, mapped to exercises by grade_id; it decides nothing else (its ``check`` calls
+    do nothing, it gets no seed and no hidden checks). Each exercise is then judged from its
+    answer cell's source by ``judge``, in processes the notebook never ran in.
 """
 
 from __future__ import annotations
