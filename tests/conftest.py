@@ -29,11 +29,10 @@ def subprocess_env():
 @pytest.fixture
 def without_jupyter(monkeypatch):
     """Grade as on the H200 device machine: no Jupyter kernel, no nbformat."""
-    from quack_edu.grading import _nblite
-    from quack_edu.grading import notebook as nbmod
+    from quack_edu.grading import _nblite, executor
 
-    monkeypatch.setattr(nbmod, "jupyter_available", lambda: False)
-    monkeypatch.setattr(nbmod, "nbformat", _nblite)
+    monkeypatch.setattr(executor, "jupyter_available", lambda: False)
+    monkeypatch.setattr(executor, "nbformat", _nblite)
 
 
 @pytest.fixture(autouse=True)

@@ -1,31 +1,110 @@
-"""The child process that runs a notebook's cells for the grader where there is no Jupyter.
+"""The child process that runs a notebook's cells (``executor.ChildEngine``), without Jupyter.
 
     python -m quack_edu.grading._cellworker REQUEST_FD REPLY_FD
 
-The grader (``notebook._ChildRunner``) starts it with the grading environment and the
-notebook's folder as its working directory, and talks to it over two pipes, one JSON object a
-line: a request ``{"source", "name", "timeout"}`` runs one cell in the child's namespace
-(``nbexec.exec_cell``: registered with linecache, stdout captured, Python code interrupted
-after ``timeout`` seconds) and the reply is the cell's ``CellOutcome`` as a dict. The child
-exists so that what cannot be interrupted (a GPU kernel that never finishes) or what kills a
-process (an illegal memory access poisons its CUDA context; ``os._exit``) costs the child, not
-the grader: the grader kills or loses it, starts another and replays the cells before.
+The engine starts it with the notebook's environment and folder, and talks to it over two
+pipes, one JSON object a line. Once started, the child says ``{"ready": true}``; then each
+request ``{"source", "name", "timeout"}`` runs one cell in the child's namespace
+(``exec_cell``) and the reply is the cell's ``CellOutcome`` as a dict. The child exists so that
+what cannot be interrupted (a GPU kernel that never finishes) or what kills a process (an
+illegal memory access poisons its CUDA context; ``os._exit``) costs the child, not its caller:
+the executor kills or loses it, starts another and replays the cells before.
+
+A cell's source is registered with ``linecache`` under its name before it runs, as IPython
+does, so that CuTe DSL can read the source of a ``@cute.jit``/``@cute.kernel`` defined in a
+cell. IPython magics (``%...``, ``!...``) are skipped; the notebooks avoid them. ``display``
+prints, and matplotlib draws off-screen.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
+import linecache
 import os
+import signal
 import sys
+import time
+import traceback
+from dataclasses import dataclass
+
+
+class CellTimeout(Exception):
+    pass
+
+
+@dataclass
+class CellOutcome:
+    ok: bool
+    seconds: float
+    stdout: str = ""
+    error: str = ""  # the traceback's last lines
+    ename: str = ""
+    evalue: str = ""
+    timed_out: bool = False
+
+
+def _strip_magics(source: str) -> str:
+    keep = []
+    for line in source.splitlines():
+        s = line.lstrip()
+        keep.append("" if s.startswith(("%", "!")) else line)
+    return "\n".join(keep)
+
+
+def _display(*objs, **_):
+    for o in objs:
+        print(o)
+
+
+def exec_cell(source: str, name: str, ns: dict, timeout: float | None = None) -> CellOutcome:
+    """Run one cell's source in ``ns``, registered with linecache under ``name``.
+
+    ``timeout`` (seconds, main thread only) interrupts Python code that runs too long; it cannot
+    interrupt a call blocked inside a C extension (a GPU kernel that never finishes).
+    """
+    src = _strip_magics(source)
+    linecache.cache[name] = (len(src), None, [ln + "\n" for ln in src.splitlines()], name)
+    buf = io.StringIO()
+    t = time.time()
+
+    def on_alarm(signum, frame):
+        raise CellTimeout(f"cell ran past the per-cell timeout of {timeout:g} s")
+
+    old = signal.signal(signal.SIGALRM, on_alarm) if timeout else None
+    if timeout:
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        with contextlib.redirect_stdout(buf):
+            exec(compile(src, name, "exec"), ns)
+        return CellOutcome(True, time.time() - t, buf.getvalue())
+    except BaseException as e:  # noqa: BLE001  (a cell's failure is data, not a crash)
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-6:])
+        return CellOutcome(
+            False,
+            time.time() - t,
+            buf.getvalue(),
+            tb,
+            type(e).__name__,
+            str(e),
+            timed_out=isinstance(e, CellTimeout),
+        )
+    finally:
+        if timeout:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
 
 
 def serve(requests, replies) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from ..lessons.nbexec import _display, exec_cell
-
+    replies.write(json.dumps({"ready": True}) + "\n")  # started: the cells' timeouts begin
+    replies.flush()
     ns = {"__name__": "__main__", "display": _display}
     for line in requests:
         msg = json.loads(line)

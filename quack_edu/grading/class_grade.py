@@ -273,26 +273,30 @@ class Progress:
         self.stream.flush()
 
 
-def grade_class(
-    folder: Path,
-    out: Path,
-    *,
-    lesson: str | None = None,
-    jobs: int = 1,
-    force: bool = False,
-    timeout: float = 120.0,
-    hidden: bool = True,
-    seed: int | None = None,
-    roster: list[str] | None = None,
-    deadline: datetime | None = None,
-    solutions: Path | None = None,
-    only: str | None = None,
-    progress_stream=None,
-) -> dict:
-    """Grade every submission in ``folder``; returns a summary (counts, paths, seconds)."""
-    t0 = time.time()
-    folder, out = Path(folder), Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+@dataclass
+class ClassOptions:
+    """How a class is graded (``quack-edu grade FOLDER``'s flags): ``lesson`` the lesson handed
+    in, ``jobs`` submissions graded at a time, ``force`` grade again what is already graded,
+    ``timeout`` per cell, ``hidden`` run the hidden checks, ``seed`` theirs (default: the one
+    in ``run.json``, or a fresh one), ``roster`` students who should have submitted,
+    ``deadline`` after which a file is late, ``solutions`` the folder of solution notebooks,
+    ``only`` one exercise id."""
+
+    lesson: str | None = None
+    jobs: int = 1
+    force: bool = False
+    timeout: float = 120.0
+    hidden: bool = True
+    seed: int | None = None
+    roster: list[str] | None = None
+    deadline: datetime | None = None
+    solutions: Path | None = None
+    only: str | None = None
+
+
+def _run_seed(out: Path, seed: int | None) -> int:
+    """The run's seed of the hidden checks: ``seed``, else the one kept in ``run.json`` (a
+    resumed run), else a fresh one; kept in ``run.json``."""
     state_path = out / "run.json"
     state = json.loads(state_path.read_text()) if state_path.exists() else {}
     if seed is None:
@@ -301,22 +305,26 @@ def grade_class(
         seed = secrets.randbits(31)
     state.update(seed=int(seed))
     state_path.write_text(json.dumps(state, indent=1) + "\n")
+    return int(seed)
 
-    subs = find_submissions(folder, lesson, roster)
-    options = {"hidden": hidden, "only": only, "seed": int(seed)}
+
+def _jobs(subs: list[Submission], out: Path, opts: ClassOptions, seed: int) -> tuple[list, int]:
+    """The submissions to grade (as ``grade_one`` jobs) and how many are already graded."""
+    options = {"hidden": opts.hidden, "only": opts.only, "seed": seed}
     todo, skipped = [], 0
     for sub in subs:
         if sub.path is None:
             continue
         digest = _digest(sub.path, sub.lesson, options)
         rpath = out / "results" / _safe(sub.student) / f"{sub.lesson}.json"
-        if not force and rpath.exists():
+        if not opts.force and rpath.exists():
             try:
                 if json.loads(rpath.read_text()).get("digest") == digest:
                     skipped += 1
                     continue
             except ValueError:
                 pass
+        deadline = opts.deadline
         late = bool(deadline and datetime.fromtimestamp(sub.path.stat().st_mtime) > deadline)
         todo.append(
             dict(
@@ -324,35 +332,49 @@ def grade_class(
                 out=str(out),
                 student=sub.student,
                 lesson=sub.lesson,
-                seed=int(seed),
-                timeout=timeout,
-                hidden=hidden,
-                solutions=str(solutions) if solutions else None,
-                only=only,
+                seed=seed,
+                timeout=opts.timeout,
+                hidden=opts.hidden,
+                solutions=str(opts.solutions) if opts.solutions else None,
+                only=opts.only,
                 digest=digest,
                 late=late,
             )
         )
+    return todo, skipped
+
+
+def grade_class(
+    folder: Path, out: Path, options: ClassOptions | None = None, progress_stream=None
+) -> dict:
+    """Grade every submission in ``folder``; returns a summary (counts, paths, seconds)."""
+    opts = options or ClassOptions()
+    t0 = time.time()
+    folder, out = Path(folder), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    seed = _run_seed(out, opts.seed)
+    subs = find_submissions(folder, opts.lesson, opts.roster)
+    todo, skipped = _jobs(subs, out, opts, seed)
     bar = Progress(len(todo), progress_stream)
 
     def done(r: dict) -> None:
         bar.step(f"{r['student']} {r['lesson']}: {r['score']}/{r['max']}")
 
-    if jobs <= 1 or len(todo) <= 1:
+    if opts.jobs <= 1 or len(todo) <= 1:
         for job in todo:
             done(grade_one(job))
     else:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(max_workers=opts.jobs, mp_context=mp.get_context("spawn")) as pool:
             futs = [pool.submit(grade_one, job) for job in todo]
             for f in as_completed(futs):
                 done(f.result())
 
     rows = []
     graded_lessons = sorted({s.lesson for s in subs if s.lesson != "?"})
-    cols = _columns(graded_lessons, only)
+    cols = _columns(graded_lessons, opts.only)
     for sub in subs:
         rec = None
         if sub.path is not None:

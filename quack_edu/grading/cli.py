@@ -22,94 +22,91 @@ import argparse
 import sys
 from pathlib import Path
 
+#: each command's arguments, in --help's order: (names, argparse's keywords)
+_STUDENT_ARGS = [
+    (
+        ["solutions"],
+        dict(nargs="*", type=Path, help="solution notebooks (default: every solutions/*.ipynb)"),
+    ),
+    (["--out"], dict(type=Path, help="output folder (default: notebooks/)")),
+    (
+        ["--check"],
+        dict(
+            action="store_true",
+            help="write nothing; exit 1 if the student notebooks are out of date",
+        ),
+    ),
+]
+_GRADE_ARGS = [
+    (
+        ["notebooks"],
+        dict(
+            nargs="+", type=Path, help="notebooks to grade, or one folder of submissions (a class)"
+        ),
+    ),
+    (
+        ["--only"],
+        dict(metavar="ID", help="grade one exercise (e.g. 01.rstd) without running the notebook"),
+    ),
+    (["--json"], dict(type=Path, help="write the results as JSON here")),
+    (
+        ["--timeout"],
+        dict(type=float, default=120.0, help="per-cell timeout in seconds (default 120)"),
+    ),
+    (["--seed"], dict(type=int, help="seed of the hidden checks (default: a fresh secret one)")),
+    (["--no-hidden"], dict(action="store_true", help="skip the hidden checks")),
+    (
+        ["--solutions"],
+        dict(
+            type=Path,
+            help="folder of solution notebooks whose check cells are restored "
+            "(default: solutions/)",
+        ),
+    ),
+    (
+        ["--executed"],
+        dict(type=Path, help="save the executed notebooks (with outputs) in this folder"),
+    ),
+    (["--quiet"], dict(action="store_true", help="print only the summary line")),
+]
+#: ``grade``'s arguments for a class (the argument is a folder of submissions)
+_CLASS_ARGS = [
+    (["--lesson"], dict(help="the lesson handed in, e.g. 01_naive")),
+    (["--out"], dict(type=Path, default=Path("grades"), help="gradebook folder (default grades/)")),
+    (["-j", "--jobs"], dict(type=int, default=1, help="submissions graded at a time")),
+    (["--force"], dict(action="store_true", help="grade again what is already graded")),
+    (["--roster"], dict(type=Path, help="a file of student names, one a line")),
+    (
+        ["--deadline"],
+        dict(help="ISO date-time (e.g. 2026-12-01T23:59); files modified later are marked late"),
+    ),
+]
 
-def _add_student(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser(
+
+def _add(parser, arguments) -> None:
+    for names, keywords in arguments:
+        parser.add_argument(*names, **keywords)
+
+
+def add_commands(subparsers) -> None:
+    """Register ``student`` and ``grade`` on an argparse subparsers object."""
+    student = subparsers.add_parser(
         "student",
         help="regenerate the student notebooks from the solutions",
         description="Write notebooks/NN_*.ipynb from solutions/NN_*.ipynb: "
         "solutions replaced by stubs, hidden checks removed, outputs cleared.",
     )
-    p.add_argument(
-        "solutions",
-        nargs="*",
-        type=Path,
-        help="solution notebooks (default: every solutions/*.ipynb)",
-    )
-    p.add_argument("--out", type=Path, default=None, help="output folder (default: notebooks/)")
-    p.add_argument(
-        "--check",
-        action="store_true",
-        help="write nothing; exit 1 if the student notebooks are out of date",
-    )
-    p.set_defaults(func=run_student)
-    return p
-
-
-def _add_grade(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser(
+    _add(student, _STUDENT_ARGS)
+    student.set_defaults(func=run_student)
+    grade = subparsers.add_parser(
         "grade",
         help="execute notebooks headless and grade their exercises",
         description="Execute each notebook in a fresh kernel, grade every "
         "exercise of its lesson (hidden checks included), print a table.",
     )
-    p.add_argument(
-        "notebooks",
-        nargs="+",
-        type=Path,
-        help="notebooks to grade, or one folder of submissions (a class)",
-    )
-    p.add_argument(
-        "--only",
-        metavar="ID",
-        default=None,
-        help="grade one exercise (e.g. 01.rstd) without running the notebook",
-    )
-    p.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
-    p.add_argument(
-        "--timeout", type=float, default=120.0, help="per-cell timeout in seconds (default 120)"
-    )
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=None,
-        help="seed of the hidden checks (default: a fresh secret one)",
-    )
-    p.add_argument("--no-hidden", action="store_true", help="skip the hidden checks")
-    p.add_argument(
-        "--solutions",
-        type=Path,
-        default=None,
-        help="folder of solution notebooks whose check cells are restored (default: solutions/)",
-    )
-    p.add_argument(
-        "--executed",
-        type=Path,
-        default=None,
-        help="save the executed notebooks (with outputs) in this folder",
-    )
-    p.add_argument("--quiet", action="store_true", help="print only the summary line")
-    c = p.add_argument_group("a class (the argument is a folder of submissions)")
-    c.add_argument("--lesson", default=None, help="the lesson handed in, e.g. 01_naive")
-    c.add_argument(
-        "--out", type=Path, default=Path("grades"), help="gradebook folder (default grades/)"
-    )
-    c.add_argument("-j", "--jobs", type=int, default=1, help="submissions graded at a time")
-    c.add_argument("--force", action="store_true", help="grade again what is already graded")
-    c.add_argument("--roster", type=Path, default=None, help="a file of student names, one a line")
-    c.add_argument(
-        "--deadline",
-        default=None,
-        help="ISO date-time (e.g. 2026-12-01T23:59); files modified later are marked late",
-    )
-    p.set_defaults(func=run_grade)
-    return p
-
-
-def add_commands(subparsers) -> None:
-    """Register ``student`` and ``grade`` on an argparse subparsers object."""
-    _add_student(subparsers)
-    _add_grade(subparsers)
+    _add(grade, _GRADE_ARGS)
+    _add(grade.add_argument_group("a class (the argument is a folder of submissions)"), _CLASS_ARGS)
+    grade.set_defaults(func=run_grade)
 
 
 def run_student(args) -> int:
@@ -139,7 +136,7 @@ def run_student(args) -> int:
 def run_class(args) -> int:
     from datetime import datetime
 
-    from .class_grade import grade_class
+    from .class_grade import ClassOptions, grade_class
 
     if len(args.notebooks) != 1:
         print("error: give one folder of submissions", file=sys.stderr)
@@ -148,9 +145,7 @@ def run_class(args) -> int:
     if args.roster:
         roster = [ln.strip() for ln in args.roster.read_text().splitlines() if ln.strip()]
     deadline = datetime.fromisoformat(args.deadline) if args.deadline else None
-    s = grade_class(
-        args.notebooks[0],
-        args.out,
+    options = ClassOptions(
         lesson=args.lesson,
         jobs=args.jobs,
         force=args.force,
@@ -162,6 +157,7 @@ def run_class(args) -> int:
         solutions=args.solutions,
         only=args.only,
     )
+    s = grade_class(args.notebooks[0], args.out, options)
     print(
         f"{s['submissions']} submissions: {s['graded']} graded, {s['skipped']} already graded "
         f"(--force grades them again), {s['missing']} missing, {s['flagged']} flagged; "

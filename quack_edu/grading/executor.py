@@ -1,0 +1,405 @@
+"""Running a notebook's cells: one executor, two engines.
+
+``Executor`` walks a notebook's code cells in order, one at a time, each with a timeout: a
+cell that raises does not stop the run; a cell that times out is interrupted; a process that
+died, hangs past the interrupt or whose CUDA context a fault made unusable is replaced by a
+fresh one, and the cells that had run are replayed in it (not the failed ones, nor the other
+cells of their group: an exercise's). What went wrong comes back as a ``CellEvent`` per cell.
+
+An engine only runs one cell and says how it went; the executor decides the rest:
+
+``JupyterEngine``
+    a Jupyter kernel (nbclient): the cells run as JupyterLab runs them (IPython, magics,
+    rich outputs in the executed notebook).
+``ChildEngine``
+    a child Python of the grader's (``_cellworker``), for machines without Jupyter (the H200
+    device machine): Python code is interrupted in the child at the timeout; what an alarm
+    cannot reach (a GPU kernel that never finishes) is killed with the child after a grace.
+
+Both run the learner's code in a process of its own, never in the caller's.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+try:
+    import nbformat
+except ImportError:  # a machine without Jupyter packages (the H200 device machine)
+    from . import _nblite as nbformat
+
+from .nbfiles import grade_id, repo_root
+
+#: the CUDA errors after which a process's context cannot launch anything again
+_STICKY_CUDA = re.compile(
+    r"illegal memory access|illegal instruction|misaligned address|unspecified launch failure"
+    r"|CUDA_ERROR_(?:ILLEGAL_ADDRESS|ILLEGAL_INSTRUCTION|MISALIGNED_ADDRESS|LAUNCH_FAILED)",
+    re.IGNORECASE,
+)
+
+
+@dataclass
+class CellEvent:
+    """What went wrong in one cell: it raised ("error"), ran past the timeout ("timeout") or
+    took its process down ("died")."""
+
+    index: int
+    grade_id: str | None
+    kind: str  # "error", "timeout", "died"
+    ename: str = ""
+    evalue: str = ""
+
+    def poisoned_gpu(self) -> bool:
+        """Whether the cell's error leaves its process's CUDA context unusable (an illegal memory
+        access, a kernel that faulted): every later CUDA call there fails too, so the process
+        is replaced as if it had died."""
+        return self.kind == "error" and bool(_STICKY_CUDA.search(f"{self.ename}: {self.evalue}"))
+
+    def describe(self, timeout: float) -> str:
+        where = f"cell {self.index}" + (f" ('{self.grade_id}')" if self.grade_id else "")
+        if self.kind == "timeout":
+            return f"{where} ran past the per-cell timeout of {timeout:g} s and was interrupted"
+        if self.kind == "died":
+            return f"{where} crashed the notebook's kernel ({self.evalue or 'it died'})"
+        if self.ename == "NotImplementedError" and not self.evalue:
+            return f"{where} raised NotImplementedError (it uses an exercise not done yet)"
+        from .hints import _ansi_free, diagnose_compile_text, short_text
+
+        said = f"{where} raised {self.ename}: {short_text(self.evalue)}"[:400]
+        rule = diagnose_compile_text(f"{self.ename}: {self.evalue}")
+        return f"{said} ({rule})" if rule else _ansi_free(said)
+
+
+@dataclass
+class CellRun:
+    """One code cell's run: its index in the notebook, what went wrong (None: nothing) and
+    how long it took. Its outputs are on the notebook's cell."""
+
+    index: int
+    event: CellEvent | None
+    seconds: float
+
+
+class Executor:
+    """Runs ``nb``'s code cells in order on ``engine`` (started: ``with engine``), surviving
+    errors, timeouts and dead processes. ``group(cell)`` names the cells that fail together
+    (the grader's: an exercise's answer and check cells): after one of them timed out or died,
+    none of them is replayed in a fresh process."""
+
+    def __init__(self, nb, engine, group: Callable[[object], str | None] | None = None):
+        self.nb, self.engine = nb, engine
+        self.group = group or (lambda cell: None)
+        self.ok_cells: list[int] = []  # the cells whose state the notebook built
+        self.failed: set[int] = set()  # the cells not replayed
+
+    def run(self) -> Iterator[CellRun]:
+        """Each code cell's run, in order (a blank cell is not sent to the engine)."""
+        for i, cell in enumerate(self.nb.cells):
+            if cell.cell_type != "code":
+                continue
+            if not cell.source.strip():
+                yield CellRun(i, None, 0.0)
+                continue
+            t = time.time()
+            ev = self.engine.execute(cell, i)
+            seconds = time.time() - t
+            self._settle(cell, i, ev)
+            yield CellRun(i, ev, seconds)
+
+    def _settle(self, cell, index: int, ev: CellEvent | None) -> None:
+        """What the cell's outcome costs: nothing, or a fresh process and a replay."""
+        if ev is None:
+            self.ok_cells.append(index)
+            return
+        lost = ev.kind == "died" or ev.poisoned_gpu() or not self.engine.alive()
+        if lost or (ev.kind == "timeout" and not self.engine.responsive()):
+            self._restart(self.failed | {index})  # dead, stuck, or its CUDA context unusable
+        elif ev.kind == "error":
+            self.ok_cells.append(index)  # its definitions before the error still count
+        if ev.kind in ("timeout", "died"):
+            key = self.group(cell)
+            self.failed.add(index)
+            if key is not None:
+                self.failed |= {j for j, c in enumerate(self.nb.cells) if self.group(c) == key}
+
+    def _restart(self, skip: set[int]) -> None:
+        """A fresh process, then the cells that had run are replayed (not the skipped ones)."""
+        self.engine.restart()
+        for i in list(self.ok_cells):
+            if i not in skip:
+                self.engine.execute(copy.deepcopy(self.nb.cells[i]), i)
+
+
+# ---- engines ----------------------------------------------------------------------------------
+_TIMEOUT = "QuackEduCellTimeout"
+#: seconds a fresh kernel or child Python may take to start (not counted in a cell's timeout)
+_STARTUP_TIMEOUT = 120
+
+
+class JupyterEngine:
+    """Runs a cell in a Jupyter kernel (nbclient), which writes its outputs onto the cell."""
+
+    def __init__(self, nb, env: dict, cwd: str, timeout: float):
+        from nbclient import NotebookClient
+        from traitlets.config import Config
+
+        self.nb = nb
+        self.timeout = timeout
+        # the kernel talks to the grader over Unix sockets in a private folder, not over TCP
+        # (no "running over TCP without encryption" warning; nothing listens on a port)
+        self._ipc = tempfile.mkdtemp(prefix="quack_edu_kernel_")
+        config = Config({"KernelManager": {"transport": "ipc", "ip": f"{self._ipc}/kernel"}})
+        # On a timeout nbclient interrupts the kernel and hands back this error as the cell's
+        # reply (and stops listening for the cell's output), so later cells run normally.
+        self.client = NotebookClient(
+            nb,
+            timeout=timeout,
+            kernel_name="python3",
+            allow_errors=True,
+            record_timing=False,
+            shutdown_kernel="immediate",
+            startup_timeout=_STARTUP_TIMEOUT,
+            interrupt_on_timeout=True,
+            config=config,
+            error_on_timeout={
+                "ename": _TIMEOUT,
+                "evalue": f"ran past {timeout:g} s",
+                "traceback": [],
+            },
+            on_cell_error=self._on_error,
+        )
+        self.env, self.cwd = env, cwd
+        self._reply: dict | None = None
+
+    def _on_error(self, cell, cell_index, execute_reply):
+        self._reply = execute_reply.get("content", {})
+
+    def __enter__(self):
+        self._ctx = self.client.setup_kernel(env=self.env, cwd=self.cwd)
+        self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        import gc
+        import logging
+        import shutil
+
+        # the output pollers of interrupted or killed cells end with an exception nobody
+        # awaits; collect them now, quietly, instead of logging at interpreter exit
+        log = logging.getLogger("asyncio")
+        level = log.level
+        log.setLevel(logging.CRITICAL)
+        try:
+            return self._ctx.__exit__(*exc)
+        except Exception:
+            return False
+        finally:
+            gc.collect()
+            log.setLevel(level)
+            shutil.rmtree(self._ipc, ignore_errors=True)
+
+    def execute(self, cell, index, timeout=None) -> CellEvent | None:
+        """Run one cell; None when it ran cleanly."""
+        from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+        old = self.client.timeout
+        if timeout is not None:
+            self.client.timeout = timeout
+        self._reply = None
+        try:
+            self.client.execute_cell(cell, index)
+        except CellTimeoutError:
+            return CellEvent(index, grade_id(cell), "timeout")
+        except DeadKernelError as e:
+            return CellEvent(index, grade_id(cell), "died", evalue=str(e))
+        finally:
+            self.client.timeout = old
+        if self._reply and self._reply.get("ename") == _TIMEOUT:
+            return CellEvent(index, grade_id(cell), "timeout")
+        err = next((o for o in cell.get("outputs", []) if o.get("output_type") == "error"), None)
+        if err is not None:
+            return CellEvent(
+                index, grade_id(cell), "error", err.get("ename", ""), str(err.get("evalue", ""))
+            )
+        return None
+
+    def restart(self) -> None:
+        """A fresh kernel (the old one is killed)."""
+        c = self.client
+        try:
+            c._cleanup_kernel()
+        except Exception:
+            pass
+        c.km = c.create_kernel_manager()
+        c.start_new_kernel(env=self.env, cwd=self.cwd)
+        c.start_new_kernel_client()
+
+    def alive(self) -> bool:
+        return True  # a dead kernel's cell comes back as "died"
+
+    def responsive(self) -> bool:
+        """After a timeout (nbclient interrupted the kernel): whether it answers a probe."""
+        probe = nbformat.v4.new_code_cell("pass")
+        self.nb.cells.append(probe)
+        try:
+            return (
+                self.execute(probe, len(self.nb.cells) - 1, timeout=min(15.0, self.timeout)) is None
+            )
+        except Exception:
+            return False
+        finally:
+            self.nb.cells.pop()
+
+
+class ChildEngine:
+    """Runs a cell in a child Python (``_cellworker``), one namespace for the notebook, with
+    ``env`` and ``cwd``. The child's own output (file descriptors) goes to ``log``, or to this
+    process's where None; ``label`` names the cells in tracebacks (``<label-N>``)."""
+
+    def __init__(
+        self, env: dict, cwd: str, timeout: float, log: Path | None = None, label="graded-cell"
+    ):
+        self.env, self.cwd, self.timeout = env, cwd, timeout
+        self.log, self.label = log, label
+        self.proc = None
+
+    def __enter__(self):
+        self._start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop()
+        return False
+
+    def _start(self) -> None:
+        import select
+        import subprocess
+
+        req_r, self._req_w = os.pipe()
+        self._rep_r, rep_w = os.pipe()
+        cmd = [sys.executable, "-m", "quack_edu.grading._cellworker", str(req_r), str(rep_w)]
+        log = open(self.log, "ab") if self.log else None
+        try:
+            self.proc = subprocess.Popen(
+                cmd,
+                env=self.env,
+                cwd=self.cwd,
+                pass_fds=(req_r, rep_w),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT if log else None,
+            )
+        finally:
+            if log:
+                log.close()
+        os.close(req_r)
+        os.close(rep_w)
+        self._requests = os.fdopen(self._req_w, "w")
+        self._replies = os.fdopen(self._rep_r, "r")
+        # its start (Python, matplotlib) is not the first cell's time
+        ready, _, _ = select.select([self._replies], [], [], _STARTUP_TIMEOUT)
+        if not (ready and self._replies.readline()):
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError(f"the cell worker did not start in {_STARTUP_TIMEOUT:g} s")
+
+    def _stop(self) -> None:
+        """End the child: its requests close (it leaves its loop), or it is killed."""
+        import subprocess
+
+        for f in (self._requests, self._replies):
+            try:
+                f.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def execute(self, cell, index) -> CellEvent | None:
+        """Run one cell; None when it ran cleanly. Its output is kept as Jupyter would."""
+        import select
+
+        msg = {"source": cell.source, "name": f"<{self.label}-{index}>", "timeout": self.timeout}
+        try:
+            self._requests.write(json.dumps(msg) + "\n")
+            self._requests.flush()
+        except (BrokenPipeError, OSError):
+            return self._died(cell, index)
+        # the child interrupts Python code at the timeout and answers; beyond the grace, it is
+        # stuck where an alarm cannot reach (a GPU kernel that never finishes)
+        grace = min(30.0, max(5.0, self.timeout))
+        ready, _, _ = select.select([self._replies], [], [], self.timeout + grace)
+        if not ready:
+            self.proc.kill()
+            self.proc.wait()
+            return CellEvent(index, grade_id(cell), "timeout")
+        line = self._replies.readline()
+        if not line:
+            return self._died(cell, index)
+        out = json.loads(line)
+        outputs = [{"output_type": "stream", "name": "stdout", "text": out["stdout"]}]
+        if not out["ok"]:
+            tb = out["error"].splitlines()
+            outputs.append(
+                {
+                    "output_type": "error",
+                    "ename": out["ename"],
+                    "evalue": out["evalue"],
+                    "traceback": tb,
+                }
+            )
+        cell.outputs = [nbformat.from_dict(o) for o in outputs if o.get("text", True)]
+        if out["ok"]:
+            return None
+        if out["timed_out"]:
+            return CellEvent(index, grade_id(cell), "timeout")
+        return CellEvent(index, grade_id(cell), "error", out["ename"], out["evalue"])
+
+    def _died(self, cell, index) -> CellEvent:
+        rc = self.proc.wait()
+        return CellEvent(index, grade_id(cell), "died", evalue=f"the process exited with {rc}")
+
+    def restart(self) -> None:
+        self._stop()
+        self._start()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None  # not killed after a stuck cell, not dead
+
+    def responsive(self) -> bool:
+        """After a timeout the child interrupted the cell's Python code itself: it answers
+        while it lives."""
+        return self.alive()
+
+
+def child_env(base: dict | None = None) -> dict:
+    """``base`` (default: this process's environment) with this copy of quack_edu first on
+    PYTHONPATH, so that a kernel or child Python imports the same package."""
+    env = dict(os.environ if base is None else base)
+    root = str(repo_root())
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def jupyter_available() -> bool:
+    return all(importlib.util.find_spec(m) for m in ("nbclient", "jupyter_client", "ipykernel"))
+
+
+def engine_for(nb, env: dict, cwd: str, timeout: float, log: Path | None = None):
+    """A Jupyter kernel where Jupyter is installed, else a child Python (``log``: its output)."""
+    if jupyter_available():
+        return JupyterEngine(nb, env, cwd, timeout)
+    return ChildEngine(env, cwd, timeout, log)
