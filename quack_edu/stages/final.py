@@ -73,7 +73,7 @@ from ..runtime import LaunchShape, cute_dtype, direct_call
 from . import final_configs
 from .cluster import ClusterRMSNorm
 from .final_lesson import CtaParts, LearnerLoop
-from .final_staging import Staging
+from .final_staging import RowStaging, SliceStaging
 
 CONFIG = FinalConfig
 
@@ -169,11 +169,83 @@ def configs(N: int, dtype, weight_dtype=None, features=None, vec=None) -> list[F
     return final_configs.fitting(build, final_configs.forward_candidates(base))
 
 
-class FinalRMSNorm(Staging, LearnerLoop, ClusterRMSNorm):
-    name = "final"
-    heuristic = staticmethod(final_config)
+class FinalBase(RowStaging, ClusterRMSNorm):
+    """What the final forward and backward kernels share: their shape (``place``), row blocks
+    staged in shared memory (``RowStaging``), the row reduction's alternating buffers and, from
+    the cluster stage, the reductions and the cluster protocol. Each kernel adds its own
+    features, config, plan and device code."""
+
     plan = "hold"
     seq_rows = 1
+
+    def place(self, dtype, N, config, weight_dtype, features, vec):
+        """What every final kernel (forward and backward) sets first: the dtypes, N, the
+        access width ``vec``, the config (the class's ``heuristic`` when None), checked, and
+        its tiling. Returns the features."""
+        self.features = features
+        self.dtype = cute_dtype(dtype)
+        self.weight_dtype = cute_dtype(weight_dtype if weight_dtype is not None else dtype)
+        self.N = int(N)
+        self.vec = vec or widest_vec(N, dtype)
+        if config is None:
+            config = self.heuristic(N, dtype, weight_dtype, features, self.vec)
+        self.config = config
+        self.check_config()
+        self.tiling = RowTiling.make(self.N, self.dtype, config, vec=self.vec)
+        self.check_tiling()
+        self.seq = 1
+        return features
+
+    def async_copies(self, staged) -> bool:
+        """Can every tensor of these dtypes (None: absent) come in by cp.async? It copies 4, 8
+        or 16 bytes: narrower vectors go through registers."""
+        return all(self.vec * d.width >= 32 for d in staged if d is not None)
+
+    @classmethod
+    def max_N_for(cls, dtype) -> int:
+        return MAX_N
+
+    def check_tiling(self):
+        t, cfg = self.tiling, self.config
+        if t.chunks > 1:
+            self.fail(
+                f"a thread's share of the row is {t.vecs * t.chunks} vectors but max_vecs is "
+                f"{cfg.max_vecs}: raise threads_per_row or cluster_n"
+            )
+        if t.vecs % cfg.stages:
+            self.fail(f"stages={cfg.stages} must divide the {t.vecs} vectors a thread copies")
+        if cfg.cluster_n > 1 and 2 * t.tiles_per_row <= cfg.cluster_n:
+            self.fail(
+                f"with {t.tile_cols} columns per CTA only {t.tiles_per_row} of the "
+                f"{cfg.cluster_n} CTAs of the cluster would own columns"
+            )
+        if self.smem_bytes() > SMEM_PER_CTA:
+            self.fail(
+                f"the CTA needs {self.smem_bytes()} bytes of shared memory, more than the "
+                f"{SMEM_PER_CTA} a Hopper CTA can have: raise cluster_n or use buffers=1"
+            )
+
+    def alternating_exchange_smem(self, smem: SmemAllocator):
+        """The row reduction's shared memory, for blocks reduced one after the other: two
+        buffers (rows_per_cta, (warps_per_row, cluster_n), 2) used alternately and, in a
+        cluster, two mbarriers, armed. Returns (buffers, mbar_ptr or None)."""
+        t = self.tiling
+        layout = cute.make_ordered_layout(
+            (t.rows_per_cta, (t.warps_per_row, t.cluster_n), 2), order=(1, 0, 2)
+        )
+        red = smem.allocate_tensor(Float32, layout, byte_alignment=16)
+        mbar_ptr = None
+        if t.cluster_n > 1:  # a trace-time (Python) decision
+            mbar_ptr = smem.allocate_array(Int64, 2)
+            self.arm_cluster_barrier(mbar_ptr, 2)
+        return red, mbar_ptr
+
+
+class FinalRMSNorm(SliceStaging, LearnerLoop, FinalBase):
+    """The forward: the final kernel (the module's docstring says what it adds)."""
+
+    name = "final"
+    heuristic = staticmethod(final_config)
 
     #: a weight (and bias) held in registers is loaded once per CTA, before its first row
     #: block, rather than for every block (``WeightPlan.REGS_ONCE``; ab_configs.json)
@@ -234,33 +306,6 @@ class FinalRMSNorm(Staging, LearnerLoop, ClusterRMSNorm):
             return WeightPlan.REGS_AFTER_SUM
         return WeightPlan.REGS_ONCE if self.weight_once else WeightPlan.REGS_EACH_BLOCK
 
-    def place(self, dtype, N, config, weight_dtype, features, vec):
-        """What every final kernel (forward and backward) sets first: the dtypes, N, the
-        access width ``vec``, the config (the class's ``heuristic`` when None), checked, and
-        its tiling. Returns the features."""
-        self.features = features
-        self.dtype = cute_dtype(dtype)
-        self.weight_dtype = cute_dtype(weight_dtype if weight_dtype is not None else dtype)
-        self.N = int(N)
-        self.vec = vec or widest_vec(N, dtype)
-        if config is None:
-            config = self.heuristic(N, dtype, weight_dtype, features, self.vec)
-        self.config = config
-        self.check_config()
-        self.tiling = RowTiling.make(self.N, self.dtype, config, vec=self.vec)
-        self.check_tiling()
-        self.seq = 1
-        return features
-
-    def async_copies(self, staged) -> bool:
-        """Can every tensor of these dtypes (None: absent) come in by cp.async? It copies 4, 8
-        or 16 bytes: narrower vectors go through registers."""
-        return all(self.vec * d.width >= 32 for d in staged if d is not None)
-
-    @classmethod
-    def max_N_for(cls, dtype) -> int:
-        return MAX_N
-
     @classmethod
     def launch(
         cls, x, weight, bias, residual, out, residual_out, rstd, eps, weight_offset=0.0,
@@ -287,26 +332,6 @@ class FinalRMSNorm(Staging, LearnerLoop, ClusterRMSNorm):
             self.fail(f"vec={self.vec} must be a power of two that divides N")
         if self.vec * self.dtype.width > 8 * VECTOR_BYTES:
             self.fail(f"vec={self.vec} is wider than a 16-byte access of x")
-
-    def check_tiling(self):
-        t, cfg = self.tiling, self.config
-        if t.chunks > 1:
-            self.fail(
-                f"a thread's share of the row is {t.vecs * t.chunks} vectors but max_vecs is "
-                f"{cfg.max_vecs}: raise threads_per_row or cluster_n"
-            )
-        if t.vecs % cfg.stages:
-            self.fail(f"stages={cfg.stages} must divide the {t.vecs} vectors a thread copies")
-        if cfg.cluster_n > 1 and 2 * t.tiles_per_row <= cfg.cluster_n:
-            self.fail(
-                f"with {t.tile_cols} columns per CTA only {t.tiles_per_row} of the "
-                f"{cfg.cluster_n} CTAs of the cluster would own columns"
-            )
-        if self.smem_bytes() > SMEM_PER_CTA:
-            self.fail(
-                f"the CTA needs {self.smem_bytes()} bytes of shared memory, more than the "
-                f"{SMEM_PER_CTA} a Hopper CTA can have: raise cluster_n or use buffers=1"
-            )
 
     # -- sizes ---------------------------------------------------------------------------------
     def smem_bytes(self) -> int:
@@ -412,21 +437,6 @@ class FinalRMSNorm(Staging, LearnerLoop, ClusterRMSNorm):
         if cutlass.const_expr(b is not None):
             y = y + b
         return y
-
-    def alternating_exchange_smem(self, smem: SmemAllocator):
-        """The row reduction's shared memory, for blocks reduced one after the other: two
-        buffers (rows_per_cta, (warps_per_row, cluster_n), 2) used alternately and, in a
-        cluster, two mbarriers, armed. Returns (buffers, mbar_ptr or None)."""
-        t = self.tiling
-        layout = cute.make_ordered_layout(
-            (t.rows_per_cta, (t.warps_per_row, t.cluster_n), 2), order=(1, 0, 2)
-        )
-        red = smem.allocate_tensor(Float32, layout, byte_alignment=16)
-        mbar_ptr = None
-        if t.cluster_n > 1:  # a trace-time (Python) decision
-            mbar_ptr = smem.allocate_array(Int64, 2)
-            self.arm_cluster_barrier(mbar_ptr, 2)
-        return red, mbar_ptr
 
     @cute.jit
     def __call__(

@@ -65,7 +65,7 @@ from ..primitives.copy import _like, store_as
 from ..primitives.tiling import ceil_div
 from ..runtime import LaunchShape, cute_dtype, resident_clusters, sm_count
 from . import final_configs
-from .final import MAX_N, FinalRMSNorm, _wider, widest_vec
+from .final import MAX_N, FinalBase, _wider, widest_vec
 
 #: SMs of an H200 (the default the host's grid is computed for)
 SM_COUNT = 132
@@ -200,17 +200,15 @@ class PartialView:
         FinalBwdAtomic.red_add(self.kernel, self._reg(value, v), self.tPgP[None, None, v])
 
 
-class FinalBwdRMSNorm(FinalRMSNorm):
-    """dx, and per-CTA partial sums of dw and db, for the final forward. Reuses the forward's
-    copies (``stage_copy``, ``issue_block``; ``stage_in`` and ``col_pred`` are redone here
-    without Boolean tensors), its reductions (``warp_reduce``, ``block_reduce``,
-    ``cluster_exchange``) and its cluster protocol (``arm_cluster_barrier``,
-    ``expected_tx_bytes``)."""
+class FinalBwdRMSNorm(FinalBase):
+    """dx, and per-CTA partial sums of dw and db, for the final forward. Shares the forward's
+    shape, row-block copies (``stage_copy``, ``issue_block``; ``stage_in`` and ``col_pred``
+    are its own, without Boolean tensors and without an L2 policy), reductions
+    (``warp_reduce``, ``block_reduce``, ``cluster_exchange``) and cluster protocol
+    (``arm_cluster_barrier``, ``expected_tx_bytes``) through ``FinalBase``."""
 
     name = "final_bwd"
     heuristic = staticmethod(bwd_config)
-    #: the forward's L2 policy on x's copies: not here yet (this class has its own stage_in)
-    hint_copies = False
 
     def __init__(
         self,

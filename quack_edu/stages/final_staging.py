@@ -1,8 +1,9 @@
-"""How the final kernel's tensors reach it: x (and the residual) copied into shared memory a
-row block at a time, by cp.async under an L2 policy where it can (``stage_in``, ``issue_block``);
-the weight and bias slices copied into shared memory once per CTA (``copy_slices``) or loaded
-into registers (``load_weights``); the predicates of a ragged row. ``FinalRMSNorm`` mixes this
-in; its switches (``hint_copies``, ``flat_weight_copy``) say which copies it uses."""
+"""How the final kernels' tensors reach them. ``RowStaging`` (forward and backward): rows of x
+(and the residual, or dout) copied into shared memory a row block at a time, by cp.async
+under an L2 policy where it can, and the predicates of a ragged row. ``SliceStaging`` (the
+forward): the weight and bias slices copied into shared memory once per CTA or loaded into
+registers, as its ``WeightPlan`` says. The kernel's switches (``hint_copies``,
+``flat_weight_copy``) say which copies it uses."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from ..primitives import copy as copy_utils
 from ..primitives.tiling import ceil_div
 
 
-class Staging:
+class RowStaging:
+    """Row blocks into shared memory (needs ``tiling``, ``config``, ``use_async``, ``N`` and
+    the ``hint_copies`` switch)."""
+
     def stage_copy(self, dtype, to_smem: bool) -> cute.TiledCopy:
         """The tiled copy that brings a tensor of ``dtype`` in: cp.async (16 bytes: .cg; 4 or
         8: .ca) when ``use_async``, else plain loads through registers."""
@@ -26,47 +30,13 @@ class Staging:
         return copy_utils.row_tiled_copy(dtype, t.threads_per_row, t.num_threads, t.vec)
 
     # -- device code -------------------------------------------------------------------------------
+
     def col_pred(self, thr, cX):
         """Per atom of this thread's partition of the tile ``cX`` (coordinates): column < N.
         None when the tiles cover N exactly."""
         if self.tiling.even_cols:
             return None
         return copy_utils.predicate_cols(thr.partition_S(cX), self.N)
-
-    def weight_regs(self) -> int:
-        """Registers a thread needs to hold its share of the weight and bias."""
-        t, f = self.tiling, self.features
-        bits = (self.weight_dtype.width if f.weight else 0) + (
-            self.bias_dtype.width if self.bias_dtype else 0
-        )
-        return t.vecs * t.vec * bits // 32
-
-    def load_weights(self, mW, mB, tXsX, cX, rank):
-        """This thread's share of the weight and bias, in registers, in x's vector shape."""
-        t = self.tiling
-        tidx, _, _ = cute.arch.thread_idx()
-        out = []
-        for m in (mW, mB):
-            if m is None:
-                out.append(None)
-                continue
-            if self.hint_copies:
-                # evict_last, as x's copies are: else the streamed x pushes the weight out of
-                # L2 (ab_configs.json)
-                op = cute.nvgpu.CopyG2ROp()
-                copy_W = copy_utils.row_tiled_copy(
-                    m.element_type, t.threads_per_row, t.num_threads, t.vec, op=op
-                )
-                hint = {"cache_policy": copy_utils.l2_evict_last()}
-            else:
-                copy_W, hint = self.stage_copy(m.element_type, False), {}
-            thr_W = copy_W.get_slice(tidx)
-            gW = cute.local_tile(copy_utils.broadcast_rows(m, t.rows_per_cta), t.tiler, (0, rank))
-            rW = cute.make_rmem_tensor_like(tXsX[None, None, None, 0], m.element_type)
-            pW = self.col_pred(thr_W, cX)
-            cute.copy(copy_W, thr_W.partition_S(gW), thr_W.retile(rW), pred=pW, **hint)
-            out.append(rW)
-        return out
 
     def stage_in(self, tiled, src: cute.Tensor, dst: cute.Tensor, pred, lo: int, hi: int):
         """Copy this thread's vectors ``lo..hi-1`` of ``src`` (global) into ``dst`` (shared);
@@ -96,56 +66,6 @@ class Staging:
                 r = cute.make_rmem_tensor_like(src[None, None, v])
                 cute.copy(tiled, src[None, None, v], r, pred=p)
                 dst[None, None, v].store(r.load())
-
-    def flat_copy(self, dtype) -> bool:
-        """Does a slice of ``dtype`` go to shared memory by ``copy_slice_flat``?"""
-        return self.flat_weight_copy and self.use_async and self.tiling.vec * dtype.width > 128
-
-    @cute.jit
-    def copy_slice_flat(self, m: cute.Tensor, s_: cute.Tensor, rank):
-        """Copy this CTA's columns of the (N,) tensor ``m`` into ``s_`` (its shared-memory
-        slice, read back with row stride 0) in 16-byte pieces: piece ``p`` by thread
-        ``p % num_threads``, under an L2 evict_last policy (every CTA reads the slice). A piece
-        never straddles N (N * itemsize is a multiple of 16 when a vector is wider than 16
-        bytes); pieces past N are not copied, and nothing reads them."""
-        t = self.tiling
-        tidx, _, _ = cute.arch.thread_idx()
-        per = 128 // m.element_type.width  # elements a piece
-        pieces = t.tile_cols // per
-        col0 = rank * t.tile_cols
-        policy = copy_utils.l2_evict_last()
-        for k in cutlass.range_constexpr(ceil_div(pieces, t.num_threads)):
-            p = k * t.num_threads + tidx
-            if p < pieces and col0 + p * per < self.N:
-                src = cute.make_tensor(m.iterator + col0 + p * per, cute.make_layout(per))
-                dst = cute.make_tensor(s_.iterator + p * per, cute.make_layout(per))
-                copy_utils.cp_async_16(dst, src, policy)
-
-    @cute.jit
-    def copy_slices(self, mW, mB, sW, sB, cX: cute.Tensor, rank, row_in_cta):
-        """Start the copies of the CTA's weight and bias slices into shared memory and commit
-        them as one group: a wide slice by all threads (``copy_slice_flat``), else by the
-        threads of the CTA's first row in x's vector shape (every row reads the same columns)."""
-        t = self.tiling
-        tidx, _, _ = cute.arch.thread_idx()
-        for m, s_ in ((mW, sW), (mB, sB)):
-            if cutlass.const_expr(m is not None and self.flat_copy(m.element_type)):
-                self.copy_slice_flat(m, s_, rank)
-        if row_in_cta == 0:
-            for m, s_ in ((mW, sW), (mB, sB)):
-                if cutlass.const_expr(m is not None and not self.flat_copy(m.element_type)):
-                    copy_W = self.stage_copy(m.element_type, True)
-                    thr_W = copy_W.get_slice(tidx)
-                    gW = cute.local_tile(
-                        copy_utils.broadcast_rows(m, t.rows_per_cta), t.tiler, (0, rank)
-                    )
-                    # the weight's own predicate: an fp32 vector is two 16-byte atoms
-                    pW = self.col_pred(thr_W, cX)
-                    self.stage_in(
-                        copy_W, thr_W.partition_S(gW), thr_W.partition_D(s_), pW, 0, t.vecs
-                    )
-        if cutlass.const_expr(self.use_async):
-            cute.arch.cp_async_commit_group()
 
     @cute.jit
     def issue_block(
@@ -208,3 +128,93 @@ class Staging:
             self.stage_in(copy_X, tXgX, tXsX, pX, lo, hi)
             if cutlass.const_expr(mRes is not None):
                 self.stage_in(copy_R, tRgR, tRsR, self.col_pred(thr_R, cX), lo, hi)
+
+
+class SliceStaging:
+    """The forward's weight and bias slices (needs what ``RowStaging`` needs and the
+    ``flat_weight_copy`` switch)."""
+
+    def weight_regs(self) -> int:
+        """Registers a thread needs to hold its share of the weight and bias."""
+        t, f = self.tiling, self.features
+        bits = (self.weight_dtype.width if f.weight else 0) + (
+            self.bias_dtype.width if self.bias_dtype else 0
+        )
+        return t.vecs * t.vec * bits // 32
+
+    def load_weights(self, mW, mB, tXsX, cX, rank):
+        """This thread's share of the weight and bias, in registers, in x's vector shape."""
+        t = self.tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        out = []
+        for m in (mW, mB):
+            if m is None:
+                out.append(None)
+                continue
+            if self.hint_copies:
+                # evict_last, as x's copies are: else the streamed x pushes the weight out of
+                # L2 (ab_configs.json)
+                op = cute.nvgpu.CopyG2ROp()
+                copy_W = copy_utils.row_tiled_copy(
+                    m.element_type, t.threads_per_row, t.num_threads, t.vec, op=op
+                )
+                hint = {"cache_policy": copy_utils.l2_evict_last()}
+            else:
+                copy_W, hint = self.stage_copy(m.element_type, False), {}
+            thr_W = copy_W.get_slice(tidx)
+            gW = cute.local_tile(copy_utils.broadcast_rows(m, t.rows_per_cta), t.tiler, (0, rank))
+            rW = cute.make_rmem_tensor_like(tXsX[None, None, None, 0], m.element_type)
+            pW = self.col_pred(thr_W, cX)
+            cute.copy(copy_W, thr_W.partition_S(gW), thr_W.retile(rW), pred=pW, **hint)
+            out.append(rW)
+        return out
+
+    def flat_copy(self, dtype) -> bool:
+        """Does a slice of ``dtype`` go to shared memory by ``copy_slice_flat``?"""
+        return self.flat_weight_copy and self.use_async and self.tiling.vec * dtype.width > 128
+
+    @cute.jit
+    def copy_slice_flat(self, m: cute.Tensor, s_: cute.Tensor, rank):
+        """Copy this CTA's columns of the (N,) tensor ``m`` into ``s_`` (its shared-memory
+        slice, read back with row stride 0) in 16-byte pieces: piece ``p`` by thread
+        ``p % num_threads``, under an L2 evict_last policy (every CTA reads the slice). A piece
+        never straddles N (N * itemsize is a multiple of 16 when a vector is wider than 16
+        bytes); pieces past N are not copied, and nothing reads them."""
+        t = self.tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        per = 128 // m.element_type.width  # elements a piece
+        pieces = t.tile_cols // per
+        col0 = rank * t.tile_cols
+        policy = copy_utils.l2_evict_last()
+        for k in cutlass.range_constexpr(ceil_div(pieces, t.num_threads)):
+            p = k * t.num_threads + tidx
+            if p < pieces and col0 + p * per < self.N:
+                src = cute.make_tensor(m.iterator + col0 + p * per, cute.make_layout(per))
+                dst = cute.make_tensor(s_.iterator + p * per, cute.make_layout(per))
+                copy_utils.cp_async_16(dst, src, policy)
+
+    @cute.jit
+    def copy_slices(self, mW, mB, sW, sB, cX: cute.Tensor, rank, row_in_cta):
+        """Start the copies of the CTA's weight and bias slices into shared memory and commit
+        them as one group: a wide slice by all threads (``copy_slice_flat``), else by the
+        threads of the CTA's first row in x's vector shape (every row reads the same columns)."""
+        t = self.tiling
+        tidx, _, _ = cute.arch.thread_idx()
+        for m, s_ in ((mW, sW), (mB, sB)):
+            if cutlass.const_expr(m is not None and self.flat_copy(m.element_type)):
+                self.copy_slice_flat(m, s_, rank)
+        if row_in_cta == 0:
+            for m, s_ in ((mW, sW), (mB, sB)):
+                if cutlass.const_expr(m is not None and not self.flat_copy(m.element_type)):
+                    copy_W = self.stage_copy(m.element_type, True)
+                    thr_W = copy_W.get_slice(tidx)
+                    gW = cute.local_tile(
+                        copy_utils.broadcast_rows(m, t.rows_per_cta), t.tiler, (0, rank)
+                    )
+                    # the weight's own predicate: an fp32 vector is two 16-byte atoms
+                    pW = self.col_pred(thr_W, cX)
+                    self.stage_in(
+                        copy_W, thr_W.partition_S(gW), thr_W.partition_D(s_), pW, 0, t.vecs
+                    )
+        if cutlass.const_expr(self.use_async):
+            cute.arch.cp_async_commit_group()
