@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from .. import hints
 from ..checks import EPS, HIDDEN_M, POISON, VISIBLE_M, KernelHole, Ptx, rmsnorm_inputs
-from ..registry import COMPILE, GPU, Check, CheckFailed, Mutant
+from ..registry import GPU, TIERS, Check, CheckFailed, mutants
 
 X, W, OUT = 0, 1, 2
 _NAMES = {X: "x", W: "the weight", OUT: "y"}
@@ -289,55 +289,31 @@ def _check_cols(rep, kernel, where: str) -> None:
 #: the store of y in the solutions of 02-04 (a mutant guards it further)
 STORE_Y = "    if row < M:\n        cute.copy(copy_O, tXrO, tXgO, pred=tXpX)"
 
+# fmt: off
 #: mutants of every whole kernel, seen in its PTX (the compile tier) and refused a launch
-COLUMN_MUTANTS = (
-    Mutant(
-        "no column predicates",
-        [(", pred=tXpX)", ")"), (", pred=tWpW)", ")")],
-        hint="with a column predicate",
-        tiers=(COMPILE, GPU),
-    ),
-    Mutant(
-        "the fragment of x not zeroed",
-        [("    tXrX.fill(0)", "    pass")],
-        hint="never written in x's register fragment",
-        tiers=(COMPILE, GPU),
-    ),
+COLUMN_MUTANTS = mutants(TIERS,
+    ("no column predicates", "with a column predicate", [
+        (", pred=tXpX)", ")"),
+        (", pred=tWpW)", ")"),
+    ]),
+    ("the fragment of x not zeroed", "never written in x's register fragment",
+     "    tXrX.fill(0)", "    pass"),
 )
+# fmt: on
 
+# fmt: off
 #: wrong values that compile to the right instructions: only the gpu tier sees them, as known
 #: wrong RMSNorms (``WHOLE_VARIANTS``), zeros or outputs never written.
-VALUE_MUTANTS = (
-    Mutant(
-        "rsqrt of the sum, not the mean",
-        [("rstd = self.rstd(sum_sq, eps)", "rstd = cute.math.rsqrt(sum_sq + eps)")],
-        hint="the mean of squares is sum / N",
-        tiers=(GPU,),
-    ),
-    Mutant(
-        "sum of x, not of x * x",
-        [("(x * x).reduce(", "x.reduce(")],
-        hint="you sum x, not x * x",
-        tiers=(GPU,),
-    ),
-    Mutant(
-        "output multiplied by 0",
-        [
-            (
-                "y = x * rstd * tXrW.load().to(Float32)",
-                "y = x * rstd * tXrW.load().to(Float32) * 0.0",
-            )
-        ],
-        hint="every output is 0",
-        tiers=(GPU,),
-    ),
-    Mutant(
-        "y = x * w, not normalised",
-        [("y = x * rstd * tXrW.load().to(Float32)", "y = x * tXrW.load().to(Float32)")],
-        hint="the row is never normalised",
-        tiers=(GPU,),
-    ),
+VALUE_MUTANTS = mutants(GPU,
+    ("rsqrt of the sum, not the mean", "the mean of squares is sum / N",
+     "rstd = self.rstd(sum_sq, eps)", "rstd = cute.math.rsqrt(sum_sq + eps)"),
+    ("sum of x, not of x * x", "you sum x, not x * x", "(x * x).reduce(", "x.reduce("),
+    ("output multiplied by 0", "every output is 0",
+     "y = x * rstd * tXrW.load().to(Float32)", "y = x * rstd * tXrW.load().to(Float32) * 0.0"),
+    ("y = x * w, not normalised", "the row is never normalised",
+     "y = x * rstd * tXrW.load().to(Float32)", "y = x * tXrW.load().to(Float32)"),
 )
+# fmt: on
 
 #: known wrong RMSNorms a whole kernel can compute, checked against its wrong values
 WHOLE_VARIANTS = (hints.SUM_NOT_MEAN_V, hints.NOT_SQUARED_V, hints.NOT_NORMALISED_V)

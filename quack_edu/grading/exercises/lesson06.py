@@ -33,7 +33,7 @@ from ..checks import (
     gpu_values,
     is_not_implemented,
 )  # fmt: skip
-from ..registry import COMPILE, GPU, Check, Exercise, Mutant, register
+from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
 
 LESSON = "06_final_kernel"
 
@@ -331,6 +331,19 @@ def _diagnose_epilogue(o, x, w, b, off, tol):
     return None
 
 
+# fmt: off
+EPILOGUE_MUTANTS = mutants(TIERS,
+    ("offset added after the multiply", "added after the multiply",
+     "y * (w + weight_offset)", "y * w + weight_offset"),
+    ("offset forgotten", "weight_offset never reaches the output",
+     "y * (w + weight_offset)", "y * w"),
+    ("bias forgotten", "the bias never reaches the output", "y = y + b", "y = y"),
+    ("weight ignored when there is a bias",
+     "the weight never reaches the output when there is a bias",
+     "if w is not None:", "if w is not None and b is None:"),
+)
+# fmt: on
+
 epilogue = register(
     Exercise(
         id="06.epilogue",
@@ -338,32 +351,7 @@ epilogue = register(
         answer="scale",
         title="the epilogue of the final kernel: x_hat * (w + weight_offset) + b, in fp32",
         points={COMPILE: 1, GPU: 1},
-        mutants=[
-            Mutant(
-                "offset added after the multiply",
-                [("y * (w + weight_offset)", "y * w + weight_offset")],
-                hint="added after the multiply",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "offset forgotten",
-                [("y * (w + weight_offset)", "y * w")],
-                hint="weight_offset never reaches the output",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "bias forgotten",
-                [("y = y + b", "y = y")],
-                hint="the bias never reaches the output",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "weight ignored when there is a bias",
-                [("if w is not None:", "if w is not None and b is None:")],
-                hint="the weight never reaches the output when there is a bias",
-                tiers=(COMPILE, GPU),
-            ),
-        ],
+        mutants=EPILOGUE_MUTANTS,
     )
 )
 epilogue.add(
@@ -652,6 +640,18 @@ def _fake_gpu_check(hidden: bool) -> Check:
     return Check(name, GPU, fn, hidden)
 
 
+# fmt: off
+FAKE_IMPL_MUTANTS = mutants(TIERS,
+    ("rstd in bf16", "rstd is float32",
+     "x.shape[:-1], dtype=torch.float32", "x.shape[:-1], dtype=torch.bfloat16"),
+    ("rstd of x's shape", "one value per row", "x.new_empty(x.shape[:-1]", "x.new_empty(x.shape"),
+    ("residual_out is x itself", "never an input or an alias",
+     "outs.append(x.new_empty(x.shape, dtype=residual_out_dtype))", "outs.append(x)"),
+    ("out in x's dtype", "out is in out_dtype",
+     "[x.new_empty(x.shape, dtype=out_dtype)]", "[x.new_empty(x.shape, dtype=x.dtype)]"),
+)
+# fmt: on
+
 fake_impl = register(
     Exercise(
         id="06.fake_impl",
@@ -659,37 +659,7 @@ fake_impl = register(
         answer="rmsnorm_fwd_fake",
         title="the fake implementation of quack_edu::rmsnorm_fwd: outputs without data",
         points={COMPILE: 1, GPU: 1},
-        mutants=[
-            Mutant(
-                "rstd in bf16",
-                [("x.shape[:-1], dtype=torch.float32", "x.shape[:-1], dtype=torch.bfloat16")],
-                hint="rstd is float32",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "rstd of x's shape",
-                [("x.new_empty(x.shape[:-1]", "x.new_empty(x.shape")],
-                hint="one value per row",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "residual_out is x itself",
-                [("outs.append(x.new_empty(x.shape, dtype=residual_out_dtype))", "outs.append(x)")],
-                hint="never an input or an alias",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "out in x's dtype",
-                [
-                    (
-                        "[x.new_empty(x.shape, dtype=out_dtype)]",
-                        "[x.new_empty(x.shape, dtype=x.dtype)]",
-                    )
-                ],
-                hint="out is in out_dtype",
-                tiers=(COMPILE, GPU),
-            ),
-        ],
+        mutants=FAKE_IMPL_MUTANTS,
     )
 )
 fake_impl.add(
@@ -1342,6 +1312,48 @@ INTROSPECTION = (
 )
 WHY_NOT_INTROSPECT = "the loop does not ask what its arguments are: one loop, run as it is written"
 
+# fmt: off
+ROW_LOOP_MUTANTS = mutants(COMPILE,
+    ("one exchange buffer", "it % 2", "parity = it % 2", "parity = 0"),
+    ("the phase from it % 2", "wrong mbarrier phase",
+     "wait_peers(parity, (it // 2) % 2)", "wait_peers(parity, it % 2)"),
+    ("re-armed for the last blocks too", "a block that does not exist",
+     "if tidx == 0 and it + 2 < n_iter:", "if tidx == 0:"),
+    ("every thread re-arms", "more than one thread re-arms",
+     "if tidx == 0 and it + 2 < n_iter:", "if it + 2 < n_iter:"),
+    ("the last block skipped", "never ran first_pass",
+     "cutlass.range(n_iter, unroll=1)", "cutlass.range(n_iter - 1, unroll=1)"),
+    ("an empty loop body", "never ran first_pass",
+     "for it in cutlass.range(n_iter, unroll=1):",
+     "for it in cutlass.range(n_iter, unroll=1):\n        pass\n    if False:"),
+    ("one exchange buffer, re-armed for the next block",
+     "one exchange buffer and mbarrier for every block", [
+        ("parity = it % 2", "parity = 0"),
+        ("it + 2 < n_iter", "it + 1 < n_iter"),
+    ]),
+    ("no issue in the last iteration", "the last iteration issues no next block",
+     "issue(blk + 1, 1 - buf)", "if it + 1 < n_iter:\n            issue(blk + 1, 1 - buf)"),
+    ("the next block into the buffer being read", "still reads",
+     "issue(blk + 1, 1 - buf)", "issue(blk + 1, buf)"),
+    # cheats that tell the replay (plain Python ints) from the compile, right replayed and
+    # wrong compiled, by a test the screen lets through (it flags isinstance and the
+    # like). The compiled trace's calls and the loop's PTX give them away: the compile
+    # tier only (the gpu tier's checks need it, so they are blocked, not failed)
+    ("compiled, never re-armed", "not armed again",
+     "if tidx == 0 and", "if cutlass.Int32 is int and tidx == 0 and"),
+    ("compiled, phase 0 always", "the constant 0",
+     "wait_peers(parity, (it // 2) % 2)",
+     "wait_peers(parity, (it // 2) % 2 if cutlass.Int32 is int else 0)"),
+    ("compiled, the current block issued again", "calls issue 2 times",
+     "issue(blk + 1, 1 - buf)",
+     "issue(blk + 1, 1 - buf)\n        if cutlass.Int32 is not int:\n"
+     "            issue(blk, buf)"),
+    ("compiled, no wait", "no wait",
+     "wait_peers(parity, (it // 2) % 2)",
+     "if cutlass.Int32 is int:\n            wait_peers(parity, (it // 2) % 2)"),
+)
+# fmt: on
+
 row_loop = register(
     Exercise(
         id="06.row_loop",
@@ -1350,99 +1362,7 @@ row_loop = register(
         title="the double-buffered loop over a CTA's row blocks: buffers, mbarrier phases, re-arms",
         forbidden=dict.fromkeys(INTROSPECTION, WHY_NOT_INTROSPECT),
         points={COMPILE: 2, GPU: 2},
-        mutants=[
-            Mutant("one exchange buffer", [("parity = it % 2", "parity = 0")], hint="it % 2"),
-            Mutant(
-                "the phase from it % 2",
-                [("wait_peers(parity, (it // 2) % 2)", "wait_peers(parity, it % 2)")],
-                hint="wrong mbarrier phase",
-            ),
-            Mutant(
-                "re-armed for the last blocks too",
-                [("if tidx == 0 and it + 2 < n_iter:", "if tidx == 0:")],
-                hint="a block that does not exist",
-            ),
-            Mutant(
-                "every thread re-arms",
-                [("if tidx == 0 and it + 2 < n_iter:", "if it + 2 < n_iter:")],
-                hint="more than one thread re-arms",
-            ),
-            Mutant(
-                "the last block skipped",
-                [("cutlass.range(n_iter, unroll=1)", "cutlass.range(n_iter - 1, unroll=1)")],
-                hint="never ran first_pass",
-            ),
-            Mutant(
-                "an empty loop body",
-                [
-                    (
-                        "for it in cutlass.range(n_iter, unroll=1):",
-                        "for it in cutlass.range(n_iter, unroll=1):\n        pass\n    if False:",
-                    )
-                ],
-                hint="never ran first_pass",
-            ),
-            Mutant(
-                "one exchange buffer, re-armed for the next block",
-                [("parity = it % 2", "parity = 0"), ("it + 2 < n_iter", "it + 1 < n_iter")],
-                hint="one exchange buffer and mbarrier for every block",
-            ),
-            Mutant(
-                "no issue in the last iteration",
-                [
-                    (
-                        "issue(blk + 1, 1 - buf)",
-                        "if it + 1 < n_iter:\n            issue(blk + 1, 1 - buf)",
-                    )
-                ],
-                hint="the last iteration issues no next block",
-            ),
-            Mutant(
-                "the next block into the buffer being read",
-                [("issue(blk + 1, 1 - buf)", "issue(blk + 1, buf)")],
-                hint="still reads",
-            ),
-            # cheats that tell the replay (plain Python ints) from the compile, right replayed and
-            # wrong compiled, by a test the screen lets through (it flags isinstance and the
-            # like). The compiled trace's calls and the loop's PTX give them away: the compile
-            # tier only (the gpu tier's checks need it, so they are blocked, not failed)
-            Mutant(
-                "compiled, never re-armed",
-                [("if tidx == 0 and", "if cutlass.Int32 is int and tidx == 0 and")],
-                hint="not armed again",
-            ),
-            Mutant(
-                "compiled, phase 0 always",
-                [
-                    (
-                        "wait_peers(parity, (it // 2) % 2)",
-                        "wait_peers(parity, (it // 2) % 2 if cutlass.Int32 is int else 0)",
-                    )
-                ],
-                hint="the constant 0",
-            ),
-            Mutant(
-                "compiled, the current block issued again",
-                [
-                    (
-                        "issue(blk + 1, 1 - buf)",
-                        "issue(blk + 1, 1 - buf)\n        if cutlass.Int32 is not int:\n"
-                        "            issue(blk, buf)",
-                    )
-                ],
-                hint="calls issue 2 times",
-            ),
-            Mutant(
-                "compiled, no wait",
-                [
-                    (
-                        "wait_peers(parity, (it // 2) % 2)",
-                        "if cutlass.Int32 is int:\n            wait_peers(parity, (it // 2) % 2)",
-                    )
-                ],
-                hint="no wait",
-            ),
-        ],
+        mutants=ROW_LOOP_MUTANTS,
     )
 )
 row_loop.add(

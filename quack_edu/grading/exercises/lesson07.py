@@ -57,7 +57,7 @@ from ..checks import (
     thread_guards,
     times_zero,
 )
-from ..registry import COMPILE, GPU, Check, Exercise, Mutant, register
+from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
 
 LESSON = "07_backward"
 EPS = 1e-6
@@ -390,6 +390,20 @@ def _dx_gpu(hidden: bool) -> Check:
     return Check(name, GPU, run, hidden)
 
 
+# fmt: off
+DX_ROW_MUTANTS = mutants(TIERS,
+    ("no projection term", "only the direct term", "rstd * (g - x_hat * c)", "rstd * g"),
+    ("sum, not mean", "it is the mean, sum / N",
+     ".mean(dim=-1, keepdim=True)", ".sum(dim=-1, keepdim=True)"),
+    ("offset added after the multiply", "added after the multiply",
+     "dout * (w.float() + weight_offset)", "dout * w.float() + weight_offset"),
+    ("g in the inputs' dtype", "compute in fp32", [
+        ("x, dout = x.float(), dout.float()", "dout = dout"),
+        ("dout * (w.float() + weight_offset)", "dout * (w + weight_offset)"),
+    ]),
+)
+# fmt: on
+
 dx_row = register(
     Exercise(
         id="07.dx_row",
@@ -397,35 +411,7 @@ dx_row = register(
         answer="dx_row",
         title="dx of RMSNorm rows by hand: rstd * (g - x_hat * mean(x_hat * g)), in fp32",
         points={COMPILE: 1, GPU: 1},
-        mutants=[
-            Mutant(
-                "no projection term",
-                [("rstd * (g - x_hat * c)", "rstd * g")],
-                hint="only the direct term",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "sum, not mean",
-                [(".mean(dim=-1, keepdim=True)", ".sum(dim=-1, keepdim=True)")],
-                hint="it is the mean, sum / N",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "offset added after the multiply",
-                [("dout * (w.float() + weight_offset)", "dout * w.float() + weight_offset")],
-                hint="added after the multiply",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "g in the inputs' dtype",
-                [
-                    ("x, dout = x.float(), dout.float()", "dout = dout"),
-                    ("dout * (w.float() + weight_offset)", "dout * (w + weight_offset)"),
-                ],
-                hint="compute in fp32",
-                tiers=(COMPILE, GPU),
-            ),
-        ],
+        mutants=DX_ROW_MUTANTS,
     )
 )
 dx_row.add(_not_derived(), _dx_values(hidden=False), _dx_values(hidden=True))
@@ -711,6 +697,25 @@ def _grad_values(hidden: bool) -> Check:
     return Check(name, GPU, fn, hidden, (COMPILES,))
 
 
+# fmt: off
+GRAD_IN_MUTANTS = [
+    *mutants(TIERS,
+        ("offset added after the multiply", "added after the multiply",
+         "dy * (w + weight_offset)", "dy * w + weight_offset"),
+        ("offset forgotten", "weight_offset never reaches the gradient",
+         "dy * (w + weight_offset)", "dy * w"),
+        ("weight ignored", "the weight never reaches dx",
+         "return dy * (w + weight_offset)", "return dy"),
+        ("the offset applied without a weight", "the offset belongs to the weight",
+         "        return dy\n", "        return dy * (1 + weight_offset)\n"),
+    ),
+    *mutants(COMPILE,
+        ("no case for a missing weight", "w is None there",
+         "    if w is None:\n        return dy\n", ""),
+    ),
+]
+# fmt: on
+
 grad_in = register(
     Exercise(
         id="07.grad_in",
@@ -718,37 +723,7 @@ grad_in = register(
         answer="grad_in",
         title="the backward kernel's g = dout * (w + weight_offset), in fp32",
         points={COMPILE: 1, GPU: 1},
-        mutants=[
-            Mutant(
-                "offset added after the multiply",
-                [("dy * (w + weight_offset)", "dy * w + weight_offset")],
-                hint="added after the multiply",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "offset forgotten",
-                [("dy * (w + weight_offset)", "dy * w")],
-                hint="weight_offset never reaches the gradient",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "weight ignored",
-                [("return dy * (w + weight_offset)", "return dy")],
-                hint="the weight never reaches dx",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "the offset applied without a weight",
-                [("        return dy\n", "        return dy * (1 + weight_offset)\n")],
-                hint="the offset belongs to the weight",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "no case for a missing weight",
-                [("    if w is None:\n        return dy\n", "")],
-                hint="w is None there",
-            ),
-        ],
+        mutants=GRAD_IN_MUTANTS,
     )
 )
 # No compile-tier check at a random N: the piece does not depend on N (the kernel around it
@@ -1266,6 +1241,69 @@ def _dedent(text: str, by: int = 4) -> str:
     return "".join(line[by:] if line.strip() else line for line in text.splitlines(True))
 
 
+# fmt: off
+DW_PARTIAL_MUTANTS = [
+    *mutants(TIERS,
+        ("accumulates dout, not dout * x_hat", "do not come from dout * x_hat",
+         "acc[None, None, v].load() + dy * x_hat", "acc[None, None, v].load() + dy"),
+    ),
+    *mutants(COMPILE,
+        ("no barrier before the accumulators overwrite the tiles", "overlays the x and dout tiles",
+         "        cute.arch.barrier()  # every row is done with the tiles\n", ""),
+        ("no barrier before row 0 reads the other rows",
+         "a row's threads may not have written them yet",
+         "        cute.arch.barrier()  # every row's sums are in `mine`\n", ""),
+        ("only row 0's own sums", "the CTA's other rows never reach it",
+         "                    for r in cutlass.range_constexpr(1, rows):\n"
+         "                        tot = tot + slots(r)[None, None, v].load()\n",
+         ""),
+    ),
+    *mutants(TIERS,
+        ("the last row left out", "so 1 of them never reach the partial row",
+         "range_constexpr(1, rows)", "range_constexpr(1, rows - 1)"),
+        ("every row's threads store the partial row", "whichever lands last wins",
+         _SOL_TAIL, _dedent(_SOL_TAIL.replace("        if row == 0:\n", ""))),
+        ("row 0 counted twice", "so its sums count twice",
+         "range_constexpr(1, rows)", "range_constexpr(0, rows)"),
+        ("acc overwritten, not added to", "only its last block counts",
+         "acc[None, None, v].load() + dy * x_hat", "dy * x_hat"),
+    ),
+    *mutants(COMPILE,
+        ("no drain() before the barrier", "call drain() (cp.async.wait_group 0)",
+         "        drain()\n", ""),
+    ),
+    *mutants(TIERS,
+        ("in_cols ignored", "Write vector v only where in_cols(v)",
+         "                if in_cols(v):\n                    tot",
+         "                if True:\n                    tot"),
+        ("the second barrier inside if row == 0",
+         "the other rows' threads never reach it, so the kernel hangs",
+         "        cute.arch.barrier()  # every row's sums are in `mine`\n"
+         "        if row == 0:\n",
+         "        if row == 0:\n"
+         "            cute.arch.barrier()  # every row's sums are in `mine`\n"),
+        ("cheat: the other rows' sums times 0.0", "multiplied by 0 before they are added",
+         "slots(r)[None, None, v].load()", "slots(r)[None, None, v].load() * 0.0"),
+    ),
+    *mutants(COMPILE,
+        ("row 0 adds the other rows with atomics",
+         "no atomics: each CTA stores its own partial row",
+         _SOL_TAIL,
+         "        if row != 0:\n"
+         "            for v in cutlass.range_constexpr(vecs):\n"
+         "                a = acc[None, None, v]\n"
+         "                t = slots(0)[None, None, v]\n"
+         "                for i in cutlass.range_constexpr(cute.size(a)):\n"
+         "                    cute.arch.atomic_add(t.iterator + t.layout(i), a[i])\n"
+         "        cute.arch.barrier()\n"
+         "        if row == 0:\n"
+         "            for v in cutlass.range_constexpr(vecs):\n"
+         "                if in_cols(v):\n"
+         "                    write(mine[None, None, v].load(), v)\n"),
+    ),
+]
+# fmt: on
+
 dw_partial = register(
     Exercise(
         id="07.dw_partial",
@@ -1273,114 +1311,7 @@ dw_partial = register(
         answer="combine_partial",
         title="the persistent CTA's dw: accumulate dout * x_hat, then store one partial row",
         points={COMPILE: 2, GPU: 2},
-        mutants=[
-            Mutant(
-                "accumulates dout, not dout * x_hat",
-                [("acc[None, None, v].load() + dy * x_hat", "acc[None, None, v].load() + dy")],
-                hint="do not come from dout * x_hat",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "no barrier before the accumulators overwrite the tiles",
-                [("        cute.arch.barrier()  # every row is done with the tiles\n", "")],
-                hint="overlays the x and dout tiles",
-            ),
-            Mutant(
-                "no barrier before row 0 reads the other rows",
-                [("        cute.arch.barrier()  # every row's sums are in `mine`\n", "")],
-                hint="a row's threads may not have written them yet",
-            ),
-            Mutant(
-                "only row 0's own sums",
-                [
-                    (
-                        "                    for r in cutlass.range_constexpr(1, rows):\n"
-                        "                        tot = tot + slots(r)[None, None, v].load()\n",
-                        "",
-                    )
-                ],
-                hint="the CTA's other rows never reach it",
-            ),
-            Mutant(
-                "the last row left out",
-                [("range_constexpr(1, rows)", "range_constexpr(1, rows - 1)")],
-                hint="so 1 of them never reach the partial row",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "every row's threads store the partial row",
-                [(_SOL_TAIL, _dedent(_SOL_TAIL.replace("        if row == 0:\n", "")))],
-                hint="whichever lands last wins",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "row 0 counted twice",
-                [("range_constexpr(1, rows)", "range_constexpr(0, rows)")],
-                hint="so its sums count twice",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "acc overwritten, not added to",
-                [("acc[None, None, v].load() + dy * x_hat", "dy * x_hat")],
-                hint="only its last block counts",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "no drain() before the barrier",
-                [("        drain()\n", "")],
-                hint="call drain() (cp.async.wait_group 0)",
-            ),
-            Mutant(
-                "in_cols ignored",
-                [
-                    (
-                        "                if in_cols(v):\n                    tot",
-                        "                if True:\n                    tot",
-                    )
-                ],
-                hint="Write vector v only where in_cols(v)",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "the second barrier inside if row == 0",
-                [
-                    (
-                        "        cute.arch.barrier()  # every row's sums are in `mine`\n"
-                        "        if row == 0:\n",
-                        "        if row == 0:\n"
-                        "            cute.arch.barrier()  # every row's sums are in `mine`\n",
-                    )
-                ],
-                hint="the other rows' threads never reach it, so the kernel hangs",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "cheat: the other rows' sums times 0.0",
-                [("slots(r)[None, None, v].load()", "slots(r)[None, None, v].load() * 0.0")],
-                hint="multiplied by 0 before they are added",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "row 0 adds the other rows with atomics",
-                [
-                    (
-                        _SOL_TAIL,
-                        "        if row != 0:\n"
-                        "            for v in cutlass.range_constexpr(vecs):\n"
-                        "                a = acc[None, None, v]\n"
-                        "                t = slots(0)[None, None, v]\n"
-                        "                for i in cutlass.range_constexpr(cute.size(a)):\n"
-                        "                    cute.arch.atomic_add(t.iterator + t.layout(i), a[i])\n"
-                        "        cute.arch.barrier()\n"
-                        "        if row == 0:\n"
-                        "            for v in cutlass.range_constexpr(vecs):\n"
-                        "                if in_cols(v):\n"
-                        "                    write(mine[None, None, v].load(), v)\n",
-                    )
-                ],
-                hint="no atomics: each CTA stores its own partial row",
-            ),
-        ],
+        mutants=DW_PARTIAL_MUTANTS,
     )
 )
 dw_partial.add(
