@@ -296,26 +296,23 @@ def scale_ptx(kernel, N: int, dtype="bf16") -> str:
 
 
 def _ptx(ctx, N, dtype="bf16") -> Ptx:
+    def make():
+        kind = str(getattr(ctx.answer, "_decorator_kind", "a plain function"))
+        if "kernel" not in kind.lower():
+            raise CheckFailed(
+                "scale_kernel is not a kernel" + checks.plain_call(ctx.answer, 3),
+                expected="a function decorated with @cute.kernel (it is launched)",
+                seen=f"{kind.rsplit('.', 1)[-1]}",
+                hint="decorate scale_kernel with @cute.kernel: only a kernel can be "
+                "launched (kernel(...).launch(grid=..., block=...)); @cute.jit is for "
+                "host functions and device helpers",
+            )
+        with checks.no_shortcuts():
+            return scale_ptx(ctx.answer, N, dtype)
+
     key = ("scale_ptx", N, dtype)
     if key not in ctx.cache:
-        hit = checks._shared_get(ctx.answer, key)
-        if hit is None:
-            kind = str(getattr(ctx.answer, "_decorator_kind", "a plain function"))
-            if "kernel" not in kind.lower():
-                raise CheckFailed(
-                    "scale_kernel is not a kernel" + checks.plain_call(ctx.answer, 3),
-                    expected="a function decorated with @cute.kernel (it is launched)",
-                    seen=f"{kind.rsplit('.', 1)[-1]}",
-                    hint="decorate scale_kernel with @cute.kernel: only a kernel can be "
-                    "launched (kernel(...).launch(grid=..., block=...)); @cute.jit is for "
-                    "host functions and device helpers",
-                )
-            with checks.shortcut_guard() as seen:
-                hit = scale_ptx(ctx.answer, N, dtype)
-            if seen:
-                raise checks.shortcut_failure(seen[0])
-            checks._shared_put(ctx.answer, key, hit)
-        ctx.cache[key] = Ptx(hit)
+        ctx.cache[key] = Ptx(checks.shared(ctx.answer, key, make))
     return ctx.cache[key]
 
 

@@ -31,6 +31,7 @@ from ._kernels import (
     VALUE_MUTANTS,
     WHOLE_VARIANTS,
     access_check,
+    hidden_cases,
     kernel_hole,
     mixed_values,
     ragged_Ns,
@@ -534,10 +535,7 @@ _KERNEL_CASES = (
 _KERNEL_NS = (64, 1000)
 _KERNEL_HIDDEN_NS = (136, 520, 1544, 2040)
 
-
-def _hidden_kernel_cases(ctx):
-    n = ctx.rng("kernel N").choice(_KERNEL_HIDDEN_NS)
-    return ((n, "fp16", "fp32", None), (n, "fp32", "bf16", None))
+_hidden_kernel_cases = hidden_cases(_KERNEL_HIDDEN_NS)
 
 
 # fmt: off

@@ -34,6 +34,7 @@ from ._kernels import (
     VALUE_MUTANTS,
     WHOLE_VARIANTS,
     access_check,
+    hidden_cases,
     kernel_hole,
     mixed_values,
     ragged_Ns,
@@ -371,20 +372,25 @@ block_reduce = register(
 _VARIANTS = (own_warp_variant(), first_row_variant())
 
 
+def _refuse_divergent(rep) -> None:
+    """Fail, before a launch, when not every thread reaches the kernel's barrier: a hung kernel
+    cannot be interrupted inside the process that launched it."""
+    why = launch_guard(rep)
+    if why:
+        raise CheckFailed(
+            f"not launched: {why}; it would wait forever",
+            expected="a barrier that every thread of the CTA executes",
+            seen=why,
+            hint=DIVERGENT_BARRIER,
+        )
+
+
 def _guarded(check: Check) -> Check:
-    """``check`` (gpu tier) refusing to launch a kernel whose barrier not every thread reaches:
-    a hung kernel cannot be interrupted inside the process that launched it."""
+    """``check`` (gpu tier) refusing to launch a kernel whose barrier not every thread reaches
+    (``_refuse_divergent``)."""
 
     def fn(ctx):
-        rep = ctx.report(BLOCK_HOLE, 16384, "bf16", WIDE_CFG)
-        why = launch_guard(rep)
-        if why:
-            raise CheckFailed(
-                f"not launched: {why}; it would wait forever",
-                expected="a barrier that every thread of the CTA executes",
-                seen=why,
-                hint=DIVERGENT_BARRIER,
-            )
+        _refuse_divergent(ctx.report(BLOCK_HOLE, 16384, "bf16", WIDE_CFG))
         return check.fn(ctx)
 
     return Check(check.name, check.tier, fn, check.hidden, check.needs)
@@ -396,14 +402,7 @@ def _guarded_kernel(check: Check) -> Check:
 
     def fn(ctx):
         rep = ctx.report(KERNEL_HOLE, 16384, "bf16", None)
-        why = launch_guard(rep)
-        if why:
-            raise CheckFailed(
-                f"not launched: {why}; it would wait forever",
-                expected="a barrier that every thread of the CTA executes",
-                seen=why,
-                hint=DIVERGENT_BARRIER,
-            )
+        _refuse_divergent(rep)
         try:  # a buffer of the wrong shape: slots past its end (shared memory out of bounds)
             _warps_meet(rep, ctx.kernel(KERNEL_HOLE, 16384, "bf16"))
         except CheckFailed as e:
@@ -694,10 +693,7 @@ _KERNEL_CASES = (
 _KERNEL_NS = (1000, 8200)
 _KERNEL_HIDDEN_NS = (1544, 3000, 6136, 12296)
 
-
-def _hidden_kernel_cases(ctx):
-    n = ctx.rng("kernel N").choice(_KERNEL_HIDDEN_NS)
-    return ((n, "fp16", "fp32", None), (n, "fp32", "bf16", None))
+_hidden_kernel_cases = hidden_cases(_KERNEL_HIDDEN_NS)
 
 
 # fmt: off

@@ -48,6 +48,7 @@ from ._kernels import (
     VALUE_MUTANTS,
     WHOLE_VARIANTS,
     access_check,
+    hidden_cases,
     kernel_hole,
     mixed_values,
     ragged_Ns,
@@ -778,10 +779,7 @@ _KERNEL_CASES = (
 )
 _KERNEL_HIDDEN_NS = (1544, 3000, 6136, 12296)
 
-
-def _hidden_kernel_cases(ctx):
-    n = ctx.rng("kernel N").choice(_KERNEL_HIDDEN_NS)
-    return ((n, "fp16", "fp32", exchange_config), (n, "fp32", "bf16", exchange_config))
+_hidden_kernel_cases = hidden_cases(_KERNEL_HIDDEN_NS, exchange_config)
 
 
 # fmt: off

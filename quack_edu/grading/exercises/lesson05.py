@@ -236,9 +236,9 @@ def _too_permissive(ctx, stages: int) -> list[int]:
     return [s for s in range(stages) if ctx.call(s, stages) > wait_groups_ref(s, stages)]
 
 
-def _probe_waits(rep, ctx):
-    stages = rep.config.stages
-    got = [int(x) for x in _WAIT.findall(rep.ptx)]
+def _check_waits(got: list[int], stages: int) -> None:
+    """The counts of the cp.async.wait_group instructions in order, ``got``, are those of
+    ``wait_groups_ref`` for ``stages`` commit groups."""
     want = [wait_groups_ref(s, stages) for s in range(stages)]
     if got != want:
         if got and all(g == 0 for g in got) and stages > 1:
@@ -255,6 +255,12 @@ def _probe_waits(rep, ctx):
             seen=", ".join(f"wait_group {g}" for g in got) or "no cp.async.wait_group",
             hint=hint,
         )
+
+
+def _probe_waits(rep, ctx):
+    stages = rep.config.stages
+    got = [int(x) for x in _WAIT.findall(rep.ptx)]
+    _check_waits(got, stages)
     return f"{stages} groups: wait_group {', '.join(map(str, got))}"
 
 
@@ -545,22 +551,7 @@ def _probe_pipeline(rep, ctx):
             hint=GROUP_SIZES,
         )
     got = [int(x) for _, s in ev if _ == "wait" for x in _WAIT.findall(s)]
-    want = [wait_groups_ref(s, stages) for s in range(stages)]
-    if got != want:
-        if got and all(g == 0 for g in got) and stages > 1:
-            hint = NO_OVERLAP
-        elif got == want[::-1]:  # also too few for the last part: this says more
-            hint = REVERSED
-        elif len(got) == len(want) and any(g > w for g, w in zip(got, want, strict=True)):
-            hint = TOO_FEW
-        else:
-            hint = None
-        raise CheckFailed(
-            f"{stages} commit groups: wait_group {got}",
-            expected=f"cp.async.wait_group {want}, one before each part is read",
-            seen=", ".join(f"wait_group {g}" for g in got) or "no cp.async.wait_group",
-            hint=hint,
-        )
+    _check_waits(got, stages)
     segs, cur = [], None
     for k in kinds[first_wait:]:
         if k == "wait":

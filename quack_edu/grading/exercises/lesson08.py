@@ -159,7 +159,7 @@ predict = register(
         title="a pass's time at the copy's speed: predict_us(M, N, dtype, weight_dtype, "
         "copy_gbps, pass_)",
         points={COMPILE: 1, GPU: 1},
-        mutants=PREDICT_US_MUTANTS,  # fmt: skip
+        mutants=PREDICT_US_MUTANTS,
     )
 )
 predict.add(

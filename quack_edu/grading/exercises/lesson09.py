@@ -151,7 +151,7 @@ call = register(
         title="a norm call's time in a chain, host and GPU: call_us(M, N, dtype, weight_dtype, "
         "host_us, gbps)",
         points={COMPILE: 1},
-        mutants=CALL_US_MUTANTS,  # fmt: skip
+        mutants=CALL_US_MUTANTS,
     )
 )
 call.add(
@@ -264,7 +264,7 @@ speedup = register(
         answer="step_speedup",
         title="what faster norms can give a step (Amdahl): step_speedup(norm_share, norm_speedup)",
         points={COMPILE: 1},
-        mutants=STEP_SPEEDUP_MUTANTS,  # fmt: skip
+        mutants=STEP_SPEEDUP_MUTANTS,
     )
 )
 speedup.add(
