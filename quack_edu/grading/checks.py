@@ -871,6 +871,23 @@ def _right_with(ctx: Context, hole: KernelHole, cfg, x, w, ref, tol) -> bool:
     return bool(torch.isclose(out.float().cpu(), ref.float().cpu(), **tol).all())
 
 
+def speed_vs_copy(nbytes: int, us: float, fraction: float, at: str) -> str:
+    """GB/s of ``nbytes`` moved in ``us`` against ``fraction`` of the copy bandwidth measured
+    now, on this machine: below it the check fails. ``at``: the shape it ran, "32768x4096 bf16"."""
+    from ..tools.bench import copy_bandwidth, gbps
+
+    got = gbps(nbytes, us)
+    copy = copy_bandwidth()
+    if got < fraction * copy:
+        raise CheckFailed(
+            f"{got:.0f} GB/s at {at} = {100 * got / copy:.0f}% of the copy "
+            f"bandwidth measured now ({copy:.0f} GB/s)",
+            expected=f">= {100 * fraction:.0f}% ({fraction * copy:.0f} GB/s)",
+            seen=f"{got:.0f} GB/s ({us:.1f} us)",
+        )
+    return f"{got:.0f} GB/s = {100 * got / copy:.0f}% of copy ({copy:.0f} GB/s)"
+
+
 def gpu_speed(
     hole: KernelHole,
     *,
@@ -889,7 +906,7 @@ def gpu_speed(
         import torch
 
         from ..runtime import torch_dtype
-        from ..tools.bench import copy_bandwidth, gbps, rmsnorm_bytes
+        from ..tools.bench import rmsnorm_bytes
 
         dt = torch_dtype(dtype)
         kernel, launch = ctx.launcher(hole, N, dt)
@@ -898,16 +915,7 @@ def gpu_speed(
         out = torch.empty_like(x)
         nbytes = rmsnorm_bytes(M, N, x.dtype, w.dtype)
         us = launch_time_us(launch, x, w, out, EPS)
-        got = gbps(nbytes, us)
-        copy = copy_bandwidth()
-        if got < fraction * copy:
-            raise CheckFailed(
-                f"{got:.0f} GB/s at {M}x{N} {dtype} = {100 * got / copy:.0f}% of the copy "
-                f"bandwidth measured now ({copy:.0f} GB/s)",
-                expected=f">= {100 * fraction:.0f}% ({fraction * copy:.0f} GB/s)",
-                seen=f"{got:.0f} GB/s ({us:.1f} us)",
-            )
-        return f"{got:.0f} GB/s = {100 * got / copy:.0f}% of copy ({copy:.0f} GB/s)"
+        return speed_vs_copy(nbytes, us, fraction, f"{M}x{N} {dtype}")
 
     return Check(
         name or f"speed >= {100 * fraction:.0f}% of copy bandwidth ({M}x{N} {dtype})",

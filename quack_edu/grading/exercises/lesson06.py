@@ -154,6 +154,28 @@ def _regs(operand: str) -> list[str]:
     return re.findall(r"%[A-Za-z_]+\d*", operand)
 
 
+def check_offset_flow(flow: dict, out: str, after: tuple[str, str], missing: str, late: str):
+    """weight_offset=1.0 reaches ``out`` (``flow["offset"]``), added to the weight before the
+    multiply, not to a value that already depends on ``after[0]`` (``flow["offset_after"]``);
+    ``after[1]``: what the weight multiplies. ``missing``, ``late``: the hints of the two
+    failures."""
+    k = f32_hex(OFFSET)
+    if not flow["offset"]:
+        raise CheckFailed(
+            f"weight_offset=1.0 does not reach {out}",
+            expected=f"an add of {k} (1.0) to the weight",
+            seen=f"no {k} among {out}'s inputs",
+            hint=missing,
+        )
+    if flow["offset_after"]:
+        raise CheckFailed(
+            f"the offset is added to a value that already depends on {after[0]}",
+            expected=f"add.f32 w, {k} before the multiply by {after[1]}",
+            seen=f"{k} added after the multiply",
+            hint=late,
+        )
+
+
 def _probe_epilogue(rep) -> str:
     flow = epilogue_flow(rep.ptx)
     seen = ", ".join(k for k in ("weight", "bias", "offset") if flow[k]) or "x_hat alone"
@@ -169,20 +191,7 @@ def _probe_epilogue(rep) -> str:
         raise CheckFailed(
             "the bias does not reach the output", expected=expected, seen=seen, hint=NO_BIAS
         )
-    if not flow["offset"]:
-        raise CheckFailed(
-            "weight_offset=1.0 does not reach the output",
-            expected=f"an add of {f32_hex(OFFSET)} (1.0) to the weight",
-            seen=f"no {f32_hex(OFFSET)} among the output's inputs",
-            hint=NO_OFFSET,
-        )
-    if flow["offset_after"]:
-        raise CheckFailed(
-            "the offset is added to a value that already depends on rstd",
-            expected=f"add.f32 w, {f32_hex(OFFSET)} before the multiply by x_hat",
-            seen=f"{f32_hex(OFFSET)} added after the multiply",
-            hint=OFFSET_AFTER,
-        )
+    check_offset_flow(flow, "the output", ("rstd", "x_hat"), NO_OFFSET, OFFSET_AFTER)
     if flow["bias_scaled"]:
         raise CheckFailed(
             "the bias is a factor of a multiply",

@@ -599,23 +599,15 @@ def _loop_speed(fraction=0.8, M=8192, N=32768) -> Check:
         import torch
 
         from ...config import FinalConfig
-        from ...tools.bench import copy_bandwidth, gbps, rmsnorm_bytes
-        from ..checks import launch_time_us, rmsnorm_inputs
+        from ...tools.bench import rmsnorm_bytes
+        from ..checks import launch_time_us, rmsnorm_inputs, speed_vs_copy
 
         cfg = FinalConfig(256, 256, cluster_n=4, buffers=2, blocks_per_cta=4)
         _, launch = ctx.launcher(LOOP_HOLE, N, "bf16", cfg)
         x, w = rmsnorm_inputs(M, N, torch.bfloat16, torch.Generator().manual_seed(1))
         out = torch.empty_like(x)
         us = launch_time_us(launch, x, w, out, 1e-6)
-        got = gbps(rmsnorm_bytes(M, N, x.dtype, w.dtype), us)
-        copy = copy_bandwidth()
-        if got < fraction * copy:
-            raise CheckFailed(
-                f"{got:.0f} GB/s at {M}x{N} bf16 = {100 * got / copy:.0f}% of the copy now",
-                expected=f">= {100 * fraction:.0f}%",
-                seen=f"{got:.0f} GB/s ({us:.1f} us)",
-            )
-        return f"{got:.0f} GB/s = {100 * got / copy:.0f}% of copy"
+        return speed_vs_copy(rmsnorm_bytes(M, N, x.dtype, w.dtype), us, fraction, f"{M}x{N} bf16")
 
     return Check(
         f"speed >= {100 * fraction:.0f}% of copy ({M}x{N} bf16, cluster of 4, two buffers)",

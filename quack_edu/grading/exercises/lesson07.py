@@ -43,6 +43,7 @@ from ..checks import (
     shared,
 )
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
+from .lesson06 import check_offset_flow
 
 LESSON = "07_backward"
 EPS = 1e-6
@@ -512,20 +513,7 @@ def _probe_grad(rep) -> str:
             seen=f"dx depends on {seen}",
             hint=NO_DOUT_IN_G,
         )
-    if not flow["offset"]:
-        raise CheckFailed(
-            "weight_offset=1.0 does not reach dx",
-            expected=f"an add of {f32_hex(OFFSET)} (1.0) to the weight",
-            seen=f"no {f32_hex(OFFSET)} among dx's inputs",
-            hint=NO_OFFSET,
-        )
-    if flow["offset_after"]:
-        raise CheckFailed(
-            "the offset is added to a value that already depends on dout",
-            expected=f"add.f32 w, {f32_hex(OFFSET)} before the multiply by dout",
-            seen=f"{f32_hex(OFFSET)} added after the multiply",
-            hint=OFFSET_AFTER,
-        )
+    check_offset_flow(flow, "dx", ("dout", "dout"), NO_OFFSET, OFFSET_AFTER)
     return "dx depends on dout * (w + 1.0): the weight, dout, the offset added to w"
 
 

@@ -24,6 +24,7 @@ from ..checks import (
     no_shortcuts,
     plain_call,
     shared,
+    speed_vs_copy,
     thread_guards,
     times_zero,
 )
@@ -470,7 +471,7 @@ def _dw_speed(fraction: float = 0.8, M: int = 32768, N: int = 4096) -> Check:
         import torch
 
         from ...stages import final_bwd
-        from ...tools.bench import copy_bandwidth, cuda_time_us, gbps, rmsnorm_bwd_bytes
+        from ...tools.bench import cuda_time_us, rmsnorm_bwd_bytes
 
         cls = _dw_build(ctx.answer)
         _launchable(ctx)
@@ -480,15 +481,8 @@ def _dw_speed(fraction: float = 0.8, M: int = 32768, N: int = 4096) -> Check:
         us = cuda_time_us(
             lambda: final_bwd.launch_bwd(x, w, dout, None, rstd, dx, None, False, kernel_cls=cls)
         )
-        got = gbps(rmsnorm_bwd_bytes(M, N, x.dtype, w.dtype), us)
-        copy = copy_bandwidth()
-        if got < fraction * copy:
-            raise CheckFailed(
-                f"{got:.0f} GB/s at {M}x{N} bf16 = {100 * got / copy:.0f}% of the copy now",
-                expected=f">= {100 * fraction:.0f}% ({fraction * copy:.0f} GB/s)",
-                seen=f"{got:.0f} GB/s ({us:.1f} us)",
-            )
-        return f"{got:.0f} GB/s = {100 * got / copy:.0f}% of copy ({copy:.0f} GB/s)"
+        nbytes = rmsnorm_bwd_bytes(M, N, x.dtype, w.dtype)
+        return speed_vs_copy(nbytes, us, fraction, f"{M}x{N} bf16")
 
     return Check(
         f"speed >= {100 * fraction:.0f}% of copy bandwidth ({M}x{N} bf16 backward)",
