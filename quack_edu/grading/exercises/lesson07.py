@@ -244,7 +244,7 @@ def _check_dx(ctx, cases, device: str):
 
     from ...lessons.bwd_strategies import autograd_bwd
 
-    gen = torch.Generator().manual_seed(ctx.rng("dx inputs").getrandbits(62))
+    gen = ctx.torch_generator(salt="dx inputs")
     results = []
     first_bad = None
     for M, N, xdt, wdt, off in cases:
@@ -349,7 +349,7 @@ def _dx_gpu(hidden: bool) -> Check:
         ]
         n = _check_dx(ctx, cases, "cuda")
         # the same inputs through the kernel: its dx (bf16) is the formula rounded to bf16
-        gen = torch.Generator().manual_seed(ctx.rng("dx inputs").getrandbits(62))
+        gen = ctx.torch_generator(salt="dx inputs")
         for M, N_, xdt, wdt, off in cases:
             x, w, dout, rstd = _row_inputs(M, N_, xdt, wdt, off, gen, "cuda")
             mine = ctx.call(x, w, dout, rstd, off)
@@ -596,7 +596,7 @@ def _grad_values(hidden: bool) -> Check:
         from ..checks import HIDDEN_M, VISIBLE_M
 
         cls = learner_class(ctx.answer)
-        gen = torch.Generator().manual_seed(ctx.rng("grad values" + str(hidden)).getrandbits(62))
+        gen = ctx.torch_generator(salt="grad values" + str(hidden))
         n = 0
         for xdt, wdt, off in GRAD_CASES:
             N = ctx.hidden_N(HOLE, xdt) if hidden else 1000

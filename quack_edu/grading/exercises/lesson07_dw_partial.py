@@ -383,7 +383,7 @@ def _dw_values(hidden: bool) -> Check:
                 return e.hint
             return None
 
-        gen = torch.Generator().manual_seed(ctx.rng("dw values" + str(hidden)).getrandbits(62))
+        gen = ctx.torch_generator(salt="dw values" + str(hidden))
         n = 0
         # N = 1000: several rows a CTA; N = 4096 (bf16): one row a CTA, combine_partial's
         # other branch. The M of DW_M_BLOCKS gives each CTA several row blocks (the grid is one
