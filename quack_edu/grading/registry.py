@@ -156,12 +156,15 @@ class Mutant:
 def mutants(tiers: str | tuple[str, ...], *rows: tuple) -> list[Mutant]:
     """The mutants of a table, each seen in ``tiers`` (a tier or a tuple of them; ``TIERS``:
     both). A row is ``(name, hint, old, new)``, one edit of the solution cell, or
-    ``(name, hint, [(old, new), ...])``, several::
+    ``(name, hint, [(old, new), ...])``, several. An exercise file keeps its table as a module
+    constant between ``# fmt: off`` and ``# fmt: on``, a row a mutant on a line or two::
 
-        mutants(TIERS,
+        # fmt: off
+        EPILOGUE_MUTANTS = mutants(TIERS,
             ("offset forgotten", "weight_offset never reaches the output",
              "y * (w + weight_offset)", "y * w"),
         )
+        # fmt: on
     """
     tiers = (tiers,) if isinstance(tiers, str) else tuple(tiers)
     out = []
