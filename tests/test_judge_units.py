@@ -211,7 +211,7 @@ BODY = ["issue", "first", "send", "wait", "combine", "rearm", "second"]
 def test_row_loop_compiled_calls_must_be_the_replayed_ones(trace, why):
     # 06.row_loop: the helper calls traced while compiling against one replayed iteration's
     from quack_edu.grading.checks import CheckFailed
-    from quack_edu.grading.exercises.lesson06 import judge_trace
+    from quack_edu.grading.exercises.lesson06_row_loop import judge_trace
 
     judge_trace([(k, {}) for k in BODY], BODY)  # the solution's
     with pytest.raises(CheckFailed) as e:

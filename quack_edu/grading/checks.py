@@ -11,7 +11,8 @@ Helpers, by tier:
   variants -> hints).
 * compile tier, holes in a kernel: ``KernelHole`` says which piece of which stage kernel the
   answer fills; ``compiles``, ``ptx_probe``, ``ptx_count``, ``no_local_memory`` read what ptxas
-  made of it. ``Ptx`` is a small def-use view of PTX for probes such as "eps reaches the rsqrt".
+  made of it. ``Ptx`` (module ``ptx``) is a small def-use view of PTX for probes such as "eps
+  reaches the rsqrt".
 * gpu tier: ``gpu_values`` (values against ``rmsnorm_ref`` on fresh random inputs at ragged
   shapes, all dtypes, poisoned outputs) and ``gpu_speed`` (GB/s against a fraction of the copy
   bandwidth measured at that moment).
@@ -33,6 +34,14 @@ from dataclasses import dataclass, field
 
 from . import hints
 from .guard import _forbidden_targets, _hook_guard, shortcut_guard  # noqa: F401  (re-exported)
+from .ptx import (  # noqa: F401  (re-exported: the exercises' probes import them from here)
+    Ptx,
+    PtxInstr,
+    divergent_barriers,
+    f32_hex,
+    thread_guards,
+    times_zero,
+)
 from .registry import COMPILE, GPU, MISSING, Check, CheckFailed, Exercise, ShortcutUsed
 from .report import BLOCKED, FAIL, NOT_ATTEMPTED, PASS, SKIP, CheckResult, ExerciseResult
 
@@ -159,11 +168,8 @@ class Context:
 
     def call(self, *args, **kwargs):
         """Call the learner's answer, watching for library RMSNorms."""
-        with shortcut_guard() as seen:
-            out = self.answer(*args, **kwargs)
-        if seen:
-            raise shortcut_failure(seen[0])
-        return out
+        with no_shortcuts():
+            return self.answer(*args, **kwargs)
 
     # kernels --------------------------------------------------------------------------------
     def kernel(self, hole: KernelHole, N: int, dtype, config=None):
@@ -179,35 +185,29 @@ class Context:
         """Compile the learner's kernel (cached per N, dtype, config) and report on it."""
         from ..tools.inspect import kernel_report
 
+        def make():
+            kernel = self.kernel(hole, N, dtype, config)
+            stage = f"{hole.stage}+{self.exercise.id}"
+            with no_shortcuts():
+                return kernel_report(kernel, stage=stage, sass=sass)
+
         key = ("report", hole, N, _dtype_key(dtype), config, sass)
         if key not in self.cache:
-            rep = _shared_get(self.answer, key)
-            if rep is None:
-                kernel = self.kernel(hole, N, dtype, config)
-                with shortcut_guard() as seen:
-                    rep = kernel_report(kernel, stage=f"{hole.stage}+{self.exercise.id}", sass=sass)
-                if seen:
-                    raise shortcut_failure(seen[0])
-                _shared_put(self.answer, key, rep)
-            self.cache[key] = rep
+            self.cache[key] = shared(self.answer, key, make)
         return self.cache[key]
 
     def launcher(self, hole: KernelHole, N: int, dtype, config=None):
         """A callable ``(x, w, out, eps)`` running the learner's kernel on the GPU."""
         from ..runtime import compile_kernel
 
+        def make():
+            kernel = self.kernel(hole, N, dtype, config)
+            with no_shortcuts():
+                return kernel, compile_kernel(kernel)
+
         key = ("launch", hole, N, _dtype_key(dtype), config)
         if key not in self.cache:
-            hit = _shared_get(self.answer, key)
-            if hit is None:
-                kernel = self.kernel(hole, N, dtype, config)
-                with shortcut_guard() as seen:
-                    fn = compile_kernel(kernel)
-                if seen:
-                    raise shortcut_failure(seen[0])
-                hit = (kernel, fn)
-                _shared_put(self.answer, key, hit)
-            self.cache[key] = hit
+            self.cache[key] = shared(self.answer, key, make)
         return self.cache[key]
 
 
@@ -238,6 +238,45 @@ def _shared_put(answer, key, value) -> None:
     if len(_SHARED) >= _SHARED_MAX:
         _SHARED.pop(next(iter(_SHARED)))
     _SHARED[(id(answer), key)] = (answer, value)
+
+
+def shared(answer, key, make: Callable):
+    """What ``make()`` returns, kept for the answer object under ``key`` (``_SHARED``): the
+    runs of one answer compile a kernel once."""
+    value = _shared_get(answer, key)
+    if value is None:
+        value = make()
+        _shared_put(answer, key, value)
+    return value
+
+
+@contextmanager
+def no_shortcuts():
+    """Inside, the learner's code is watched for library RMSNorms: a call to one fails the
+    check (``ShortcutUsed``) once the block is done."""
+    with shortcut_guard() as seen:
+        yield
+    if seen:
+        raise shortcut_failure(seen[0])
+
+
+@contextmanager
+def fail_on_error(what: str, hint: str | None = None, detail: Callable | None = None):
+    """Inside, an error of the learner's code (compiling their kernel, replaying it) fails the
+    check with ``"{what}: {detail(error)}"`` (default: the error in short) and ``hint``
+    (default: the hint a compile error's message suggests). A ``CheckFailed`` and a blank's
+    ``NotImplementedError`` pass through."""
+    try:
+        yield
+    except (CheckFailed, NotImplementedError):
+        raise
+    except Exception as e:
+        if is_not_implemented(e):
+            raise
+        raise CheckFailed(
+            f"{what}: {hints.short_error(e, 400) if detail is None else detail(e)}",
+            hint=hints.diagnose_compile_error(e) if hint is None else hint,
+        ) from None
 
 
 # ---- running an exercise ----------------------------------------------------------------------
@@ -281,63 +320,49 @@ def run_exercise(
     def add(c: Check, status: str, **kw):
         res.checks.append(CheckResult(c.name, c.tier, status, hidden=c.hidden, **kw))
 
-    if answer is MISSING or answer is None:
+    def all_but_run(checks, status: str, message: str) -> ExerciseResult:
+        """The checks reported with ``status`` (the gpu ones skipped without a GPU)."""
         for c in checks:
             if c.tier == GPU and not gpu:
                 add(c, SKIP, message=skip_msg)
             else:
-                add(c, NOT_ATTEMPTED, message=not_attempted_message(ex, True))
+                add(c, status, message=message)
         return res
 
-    if not callable(answer):  # every exercise's answer is a function: say so at once
+    def first_fails(blocked: str, **failure) -> ExerciseResult:
+        """The first check fails with ``failure``, the others are blocked (``blocked``)."""
         first, *rest = checks
-        add(
-            first,
-            FAIL,
+        add(first, FAIL, **failure)
+        return all_but_run(rest, BLOCKED, blocked)
+
+    if answer is MISSING or answer is None:
+        return all_but_run(checks, NOT_ATTEMPTED, not_attempted_message(ex, True))
+
+    if not callable(answer):  # every exercise's answer is a function: say so at once
+        return first_fails(
+            "blocked: the answer is not a function",
             hint=f"pass the function the exercise's cell defines: check({ex.id!r}, {ex.answer})",
             message=f"the answer is not callable ({type(answer).__name__!r} object is not "
             f"callable): {ex.answer} must be a function",
         )
-        for c in rest:
-            if c.tier == GPU and not gpu:
-                add(c, SKIP, message=skip_msg)
-            else:
-                add(c, BLOCKED, message="blocked: the answer is not a function")
-        return res
 
     wrong_args = _wrong_arguments(ex, answer)
     if wrong_args:  # at once, in Python's words: the checks would compile kernels first
-        first, *rest = checks
-        add(
-            first,
-            FAIL,
+        return first_fails(
+            "blocked: the answer's parameters",
             hint=f"keep the parameters of the cell's def {ex.answer}(...): the checks call it "
             "with them",
             message=f"your {ex.answer} cannot be called as the exercise calls it{wrong_args}",
         )
-        for c in rest:
-            if c.tier == GPU and not gpu:
-                add(c, SKIP, message=skip_msg)
-            else:
-                add(c, BLOCKED, message="blocked: the answer's parameters")
-        return res
 
     shortcut = scan_source(answer, allow=(ex.answer,))
     if shortcut:
-        first, *rest = checks
-        add(
-            first,
-            FAIL,
+        return first_fails(
+            "blocked by the shortcut",
             shortcut=True,
             hint=hints.SHORTCUT,
             message=f"your answer calls {shortcut} instead of computing RMSNorm itself",
         )
-        for c in rest:
-            if c.tier == GPU and not gpu:
-                add(c, SKIP, message=skip_msg)
-            else:
-                add(c, BLOCKED, message="blocked by the shortcut")
-        return res
 
     with _one_cpu_thread():
         _run_checks(ex, checks, ctx, res, add, gpu, skip_msg, stop_after)
@@ -615,18 +640,9 @@ def compiles(
         out = []
         for dt in dtypes:
             for n in [ctx.hidden_N(hole, dt)] if hidden else [N]:
-                try:
+                what = f"the {hole.stage} kernel with your {hole.piece} does not compile"
+                with fail_on_error(f"{what} ({dt}, N={n})"):
                     rep = ctx.report(hole, n, dt, _config(config, n, dt))
-                except (CheckFailed, NotImplementedError):
-                    raise
-                except Exception as e:
-                    if is_not_implemented(e):
-                        raise
-                    raise CheckFailed(
-                        f"the {hole.stage} kernel with your {hole.piece} does not compile "
-                        f"({dt}, N={n}): {hints.short_error(e, 400)}",
-                        hint=hints.diagnose_compile_error(e),
-                    ) from None
                 if rep.target != "sm_90a":
                     raise CheckFailed(
                         "compiled for the wrong GPU",
@@ -711,210 +727,6 @@ def no_local_memory(hole: KernelHole, **kw) -> Check:
         return f"{rep.registers} registers, no spills"
 
     return ptx_probe(hole, "no local memory (stack, spills)", probe, **kw)
-
-
-_REG = re.compile(r"%[A-Za-z_]+\d*")
-_NO_DEST = (
-    "st.",
-    "bra",
-    "ret",
-    "bar.",
-    "barrier.",
-    "membar",
-    "fence",
-    "red.",
-    "cp.async",
-    "prefetch",
-    "trap",
-    "exit",
-)
-
-
-@dataclass
-class PtxInstr:
-    index: int
-    opcode: str
-    dests: list[str]
-    srcs: list[str]
-    operands: list[str]
-    text: str
-
-
-class Ptx:
-    """A def-use view of PTX, enough for probes such as "rsqrt's input depends on eps"."""
-
-    def __init__(self, text: str):
-        self.text = text
-        self.instrs: list[PtxInstr] = []
-        self.params: list[tuple[str, str]] = []
-        for m in re.finditer(r"\.param\s+(?:\.align\s+\d+\s+)?(\.[a-z0-9]+)\s+([\w$]+)", text):
-            self.params.append((m.group(2), m.group(1)))
-        for line in text.splitlines():
-            s = line.strip()
-            if not s or s.startswith(("//", ".", "$", "{", "}", ")")) or s.endswith(":"):
-                continue
-            s = s.rstrip(";").split("//")[0].strip()
-            s = re.sub(r"^@!?%\w+\s+", "", s)
-            parts = s.split(None, 1)
-            opcode = parts[0]
-            ops = [o.strip() for o in _split_operands(parts[1])] if len(parts) > 1 else []
-            if opcode.startswith(_NO_DEST) or not ops:
-                dests, srcs = [], [r for o in ops for r in _REG.findall(o)]
-            else:
-                dests = _REG.findall(ops[0])
-                srcs = [r for o in ops[1:] for r in _REG.findall(o)]
-            self.instrs.append(PtxInstr(len(self.instrs), opcode, dests, srcs, ops, s))
-        self.defs: dict[str, list[int]] = {}
-        for ins in self.instrs:
-            for d in ins.dests:
-                self.defs.setdefault(d, []).append(ins.index)
-
-    def find(self, opcode_prefix: str) -> list[PtxInstr]:
-        return [i for i in self.instrs if i.opcode.startswith(opcode_prefix)]
-
-    def ancestors(self, ins: PtxInstr) -> list[PtxInstr]:
-        """Every instruction whose result flows into ``ins`` (through registers)."""
-        seen: set[int] = set()
-        todo = list(ins.srcs)
-        while todo:
-            reg = todo.pop()
-            for j in self.defs.get(reg, []):
-                if j not in seen:
-                    seen.add(j)
-                    todo.extend(self.instrs[j].srcs)
-        return [self.instrs[j] for j in sorted(seen)]
-
-    def param_loads(self, param_name: str) -> list[PtxInstr]:
-        return [i for i in self.find("ld.param") if any(param_name in o for o in i.operands)]
-
-    def scalar_params(self, ptx_type: str = ".f32") -> list[str]:
-        return [n for n, t in self.params if t == ptx_type]
-
-
-#: special registers that differ between the threads of a CTA
-_THREAD_REGS = ("%tid", "%laneid", "%warpid")
-
-
-def divergent_barriers(ptx_text: str) -> list[str]:
-    """The CTA barriers (``bar.sync``) that not every thread may reach: predicated on, or inside
-    a forward branch over, a predicate computed from the thread's index (``%tid``, ``%laneid``,
-    ``%warpid``). Such a barrier waits for the threads that skipped it: forever (a hung
-    kernel). Branches on what every thread of the CTA shares (the block index, a loop count)
-    are not reported; nor is a barrier in the ``else`` part of an if/else (a simple scan: the
-    common mistake is a barrier inside ``if lane == 0:``)."""
-    ptx = Ptx(ptx_text)
-
-    def per_thread(pred: str) -> bool:
-        for j in ptx.defs.get(pred, []):
-            chain = [ptx.instrs[j], *ptx.ancestors(ptx.instrs[j])]
-            if any(r in ins.text for ins in chain for r in _THREAD_REGS):
-                return True
-        return False
-
-    seen, open_, out = set(), [], []
-    for line in ptx_text.splitlines():
-        s = line.split("//")[0].strip()
-        label = re.match(r"^(\$[\w.$]+):$", s)
-        if label:
-            seen.add(label.group(1))
-            open_ = [t for t in open_ if t != label.group(1)]
-            continue
-        branch = re.match(r"^@!?(%\w+)\s+bra(?:\.uni)?\s+(\$[\w.$]+)\s*;", s)
-        if branch:
-            if branch.group(2) not in seen and per_thread(branch.group(1)):
-                open_.append(branch.group(2))
-            continue
-        bar = re.match(r"^(?:@!?(%\w+)\s+)?(?:bar|barrier)(?:\.cta)?\.sync\b", s)
-        if bar and (open_ or (bar.group(1) and per_thread(bar.group(1)))):
-            out.append(s.rstrip(";").strip())
-    return out
-
-
-def thread_guards(ptx_text: str, any_predicate: bool = False) -> dict[int, frozenset[str]]:
-    """For each instruction of ``Ptx(ptx_text)`` (by index), the predicates computed from the
-    thread's index (``%tid``, ``%laneid``, ``%warpid``) under which it runs: those of the forward
-    branches it lies inside and its own ``@%p`` (the same simple scan as
-    ``divergent_barriers``: a forward ``@%p bra`` opens a region that its label closes). With
-    ``any_predicate``, every predicate counts, also those every thread of the CTA shares."""
-    ptx = Ptx(ptx_text)
-    memo: dict[str, bool] = {}
-
-    def per_thread(pred: str) -> bool:
-        if any_predicate:
-            return True
-        if pred not in memo:
-            memo[pred] = any(
-                r in ins.text
-                for j in ptx.defs.get(pred, [])
-                for ins in (ptx.instrs[j], *ptx.ancestors(ptx.instrs[j]))
-                for r in _THREAD_REGS
-            )
-        return memo[pred]
-
-    seen: set[str] = set()
-    open_: list[tuple[str, str]] = []
-    out: dict[int, frozenset[str]] = {}
-    index = 0
-    for line in ptx_text.splitlines():
-        s = line.strip()
-        label = re.match(r"^(\$[\w.$]+):$", s.split("//")[0].strip())
-        if label:
-            seen.add(label.group(1))
-            open_ = [(t, p) for t, p in open_ if t != label.group(1)]
-            continue
-        # the instructions Ptx counts, in its order
-        if not s or s.startswith(("//", ".", "$", "{", "}", ")")) or s.endswith(":"):
-            continue
-        s = s.rstrip(";").split("//")[0].strip()
-        branch = re.match(r"^@!?(%\w+)\s+bra(?:\.uni)?\s+(\$[\w.$]+)", s)
-        own = re.match(r"^@!?(%\w+)\s+", s)
-        preds = {p for _, p in open_}
-        if own and not branch and per_thread(own.group(1)):
-            preds.add(own.group(1))
-        out[index] = frozenset(preds)
-        index += 1
-        if branch and branch.group(2) not in seen and per_thread(branch.group(1)):
-            open_.append((branch.group(2), branch.group(1)))
-    return out
-
-
-_ZEROS = ("0f00000000", "0f80000000")
-
-
-def times_zero(i) -> bool:
-    """Whether a PTX instruction is an fp32 multiply (mul, or fma's two factors) by the
-    constant 0: a cheat's way of keeping a value's loads while dropping the value."""
-    if "f32" not in i.opcode:
-        return False
-    if i.opcode.startswith("mul"):
-        return any(o in _ZEROS for o in i.operands[1:])
-    if i.opcode.startswith("fma"):
-        return any(o in _ZEROS for o in i.operands[1:3])
-    return False
-
-
-def _split_operands(s: str) -> list[str]:
-    out, depth, cur = [], 0, ""
-    for ch in s:
-        if ch in "{[":
-            depth += 1
-        elif ch in "}]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        out.append(cur)
-    return out
-
-
-def f32_hex(value: float) -> str:
-    """How PTX writes an fp32 constant: 0f447A0000 for 1000.0."""
-    import struct
-
-    return "0f" + struct.pack(">f", value).hex().upper()
 
 
 # ---- gpu tier ---------------------------------------------------------------------------------
@@ -1059,6 +871,23 @@ def _right_with(ctx: Context, hole: KernelHole, cfg, x, w, ref, tol) -> bool:
     return bool(torch.isclose(out.float().cpu(), ref.float().cpu(), **tol).all())
 
 
+def speed_vs_copy(nbytes: int, us: float, fraction: float, at: str) -> str:
+    """GB/s of ``nbytes`` moved in ``us`` against ``fraction`` of the copy bandwidth measured
+    now, on this machine: below it the check fails. ``at``: the shape it ran, "32768x4096 bf16"."""
+    from ..tools.bench import copy_bandwidth, gbps
+
+    got = gbps(nbytes, us)
+    copy = copy_bandwidth()
+    if got < fraction * copy:
+        raise CheckFailed(
+            f"{got:.0f} GB/s at {at} = {100 * got / copy:.0f}% of the copy "
+            f"bandwidth measured now ({copy:.0f} GB/s)",
+            expected=f">= {100 * fraction:.0f}% ({fraction * copy:.0f} GB/s)",
+            seen=f"{got:.0f} GB/s ({us:.1f} us)",
+        )
+    return f"{got:.0f} GB/s = {100 * got / copy:.0f}% of copy ({copy:.0f} GB/s)"
+
+
 def gpu_speed(
     hole: KernelHole,
     *,
@@ -1077,7 +906,7 @@ def gpu_speed(
         import torch
 
         from ..runtime import torch_dtype
-        from ..tools.bench import copy_bandwidth, gbps, rmsnorm_bytes
+        from ..tools.bench import rmsnorm_bytes
 
         dt = torch_dtype(dtype)
         kernel, launch = ctx.launcher(hole, N, dt)
@@ -1086,16 +915,7 @@ def gpu_speed(
         out = torch.empty_like(x)
         nbytes = rmsnorm_bytes(M, N, x.dtype, w.dtype)
         us = launch_time_us(launch, x, w, out, EPS)
-        got = gbps(nbytes, us)
-        copy = copy_bandwidth()
-        if got < fraction * copy:
-            raise CheckFailed(
-                f"{got:.0f} GB/s at {M}x{N} {dtype} = {100 * got / copy:.0f}% of the copy "
-                f"bandwidth measured now ({copy:.0f} GB/s)",
-                expected=f">= {100 * fraction:.0f}% ({fraction * copy:.0f} GB/s)",
-                seen=f"{got:.0f} GB/s ({us:.1f} us)",
-            )
-        return f"{got:.0f} GB/s = {100 * got / copy:.0f}% of copy ({copy:.0f} GB/s)"
+        return speed_vs_copy(nbytes, us, fraction, f"{M}x{N} {dtype}")
 
     return Check(
         name or f"speed >= {100 * fraction:.0f}% of copy bandwidth ({M}x{N} {dtype})",

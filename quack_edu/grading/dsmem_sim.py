@@ -26,7 +26,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .checks import _split_operands as _split
+from .ptx import _split_operands as _split
 
 MASK = (1 << 64) - 1
 

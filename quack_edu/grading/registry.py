@@ -20,7 +20,7 @@ How to add an exercise (a later lesson does this in ``quack_edu/grading/exercise
 every ``lesson*`` module there is imported automatically)::
 
     from .. import checks, hints
-    from ..registry import COMPILE, GPU, Exercise, Mutant, register
+    from ..registry import COMPILE, GPU, TIERS, Exercise, mutants, register
 
     # the answer fills the stage kernel's ``warp_reduce`` method
     HOLE = checks.KernelHole(stage="warp", piece="warp_reduce",
@@ -31,9 +31,8 @@ every ``lesson*`` module there is imported automatically)::
         title="the butterfly: sum a value over the 32 lanes of a warp",
         points={COMPILE: 1, GPU: 1},
         mutants=[  # edits of the solution cell, and the hint each must produce
-            Mutant("one step short", [("range(5)", "range(4)")], hint="shuffle step",
-                   tiers=(COMPILE, GPU)),
-            Mutant("no mask", [("mask=0xFFFFFFFF", "mask=0x0000FFFF")], hint="..."),
+            *mutants(TIERS, ("one step short", "shuffle step", "range(5)", "range(4)")),
+            *mutants(COMPILE, ("no mask", "...", "mask=0xFFFFFFFF", "mask=0x0000FFFF")),
         ],
     ))
     ex.add(
@@ -152,6 +151,27 @@ class Mutant:
                 raise ValueError(f"mutant {self.name!r}: {old!r} is not in the solution source")
             source = source.replace(old, new)
         return source
+
+
+def mutants(tiers: str | tuple[str, ...], *rows: tuple) -> list[Mutant]:
+    """The mutants of a table, each seen in ``tiers`` (a tier or a tuple of them; ``TIERS``:
+    both). A row is ``(name, hint, old, new)``, one edit of the solution cell, or
+    ``(name, hint, [(old, new), ...])``, several. An exercise file keeps its table as a module
+    constant between ``# fmt: off`` and ``# fmt: on``, a row a mutant on a line or two::
+
+        # fmt: off
+        EPILOGUE_MUTANTS = mutants(TIERS,
+            ("offset forgotten", "weight_offset never reaches the output",
+             "y * (w + weight_offset)", "y * w"),
+        )
+        # fmt: on
+    """
+    tiers = (tiers,) if isinstance(tiers, str) else tuple(tiers)
+    out = []
+    for name, hint, *edit in rows:
+        replace = edit[0] if len(edit) == 1 else [tuple(edit)]
+        out.append(Mutant(name, replace, hint=hint, tiers=tiers))
+    return out
 
 
 @dataclass

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from .. import hints
 from ..checks import EPS, HIDDEN_M, POISON, VISIBLE_M, KernelHole, Ptx, rmsnorm_inputs
-from ..registry import COMPILE, GPU, Check, CheckFailed, Mutant
+from ..registry import GPU, TIERS, Check, CheckFailed, mutants
 
 X, W, OUT = 0, 1, 2
 _NAMES = {X: "x", W: "the weight", OUT: "y"}
@@ -289,55 +289,31 @@ def _check_cols(rep, kernel, where: str) -> None:
 #: the store of y in the solutions of 02-04 (a mutant guards it further)
 STORE_Y = "    if row < M:\n        cute.copy(copy_O, tXrO, tXgO, pred=tXpX)"
 
+# fmt: off
 #: mutants of every whole kernel, seen in its PTX (the compile tier) and refused a launch
-COLUMN_MUTANTS = (
-    Mutant(
-        "no column predicates",
-        [(", pred=tXpX)", ")"), (", pred=tWpW)", ")")],
-        hint="with a column predicate",
-        tiers=(COMPILE, GPU),
-    ),
-    Mutant(
-        "the fragment of x not zeroed",
-        [("    tXrX.fill(0)", "    pass")],
-        hint="never written in x's register fragment",
-        tiers=(COMPILE, GPU),
-    ),
+COLUMN_MUTANTS = mutants(TIERS,
+    ("no column predicates", "with a column predicate", [
+        (", pred=tXpX)", ")"),
+        (", pred=tWpW)", ")"),
+    ]),
+    ("the fragment of x not zeroed", "never written in x's register fragment",
+     "    tXrX.fill(0)", "    pass"),
 )
+# fmt: on
 
+# fmt: off
 #: wrong values that compile to the right instructions: only the gpu tier sees them, as known
 #: wrong RMSNorms (``WHOLE_VARIANTS``), zeros or outputs never written.
-VALUE_MUTANTS = (
-    Mutant(
-        "rsqrt of the sum, not the mean",
-        [("rstd = self.rstd(sum_sq, eps)", "rstd = cute.math.rsqrt(sum_sq + eps)")],
-        hint="the mean of squares is sum / N",
-        tiers=(GPU,),
-    ),
-    Mutant(
-        "sum of x, not of x * x",
-        [("(x * x).reduce(", "x.reduce(")],
-        hint="you sum x, not x * x",
-        tiers=(GPU,),
-    ),
-    Mutant(
-        "output multiplied by 0",
-        [
-            (
-                "y = x * rstd * tXrW.load().to(Float32)",
-                "y = x * rstd * tXrW.load().to(Float32) * 0.0",
-            )
-        ],
-        hint="every output is 0",
-        tiers=(GPU,),
-    ),
-    Mutant(
-        "y = x * w, not normalised",
-        [("y = x * rstd * tXrW.load().to(Float32)", "y = x * tXrW.load().to(Float32)")],
-        hint="the row is never normalised",
-        tiers=(GPU,),
-    ),
+VALUE_MUTANTS = mutants(GPU,
+    ("rsqrt of the sum, not the mean", "the mean of squares is sum / N",
+     "rstd = self.rstd(sum_sq, eps)", "rstd = cute.math.rsqrt(sum_sq + eps)"),
+    ("sum of x, not of x * x", "you sum x, not x * x", "(x * x).reduce(", "x.reduce("),
+    ("output multiplied by 0", "every output is 0",
+     "y = x * rstd * tXrW.load().to(Float32)", "y = x * rstd * tXrW.load().to(Float32) * 0.0"),
+    ("y = x * w, not normalised", "the row is never normalised",
+     "y = x * rstd * tXrW.load().to(Float32)", "y = x * tXrW.load().to(Float32)"),
 )
+# fmt: on
 
 #: known wrong RMSNorms a whole kernel can compute, checked against its wrong values
 WHOLE_VARIANTS = (hints.SUM_NOT_MEAN_V, hints.NOT_SQUARED_V, hints.NOT_NORMALISED_V)
@@ -371,7 +347,7 @@ def mixed_values(
         from ...reference import TOLERANCES, rmsnorm_ref
         from ...runtime import compile_kernel, torch_dtype
         from ...tools.inspect import kernel_report
-        from ..checks import _describe_mismatch, shortcut_failure, shortcut_guard
+        from ..checks import _describe_mismatch, no_shortcuts
 
         gen = ctx.torch_generator(salt="whole" + ("h" if hidden else ""))
         n = 0
@@ -382,14 +358,12 @@ def mixed_values(
                 key = ("whole", hole, N, xd, wd, cfg)
                 if key not in ctx.cache:
                     kernel = hole.build(ctx.answer)(xdt, N, cfg, wdt)
-                    with shortcut_guard() as seen:
+                    with no_shortcuts():
                         rep = kernel_report(kernel)
                         _refuse_out_of_bounds(rep, f"x {xd}, weight {wd}, N={N}", kernel)
                         if guard is not None:
                             guard(ctx, kernel, rep)
                         launch = compile_kernel(kernel)
-                    if seen:
-                        raise shortcut_failure(seen[0])
                     ctx.cache[key] = launch
                 launch = ctx.cache[key]
                 tol = TOLERANCES[xdt]
@@ -451,12 +425,23 @@ def ragged_Ns(visible: tuple, hidden_choices: tuple, k: int = 2) -> Callable:
     return Ns
 
 
+def hidden_cases(hidden_choices: tuple, config=None) -> Callable:
+    """``cases(ctx)`` of the hidden ``access_check``: a row length drawn from ``hidden_choices``
+    with the grading seed, x fp16 with an fp32 weight and x fp32 with a bf16 weight."""
+
+    def cases(ctx):
+        n = ctx.rng("kernel N").choice(hidden_choices)
+        return ((n, "fp16", "fp32", config), (n, "fp32", "bf16", config))
+
+    return cases
+
+
 def whole_report(ctx, hole: KernelHole, N: int, xd: str, wd: str, config):
     """(kernel, report) of the learner's kernel for x of ``xd`` and a weight of ``wd``, cached
     for the run (``ctx.report`` compiles with the weight in x's dtype only)."""
     from ...runtime import torch_dtype
     from ...tools.inspect import kernel_report
-    from ..checks import shortcut_failure, shortcut_guard
+    from ..checks import no_shortcuts
 
     if xd == wd:  # the kernel ctx.report compiles (and shares with the other checks)
         return ctx.kernel(hole, N, xd, config), ctx.report(hole, N, xd, config)
@@ -464,10 +449,8 @@ def whole_report(ctx, hole: KernelHole, N: int, xd: str, wd: str, config):
     if key not in ctx.cache:
         xdt = torch_dtype(xd)
         kernel = hole.build(ctx.answer)(xdt, N, config, torch_dtype(wd))
-        with shortcut_guard() as seen:
+        with no_shortcuts():
             rep = kernel_report(kernel, stage=f"{hole.stage}+{ctx.exercise.id}")
-        if seen:
-            raise shortcut_failure(seen[0])
         ctx.cache[key] = (kernel, rep)
     return ctx.cache[key]
 
@@ -487,24 +470,16 @@ def access_check(
     ``(N, x dtype, weight dtype, config)`` of ``cases`` (or ``cases(ctx)``; a config may be a
     callable of (N, dtype))."""
     from ...runtime import torch_dtype
-    from ..checks import is_not_implemented
+    from ..checks import fail_on_error
 
     def fn(ctx):
         msgs = []
         for N, xd, wd, cfg in cases(ctx) if callable(cases) else cases:
             cfg = cfg(N, torch_dtype(xd)) if callable(cfg) else cfg
-            try:
+            with fail_on_error(
+                f"your {hole.stage} kernel does not compile (x {xd}, weight {wd}, N={N})"
+            ):
                 kernel, rep = whole_report(ctx, hole, N, xd, wd, cfg)
-            except (CheckFailed, NotImplementedError):
-                raise
-            except Exception as e:
-                if is_not_implemented(e):
-                    raise
-                raise CheckFailed(
-                    f"your {hole.stage} kernel does not compile (x {xd}, weight {wd}, N={N}): "
-                    f"{hints.short_error(e, 400)}",
-                    hint=hints.diagnose_compile_error(e),
-                ) from None
             msgs.append(
                 f"x {xd}/w {wd} N={N}: "
                 + probe_accesses(

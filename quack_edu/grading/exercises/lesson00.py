@@ -13,7 +13,7 @@ import torch
 from .. import hints
 from ..checks import Context, value_check
 from ..hints import Variant
-from ..registry import COMPILE, CheckFailed, Exercise, Mutant, register
+from ..registry import COMPILE, CheckFailed, Exercise, mutants, register
 
 LESSON = "00_setup_and_roofline"
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -48,6 +48,14 @@ def bytes_moved_ref(M, N, dtype):
     return rmsnorm_bytes(M, N, dtype)
 
 
+# fmt: off
+BYTES_MOVED_MUTANTS = mutants(COMPILE,
+    ("forgets the write of y", "both", "2 * M * N * size", "M * N * size"),
+    ("bits for bytes", "bits", ".element_size()", ".element_size() * 8"),
+    ("forgets the weight", "weight", " + N * size", ""),
+)
+# fmt: on
+
 bytes_moved = register(
     Exercise(
         id="00.bytes_moved",
@@ -55,11 +63,7 @@ bytes_moved = register(
         answer="bytes_moved",
         title="bytes a fused RMSNorm must move: bytes_moved(M, N, dtype)",
         points={COMPILE: 1},
-        mutants=[
-            Mutant("forgets the write of y", [("2 * M * N * size", "M * N * size")], hint="both"),
-            Mutant("bits for bytes", [(".element_size()", ".element_size() * 8")], hint="bits"),
-            Mutant("forgets the weight", [(" + N * size", "")], hint="weight"),
-        ],
+        mutants=BYTES_MOVED_MUTANTS,
     )
 )
 _BYTES_VARIANTS = [
@@ -132,6 +136,14 @@ def _roofline_cases(ctx: Context, hidden: bool):
     ]
 
 
+# fmt: off
+ROOFLINE_TIME_US_MUTANTS = mutants(COMPILE,
+    ("min, not max", "larger", "max(", "min("),
+    ("milliseconds", "unit", "* 1e6", "* 1e3"),
+    ("adds the two", "overlap", "max(t_memory, t_compute)", "(t_memory + t_compute)"),
+)
+# fmt: on
+
 roofline = register(
     Exercise(
         id="00.roofline_time_us",
@@ -139,15 +151,7 @@ roofline = register(
         answer="roofline_time_us",
         title="the roofline bound: roofline_time_us(nbytes, flops, gbps, tflops)",
         points={COMPILE: 1},
-        mutants=[
-            Mutant("min, not max", [("max(", "min(")], hint="larger"),
-            Mutant("milliseconds", [("* 1e6", "* 1e3")], hint="unit"),
-            Mutant(
-                "adds the two",
-                [("max(t_memory, t_compute)", "(t_memory + t_compute)")],
-                hint="overlap",
-            ),
-        ],
+        mutants=ROOFLINE_TIME_US_MUTANTS,
     )
 )
 _ROOF_VARIANTS = [
@@ -197,6 +201,18 @@ def eager_rmsnorm_ref(x, w, eps=1e-6):
     return y.to(x.dtype)
 
 
+# fmt: off
+EAGER_RMSNORM_MUTANTS = mutants(COMPILE,
+    ("calls torch's RMSNorm", "library RMSNorm",
+     "    xf = x.float()\n",
+     "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)\n"
+     "    xf = x.float()\n"),
+    ("forgets eps", "eps", "ms + eps", "ms"),
+    ("returns fp32", "dtype", "return y.to(x.dtype)", "return y"),
+    ("mean over rows", "last dim", "dim=-1", "dim=0"),
+)
+# fmt: on
+
 eager = register(
     Exercise(
         id="00.eager_rmsnorm",
@@ -204,22 +220,7 @@ eager = register(
         answer="eager_rmsnorm",
         title="RMSNorm from separate PyTorch ops (what eager mode runs): eager_rmsnorm(x, w, eps)",
         points={COMPILE: 1},
-        mutants=[
-            Mutant(
-                "calls torch's RMSNorm",
-                [
-                    (
-                        "    xf = x.float()\n",
-                        "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)\n"
-                        "    xf = x.float()\n",
-                    )
-                ],
-                hint="library RMSNorm",
-            ),
-            Mutant("forgets eps", [("ms + eps", "ms")], hint="eps"),
-            Mutant("returns fp32", [("return y.to(x.dtype)", "return y")], hint="dtype"),
-            Mutant("mean over rows", [("dim=-1", "dim=0")], hint="last dim"),
-        ],
+        mutants=EAGER_RMSNORM_MUTANTS,
     )
 )
 
@@ -363,6 +364,22 @@ def _eager_bytes_formula(M, N, d, *, f=4, casts_for_fp32=False, row_ops=True, ro
     return total
 
 
+# fmt: off
+EAGER_BYTES_MUTANTS = mutants(COMPILE,
+    ("intermediates in the input dtype", "fp32", "f = 4  #", "f = b  #"),
+    ("casts counted for fp32 too", "no kernel", [
+        ("    if dtype != torch.float32:\n        ops.append(full * b + full * f)",
+         "    ops.append(full * b + full * f)"),
+        ("    if dtype != torch.float32:\n        ops.append(full * f + full * b)",
+         "    ops.append(full * f + full * b)"),
+    ]),
+    ("forgets the per-row ops", "per-row", [
+        ("        2 * row * f,                 # + eps\n", ""),
+        ("        2 * row * f,                 # rsqrt\n", ""),
+    ]),
+)
+# fmt: on
+
 eager_bytes = register(
     Exercise(
         id="00.eager_bytes",
@@ -370,31 +387,7 @@ eager_bytes = register(
         answer="eager_bytes",
         title="bytes eager PyTorch moves for RMSNorm: eager_bytes(M, N, dtype)",
         points={COMPILE: 1},
-        mutants=[
-            Mutant("intermediates in the input dtype", [("f = 4  #", "f = b  #")], hint="fp32"),
-            Mutant(
-                "casts counted for fp32 too",
-                [
-                    (
-                        "    if dtype != torch.float32:\n        ops.append(full * b + full * f)",
-                        "    ops.append(full * b + full * f)",
-                    ),
-                    (
-                        "    if dtype != torch.float32:\n        ops.append(full * f + full * b)",
-                        "    ops.append(full * f + full * b)",
-                    ),
-                ],
-                hint="no kernel",
-            ),
-            Mutant(
-                "forgets the per-row ops",
-                [
-                    ("        2 * row * f,                 # + eps\n", ""),
-                    ("        2 * row * f,                 # rsqrt\n", ""),
-                ],
-                hint="per-row",
-            ),
-        ],
+        mutants=EAGER_BYTES_MUTANTS,
     )
 )
 _EAGER_BYTES_VARIANTS = [

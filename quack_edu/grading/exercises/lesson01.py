@@ -23,7 +23,7 @@ from ..checks import (
     value_check,
 )
 from ..hints import Variant
-from ..registry import COMPILE, GPU, CheckFailed, Exercise, Mutant, register
+from ..registry import COMPILE, GPU, TIERS, CheckFailed, Exercise, mutants, register
 
 LESSON = "01_naive"
 
@@ -82,6 +82,24 @@ def _probe_loop(rep, ctx):
     return f"{n} ld.global in a device loop"
 
 
+# fmt: off
+SUM_SQUARES_MUTANTS = [
+    *mutants(COMPILE,
+        ("squares in bf16", "Float32", "v = mX[row, j].to(Float32)", "v = mX[row, j]"),
+    ),
+    *mutants(TIERS,
+        ("sums x, not x*x", "not x * x", "acc += v * v", "acc += v"),
+    ),
+    *mutants(COMPILE,
+        ("no @cute.jit", "@cute.jit", "@cute.jit\n", ""),
+    ),
+    *mutants(GPU,
+        ("skips the last column", "misses a column",
+         "cutlass.range(N, unroll=4)", "cutlass.range(N - 1, unroll=4)"),
+    ),
+]
+# fmt: on
+
 sum_squares = register(
     Exercise(
         id="01.sum_squares",
@@ -89,26 +107,7 @@ sum_squares = register(
         answer="sum_squares",
         title="the first pass: sum of x[row, j]**2 in fp32, inside the naive kernel",
         points={COMPILE: 1, GPU: 1},
-        mutants=[
-            Mutant(
-                "squares in bf16",
-                [("v = mX[row, j].to(Float32)", "v = mX[row, j]")],
-                hint="Float32",
-            ),
-            Mutant(
-                "sums x, not x*x",
-                [("acc += v * v", "acc += v")],
-                hint="not x * x",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant("no @cute.jit", [("@cute.jit\n", "")], hint="@cute.jit"),
-            Mutant(
-                "skips the last column",
-                [("cutlass.range(N, unroll=4)", "cutlass.range(N - 1, unroll=4)")],
-                hint="misses a column",
-                tiers=(GPU,),
-            ),
-        ],
+        mutants=SUM_SQUARES_MUTANTS,
     )
 )
 sum_squares.add(
@@ -240,6 +239,14 @@ def _f32(hexconst: str) -> float:
     return struct.unpack(">f", bytes.fromhex(hexconst[2:]))[0]
 
 
+# fmt: off
+RSTD_MUTANTS = mutants(TIERS,
+    ("forgets eps", "eps must be added", "sum_sq / N + eps", "sum_sq / N"),
+    ("sum, not mean", "sqrt(N)", "sum_sq / N + eps", "sum_sq + eps"),
+    ("sqrt, not rsqrt", "RMS itself", "cute.math.rsqrt(", "cute.math.sqrt("),
+)
+# fmt: on
+
 rstd = register(
     Exercise(
         id="01.rstd",
@@ -247,26 +254,7 @@ rstd = register(
         answer="rstd",
         title="rstd = 1/sqrt(sum_sq / N + eps), inside the naive kernel",
         points={COMPILE: 1, GPU: 1},
-        mutants=[
-            Mutant(
-                "forgets eps",
-                [("sum_sq / N + eps", "sum_sq / N")],
-                hint="eps must be added",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "sum, not mean",
-                [("sum_sq / N + eps", "sum_sq + eps")],
-                hint="sqrt(N)",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "sqrt, not rsqrt",
-                [("cute.math.rsqrt(", "cute.math.sqrt(")],
-                hint="RMS itself",
-                tiers=(COMPILE, GPU),
-            ),
-        ],
+        mutants=RSTD_MUTANTS,
     )
 )
 rstd.add(
@@ -322,6 +310,13 @@ def _sector_cases(ctx, hidden):
     ] + cases
 
 
+# fmt: off
+SECTORS_PER_REQUEST_MUTANTS = mutants(COMPILE,
+    ("counts 128-byte lines", "sector is 32 bytes", "// 32", "// 128"),
+    ("ignores the stride", "stride", "first = t * stride_bytes", "first = t * elem_bytes"),
+)
+# fmt: on
+
 sectors = register(
     Exercise(
         id="01.sectors_per_request",
@@ -331,14 +326,7 @@ sectors = register(
             "32-byte sectors one warp-wide load touches: sectors_per_request(stride, elem, threads)"
         ),
         points={COMPILE: 1},
-        mutants=[
-            Mutant("counts 128-byte lines", [("// 32", "// 128")], hint="sector is 32 bytes"),
-            Mutant(
-                "ignores the stride",
-                [("first = t * stride_bytes", "first = t * elem_bytes")],
-                hint="stride",
-            ),
-        ],
+        mutants=SECTORS_PER_REQUEST_MUTANTS,
     )
 )
 _SECTOR_VARIANTS = [

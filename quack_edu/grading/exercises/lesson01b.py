@@ -16,7 +16,7 @@ import math
 from .. import checks
 from ..checks import Ptx, numbers_close, value_check
 from ..hints import Variant
-from ..registry import COMPILE, GPU, CheckFailed, Exercise, Mutant, register
+from ..registry import COMPILE, GPU, TIERS, CheckFailed, Exercise, mutants, register
 
 LESSON = "01b_cute_dsl"
 
@@ -109,6 +109,19 @@ _LAYOUT_VARIANTS = [
     ),
 ]
 
+# fmt: off
+LAYOUT_OFFSET_MUTANTS = mutants(COMPILE,
+    ("splits an index row-major", "leftmost mode fastest", [
+        ("for s in shape:", "for s in shape[::-1]:"),
+        ("tuple(parts)", "tuple(parts[::-1])"),
+    ]),
+    ("multiplies by the shape", "multiplied by its stride",
+     "return coord * stride", "return coord * shape"),
+    ("a nested mode's size is its first size", "2 x 4 = 8 elements",
+     "n = layout_size(s)", "n = s if isinstance(s, int) else s[0]"),
+)
+# fmt: on
+
 layout_offset = register(
     Exercise(
         id="01.layout_offset",
@@ -116,26 +129,7 @@ layout_offset = register(
         answer="layout_offset",
         title="a layout is a function: the offset of a coordinate under shape:stride",
         points={COMPILE: 1},
-        mutants=[
-            Mutant(
-                "splits an index row-major",
-                [
-                    ("for s in shape:", "for s in shape[::-1]:"),
-                    ("tuple(parts)", "tuple(parts[::-1])"),
-                ],
-                hint="leftmost mode fastest",
-            ),
-            Mutant(
-                "multiplies by the shape",
-                [("return coord * stride", "return coord * shape")],
-                hint="multiplied by its stride",
-            ),
-            Mutant(
-                "a nested mode's size is its first size",
-                [("n = layout_size(s)", "n = s if isinstance(s, int) else s[0]")],
-                hint="2 x 4 = 8 elements",
-            ),
-        ],
+        mutants=LAYOUT_OFFSET_MUTANTS,
     )
 )
 layout_offset.add(
@@ -227,6 +221,15 @@ _THREAD_VARIANTS = [
     ),
 ]
 
+# fmt: off
+THREAD_ELEMENTS_MUTANTS = mutants(COMPILE,
+    ("reads the thread layout row-major", "col * stride[1]",
+     "r * thr_stride[0] + c * thr_stride[1] == t", "r * cols + c == t"),
+    ("interleaves the values", "contiguous columns", "(r, c * vec + j)", "(r, c + j * cols)"),
+    ("swaps row and column", "(row, column)", "(r, c * vec + j)", "(c * vec + j, r)"),
+)
+# fmt: on
+
 thread_elements = register(
     Exercise(
         id="01.thread_elements",
@@ -234,23 +237,7 @@ thread_elements = register(
         answer="thread_elements",
         title="predict a partition: the (row, col) elements one thread of a tiled copy owns",
         points={COMPILE: 1},
-        mutants=[
-            Mutant(
-                "reads the thread layout row-major",
-                [("r * thr_stride[0] + c * thr_stride[1] == t", "r * cols + c == t")],
-                hint="col * stride[1]",
-            ),
-            Mutant(
-                "interleaves the values",
-                [("(r, c * vec + j)", "(r, c + j * cols)")],
-                hint="contiguous columns",
-            ),
-            Mutant(
-                "swaps row and column",
-                [("(r, c * vec + j)", "(c * vec + j, r)")],
-                hint="(row, column)",
-            ),
-        ],
+        mutants=THREAD_ELEMENTS_MUTANTS,
     )
 )
 thread_elements.add(
@@ -309,26 +296,23 @@ def scale_ptx(kernel, N: int, dtype="bf16") -> str:
 
 
 def _ptx(ctx, N, dtype="bf16") -> Ptx:
+    def make():
+        kind = str(getattr(ctx.answer, "_decorator_kind", "a plain function"))
+        if "kernel" not in kind.lower():
+            raise CheckFailed(
+                "scale_kernel is not a kernel" + checks.plain_call(ctx.answer, 3),
+                expected="a function decorated with @cute.kernel (it is launched)",
+                seen=f"{kind.rsplit('.', 1)[-1]}",
+                hint="decorate scale_kernel with @cute.kernel: only a kernel can be "
+                "launched (kernel(...).launch(grid=..., block=...)); @cute.jit is for "
+                "host functions and device helpers",
+            )
+        with checks.no_shortcuts():
+            return scale_ptx(ctx.answer, N, dtype)
+
     key = ("scale_ptx", N, dtype)
     if key not in ctx.cache:
-        hit = checks._shared_get(ctx.answer, key)
-        if hit is None:
-            kind = str(getattr(ctx.answer, "_decorator_kind", "a plain function"))
-            if "kernel" not in kind.lower():
-                raise CheckFailed(
-                    "scale_kernel is not a kernel" + checks.plain_call(ctx.answer, 3),
-                    expected="a function decorated with @cute.kernel (it is launched)",
-                    seen=f"{kind.rsplit('.', 1)[-1]}",
-                    hint="decorate scale_kernel with @cute.kernel: only a kernel can be "
-                    "launched (kernel(...).launch(grid=..., block=...)); @cute.jit is for "
-                    "host functions and device helpers",
-                )
-            with checks.shortcut_guard() as seen:
-                hit = scale_ptx(ctx.answer, N, dtype)
-            if seen:
-                raise checks.shortcut_failure(seen[0])
-            checks._shared_put(ctx.answer, key, hit)
-        ctx.cache[key] = Ptx(hit)
+        ctx.cache[key] = Ptx(checks.shared(ctx.answer, key, make))
     return ctx.cache[key]
 
 
@@ -486,6 +470,28 @@ def _gpu_values(hidden: bool):
     return checks.Check(name, GPU, fn, hidden)
 
 
+# fmt: off
+SCALE_KERNEL_MUTANTS = [
+    *mutants(COMPILE,
+        ("2-byte accesses", "num_bits_per_copy=128",
+         "num_bits_per_copy=128", "num_bits_per_copy=16"),
+    ),
+    *mutants(TIERS,
+        ("forgets the factor", "y = x * factor", "x * factor", "x"),
+    ),
+    *mutants(COMPILE,
+        ("every CTA takes tile 0", "CTA bidx owns tile bidx", "(bidx,)", "(0,)"),
+    ),
+    *mutants(TIERS,
+        ("no guard for the tail", "the last tile runs past the end",
+         "if cute.elem_less(tXcX[0], mX.shape):", "if True:"),
+    ),
+    *mutants(COMPILE,
+        ("not a kernel", "@cute.kernel", "@cute.kernel\n", ""),
+    ),
+]
+# fmt: on
+
 scale_kernel = register(
     Exercise(
         id="01.scale_kernel",
@@ -493,27 +499,7 @@ scale_kernel = register(
         answer="scale_kernel",
         title="a whole kernel: y = x * factor, a 1024-element tile per CTA, 16 bytes per thread",
         points={COMPILE: 2, GPU: 1},
-        mutants=[
-            Mutant(
-                "2-byte accesses",
-                [("num_bits_per_copy=128", "num_bits_per_copy=16")],
-                hint="num_bits_per_copy=128",
-            ),
-            Mutant(
-                "forgets the factor",
-                [("x * factor", "x")],
-                hint="y = x * factor",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant("every CTA takes tile 0", [("(bidx,)", "(0,)")], hint="CTA bidx owns tile bidx"),
-            Mutant(
-                "no guard for the tail",
-                [("if cute.elem_less(tXcX[0], mX.shape):", "if True:")],
-                hint="the last tile runs past the end",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant("not a kernel", [("@cute.kernel\n", "")], hint="@cute.kernel"),
-        ],
+        mutants=SCALE_KERNEL_MUTANTS,
     )
 )
 scale_kernel.add(

@@ -23,7 +23,7 @@ from ..checks import (
     ptx_probe,
 )
 from ..hints import Variant
-from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
+from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutants, register
 from ._kernels import (
     COLUMN_MUTANTS,
     GIVEN_COPY,
@@ -31,6 +31,7 @@ from ._kernels import (
     VALUE_MUTANTS,
     WHOLE_VARIANTS,
     access_check,
+    hidden_cases,
     kernel_hole,
     mixed_values,
     ragged_Ns,
@@ -187,6 +188,29 @@ ROWS_MIXED_V = Variant("rows of a warp summed together", _rows_mixed, WIDTH)
 
 NARROW_CFG = RowConfig(threads_per_row=8, num_threads=128)
 
+# fmt: off
+WARP_REDUCE_MUTANTS = [
+    *mutants(TIERS,
+        ("one round short", "shuffle step is missing",
+         "while offset < width:", "while offset < width // 2:"),
+    ),
+    *mutants(COMPILE,
+        ("shuffle down instead of the butterfly", "only lane 0 holds the total",
+         "shuffle_sync_bfly(", "shuffle_sync_down("),
+    ),
+    *mutants(TIERS,
+        ("always five rounds", "lanes of other rows",
+         "while offset < width:", "while offset < 32:"),
+    ),
+    *mutants(COMPILE,
+        ("shuffles but never adds", "result is never added",
+         "val = val + cute.arch.shuffle_sync_bfly(", "val = cute.arch.shuffle_sync_bfly("),
+        ("half the lanes in the mask", "member mask must name all 32",
+         "mask=0xFFFFFFFF", "mask=0x0000FFFF"),
+    ),
+]
+# fmt: on
+
 warp_reduce = register(
     Exercise(
         id="02.warp_reduce",
@@ -194,40 +218,7 @@ warp_reduce = register(
         answer="warp_reduce_sum",
         title="the butterfly: sum a value over the lanes of a row (shfl.sync.bfly)",
         points={COMPILE: 1, GPU: 1},
-        mutants=[
-            Mutant(
-                "one round short",
-                [("while offset < width:", "while offset < width // 2:")],
-                hint="shuffle step is missing",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "shuffle down instead of the butterfly",
-                [("shuffle_sync_bfly(", "shuffle_sync_down(")],
-                hint="only lane 0 holds the total",
-            ),
-            Mutant(
-                "always five rounds",
-                [("while offset < width:", "while offset < 32:")],
-                hint="lanes of other rows",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "shuffles but never adds",
-                [
-                    (
-                        "val = val + cute.arch.shuffle_sync_bfly(",
-                        "val = cute.arch.shuffle_sync_bfly(",
-                    )
-                ],
-                hint="result is never added",
-            ),
-            Mutant(
-                "half the lanes in the mask",
-                [("mask=0xFFFFFFFF", "mask=0x0000FFFF")],
-                hint="member mask must name all 32",
-            ),
-        ],
+        mutants=WARP_REDUCE_MUTANTS,
     )
 )
 warp_reduce.add(
@@ -454,6 +445,22 @@ def _probe_128(rep, ctx):
     return ", ".join(f"{n} x {op}.128" for (op, _), n in sorted(acc.items()))
 
 
+# fmt: off
+TV_LAYOUT_MUTANTS = mutants(COMPILE,
+    ("64-bit accesses", "fewer than 16 bytes", "128 // dtype.width", "64 // dtype.width"),
+    ("bytes divided by bits", "dtype.width is in bits",
+     "vec = 128 // dtype.width", "vec = 16 // dtype.width"),
+    ("no elements", "vec (elements per 16-byte access) came out 0",
+     "vec = 128 // dtype.width", "vec = 0"),
+    ("8 elements for every dtype", "more than one 16-byte access",
+     "vec = 128 // dtype.width", "vec = 8"),
+    ("threads ordered down the rows", "threads of a row must be consecutive",
+     "order=(1, 0)", "order=(0, 1)"),
+    ("vector down a column", "down a column",
+     "cute.make_layout((1, vec))", "cute.make_layout((vec, 1))"),
+)
+# fmt: on
+
 tv_layout = register(
     Exercise(
         id="02.tv_layout",
@@ -461,38 +468,7 @@ tv_layout = register(
         answer="row_tv_layouts",
         title="the TV layout of the row copy: (thr_layout, val_layout) for make_tiled_copy_tv",
         points={COMPILE: 1, GPU: 1},
-        mutants=[
-            Mutant(
-                "64-bit accesses",
-                [("128 // dtype.width", "64 // dtype.width")],
-                hint="fewer than 16 bytes",
-            ),
-            Mutant(
-                "bytes divided by bits",
-                [("vec = 128 // dtype.width", "vec = 16 // dtype.width")],
-                hint="dtype.width is in bits",
-            ),
-            Mutant(
-                "no elements",
-                [("vec = 128 // dtype.width", "vec = 0")],
-                hint="vec (elements per 16-byte access) came out 0",
-            ),
-            Mutant(
-                "8 elements for every dtype",
-                [("vec = 128 // dtype.width", "vec = 8")],
-                hint="more than one 16-byte access",
-            ),
-            Mutant(
-                "threads ordered down the rows",
-                [("order=(1, 0)", "order=(0, 1)")],
-                hint="threads of a row must be consecutive",
-            ),
-            Mutant(
-                "vector down a column",
-                [("cute.make_layout((1, vec))", "cute.make_layout((vec, 1))")],
-                hint="down a column",
-            ),
-        ],
+        mutants=TV_LAYOUT_MUTANTS,
     )
 )
 tv_layout.add(
@@ -559,11 +535,42 @@ _KERNEL_CASES = (
 _KERNEL_NS = (64, 1000)
 _KERNEL_HIDDEN_NS = (136, 520, 1544, 2040)
 
+_hidden_kernel_cases = hidden_cases(_KERNEL_HIDDEN_NS)
 
-def _hidden_kernel_cases(ctx):
-    n = ctx.rng("kernel N").choice(_KERNEL_HIDDEN_NS)
-    return ((n, "fp16", "fp32", None), (n, "fp32", "bf16", None))
 
+# fmt: off
+WARP_KERNEL_MUTANTS = [
+    *mutants(COMPILE,
+        ("every CTA the same rows", "every CTA loads the same rows",
+         "gX = cute.local_tile(mX, t.tiler, (bidx, 0))",
+         "gX = cute.local_tile(mX, t.tiler, (0, 0))"),
+        ("lanes never combine", "the lanes of a row never add their partial sums",
+         "    sum_sq = self.warp_reduce(sum_sq)", "    pass"),
+        ("stores rows past M", "runs past the end of the tensor",
+         "    if row < M:\n        cute.copy(copy_O", "    cute.copy(copy_O"),
+        ("weight never used", "not multiplied by the weight",
+         "y = x * rstd * tXrW.load().to(Float32)", "y = x * rstd"),
+    ),
+    *COLUMN_MUTANTS,
+    *mutants(COMPILE,
+        ("the column bound fixed at 1000", "compare with self.N", [
+            ("tXcX, self.N)  # columns < N", "tXcX, 1000)  # columns < N"),
+            ("thr_W.partition_S(cX), self.N)", "thr_W.partition_S(cX), 1000)"),
+        ]),
+        ("y's tile cut from x", "the output is stored into x's tensor",
+         "gO = cute.local_tile(mO,", "gO = cute.local_tile(mX,"),
+        ("the weight's predicate from x's partition", "its own predicate",
+         "predicate_cols(thr_W.partition_S(cX), self.N)", "predicate_cols(tXcX, self.N)"),
+        ("the weight's fragment not retiled", "thr_W.retile(tXrW)", "thr_W.retile(tXrW)", "tXrW"),
+    ),
+    *VALUE_MUTANTS,
+    *mutants(GPU,
+        ("y stored by lane 0 of each warp only", "some outputs were never written",
+         STORE_Y,
+         STORE_Y.replace("    cute.copy", "    if tidx % 32 == 0:\n            cute.copy")),
+    ),
+]
+# fmt: on
 
 warp_kernel = register(
     Exercise(
@@ -573,71 +580,7 @@ warp_kernel = register(
         answer="warp_kernel",
         title="the whole warp kernel: tile, load, reduce, normalise, store",
         points={COMPILE: 2, GPU: 2},
-        mutants=[
-            Mutant(
-                "every CTA the same rows",
-                [
-                    (
-                        "gX = cute.local_tile(mX, t.tiler, (bidx, 0))",
-                        "gX = cute.local_tile(mX, t.tiler, (0, 0))",
-                    )
-                ],
-                hint="every CTA loads the same rows",
-            ),
-            Mutant(
-                "lanes never combine",
-                [("    sum_sq = self.warp_reduce(sum_sq)", "    pass")],
-                hint="the lanes of a row never add their partial sums",
-            ),
-            Mutant(
-                "stores rows past M",
-                [("    if row < M:\n        cute.copy(copy_O", "    cute.copy(copy_O")],
-                hint="runs past the end of the tensor",
-            ),
-            Mutant(
-                "weight never used",
-                [("y = x * rstd * tXrW.load().to(Float32)", "y = x * rstd")],
-                hint="not multiplied by the weight",
-            ),
-            *COLUMN_MUTANTS,
-            Mutant(
-                "the column bound fixed at 1000",
-                [
-                    ("tXcX, self.N)  # columns < N", "tXcX, 1000)  # columns < N"),
-                    ("thr_W.partition_S(cX), self.N)", "thr_W.partition_S(cX), 1000)"),
-                ],
-                hint="compare with self.N",
-            ),
-            Mutant(
-                "y's tile cut from x",
-                [("gO = cute.local_tile(mO,", "gO = cute.local_tile(mX,")],
-                hint="the output is stored into x's tensor",
-            ),
-            Mutant(
-                "the weight's predicate from x's partition",
-                [("predicate_cols(thr_W.partition_S(cX), self.N)", "predicate_cols(tXcX, self.N)")],
-                hint="its own predicate",
-            ),
-            Mutant(
-                "the weight's fragment not retiled",
-                [("thr_W.retile(tXrW)", "tXrW")],
-                hint="thr_W.retile(tXrW)",
-            ),
-            *VALUE_MUTANTS,
-            Mutant(
-                "y stored by lane 0 of each warp only",
-                [
-                    (
-                        STORE_Y,
-                        STORE_Y.replace(
-                            "    cute.copy", "    if tidx % 32 == 0:\n            cute.copy"
-                        ),
-                    )
-                ],
-                hint="some outputs were never written",
-                tiers=(GPU,),
-            ),
-        ],
+        mutants=WARP_KERNEL_MUTANTS,
     )
 )
 warp_kernel.add(

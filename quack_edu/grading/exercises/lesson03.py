@@ -26,7 +26,7 @@ from ..checks import (
     rmsnorm_inputs,
 )
 from ..hints import Variant
-from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
+from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutants, register
 from ._kernels import (
     COLUMN_MUTANTS,
     GIVEN_COPY,
@@ -34,6 +34,7 @@ from ._kernels import (
     VALUE_MUTANTS,
     WHOLE_VARIANTS,
     access_check,
+    hidden_cases,
     kernel_hole,
     mixed_values,
     ragged_Ns,
@@ -317,6 +318,47 @@ def _same_every_run(ctx):
     return "5 runs bit-identical (2 configs, up to 16 warps per row)"
 
 
+# fmt: off
+BLOCK_REDUCE_MUTANTS = [
+    *mutants(COMPILE,
+        ("no barrier", "a barrier (cute.arch.barrier(), bar.sync in PTX) must sit",
+         "    cute.arch.barrier()\n", ""),
+    ),
+    *mutants(TIERS,
+        ("only the warp's own partial", "the cross-warp sum is missing",
+         "    return total\n", "    return val\n"),
+    ),
+    *mutants(COMPILE,
+        ("returns its own slot", "reads back only the slot it wrote itself",
+         "    total = Float32(0.0)\n"
+         "    for w in cutlass.range_constexpr(warps_per_row):\n"
+         "        total += buffer[row, w]\n"
+         "    return total\n",
+         "    return buffer[row, warp % warps_per_row]\n"),
+    ),
+    *mutants(TIERS,
+        ("every row reads row 0's slots", "rows of one CTA share the same slots",
+         "total += buffer[row, w]", "total += buffer[0, w]"),
+    ),
+    *mutants(COMPILE,
+        ("no @cute.jit", "@cute.jit", "@cute.jit\n", ""),
+    ),
+    *mutants(TIERS,
+        ("barrier inside the lane-0 branch",
+         "a barrier inside a branch that depends on the thread", [
+            ("    cute.arch.barrier()\n", ""),
+            ("= val\n", "= val\n        cute.arch.barrier()\n"),
+        ]),
+    ),
+    *mutants(COMPILE,
+        ("barrier before the writes", "the barrier comes before the writes", [
+            ("    cute.arch.barrier()\n", ""),
+            ("    if lane == 0:\n", "    cute.arch.barrier()\n    if lane == 0:\n"),
+        ]),
+    ),
+]
+# fmt: on
+
 block_reduce = register(
     Exercise(
         id="03.block_reduce",
@@ -324,75 +366,31 @@ block_reduce = register(
         answer="block_reduce_sum",
         title="the warps of a row meet in shared memory: store, barrier, load",
         points={COMPILE: 1, GPU: 1},
-        mutants=[
-            Mutant(
-                "no barrier",
-                [("    cute.arch.barrier()\n", "")],
-                hint="a barrier (cute.arch.barrier(), bar.sync in PTX) must sit",
-            ),
-            Mutant(
-                "only the warp's own partial",
-                [("    return total\n", "    return val\n")],
-                hint="the cross-warp sum is missing",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "returns its own slot",
-                [
-                    (
-                        "    total = Float32(0.0)\n"
-                        "    for w in cutlass.range_constexpr(warps_per_row):\n"
-                        "        total += buffer[row, w]\n"
-                        "    return total\n",
-                        "    return buffer[row, warp % warps_per_row]\n",
-                    )
-                ],
-                hint="reads back only the slot it wrote itself",
-            ),
-            Mutant(
-                "every row reads row 0's slots",
-                [("total += buffer[row, w]", "total += buffer[0, w]")],
-                hint="rows of one CTA share the same slots",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant("no @cute.jit", [("@cute.jit\n", "")], hint="@cute.jit"),
-            Mutant(
-                "barrier inside the lane-0 branch",
-                [
-                    ("    cute.arch.barrier()\n", ""),
-                    ("= val\n", "= val\n        cute.arch.barrier()\n"),
-                ],
-                hint="a barrier inside a branch that depends on the thread",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "barrier before the writes",
-                [
-                    ("    cute.arch.barrier()\n", ""),
-                    ("    if lane == 0:\n", "    cute.arch.barrier()\n    if lane == 0:\n"),
-                ],
-                hint="the barrier comes before the writes",
-            ),
-        ],
+        mutants=BLOCK_REDUCE_MUTANTS,
     )
 )
 _VARIANTS = (own_warp_variant(), first_row_variant())
 
 
+def _refuse_divergent(rep) -> None:
+    """Fail, before a launch, when not every thread reaches the kernel's barrier: a hung kernel
+    cannot be interrupted inside the process that launched it."""
+    why = launch_guard(rep)
+    if why:
+        raise CheckFailed(
+            f"not launched: {why}; it would wait forever",
+            expected="a barrier that every thread of the CTA executes",
+            seen=why,
+            hint=DIVERGENT_BARRIER,
+        )
+
+
 def _guarded(check: Check) -> Check:
-    """``check`` (gpu tier) refusing to launch a kernel whose barrier not every thread reaches:
-    a hung kernel cannot be interrupted inside the process that launched it."""
+    """``check`` (gpu tier) refusing to launch a kernel whose barrier not every thread reaches
+    (``_refuse_divergent``)."""
 
     def fn(ctx):
-        rep = ctx.report(BLOCK_HOLE, 16384, "bf16", WIDE_CFG)
-        why = launch_guard(rep)
-        if why:
-            raise CheckFailed(
-                f"not launched: {why}; it would wait forever",
-                expected="a barrier that every thread of the CTA executes",
-                seen=why,
-                hint=DIVERGENT_BARRIER,
-            )
+        _refuse_divergent(ctx.report(BLOCK_HOLE, 16384, "bf16", WIDE_CFG))
         return check.fn(ctx)
 
     return Check(check.name, check.tier, fn, check.hidden, check.needs)
@@ -404,14 +402,7 @@ def _guarded_kernel(check: Check) -> Check:
 
     def fn(ctx):
         rep = ctx.report(KERNEL_HOLE, 16384, "bf16", None)
-        why = launch_guard(rep)
-        if why:
-            raise CheckFailed(
-                f"not launched: {why}; it would wait forever",
-                expected="a barrier that every thread of the CTA executes",
-                seen=why,
-                hint=DIVERGENT_BARRIER,
-            )
+        _refuse_divergent(rep)
         try:  # a buffer of the wrong shape: slots past its end (shared memory out of bounds)
             _warps_meet(rep, ctx.kernel(KERNEL_HOLE, 16384, "bf16"))
         except CheckFailed as e:
@@ -593,6 +584,17 @@ def _tpr_check(hidden: bool) -> Check:
     return Check(name, COMPILE, fn, hidden)
 
 
+# fmt: off
+THREADS_PER_ROW_MUTANTS = mutants(COMPILE,
+    ("8 elements per vector for every dtype", "count 16-byte vectors",
+     "elems = 16 // torch.tensor([], dtype=dtype).element_size()", "elems = 8"),
+    ("no upper limit", "at most 512 threads per row",
+     "while tpr < 512 and tpr * 8 < vectors:", "while tpr * 8 < vectors:"),
+    ("starts at one warp", "at least 64", "tpr = 64 ", "tpr = 32 "),
+    ("16 vectors per thread", "more than 8 vectors", "tpr * 8 < vectors", "tpr * 16 < vectors"),
+)
+# fmt: on
+
 threads_per_row = register(
     Exercise(
         id="03.threads_per_row",
@@ -600,24 +602,7 @@ threads_per_row = register(
         answer="threads_per_row",
         title="the block heuristic: threads per row so that a thread holds <= 8 vectors",
         points={COMPILE: 1},
-        mutants=[
-            Mutant(
-                "8 elements per vector for every dtype",
-                [("elems = 16 // torch.tensor([], dtype=dtype).element_size()", "elems = 8")],
-                hint="count 16-byte vectors",
-            ),
-            Mutant(
-                "no upper limit",
-                [("while tpr < 512 and tpr * 8 < vectors:", "while tpr * 8 < vectors:")],
-                hint="at most 512 threads per row",
-            ),
-            Mutant("starts at one warp", [("tpr = 64 ", "tpr = 32 ")], hint="at least 64"),
-            Mutant(
-                "16 vectors per thread",
-                [("tpr * 8 < vectors", "tpr * 16 < vectors")],
-                hint="more than 8 vectors",
-            ),
-        ],
+        mutants=THREADS_PER_ROW_MUTANTS,
     )
 )
 threads_per_row.add(_tpr_check(hidden=False), _tpr_check(hidden=True))
@@ -708,11 +693,39 @@ _KERNEL_CASES = (
 _KERNEL_NS = (1000, 8200)
 _KERNEL_HIDDEN_NS = (1544, 3000, 6136, 12296)
 
+_hidden_kernel_cases = hidden_cases(_KERNEL_HIDDEN_NS)
 
-def _hidden_kernel_cases(ctx):
-    n = ctx.rng("kernel N").choice(_KERNEL_HIDDEN_NS)
-    return ((n, "fp16", "fp32", None), (n, "fp32", "bf16", None))
 
+# fmt: off
+BLOCK_KERNEL_MUTANTS = [
+    *mutants(COMPILE,
+        ("warps never meet", "the warps of a row never meet",
+         "    sum_sq = self.block_reduce(sum_sq, buffer)", "    pass"),
+        ("one slot per row", "one fp32 slot per (row of the CTA, warp of the row)",
+         "(t.rows_per_cta, t.warps_per_row), order", "(t.rows_per_cta, 1), order"),
+        ("every CTA the same rows", "every CTA loads the same rows",
+         "gX = cute.local_tile(mX, t.tiler, (bidx, 0))",
+         "gX = cute.local_tile(mX, t.tiler, (0, 0))"),
+        ("stores rows past M", "runs past the end of the tensor",
+         "    if row < M:\n        cute.copy(copy_O", "    cute.copy(copy_O"),
+        ("weight never used", "not multiplied by the weight",
+         "y = x * rstd * tXrW.load().to(Float32)", "y = x * rstd"),
+    ),
+    *COLUMN_MUTANTS,
+    *mutants(TIERS,
+        ("block_reduce without warp_reduce",
+         "the lanes of a warp are not summed before the shared-memory step",
+         "    sum_sq = self.warp_reduce(sum_sq)  # the warp's sum, in every lane\n", ""),
+    ),
+    *VALUE_MUTANTS,
+    *mutants(GPU,
+        ("only the first row of each CTA stored", "some outputs were never written",
+         STORE_Y,
+         STORE_Y.replace("    cute.copy",
+                         "    if tidx < t.threads_per_row:\n            cute.copy")),
+    ),
+]
+# fmt: on
 
 block_kernel = register(
     Exercise(
@@ -722,60 +735,7 @@ block_kernel = register(
         answer="block_kernel",
         title="the whole block kernel: a shared-memory buffer and two levels of reduction",
         points={COMPILE: 2, GPU: 2},
-        mutants=[
-            Mutant(
-                "warps never meet",
-                [("    sum_sq = self.block_reduce(sum_sq, buffer)", "    pass")],
-                hint="the warps of a row never meet",
-            ),
-            Mutant(
-                "one slot per row",
-                [("(t.rows_per_cta, t.warps_per_row), order", "(t.rows_per_cta, 1), order")],
-                hint="one fp32 slot per (row of the CTA, warp of the row)",
-            ),
-            Mutant(
-                "every CTA the same rows",
-                [
-                    (
-                        "gX = cute.local_tile(mX, t.tiler, (bidx, 0))",
-                        "gX = cute.local_tile(mX, t.tiler, (0, 0))",
-                    )
-                ],
-                hint="every CTA loads the same rows",
-            ),
-            Mutant(
-                "stores rows past M",
-                [("    if row < M:\n        cute.copy(copy_O", "    cute.copy(copy_O")],
-                hint="runs past the end of the tensor",
-            ),
-            Mutant(
-                "weight never used",
-                [("y = x * rstd * tXrW.load().to(Float32)", "y = x * rstd")],
-                hint="not multiplied by the weight",
-            ),
-            *COLUMN_MUTANTS,
-            Mutant(
-                "block_reduce without warp_reduce",
-                [("    sum_sq = self.warp_reduce(sum_sq)  # the warp's sum, in every lane\n", "")],
-                hint="the lanes of a warp are not summed before the shared-memory step",
-                tiers=(COMPILE, GPU),
-            ),
-            *VALUE_MUTANTS,
-            Mutant(
-                "only the first row of each CTA stored",
-                [
-                    (
-                        STORE_Y,
-                        STORE_Y.replace(
-                            "    cute.copy",
-                            "    if tidx < t.threads_per_row:\n            cute.copy",
-                        ),
-                    )
-                ],
-                hint="some outputs were never written",
-                tiers=(GPU,),
-            ),
-        ],
+        mutants=BLOCK_KERNEL_MUTANTS,
     )
 )
 block_kernel.add(

@@ -40,7 +40,7 @@ from ..checks import (
     value_check,
 )
 from ..hints import Variant
-from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
+from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutants, register
 from ._kernels import (
     COLUMN_MUTANTS,
     GIVEN_COPY_REDUCE,
@@ -48,6 +48,7 @@ from ._kernels import (
     VALUE_MUTANTS,
     WHOLE_VARIANTS,
     access_check,
+    hidden_cases,
     kernel_hole,
     mixed_values,
     ragged_Ns,
@@ -259,6 +260,19 @@ def _probe_remote_stores(rep, ctx):
     return f"{n_st} st.async (complete_tx on the peer's mbarrier), {n_mapa} mapa"
 
 
+# fmt: off
+CLUSTER_EXCHANGE_MUTANTS = mutants(TIERS,
+    ("stores only into its own CTA", "peers never receive", "mbar_ptr, lane)", "mbar_ptr, rank)"),
+    ("stores only into CTA 0", "peers never receive", "mbar_ptr, lane)", "mbar_ptr, 0)"),
+    ("indexes the slot by the receiver's rank", "wrong slots",
+     "(row, (warp_in_row, rank))", "(row, (warp_in_row, lane))"),
+    ("skips the last CTA of the cluster", "peers never receive",
+     "if lane < cluster_n:", "if lane < cluster_n - 1:"),
+    ("sends nothing", "peers never receive",
+     "cute.arch.store_async_dsmem(slot, f32_bits(val), mbar_ptr, lane)", "pass"),
+)
+# fmt: on
+
 cluster_exchange = register(
     Exercise(
         id="04.cluster_exchange",
@@ -267,38 +281,7 @@ cluster_exchange = register(
         title="the DSMEM exchange: each warp's partial into its slot in every CTA of the cluster",
         points={COMPILE: 2, GPU: 2},
         timeout_hint=hints.CLUSTER_SYNC,
-        mutants=[
-            Mutant(
-                "stores only into its own CTA",
-                [("mbar_ptr, lane)", "mbar_ptr, rank)")],
-                hint="peers never receive",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "stores only into CTA 0",
-                [("mbar_ptr, lane)", "mbar_ptr, 0)")],
-                hint="peers never receive",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "indexes the slot by the receiver's rank",
-                [("(row, (warp_in_row, rank))", "(row, (warp_in_row, lane))")],
-                hint="wrong slots",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(  # a missing arrive: the last CTA waits for bytes that never come
-                "skips the last CTA of the cluster",
-                [("if lane < cluster_n:", "if lane < cluster_n - 1:")],
-                hint="peers never receive",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "sends nothing",
-                [("cute.arch.store_async_dsmem(slot, f32_bits(val), mbar_ptr, lane)", "pass")],
-                hint="peers never receive",
-                tiers=(COMPILE, GPU),
-            ),
-        ],
+        mutants=CLUSTER_EXCHANGE_MUTANTS,
     )
 )
 
@@ -526,6 +509,17 @@ def _probe_expect_tx(rep, ctx):
     return f"{where}: expect_tx {want} B in the PTX"
 
 
+# fmt: off
+EXPECTED_TX_BYTES_MUTANTS = mutants(TIERS,
+    ("forgets cluster_n", "completes early",
+     "rows_per_cta * warps_per_row * cluster_n", "rows_per_cta * warps_per_row"),
+    ("counts elements, not bytes", "counts bytes", "return slots * 4", "return slots"),
+    ("counts bits, not bytes", "never completes", "return slots * 4", "return slots * 32"),
+    ("counts the peers only", "each CTA's own slot is written too",
+     "warps_per_row * cluster_n", "warps_per_row * (cluster_n - 1)"),
+)
+# fmt: on
+
 expected_tx = register(
     Exercise(
         id="04.expected_tx_bytes",
@@ -534,32 +528,7 @@ expected_tx = register(
         title="the mbarrier's expected transaction bytes for one row reduction",
         points={COMPILE: 1, GPU: 1},
         timeout_hint=hints.CLUSTER_SYNC,
-        mutants=[
-            Mutant(
-                "forgets cluster_n",
-                [("rows_per_cta * warps_per_row * cluster_n", "rows_per_cta * warps_per_row")],
-                hint="completes early",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "counts elements, not bytes",
-                [("return slots * 4", "return slots")],
-                hint="counts bytes",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "counts bits, not bytes",
-                [("return slots * 4", "return slots * 32")],
-                hint="never completes",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "counts the peers only",
-                [("warps_per_row * cluster_n", "warps_per_row * (cluster_n - 1)")],
-                hint="each CTA's own slot is written too",
-                tiers=(COMPILE, GPU),
-            ),
-        ],
+        mutants=EXPECTED_TX_BYTES_MUTANTS,
     )
 )
 
@@ -810,11 +779,53 @@ _KERNEL_CASES = (
 )
 _KERNEL_HIDDEN_NS = (1544, 3000, 6136, 12296)
 
+_hidden_kernel_cases = hidden_cases(_KERNEL_HIDDEN_NS, exchange_config)
 
-def _hidden_kernel_cases(ctx):
-    n = ctx.rng("kernel N").choice(_KERNEL_HIDDEN_NS)
-    return ((n, "fp16", "fp32", exchange_config), (n, "fp32", "bf16", exchange_config))
 
+# fmt: off
+CLUSTER_KERNEL_MUTANTS = [
+    *mutants(COMPILE,
+        ("sends before the peers are ready", "not behind a cluster wait",
+         "    cute.arch.cluster_wait()  # every peer's", "    pass  # every peer's"),
+        ("reads the slots before they land", "read before the peers' partials have landed",
+         "    cute.arch.mbarrier_wait(mbar_ptr, phase=0)", "    pass"),
+        ("every CTA the same slice", "the same columns",
+         "gX = cute.local_tile(mX, t.tiler, (bidx, rank))",
+         "gX = cute.local_tile(mX, t.tiler, (bidx, 0))"),
+        ("no exchange", "peers never receive",
+         "    self.cluster_exchange(sum_sq, buffer, mbar_ptr)", "    pass"),
+    ),
+    *COLUMN_MUTANTS,
+    *mutants(TIERS,
+        ("the final wait with no arrive",
+         "a cluster_wait with no cluster_arrive of its own before it",
+         "    cute.arch.cluster_arrive()  # done reading the buffer\n", ""),
+        ("the final wait before its arrive",
+         "a cluster_wait with no cluster_arrive of its own before it", [
+            ("    cute.arch.cluster_arrive()  # done reading",
+             "    cute.arch.cluster_wait()  # done reading"),
+            ("    cute.arch.cluster_wait()  # no CTA exits",
+             "    cute.arch.cluster_arrive()  # no CTA exits"),
+        ]),
+        ("the exchange without warp_reduce",
+         "the lanes of a warp are not summed before the exchange",
+         "    sum_sq = self.warp_reduce(sum_sq)\n", ""),
+    ),
+    *VALUE_MUTANTS,
+    *mutants(GPU,
+        ("the weight's slice of rank 0 in every CTA", "outputs differ from rmsnorm_ref",
+         WEIGHT_TILE, WEIGHT_TILE.replace("(0, rank)", "(0, 0)")),
+    ),
+    *mutants(COMPILE,
+        ("the weight's slice of rank 0 in every CTA (its PTX)", "the same slice of the weight",
+         WEIGHT_TILE, WEIGHT_TILE.replace("(0, rank)", "(0, 0)")),
+    ),
+    *mutants(GPU,
+        ("y stored by thread 0 only", "some outputs were never written",
+         STORE_Y, STORE_Y.replace("    cute.copy", "    if tidx == 0:\n            cute.copy")),
+    ),
+]
+# fmt: on
 
 cluster_kernel = register(
     Exercise(
@@ -825,86 +836,7 @@ cluster_kernel = register(
         title="the whole cluster kernel: a slice per CTA, the DSMEM reduction and its barriers",
         points={COMPILE: 2, GPU: 2},
         timeout_hint=hints.CLUSTER_SYNC,
-        mutants=[
-            Mutant(
-                "sends before the peers are ready",
-                [("    cute.arch.cluster_wait()  # every peer's", "    pass  # every peer's")],
-                hint="not behind a cluster wait",
-            ),
-            Mutant(
-                "reads the slots before they land",
-                [("    cute.arch.mbarrier_wait(mbar_ptr, phase=0)", "    pass")],
-                hint="read before the peers' partials have landed",
-            ),
-            Mutant(
-                "every CTA the same slice",
-                [
-                    (
-                        "gX = cute.local_tile(mX, t.tiler, (bidx, rank))",
-                        "gX = cute.local_tile(mX, t.tiler, (bidx, 0))",
-                    )
-                ],
-                hint="the same columns",
-            ),
-            Mutant(
-                "no exchange",
-                [("    self.cluster_exchange(sum_sq, buffer, mbar_ptr)", "    pass")],
-                hint="peers never receive",
-            ),
-            *COLUMN_MUTANTS,
-            Mutant(
-                "the final wait with no arrive",
-                [("    cute.arch.cluster_arrive()  # done reading the buffer\n", "")],
-                hint="a cluster_wait with no cluster_arrive of its own before it",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "the final wait before its arrive",
-                [
-                    (
-                        "    cute.arch.cluster_arrive()  # done reading",
-                        "    cute.arch.cluster_wait()  # done reading",
-                    ),
-                    (
-                        "    cute.arch.cluster_wait()  # no CTA exits",
-                        "    cute.arch.cluster_arrive()  # no CTA exits",
-                    ),
-                ],
-                hint="a cluster_wait with no cluster_arrive of its own before it",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "the exchange without warp_reduce",
-                [("    sum_sq = self.warp_reduce(sum_sq)\n", "")],
-                hint="the lanes of a warp are not summed before the exchange",
-                tiers=(COMPILE, GPU),
-            ),
-            *VALUE_MUTANTS,
-            Mutant(
-                "the weight's slice of rank 0 in every CTA",
-                [(WEIGHT_TILE, WEIGHT_TILE.replace("(0, rank)", "(0, 0)"))],
-                hint="outputs differ from rmsnorm_ref",
-                tiers=(GPU,),
-            ),
-            Mutant(
-                "the weight's slice of rank 0 in every CTA (its PTX)",
-                [(WEIGHT_TILE, WEIGHT_TILE.replace("(0, rank)", "(0, 0)"))],
-                hint="the same slice of the weight",
-            ),
-            Mutant(
-                "y stored by thread 0 only",
-                [
-                    (
-                        STORE_Y,
-                        STORE_Y.replace(
-                            "    cute.copy", "    if tidx == 0:\n            cute.copy"
-                        ),
-                    )
-                ],
-                hint="some outputs were never written",
-                tiers=(GPU,),
-            ),
-        ],
+        mutants=CLUSTER_KERNEL_MUTANTS,
     )
 )
 cluster_kernel.add(

@@ -31,7 +31,7 @@ from ..checks import (
     value_check,
 )
 from ..hints import Variant
-from ..registry import COMPILE, GPU, Check, CheckFailed, Exercise, Mutant, register
+from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutants, register
 
 LESSON = "05_cp_async_pipelining"
 
@@ -139,6 +139,18 @@ def _probe_atom(rep, ctx):
     return f"{len(copies)} x cp.async.cg ... 16 (one per vector)"
 
 
+# fmt: off
+G2S_ATOM_MUTANTS = mutants(COMPILE,
+    ("64-bit copies", "exactly 16 bytes", "num_bits_per_copy=128", "num_bits_per_copy=64"),
+    ("64-bit copies through L1", "8-byte copies", [
+        ("num_bits_per_copy=128", "num_bits_per_copy=64"),
+        ("LoadCacheMode.GLOBAL", "LoadCacheMode.ALWAYS"),
+    ]),
+    ("caches in L1 (.ca)", "also allocates every line in L1",
+     "LoadCacheMode.GLOBAL", "LoadCacheMode.ALWAYS"),
+)
+# fmt: on
+
 g2s_atom = register(
     Exercise(
         id="05.g2s_atom",
@@ -146,26 +158,7 @@ g2s_atom = register(
         answer="make_g2s_atom",
         title="the copy atom that brings x into shared memory: 16-byte cp.async, L2 only",
         points={COMPILE: 1, GPU: 1},
-        mutants=[
-            Mutant(
-                "64-bit copies",
-                [("num_bits_per_copy=128", "num_bits_per_copy=64")],
-                hint="exactly 16 bytes",
-            ),
-            Mutant(
-                "64-bit copies through L1",
-                [
-                    ("num_bits_per_copy=128", "num_bits_per_copy=64"),
-                    ("LoadCacheMode.GLOBAL", "LoadCacheMode.ALWAYS"),
-                ],
-                hint="8-byte copies",
-            ),
-            Mutant(
-                "caches in L1 (.ca)",
-                [("LoadCacheMode.GLOBAL", "LoadCacheMode.ALWAYS")],
-                hint="also allocates every line in L1",
-            ),
-        ],
+        mutants=G2S_ATOM_MUTANTS,
     )
 )
 g2s_atom.add(
@@ -243,9 +236,9 @@ def _too_permissive(ctx, stages: int) -> list[int]:
     return [s for s in range(stages) if ctx.call(s, stages) > wait_groups_ref(s, stages)]
 
 
-def _probe_waits(rep, ctx):
-    stages = rep.config.stages
-    got = [int(x) for x in _WAIT.findall(rep.ptx)]
+def _check_waits(got: list[int], stages: int) -> None:
+    """The counts of the cp.async.wait_group instructions in order, ``got``, are those of
+    ``wait_groups_ref`` for ``stages`` commit groups."""
     want = [wait_groups_ref(s, stages) for s in range(stages)]
     if got != want:
         if got and all(g == 0 for g in got) and stages > 1:
@@ -262,8 +255,30 @@ def _probe_waits(rep, ctx):
             seen=", ".join(f"wait_group {g}" for g in got) or "no cp.async.wait_group",
             hint=hint,
         )
+
+
+def _probe_waits(rep, ctx):
+    stages = rep.config.stages
+    got = [int(x) for x in _WAIT.findall(rep.ptx)]
+    _check_waits(got, stages)
     return f"{stages} groups: wait_group {', '.join(map(str, got))}"
 
+
+# fmt: off
+WAIT_GROUPS_MUTANTS = [
+    *mutants(COMPILE,
+        ("waits for every group every time", "no overlap", "return stages - 1 - stage", "return 0"),
+    ),
+    *mutants(TIERS,
+        ("one group too many in flight", "waited for too few groups",
+         "return stages - 1 - stage", "return stages - stage"),
+    ),
+    *mutants(COMPILE,
+        ("counts reversed (returns stage)", "so it waits for the fewest",
+         "return stages - 1 - stage", "return stage"),
+    ),
+]
+# fmt: on
 
 wait_groups = register(
     Exercise(
@@ -272,24 +287,7 @@ wait_groups = register(
         answer="wait_groups_pending",
         title="cp.async.wait_group n for part k of S: how many groups may still be in flight",
         points={COMPILE: 1, GPU: 1},
-        mutants=[
-            Mutant(
-                "waits for every group every time",
-                [("return stages - 1 - stage", "return 0")],
-                hint="no overlap",
-            ),
-            Mutant(
-                "one group too many in flight",
-                [("return stages - 1 - stage", "return stages - stage")],
-                hint="waited for too few groups",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "counts reversed (returns stage)",
-                [("return stages - 1 - stage", "return stage")],
-                hint="so it waits for the fewest",
-            ),
-        ],
+        mutants=WAIT_GROUPS_MUTANTS,
     )
 )
 
@@ -553,22 +551,7 @@ def _probe_pipeline(rep, ctx):
             hint=GROUP_SIZES,
         )
     got = [int(x) for _, s in ev if _ == "wait" for x in _WAIT.findall(s)]
-    want = [wait_groups_ref(s, stages) for s in range(stages)]
-    if got != want:
-        if got and all(g == 0 for g in got) and stages > 1:
-            hint = NO_OVERLAP
-        elif got == want[::-1]:  # also too few for the last part: this says more
-            hint = REVERSED
-        elif len(got) == len(want) and any(g > w for g, w in zip(got, want, strict=True)):
-            hint = TOO_FEW
-        else:
-            hint = None
-        raise CheckFailed(
-            f"{stages} commit groups: wait_group {got}",
-            expected=f"cp.async.wait_group {want}, one before each part is read",
-            seen=", ".join(f"wait_group {g}" for g in got) or "no cp.async.wait_group",
-            hint=hint,
-        )
+    _check_waits(got, stages)
     segs, cur = [], None
     for k in kinds[first_wait:]:
         if k == "wait":
@@ -626,6 +609,51 @@ def _probe_pipeline(rep, ctx):
     return f"{stages} groups of {per} copies issued first; wait_group {got}; part s summed after"
 
 
+# fmt: off
+PIPELINE_MUTANTS = [
+    *mutants(COMPILE,
+        ("waits for every group before each part", "no overlap",
+         "cp_async_wait_group(stages - 1 - s)", "cp_async_wait_group(0)"),
+        ("one commit group for the whole row", "each part needs a group of its own",
+         "        cute.arch.cp_async_commit_group()  # part s is group s\n",
+         "    cute.arch.cp_async_commit_group()  # part s is group s\n"),
+        ("waits inside the issue loop", "Issue every part first",
+         "        cute.arch.cp_async_commit_group()  # part s is group s\n",
+         "        cute.arch.cp_async_commit_group()  # part s is group s\n"
+         "        cute.arch.cp_async_wait_group(0)\n"),
+        ("one group too many in flight", "waited for too few groups",
+         "cp_async_wait_group(stages - 1 - s)", "cp_async_wait_group(stages - s)"),
+        ("sums x, not its square", "no square in the sum", "(xv * xv).reduce(", "xv.reduce("),
+        ("masked vectors summed anyway", "vectors past column N are summed",
+         "                elif tXpX[0, 0, v]:\n                    sum_sq += sq\n",
+         "                else:\n                    sum_sq += sq\n"),
+    ),
+    *mutants(GPU,
+        ("each part counted twice", "about 2x the true one", "sum_sq += sq", "sum_sq += sq + sq"),
+    ),
+    *mutants(TIERS,
+        ("after_issue() never called", "Without it the weight is never loaded",
+         "    after_issue()\n", ""),
+    ),
+    *mutants(COMPILE,
+        ("after_issue() before the copies", "after_issue() is called before x's copies", [
+            ("    after_issue()\n", ""),
+            ("    per_stage = cute.size(tXsX, mode=[2]) // stages\n",
+             "    per_stage = cute.size(tXsX, mode=[2]) // stages\n    after_issue()\n"),
+        ]),
+    ),
+    *mutants(TIERS,
+        ("cheat: every load kept, the sum times 0.0", "multiplied by 0 on the way",
+         "    return sum_sq\n", "    return sum_sq * 0.0 + 1.0\n"),
+    ),
+    *mutants(COMPILE,
+        ("commit inside if in_row", "cp.async.commit_group inside `if in_row`",
+         "        cute.arch.cp_async_commit_group()  # part s is group s\n",
+         "            cute.arch.cp_async_commit_group()  # part s is group s\n"),
+    ),
+]
+# fmt: on
+
 pipeline = register(
     Exercise(
         id="05.pipeline",
@@ -633,93 +661,7 @@ pipeline = register(
         answer="load_and_sum_sq",
         title="the pipeline: issue every part in its own commit group, then wait and sum each",
         points={COMPILE: 2, GPU: 2},
-        mutants=[
-            Mutant(
-                "waits for every group before each part",
-                [("cp_async_wait_group(stages - 1 - s)", "cp_async_wait_group(0)")],
-                hint="no overlap",
-            ),
-            Mutant(
-                "one commit group for the whole row",
-                [
-                    (
-                        "        cute.arch.cp_async_commit_group()  # part s is group s\n",
-                        "    cute.arch.cp_async_commit_group()  # part s is group s\n",
-                    )
-                ],
-                hint="each part needs a group of its own",
-            ),
-            Mutant(
-                "waits inside the issue loop",
-                [
-                    (
-                        "        cute.arch.cp_async_commit_group()  # part s is group s\n",
-                        "        cute.arch.cp_async_commit_group()  # part s is group s\n"
-                        "        cute.arch.cp_async_wait_group(0)\n",
-                    )
-                ],
-                hint="Issue every part first",
-            ),
-            Mutant(
-                "one group too many in flight",
-                [("cp_async_wait_group(stages - 1 - s)", "cp_async_wait_group(stages - s)")],
-                hint="waited for too few groups",
-            ),
-            Mutant(
-                "sums x, not its square",
-                [("(xv * xv).reduce(", "xv.reduce(")],
-                hint="no square in the sum",
-            ),
-            Mutant(
-                "masked vectors summed anyway",
-                [
-                    (
-                        "                elif tXpX[0, 0, v]:\n                    sum_sq += sq\n",
-                        "                else:\n                    sum_sq += sq\n",
-                    )
-                ],
-                hint="vectors past column N are summed",
-            ),
-            Mutant(
-                "each part counted twice",
-                [("sum_sq += sq", "sum_sq += sq + sq")],
-                hint="about 2x the true one",
-                tiers=(GPU,),
-            ),
-            Mutant(
-                "after_issue() never called",
-                [("    after_issue()\n", "")],
-                hint="Without it the weight is never loaded",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "after_issue() before the copies",
-                [
-                    ("    after_issue()\n", ""),
-                    (
-                        "    per_stage = cute.size(tXsX, mode=[2]) // stages\n",
-                        "    per_stage = cute.size(tXsX, mode=[2]) // stages\n    after_issue()\n",
-                    ),
-                ],
-                hint="after_issue() is called before x's copies",
-            ),
-            Mutant(
-                "cheat: every load kept, the sum times 0.0",
-                [("    return sum_sq\n", "    return sum_sq * 0.0 + 1.0\n")],
-                hint="multiplied by 0 on the way",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant(
-                "commit inside if in_row",
-                [
-                    (
-                        "        cute.arch.cp_async_commit_group()  # part s is group s\n",
-                        "            cute.arch.cp_async_commit_group()  # part s is group s\n",
-                    )
-                ],
-                hint="cp.async.commit_group inside `if in_row`",
-            ),
-        ],
+        mutants=PIPELINE_MUTANTS,
     )
 )
 

@@ -21,7 +21,7 @@ import torch
 
 from ..checks import Context, value_check
 from ..hints import Variant
-from ..registry import COMPILE, GPU, CheckFailed, Exercise, Mutant, register
+from ..registry import COMPILE, GPU, TIERS, CheckFailed, Exercise, mutants, register
 
 LESSON = "08_speed_of_light"
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -135,6 +135,22 @@ VARIANTS = [
     ),
 ]
 
+# fmt: off
+PREDICT_US_MUTANTS = [
+    *mutants(TIERS,
+        ("backward without dout", "dout", "3 * M * N * xs", "2 * M * N * xs"),
+    ),
+    *mutants(COMPILE,
+        ("weight in x's size", "dtype of its own", "N * ws", "N * xs"),
+        ("backward without rstd", "rstd", " + 4 * M", ""),
+        ("GiB", "1e9 bytes", "1e9", "2**30"),
+    ),
+    *mutants(TIERS,
+        ("milliseconds", "microseconds", "* 1e6", "* 1e3"),
+    ),
+]
+# fmt: on
+
 predict = register(
     Exercise(
         id="08.predict_us",
@@ -143,18 +159,7 @@ predict = register(
         title="a pass's time at the copy's speed: predict_us(M, N, dtype, weight_dtype, "
         "copy_gbps, pass_)",
         points={COMPILE: 1, GPU: 1},
-        mutants=[
-            Mutant(
-                "backward without dout",
-                [("3 * M * N * xs", "2 * M * N * xs")],
-                hint="dout",
-                tiers=(COMPILE, GPU),
-            ),
-            Mutant("weight in x's size", [("N * ws", "N * xs")], hint="dtype of its own"),
-            Mutant("backward without rstd", [(" + 4 * M", "")], hint="rstd"),
-            Mutant("GiB", [("1e9", "2**30")], hint="1e9 bytes"),
-            Mutant("milliseconds", [("* 1e6", "* 1e3")], hint="microseconds", tiers=(COMPILE, GPU)),
-        ],  # fmt: skip
+        mutants=PREDICT_US_MUTANTS,
     )
 )
 predict.add(

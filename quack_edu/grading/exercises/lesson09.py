@@ -23,7 +23,7 @@ import torch
 
 from ..checks import Context, value_check
 from ..hints import Variant
-from ..registry import COMPILE, Exercise, Mutant, register
+from ..registry import COMPILE, Exercise, mutants, register
 
 LESSON = "09_in_a_model"
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -133,6 +133,16 @@ _CALL_VARIANTS = [
     ),
 ]
 
+# fmt: off
+CALL_US_MUTANTS = mutants(COMPILE,
+    ("adds the two", "overlap", "max(host_us, gpu_us)", "host_us + gpu_us"),
+    ("smaller of the two", "not the smaller", "max(host_us, gpu_us)", "min(host_us, gpu_us)"),
+    ("forgets the host", "count the host's time", "max(host_us, gpu_us)", "gpu_us"),
+    ("forgets the GPU", "GPU's time (the call's bytes", "max(host_us, gpu_us)", "host_us"),
+    ("milliseconds", "microseconds", "* 1e6", "* 1e3"),
+)
+# fmt: on
+
 call = register(
     Exercise(
         id="09.call_us",
@@ -141,25 +151,7 @@ call = register(
         title="a norm call's time in a chain, host and GPU: call_us(M, N, dtype, weight_dtype, "
         "host_us, gbps)",
         points={COMPILE: 1},
-        mutants=[
-            Mutant("adds the two", [("max(host_us, gpu_us)", "host_us + gpu_us")], hint="overlap"),
-            Mutant(
-                "smaller of the two",
-                [("max(host_us, gpu_us)", "min(host_us, gpu_us)")],
-                hint="not the smaller",
-            ),
-            Mutant(
-                "forgets the host",
-                [("max(host_us, gpu_us)", "gpu_us")],
-                hint="count the host's time",
-            ),
-            Mutant(
-                "forgets the GPU",
-                [("max(host_us, gpu_us)", "host_us")],
-                hint="GPU's time (the call's bytes",
-            ),
-            Mutant("milliseconds", [("* 1e6", "* 1e3")], hint="microseconds"),
-        ],  # fmt: skip
+        mutants=CALL_US_MUTANTS,
     )
 )
 call.add(
@@ -253,6 +245,18 @@ _SPEEDUP_VARIANTS = [
     ),
 ]
 
+# fmt: off
+STEP_SPEEDUP_MUTANTS = mutants(COMPILE,
+    ("the new time", "old time / new time, 1 / (that)",
+     "return 1.0 / (rest + norms)", "return rest + norms"),
+    ("the norms counted twice", "rest of the step", "rest = 1.0 - norm_share", "rest = 1.0"),
+    ("the whole step", "only the norms run faster",
+     "return 1.0 / (rest + norms)", "return norm_speedup"),
+    ("1 + the time saved", "1 + the time saved",
+     "return 1.0 / (rest + norms)", "return 1.0 + norm_share - norms"),
+)
+# fmt: on
+
 speedup = register(
     Exercise(
         id="09.step_speedup",
@@ -260,28 +264,7 @@ speedup = register(
         answer="step_speedup",
         title="what faster norms can give a step (Amdahl): step_speedup(norm_share, norm_speedup)",
         points={COMPILE: 1},
-        mutants=[
-            Mutant(
-                "the new time",
-                [("return 1.0 / (rest + norms)", "return rest + norms")],
-                hint="old time / new time, 1 / (that)",
-            ),
-            Mutant(
-                "the norms counted twice",
-                [("rest = 1.0 - norm_share", "rest = 1.0")],
-                hint="rest of the step",
-            ),
-            Mutant(
-                "the whole step",
-                [("return 1.0 / (rest + norms)", "return norm_speedup")],
-                hint="only the norms run faster",
-            ),
-            Mutant(
-                "1 + the time saved",
-                [("return 1.0 / (rest + norms)", "return 1.0 + norm_share - norms")],
-                hint="1 + the time saved",
-            ),
-        ],  # fmt: skip
+        mutants=STEP_SPEEDUP_MUTANTS,
     )
 )
 speedup.add(

@@ -1,0 +1,707 @@
+"""Lesson 06, the final kernel: its double-buffered loop over a CTA's row blocks (06.row_loop)."""
+
+from __future__ import annotations
+
+from ..checks import (
+    CheckFailed,
+    KernelHole,
+    _shared_get,
+    _shared_put,
+    fail_on_error,
+    gpu_values,
+)  # fmt: skip
+from ..registry import COMPILE, GPU, Check, Exercise, mutants, register
+from .lesson06 import LESSON
+
+
+# ---- 06.row_loop -------------------------------------------------------------------------------
+def loop_config(N, dtype):
+    """The plan the exercise's loop is for: a cluster of 2 CTAs a row, two buffers of x, 4 row
+    blocks a CTA (2 rows a block), the weight slice in shared memory."""
+    from ...config import FinalConfig
+
+    return FinalConfig(64, 128, cluster_n=2, buffers=2, blocks_per_cta=4)
+
+
+#: the helpers in row_blocks's order, by the names the replay records their calls under
+HELPER_KINDS = ("issue", "first", "send", "wait", "combine", "rearm", "second")
+HELPER_ARGS = {
+    "issue": ("blk", "b"),
+    "first": ("it", "blk", "b"),
+    "send": ("val", "p"),
+    "wait": ("p", "phase"),
+    "combine": ("p",),
+    "rearm": ("p",),
+    "second": ("it", "blk", "b", "total"),
+}
+#: the helper calls of the latest compile of a learner's loop, in the order traced: (kind,
+#: {argument index: value} of the arguments that were Python constants, not values of the kernel)
+_TRACE: list[tuple[str, dict]] = []
+
+
+def _recording(kind, helper):
+    def call(*args):
+        consts = {i: a for i, a in enumerate(args) if isinstance(a, int)}
+        _TRACE.append((kind, consts))
+        return helper(*args)
+
+    return call
+
+
+def _traced(answer):
+    """The kernel's ``row_blocks``: the learner's loop, each helper call recorded while the
+    kernel is traced (one pass over the loop's body, each branch of a runtime ``if`` once)."""
+
+    def method(self, n_iter, blk0, tidx, *helpers):
+        _TRACE.clear()
+        rec = [_recording(k, h) for k, h in zip(HELPER_KINDS, helpers, strict=True)]
+        return answer(n_iter, blk0, tidx, *rec)
+
+    return method
+
+
+LOOP_HOLE = KernelHole(stage="final", piece="row_blocks", adapt=_traced)
+REPLAY = "the loop replayed on the CPU: buffers, exchange parity, mbarrier phases, re-arms"
+LOOP_COMPILES = "compiles (cluster of 2, two buffers, 4 row blocks a CTA)"
+
+L_BLOCK = (
+    "iteration it works on row block blk0 + it (the CTA's blocks are consecutive): pass that "
+    "block to first_pass and second_pass"
+)
+L_BUFFER = (
+    "the block read is not the one in that buffer: block blk0 was copied into buffer 0 before "
+    "the loop, and each iteration copies the next block into the other buffer, so block it is "
+    "in buffer it % 2"
+)
+L_OVERWRITE = (
+    "the next block's copies go into the buffer this iteration still reads: with two buffers, "
+    "block it + 1 goes into 1 - (it % 2) while block it is summed and stored from it % 2"
+)
+L_NO_OVERLAP = (
+    "the next block is issued only after this block's first pass: issue(blk + 1, ...) first, so "
+    "that its copies are in flight while this block is summed (that is what two buffers are for)"
+)
+L_PARITY = (
+    "the exchange of block it must use buffer and mbarrier it % 2: with one of each, a fast peer's "
+    "partials for the next block could land while this CTA still reads this block's (the two "
+    "alternate, so that a buffer is reused only two blocks later)"
+)
+L_SEND = "send this block's own sum of squares, the value first_pass returned, to the peers"
+L_PHASE = (
+    "wrong mbarrier phase: barrier p = it % 2 serves blocks p, p + 2, p + 4, ...; its k-th use "
+    "(k = it // 2) completes phase k, and mbarrier_wait takes that phase's parity, (it // 2) % 2. "
+    "A wrong parity returns at once (garbage) or never (a hang)"
+)
+L_NOT_ARMED = (
+    "a wait on a barrier that was not armed again after its last phase: its peers' bytes can "
+    "never complete it, a hang. After the wait, re-arm barrier it % 2 for block it + 2"
+)
+L_REARM_EARLY = (
+    "the barrier is re-armed before this block's wait on it completed: the arm belongs to its "
+    "next phase (block it + 2), so it comes after wait_peers"
+)
+L_REARM_EXTRA = (
+    "the barrier is re-armed for a block that does not exist (it + 2 >= n_iter): it would wait "
+    "for bytes no peer sends, and the CTA may exit with it armed. Re-arm only if it + 2 < n_iter"
+)
+L_REARM_ONE = (
+    "more than one thread re-arms: the mbarrier counts one arrival (the arming thread's), so "
+    "only thread 0 (tidx == 0) arms it"
+)
+L_COMBINE = "combine(p) reads the peers' partials: only after wait_peers(p, ...) has returned"
+L_SECOND = "second_pass gets the row's total, the value combine returned for this block"
+L_MISSING = (
+    "iterations are missing: the loop runs it = 0, 1, ..., n_iter - 1 "
+    "(cutlass.range(n_iter, unroll=1)), and every iteration calls first_pass and second_pass "
+    "for its block blk0 + it; a block left out is never normalized"
+)
+L_ITERS = (
+    "first_pass and second_pass take the loop's own counter: it, blk0 + it, in order, once each "
+    "an iteration"
+)
+L_LAST_ISSUE = (
+    "the last iteration issues no next block: issue it anyway. issue(blk, b) copies nothing "
+    "past the CTA's last block, but it still commits the copy groups that first_pass counts on "
+    "(first_pass lets one block's groups stay in flight, the next block's: without them, it "
+    "would read this block before it lands)"
+)
+L_NO_WAIT = (
+    "no wait: the compiled loop never calls wait_peers, so combine reads the exchange buffer "
+    "before the peers' partials have landed. Every iteration waits on barrier it % 2 for phase "
+    "parity (it // 2) % 2 before combine"
+)
+L_COMPILED = (
+    "the compiled loop does not make the calls the replayed one makes. The kernel runs the "
+    "loop as compiled, and the replay judges the protocol only if both are the same code: one "
+    "loop body, each helper called once in it (rearm under its condition), with arguments "
+    "computed from it, not a branch on how the loop is being run"
+)
+L_HELPERS = (
+    "the loop calls something other than its helpers (or fails in plain Python): write it with "
+    "the helpers given, plain arithmetic on it, and cutlass.range for the loop"
+)
+
+
+class _Tok:
+    def __init__(self, what):
+        self.what = what
+
+    def __repr__(self):
+        return self.what
+
+
+def _shim():
+    import types as _types
+
+    return _types.SimpleNamespace(
+        range=lambda *a, **k: range(*a),
+        range_constexpr=range,
+        const_expr=lambda x: x,
+        Int32=int,
+        Float32=float,
+        Boolean=bool,
+    )
+
+
+def replay_loop(answer, n_iter: int, tidx: int, blk0: int = 10) -> list[tuple]:
+    """Run the learner's loop in plain Python with recording helpers: the events, in order."""
+    import inspect as _inspect
+    import textwrap
+
+    if not callable(answer):  # Python's own words for it, as for any other answer
+        raise TypeError(f"'{type(answer).__name__}' object is not callable")
+    raw = _inspect.unwrap(answer)
+    # the loop's own source, run as plain Python (the DSL may keep a rewritten copy of it)
+    lines = textwrap.dedent(_inspect.getsource(raw)).splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("def "))
+    g = dict(getattr(raw, "__globals__", {}))
+    g["cutlass"] = _shim()
+    exec(compile("\n".join(lines[start:]), f"<replay of {raw.__name__}>", "exec"), g)
+    fn = g[raw.__name__]
+    ev: list[tuple] = []
+
+    def first_pass(it, blk, b):
+        tok = _Tok(f"sum_sq of iteration {it}")
+        ev.append(("first", it, blk, b, tok))
+        return tok
+
+    def combine(p):
+        tok = _Tok(f"combine({p})#{len(ev)}")
+        ev.append(("combine", p, tok))
+        return tok
+
+    fn(
+        n_iter,
+        blk0,
+        tidx,
+        lambda blk, b: ev.append(("issue", blk, b)),
+        first_pass,
+        lambda val, p: ev.append(("send", val, p)),
+        lambda p, phase: ev.append(("wait", p, phase)),
+        combine,
+        lambda p: ev.append(("rearm", p)),
+        lambda it, blk, b, val: ev.append(("second", it, blk, b, val)),
+    )
+    return ev
+
+
+def _fail(what, expected, seen, hint):
+    raise CheckFailed(what, expected=expected, seen=seen, hint=hint)
+
+
+def judge_loop(ev: list[tuple], n_iter: int, tidx: int, blk0: int, arms: dict | None) -> None:
+    """The protocol, on one thread's events. ``arms``: thread 0's re-arms {iteration: [p]}
+    (the barriers are shared by the CTA); None when judging thread 0 itself."""
+    where = f"n_iter={n_iter}, thread {tidx}"
+    content = {0: blk0, 1: None}
+    uses = {0: 0, 1: 0}
+    armed = {0: 1, 1: 1}  # both armed once at the start, for their first phase
+    if arms is None:
+        arms = {}
+    it, done = -1, 0
+    state: dict = {}
+    firsts = [e[1] for e in ev if e[0] == "first"]
+    seconds = [e[1] for e in ev if e[0] == "second"]
+    want = list(range(n_iter))
+    if firsts != want or seconds != want:
+        seen = f"first_pass in iterations {firsts}, second_pass in {seconds}"
+        miss = [
+            f"iterations {[i for i in want if i not in calls]} never ran {name}"
+            for name, calls in (("first_pass", firsts), ("second_pass", seconds))
+            if any(i not in calls for i in want)
+        ]
+        if miss and set(firsts) <= set(want) and set(seconds) <= set(want):
+            _fail(
+                f"{where}: " + "; ".join(miss), f"both in each of 0..{n_iter - 1}", seen, L_MISSING
+            )
+        _fail(
+            f"{where}: {seen}", f"each once in iterations 0..{n_iter - 1}, in order", seen, L_ITERS
+        )
+    # which exchange buffer and mbarrier each block uses, before the order of the rest
+    cur = -1
+    for e in ev:
+        if e[0] == "first":
+            cur = e[1]
+        elif e[0] in ("send", "wait") and cur >= 0:
+            p = e[2] if e[0] == "send" else e[1]
+            if p != cur % 2:
+                used = {x[2] if x[0] == "send" else x[1] for x in ev if x[0] in ("send", "wait")}
+                one = (
+                    " (one exchange buffer and mbarrier for every block)" if len(used) == 1 else ""
+                )
+                _fail(
+                    f"{where}, iteration {cur}: {e[0]} on {p}{one}",
+                    f"exchange buffer and mbarrier {cur % 2}",
+                    str(p),
+                    L_PARITY,
+                )
+    for e in ev:
+        kind = e[0]
+        if kind == "issue":
+            _, blk, b = e
+            if b not in (0, 1):
+                _fail(f"{where}: issue into buffer {b}", "buffer 0 or 1", str(b), L_OVERWRITE)
+            pending = blk0 + done  # the first block whose second pass has not run yet
+            if content.get(b) == pending and blk != pending:
+                _fail(
+                    f"{where}, iteration {done}: block {blk} issued into buffer {b}, which holds "
+                    f"block {pending}, not read yet",
+                    f"buffer {1 - (done % 2)}",
+                    f"buffer {b}",
+                    L_OVERWRITE,
+                )
+            content[b] = blk
+        elif kind == "first":
+            _, it, blk, b, tok = e
+            state = {"first": tok}
+            if blk != blk0 + it:
+                _fail(
+                    f"{where}, iteration {it}: block {blk}", f"block {blk0 + it}", str(blk), L_BLOCK
+                )
+            if content.get(b) != blk:
+                _fail(
+                    f"{where}, iteration {it}: block {blk} read from buffer {b}",
+                    f"buffer {it % 2}, where block {blk} was copied",
+                    f"buffer {b} holds block {content.get(b)}",
+                    L_BUFFER,
+                )
+            prior = [x for x in ev[: ev.index(e)] if x[0] == "issue" and x[1] == blk + 1]
+            if not prior:
+                last = it + 1 == n_iter and not any(x[0] == "issue" and x[1] == blk + 1 for x in ev)
+                _fail(
+                    f"{where}, iteration {it}: block {blk + 1} not issued before block {blk}'s "
+                    "first pass" + (" (the last iteration)" if last else ""),
+                    "issue(blk + 1, 1 - buf) at the top of every iteration",
+                    "issued later, or never",
+                    L_LAST_ISSUE if last else L_NO_OVERLAP,
+                )
+        elif kind == "send":
+            _, val, p = e
+            if p != it % 2:
+                _fail(
+                    f"{where}, iteration {it}: send into {p}", f"parity {it % 2}", str(p), L_PARITY
+                )
+            if val is not state.get("first"):
+                _fail(
+                    f"{where}, iteration {it}: sent {val!r}",
+                    "first_pass's value",
+                    repr(val),
+                    L_SEND,
+                )
+            state["send"] = True
+        elif kind == "wait":
+            _, p, phase = e
+            if p != it % 2:
+                _fail(
+                    f"{where}, iteration {it}: wait on {p}", f"barrier {it % 2}", str(p), L_PARITY
+                )
+            k = uses[p]
+            if phase != k % 2:
+                _fail(
+                    f"{where}, iteration {it}: wait_peers({p}, {phase})",
+                    f"phase parity {k % 2} (use {k} of barrier {p})",
+                    str(phase),
+                    L_PHASE,
+                )
+            if armed[p] < k + 1:
+                _fail(
+                    f"{where}, iteration {it}: barrier {p} waited for a {k + 1}th time, armed "
+                    f"{armed[p]} times",
+                    "armed again after each phase that another follows",
+                    f"{armed[p]} arms",
+                    L_NOT_ARMED,
+                )
+            uses[p] += 1
+            state["wait"] = p
+        elif kind == "combine":
+            _, p, tok = e
+            if state.get("wait") != p:
+                none = "wait" not in state
+                _fail(
+                    f"{where}, iteration {it}: combine({p}) "
+                    + ("with no wait in this iteration" if none else "before its wait"),
+                    "after wait_peers",
+                    "no wait" if none else "before",
+                    L_NO_WAIT if none else L_COMBINE,
+                )
+            state["combine"] = tok
+        elif kind == "rearm":
+            _, p = e
+            if tidx != 0:
+                _fail(
+                    f"{where}: thread {tidx} re-arms barrier {p}",
+                    "only thread 0",
+                    "it does",
+                    L_REARM_ONE,
+                )
+            if state.get("wait") != p:
+                _fail(
+                    f"{where}, iteration {it}: re-arm of {p} before its wait",
+                    "after",
+                    "before",
+                    L_REARM_EARLY,
+                )
+            if it + 2 >= n_iter:
+                _fail(
+                    f"{where}, iteration {it}: barrier {p} re-armed for block {it + 2}",
+                    f"no re-arm: the CTA has {n_iter} blocks",
+                    "re-armed",
+                    L_REARM_EXTRA,
+                )
+            armed[p] += 1
+        elif kind == "second":
+            _, it2, blk, b, val = e
+            if val is not state.get("combine"):
+                _fail(
+                    f"{where}, iteration {it}: second_pass got {val!r}",
+                    "combine's value",
+                    repr(val),
+                    L_SECOND,
+                )
+            if blk != blk0 + it2 or content.get(b) != blk:
+                _fail(
+                    f"{where}, iteration {it2}: second_pass of block {blk} from buffer {b}",
+                    f"block {blk0 + it2} from buffer {it2 % 2}",
+                    f"buffer {b} holds block {content.get(b)}",
+                    L_BUFFER if blk == blk0 + it2 else L_BLOCK,
+                )
+            state["second"] = True
+            done += 1
+        # the other threads see thread 0's arms at the same point of the same iteration
+        if kind == "wait" and tidx != 0:
+            for p in arms.get(it, []):
+                armed[p] += 1
+    for p in (0, 1):
+        need = sum(1 for i in range(n_iter) if i % 2 == p)
+        if uses[p] != need:
+            _fail(
+                f"{where}: barrier {p} waited on {uses[p]} times", f"{need}", str(uses[p]), L_PARITY
+            )
+
+
+def _replay_check() -> Check:
+    def fn(ctx):
+        n = 0
+        for n_iter in (1, 2, 3, 4, 5):
+            with fail_on_error(
+                "the loop fails when replayed in plain Python",
+                hint=L_HELPERS,
+                detail=lambda e: f"{type(e).__name__}: {e}",
+            ):
+                ev0 = replay_loop(ctx.answer, n_iter, 0)
+                ev1 = replay_loop(ctx.answer, n_iter, 1)
+            judge_loop(ev0, n_iter, 0, 10, None)
+            arms: dict = {}
+            cur = -1
+            for e in ev0:
+                if e[0] == "first":
+                    cur = e[1]
+                elif e[0] == "rearm":
+                    arms.setdefault(cur, []).append(e[1])
+            judge_loop(ev1, n_iter, 1, 10, arms)
+            n += 1
+        return f"{n} CTA lengths (1-5 blocks), threads 0 and 1: the protocol holds"
+
+    return Check(REPLAY, COMPILE, fn)
+
+
+def _trace_of(ctx, dt) -> list | None:
+    """The helper calls traced when the kernel around ``ctx.answer`` was compiled for ``dt``:
+    recorded by this compile, or kept from the one that made the cached report."""
+    key = ("row_blocks trace", dt)
+    if _TRACE:
+        _shared_put(ctx.answer, key, list(_TRACE))
+    return _shared_get(ctx.answer, key)
+
+
+def _replayed_body(answer) -> list[str]:
+    """The helper calls of one middle iteration (1 of 5, thread 0) of the replayed loop: the
+    calls its compiled body must make, each once."""
+    ev = replay_loop(answer, 5, 0)
+    ends = [i for i, e in enumerate(ev) if e[0] == "second"]
+    return [e[0] for e in ev[ends[0] + 1 : ends[1] + 1]]
+
+
+def judge_trace(trace: list | None, body: list[str]) -> None:
+    """The compiled loop makes the replayed iteration's calls (the same number of each, in the
+    same order, none with a constant for an argument that changes with the iteration)."""
+    if trace is None:  # no record of this compile (not expected): the PTX checks still run
+        return
+    kinds = [k for k, _ in trace]
+    for kind in HELPER_KINDS:
+        got, want = kinds.count(kind), body.count(kind)
+        if got == want:
+            continue
+        what = (
+            f"compiled, the loop calls {kind} {got} times an iteration; replayed, {want} "
+            f"(compiled: {', '.join(kinds) or 'no calls'}; replayed: {', '.join(body)})"
+        )
+        hint = L_COMPILED
+        if got < want and kind == "wait":
+            hint = L_NO_WAIT
+        elif got < want and kind == "rearm":
+            hint = L_NOT_ARMED
+        raise CheckFailed(what, expected=f"{want} {kind}", seen=f"{got}", hint=hint)
+    if kinds != body:  # the same calls, each once: a straight pass makes them in the same order
+        raise CheckFailed(
+            "compiled, the loop makes its calls in another order than replayed",
+            expected=", ".join(body),
+            seen=", ".join(kinds),
+            hint=L_COMPILED,
+        )
+    for kind, consts in trace:
+        for i, v in consts.items():
+            arg = HELPER_ARGS[kind][i] if i < len(HELPER_ARGS[kind]) else f"#{i}"
+            raise CheckFailed(
+                f"compiled, {kind}'s argument {arg} is the constant {v}, the same in every "
+                "iteration",
+                expected=f"{arg} computed from it",
+                seen=str(v),
+                hint=L_PHASE if (kind, arg) == ("wait", "phase") else L_COMPILED,
+            )
+
+
+def _loop_region(ptx: str) -> list[str]:
+    """The lines of the learner's loop in the PTX: from the label before its ``nounroll`` pragma
+    (``cutlass.range(..., unroll=1)``) to the branch back to it; all lines if there is none."""
+    import re
+
+    lines = ptx.splitlines()
+    for i, ln in enumerate(lines):
+        if '.pragma "nounroll"' not in ln:
+            continue
+        head = next(
+            (lines[j].strip()[:-1] for j in range(i, -1, -1) if lines[j].strip().endswith(":")),
+            None,
+        )
+        if head is None:
+            break
+        back = [
+            j
+            for j in range(i, len(lines))
+            if re.search(rf"\bbra(\.uni)?\s+{re.escape(head)};", lines[j])
+        ]
+        region = lines[i : back[-1] + 1] if back else []
+        if any("mbarrier" in x for x in region):
+            return region
+    return lines
+
+
+def loop_protocol(ptx: str, commits: int) -> None:
+    """The compiled loop, read from its PTX: a wait whose parity is a register the loop
+    updates, a re-arm that a branch skips (thread 0 only, not for the last blocks), and one
+    block's ``commits`` copy groups issued an iteration."""
+    import re
+
+    region = _loop_region(ptx)
+    waits = [ln for ln in region if "mbarrier.try_wait.parity" in ln]
+    if not waits:
+        raise CheckFailed(
+            "compiled, the loop has no mbarrier wait",
+            expected="mbarrier.try_wait.parity (wait_peers) in the loop",
+            seen="none",
+            hint=L_NO_WAIT,
+        )
+    for ln in waits:
+        ops = [o.strip() for o in ln.split(",")]
+        parity = ops[2] if len(ops) > 2 else ""
+        written = any(re.match(rf"\s*[a-z][\w.]*\s+{re.escape(parity)},", x) for x in region)
+        if not parity.startswith("%") or not written:
+            raise CheckFailed(
+                f"compiled, the wait's phase parity is {parity}, the same in every iteration",
+                expected="a parity that changes with the iteration, (it // 2) % 2",
+                seen=f"{parity}" + ("" if parity.startswith("%") else " (the constant)"),
+                hint=L_PHASE,
+            )
+    arms = [i for i, ln in enumerate(region) if "mbarrier.arrive" in ln]
+    if not arms:
+        raise CheckFailed(
+            "compiled, the loop never re-arms a barrier",
+            expected="mbarrier.arrive.expect_tx (rearm) in the loop",
+            seen="none",
+            hint=L_NOT_ARMED,
+        )
+    for i in arms:
+        skipped = False
+        for j in range(i - 1, -1, -1):
+            m = re.match(r"\s*@!?%p\w*\s+bra(\.uni)?\s+(\S+);", region[j])
+            if m:
+                label = m.group(2)
+                skipped = any(x.strip() == f"{label}:" for x in region[i + 1 :])
+                break
+            if region[j].strip().endswith(":"):
+                break
+        if not skipped:
+            raise CheckFailed(
+                "compiled, every thread re-arms the barrier in every iteration",
+                expected="the re-arm under a condition (tidx == 0 and it + 2 < n_iter)",
+                seen="unconditional",
+                hint=L_REARM_ONE,
+            )
+    n = sum(1 for ln in region if "cp.async.commit_group" in ln)
+    if n != commits:
+        raise CheckFailed(
+            f"compiled, the loop issues {n} copy groups an iteration",
+            expected=f"{commits}: one block's (issue once an iteration)",
+            seen=str(n),
+            hint=L_COMPILED,
+        )
+
+
+def _loop_compiles(dtypes=("bf16",), hidden: bool = False) -> Check:
+    def fn(ctx):
+        out = []
+        for dt in dtypes:
+            with fail_on_error(
+                f"the final kernel with your row_blocks does not compile ({dt}, N=1000)"
+            ):
+                _TRACE.clear()
+                rep = ctx.report(LOOP_HOLE, 1000, dt, loop_config(1000, dt))
+            judge_trace(_trace_of(ctx, dt), _replayed_body(ctx.answer))
+            loop_protocol(rep.ptx, loop_config(1000, dt).stages)
+            if "mbarrier.try_wait.parity" not in rep.ptx:
+                raise CheckFailed(
+                    "no mbarrier wait in the PTX",
+                    expected="mbarrier.try_wait.parity (wait_peers)",
+                    seen="none",
+                    hint=L_NO_WAIT,
+                )
+            out.append(f"{dt}: {rep.registers} registers")
+        return "; ".join(out)
+
+    if hidden:
+        return Check(LOOP_COMPILES + ", fp32 and fp16", COMPILE, fn, True, (LOOP_COMPILES,))
+    return Check(LOOP_COMPILES, COMPILE, fn, needs=(REPLAY,))
+
+
+def _loop_speed(fraction=0.8, M=8192, N=32768) -> Check:
+    def fn(ctx):
+        import torch
+
+        from ...config import FinalConfig
+        from ...tools.bench import rmsnorm_bytes
+        from ..checks import launch_time_us, rmsnorm_inputs, speed_vs_copy
+
+        cfg = FinalConfig(256, 256, cluster_n=4, buffers=2, blocks_per_cta=4)
+        _, launch = ctx.launcher(LOOP_HOLE, N, "bf16", cfg)
+        x, w = rmsnorm_inputs(M, N, torch.bfloat16, torch.Generator().manual_seed(1))
+        out = torch.empty_like(x)
+        us = launch_time_us(launch, x, w, out, 1e-6)
+        return speed_vs_copy(rmsnorm_bytes(M, N, x.dtype, w.dtype), us, fraction, f"{M}x{N} bf16")
+
+    return Check(
+        f"speed >= {100 * fraction:.0f}% of copy ({M}x{N} bf16, cluster of 4, two buffers)",
+        GPU,
+        fn,
+        needs=(LOOP_COMPILES,),
+    )
+
+
+#: builtins that ask what a value is: the loop has no use for them, and they could tell the
+#: replay's plain ints from the kernel's values (the compile tier checks the compiled loop too)
+INTROSPECTION = (
+    "isinstance",
+    "issubclass",
+    "type",
+    "hasattr",
+    "getattr",
+    "vars",
+    "dir",
+    "callable",
+    "id",
+    "repr",
+)
+WHY_NOT_INTROSPECT = "the loop does not ask what its arguments are: one loop, run as it is written"
+
+# fmt: off
+ROW_LOOP_MUTANTS = mutants(COMPILE,
+    ("one exchange buffer", "it % 2", "parity = it % 2", "parity = 0"),
+    ("the phase from it % 2", "wrong mbarrier phase",
+     "wait_peers(parity, (it // 2) % 2)", "wait_peers(parity, it % 2)"),
+    ("re-armed for the last blocks too", "a block that does not exist",
+     "if tidx == 0 and it + 2 < n_iter:", "if tidx == 0:"),
+    ("every thread re-arms", "more than one thread re-arms",
+     "if tidx == 0 and it + 2 < n_iter:", "if it + 2 < n_iter:"),
+    ("the last block skipped", "never ran first_pass",
+     "cutlass.range(n_iter, unroll=1)", "cutlass.range(n_iter - 1, unroll=1)"),
+    ("an empty loop body", "never ran first_pass",
+     "for it in cutlass.range(n_iter, unroll=1):",
+     "for it in cutlass.range(n_iter, unroll=1):\n        pass\n    if False:"),
+    ("one exchange buffer, re-armed for the next block",
+     "one exchange buffer and mbarrier for every block", [
+        ("parity = it % 2", "parity = 0"),
+        ("it + 2 < n_iter", "it + 1 < n_iter"),
+    ]),
+    ("no issue in the last iteration", "the last iteration issues no next block",
+     "issue(blk + 1, 1 - buf)", "if it + 1 < n_iter:\n            issue(blk + 1, 1 - buf)"),
+    ("the next block into the buffer being read", "still reads",
+     "issue(blk + 1, 1 - buf)", "issue(blk + 1, buf)"),
+    # cheats that tell the replay (plain Python ints) from the compile, right replayed and
+    # wrong compiled, by a test the screen lets through (it flags isinstance and the
+    # like). The compiled trace's calls and the loop's PTX give them away: the compile
+    # tier only (the gpu tier's checks need it, so they are blocked, not failed)
+    ("compiled, never re-armed", "not armed again",
+     "if tidx == 0 and", "if cutlass.Int32 is int and tidx == 0 and"),
+    ("compiled, phase 0 always", "the constant 0",
+     "wait_peers(parity, (it // 2) % 2)",
+     "wait_peers(parity, (it // 2) % 2 if cutlass.Int32 is int else 0)"),
+    ("compiled, the current block issued again", "calls issue 2 times",
+     "issue(blk + 1, 1 - buf)",
+     "issue(blk + 1, 1 - buf)\n        if cutlass.Int32 is not int:\n"
+     "            issue(blk, buf)"),
+    ("compiled, no wait", "no wait",
+     "wait_peers(parity, (it // 2) % 2)",
+     "if cutlass.Int32 is int:\n            wait_peers(parity, (it // 2) % 2)"),
+)
+# fmt: on
+
+row_loop = register(
+    Exercise(
+        id="06.row_loop",
+        lesson=LESSON,
+        answer="row_blocks",
+        title="the double-buffered loop over a CTA's row blocks: buffers, mbarrier phases, re-arms",
+        forbidden=dict.fromkeys(INTROSPECTION, WHY_NOT_INTROSPECT),
+        points={COMPILE: 2, GPU: 2},
+        mutants=ROW_LOOP_MUTANTS,
+    )
+)
+row_loop.add(
+    _replay_check(),
+    _loop_compiles(),
+    _loop_compiles(("fp32", "fp16"), hidden=True),
+    gpu_values(
+        LOOP_HOLE,
+        config=loop_config,
+        needs=(LOOP_COMPILES,),
+        name="values vs rmsnorm_ref, cluster of 2, two buffers, 4 blocks a CTA (M 1/37/199)",
+    ),
+    gpu_values(
+        LOOP_HOLE,
+        config=loop_config,
+        hidden=True,
+        needs=(LOOP_COMPILES,),
+        name="values at more shapes, grading seed",
+    ),
+    _loop_speed(),
+)

@@ -1,0 +1,591 @@
+"""Lesson 07, the backward: the persistent CTA's dw partials (07.dw_partial).
+
+07.dw_partial's compile tier reads the PTX of the backward built with x bf16, dout fp16 and an
+fp32 weight at a short row (8 rows a CTA) and a long one (one row a CTA): every barrier reached
+by every thread; no atomics (any memory); the partial stores (those not packed back to bf16, as
+dx is) built from x and dout, through a sum carried around the row-block loop, never multiplied
+by 0; with several rows, the drain (wait_group 0) and a barrier before the accumulators overwrite
+the tiles, one before row 0 reads the other rows, exactly rows - 1 rows read, the stores under a
+branch on the thread's row and, at a ragged N, some under a column test. Its gpu tier runs the
+kernel twice on NaN-poisoned partial buffers with one poisoned row after them: dw against
+``rmsnorm_bwd_ref`` (M=20000 gives each CTA several row blocks), nothing written past the last
+row and the two runs bitwise equal; an answer with a divergent barrier is not launched.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..checks import (
+    CheckFailed,
+    Ptx,
+    divergent_barriers,
+    fail_on_error,
+    no_shortcuts,
+    plain_call,
+    shared,
+    speed_vs_copy,
+    thread_guards,
+    times_zero,
+)
+from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
+from .lesson07 import HOLE, LESSON, _row_inputs
+
+# ---- 07.dw_partial ----------------------------------------------------------------------------
+#: the compile tier's backward: x bf16, dout fp16 (each recognisable by its conversion), the
+#: weight fp32 (no conversion: nothing else in the kernel converts from bf16 or fp16)
+DW_N_ROWS, DW_N_ONE = 1000, 4096  # 8 rows a CTA (bf16, fp32 weight); one row a CTA
+DW_M_BLOCKS = 20000  # 2500 row blocks of 8 rows at N=1000: more than one wave's CTAs
+DW_COMPILES = "compiles: several rows a CTA (N=1000)"
+DW_ATOMICS = (
+    "no atomics: each CTA stores its own partial row with plain stores (write(value, v)), and "
+    "adds its rows in row order itself: every row stores acc into `mine`, a barrier, then row "
+    "0 adds slots(1) .. slots(rows - 1) to its acc. An atomic add (into shared or global "
+    "memory) lands in an order that changes from run to run, and fp32 addition is not "
+    "associative, so dw's low bits would change too"
+)
+DW_TERM = (
+    "the stored partial sums do not come from dout * x_hat: dw_j is the sum over rows of "
+    "dout_j * x_hat_j (the weight multiplies x_hat in the forward, so its gradient is what "
+    "arrives at the output times x_hat); accumulate dy * x_hat, in fp32"
+)
+DW_VECTORS = (
+    "not every vector of the thread's columns reaches the partial row: write(value, v) once for "
+    "each v in range(vecs) that lies in the row (in_cols(v))"
+)
+DW_TILES_BARRIER = (
+    "the accumulators go to shared memory (`mine`) with no barrier after the last block's "
+    "dx: `mine` overlays the x and dout tiles, which other rows of the CTA may still be "
+    "reading. cute.arch.barrier() first, then store"
+)
+DW_ROWS_BARRIER = (
+    "row 0 reads the other rows' sums (slots(r)) with no barrier after they were stored: a "
+    "row's threads may not have written them yet. cute.arch.barrier() between the stores into "
+    "`mine` and the reads of slots(r)"
+)
+DW_OTHER_ROWS = (
+    "the partial row holds only the first row's sums: the CTA's other rows never reach it. "
+    "Row 0 adds slots(r) for r = 1 .. rows - 1 (in that order) to its own before it writes"
+)
+DW_ROWS_MISSING = (
+    "row 0 adds the sums of {got} of the CTA's {others} other rows, so {missing} of them "
+    "never reach the partial row: add slots(r) for every r in 1 .. rows - 1, "
+    "range_constexpr(1, rows) (a range stops before its end)"
+)
+DW_ROW0_TWICE = (
+    "row 0 reads {got} rows' sums from shared memory where {others} other rows hold them: "
+    "slots(0) is row 0's own, already in its acc, so its sums count twice. Start at "
+    "r = 1: range_constexpr(1, rows)"
+)
+DW_ZERO = (
+    "the other rows' sums are read and then multiplied by 0 before they are added: the "
+    "partial row must be the sum of every row's acc as it is (tot = tot + slots(r)[...].load())"
+)
+DW_ONE_WRITER = (
+    "every row's threads store the partial row: the CTA has one partial row, so they all write "
+    "the same columns and whichever lands last wins. Only the threads of row 0 (`if row == "
+    "0:`), which add the other rows' sums to their own, write it"
+)
+DW_OVERWRITE = (
+    "acc is overwritten, not added to: each row block the CTA walks replaces the sums of the "
+    "blocks before it, so only its last block counts. Add: acc[None, None, v].store("
+    "acc[None, None, v].load() + dy * x_hat)"
+)
+DW_DRAIN = (
+    "`mine` overlays the x and dout tiles, and cp.async copies (the empty ones issued past "
+    "the last row block) may still be landing there: call drain() (cp.async.wait_group 0) "
+    "before the barrier, then store into `mine`"
+)
+DW_COLS = (
+    "a vector past column N is written: the tiles are wider than a ragged row, and the "
+    "partial row of a CTA ends at column N, so a store there lands in the next CTA's row (or "
+    "past the buffer). Write vector v only where in_cols(v)"
+)
+DW_DIVERGENT = (
+    "a barrier inside `if row == 0:`: cute.arch.barrier() waits for every thread of the CTA, "
+    "and the other rows' threads never reach it, so the kernel hangs. Put both barriers "
+    "where every thread passes, before the `if`"
+)
+DW_NOT_DETERMINISTIC = (
+    "two runs on the same inputs gave different partial sums: the order of the additions into "
+    "a column must not depend on timing (no atomics; one row per CTA, its rows added in order)"
+)
+
+
+NO_ACCUMULATE = (
+    "accumulate_dw is not defined beside combine_partial: write both functions in the "
+    "exercise's cell"
+)
+
+
+def _dw_build(answer):
+    """The backward kernel class with the learner's ``combine_partial`` and, from the same
+    cell (the function's globals), ``accumulate_dw``."""
+    from ...stages.final_bwd import FinalBwdRMSNorm
+
+    def make():
+        acc_fn = getattr(answer, "__globals__", {}).get("accumulate_dw")
+        if acc_fn is None:
+            acc_fn = getattr(getattr(answer, "__wrapped__", None), "__globals__", {}).get(
+                "accumulate_dw"
+            )
+        if acc_fn is None:
+            raise CheckFailed(
+                "no accumulate_dw" + plain_call(answer, 8),
+                expected="def accumulate_dw(acc, v, dy, x_hat)",
+                hint=NO_ACCUMULATE,
+            )
+        methods = {
+            "__module__": __name__,
+            "accumulate_dw": lambda self, acc, v, dy, x_hat: acc_fn(acc, v, dy, x_hat),
+            "combine_partial": (
+                lambda self, acc, mine, slots, write, in_cols, row, rows: answer(
+                    acc, mine, slots, write, in_cols, row, rows, self.drain_copies
+                )
+            ),
+        }
+        return type("LearnerDwPartials", (FinalBwdRMSNorm,), methods)
+
+    return shared(answer, ("07.dw_partial class",), make)
+
+
+def dw_report(answer, N: int):
+    """(report, tiling) of the backward with the learner's mixin at ``N`` (x bf16, weight fp32,
+    dout fp16), compiled once per answer."""
+    import torch
+
+    from ...stages.final_bwd import BwdFeatures
+    from ...tools.inspect import kernel_report
+
+    def make():
+        kernel = _dw_build(answer)(
+            torch.bfloat16, N, None, torch.float32, features=BwdFeatures(dout_dtype=torch.float16)
+        )
+        with no_shortcuts():
+            return kernel_report(kernel, stage="final_bwd+07.dw_partial"), kernel.tiling
+
+    return shared(answer, ("07.dw_partial report", N), make)
+
+
+def _dw_compiles() -> Check:
+    def fn(ctx):
+        out = []
+        for N in (DW_N_ROWS,):
+            with fail_on_error(
+                f"the backward with your accumulate_dw and combine_partial does not compile (N={N})"
+            ):
+                rep, t = dw_report(ctx.answer, N)
+            out.append(f"N={N}: {t.rows_per_cta} rows a CTA, {rep.registers} registers")
+        return "; ".join(out)
+
+    return Check(DW_COMPILES, COMPILE, fn)
+
+
+def _idx(instrs, pred, start=0, end=None, last=False):
+    rng = range(start, len(instrs) if end is None else end)
+    hits = [i for i in rng if pred(instrs[i])]
+    if not hits:
+        return None
+    return hits[-1] if last else hits[0]
+
+
+def _loop_carried(ptx: Ptx, anc) -> bool:
+    """Whether an fp32 add or fma among ``anc`` feeds itself (a sum carried around a loop)."""
+    for a in anc:
+        if a.opcode.startswith(("fma.", "add.")) and "f32" in a.opcode:
+            if any(b.index == a.index for b in ptx.ancestors(a)):
+                return True
+    return False
+
+
+def probe_dw(ptx_text: str, rows: int, vec: int, vecs: int, even_cols: bool = True) -> str:
+    """The partial store in the PTX of the compile tier's backward; raises CheckFailed."""
+    ptx = Ptx(ptx_text)
+    ins = ptx.instrs
+    bad = divergent_barriers(ptx_text)  # a hang on the GPU
+    if bad:
+        raise CheckFailed(
+            "a barrier that not every thread of the CTA reaches",
+            expected="bar.sync outside any branch on the thread's row",
+            seen=bad[0],
+            hint=DW_DIVERGENT,
+        )
+    atomics = [i.text for i in ins if i.opcode.startswith(("red.", "atom."))]
+    if atomics:
+        raise CheckFailed(
+            "atomic adds in the PTX",
+            expected="plain st.global of the partial row, the rows added in order",
+            seen=atomics[0],
+            hint=DW_ATOMICS,
+        )
+    stores = [i for i in ins if i.opcode.startswith("st.global")]
+    anc = {i.index: ptx.ancestors(i) for i in stores}
+
+    def packs(i):  # dx: converted back to bf16 before its store
+        return any(a.opcode.startswith("cvt.rn.bf16") for a in anc[i.index])
+
+    dx = [i for i in stores if packs(i)]
+    partial = [i for i in stores if not packs(i)]
+    per_row = max(1, vec * 4 // 16) * vecs
+    if len(partial) < per_row:
+        raise CheckFailed(
+            f"{len(partial)} stores of the partial row for {vecs} vectors of {vec} fp32",
+            expected=f"{per_row} st.global of fp32 partial sums",
+            seen=f"{len(partial)}",
+            hint=DW_VECTORS,
+        )
+    for st in partial:
+        from_x = any(a.opcode.startswith("cvt.f32.bf16") for a in anc[st.index])
+        from_dout = any(a.opcode.startswith("cvt.f32.f16") for a in anc[st.index])
+        if not (from_x and from_dout):
+            seen = ", ".join(k for k, ok in (("x", from_x), ("dout", from_dout)) if ok) or "neither"
+            raise CheckFailed(
+                "a partial sum is not built from dout * x_hat",
+                expected="x (cvt.f32.bf16) and dout (cvt.f32.f16) among its inputs",
+                seen=f"from {seen}",
+                hint=DW_TERM,
+            )
+    if not _loop_carried(ptx, anc[partial[0].index]):
+        raise CheckFailed(
+            "the partial sums are not carried from one row block to the next",
+            expected="an fp32 add (or fma) into acc that feeds the next block's",
+            seen="only the last block's dout * x_hat reaches the store",
+            hint=DW_OVERWRITE,
+        )
+    zeroed = [a.text for st in partial for a in anc[st.index] if times_zero(a)]
+    if zeroed:
+        raise CheckFailed(
+            "a value on the way to the partial row is multiplied by 0",
+            expected="the rows' sums added as they are",
+            seen=zeroed[0],
+            hint=DW_ZERO,
+        )
+    if rows > 1 and dx:
+        last_dx = max(i.index for i in dx)
+        first_sh = _idx(ins, lambda i: i.opcode.startswith("st.shared"), last_dx)
+        if first_sh is None:
+            raise CheckFailed(
+                "no store into shared memory after the last dx",
+                expected=f"each of the {rows} rows' sums into `mine`, then row 0 adds them",
+                seen="none",
+                hint=DW_OTHER_ROWS,
+            )
+        bar = _idx(ins, lambda i: i.opcode.startswith("bar.sync"), last_dx, first_sh, last=True)
+        if bar is None:
+            raise CheckFailed(
+                "no barrier between the last dx and the accumulators' stores into shared memory",
+                expected="bar.sync, then st.shared",
+                seen="st.shared right after the main loop",
+                hint=DW_TILES_BARRIER,
+            )
+        if any(i.opcode.startswith("cp.async") for i in ins) and (
+            _idx(
+                ins,
+                lambda i: i.opcode.startswith("cp.async.wait_group") and i.operands == ["0"],
+                last_dx,
+                bar,
+            )
+            is None
+        ):
+            raise CheckFailed(
+                "copies may still be in flight when the accumulators go to shared memory",
+                expected="cp.async.wait_group 0, bar.sync, then st.shared",
+                seen="bar.sync with no cp.async.wait_group 0 before it",
+                hint=DW_DRAIN,
+            )
+        last_sh = _idx(ins, lambda i: i.opcode.startswith("st.shared"), first_sh, last=True)
+        first_ld = _idx(ins, lambda i: i.opcode.startswith("ld.shared"), last_sh)
+        loads = sum(1 for i in ins[last_sh:] if i.opcode.startswith("ld.shared"))
+        need = (rows - 1) * per_row
+        if first_ld is None or loads != need:
+            got = loads // per_row
+            if loads == 0:
+                hint = DW_OTHER_ROWS
+            elif loads < need:
+                hint = DW_ROWS_MISSING.format(got=got, others=rows - 1, missing=rows - 1 - got)
+            else:
+                hint = DW_ROW0_TWICE.format(got=got, others=rows - 1)
+            raise CheckFailed(
+                f"row 0 reads {loads} vectors of the other rows' sums",
+                expected=f"{need} ld.shared ({rows - 1} other rows x {vecs} vectors)",
+                seen=f"{loads} ({got} rows)",
+                hint=hint,
+            )
+        if _idx(ins, lambda i: i.opcode.startswith("bar.sync"), last_sh, first_ld) is None:
+            raise CheckFailed(
+                "no barrier between the rows' stores into shared memory and row 0's reads",
+                expected="st.shared, bar.sync, then ld.shared",
+                seen="ld.shared with no bar.sync before it",
+                hint=DW_ROWS_BARRIER,
+            )
+        guards = thread_guards(ptx_text)
+        open_ = [st for st in partial if not guards[st.index]]
+        if open_:
+            raise CheckFailed(
+                f"{len(open_)} of the {len(partial)} partial-row stores run in every row's threads",
+                expected="st.global of the partial row under a branch on the thread's row",
+                seen=open_[0].text,
+                hint=DW_ONE_WRITER,
+            )
+        if not even_cols and len({guards[st.index] for st in partial}) == 1:
+            raise CheckFailed(
+                "no vector of the partial row is tested against column N (a ragged row)",
+                expected="the last vector's stores under a column test (in_cols(v))",
+                seen="every partial store under the same condition",
+                hint=DW_COLS,
+            )
+    how = f"{rows} rows added through shared memory" if rows > 1 else "one row a CTA"
+    return f"{len(partial)} plain stores of dout * x_hat sums, {how}, no atomics"
+
+
+def _dw_probe(N: int, name: str, hidden: bool = False) -> Check:
+    def fn(ctx):
+        rep, t = dw_report(ctx.answer, N)
+        return probe_dw(rep.ptx, t.rows_per_cta, t.vec, t.vecs, t.even_cols)
+
+    return Check(name, COMPILE, fn, hidden, needs=(DW_COMPILES,))
+
+
+#: (x dtype, weight dtype) of the gpu value cases: every weight dtype beside bf16 x, and x's own
+DW_CASES = (("bf16", "bf16"), ("bf16", "fp32"), ("fp16", "fp16"), ("fp32", "fp32"))
+
+
+def _launchable(ctx):
+    """The compile tier's (report, tiling) of the answer; CheckFailed, before any launch, where
+    a barrier is not reached by every thread (the kernel would hang the GPU)."""
+    rep, t = dw_report(ctx.answer, DW_N_ROWS)
+    bad = divergent_barriers(rep.ptx)
+    if bad:
+        raise CheckFailed(
+            "not run: a barrier that not every thread of the CTA reaches would hang it",
+            expected="bar.sync outside any branch on the thread's row",
+            seen=bad[0],
+            hint=DW_DIVERGENT,
+        )
+    return rep, t
+
+
+def _dw_values(hidden: bool) -> Check:
+    def fn(ctx):
+        import torch
+
+        from ...reference import TOLERANCES, rmsnorm_bwd_ref
+        from ...stages import final_bwd
+        from ..checks import HIDDEN_M, VISIBLE_M
+
+        cls = _dw_build(ctx.answer)
+        rep, t = _launchable(ctx)
+
+        def ptx_hint():  # what the compile tier's probe says of the same answer, if anything
+            try:
+                probe_dw(rep.ptx, t.rows_per_cta, t.vec, t.vecs, t.even_cols)
+            except CheckFailed as e:
+                return e.hint
+            return None
+
+        gen = ctx.torch_generator(salt="dw values" + str(hidden))
+        n = 0
+        # N = 1000: several rows a CTA; N = 4096 (bf16): one row a CTA, combine_partial's
+        # other branch. The M of DW_M_BLOCKS gives each CTA several row blocks (the grid is one
+        # wave, at most 132 SMs x 8 CTAs of 256 threads), at both N.
+        cases = [
+            (x, w, ctx.hidden_N(HOLE, x) if hidden else DW_N_ROWS, M)
+            for x, w in DW_CASES
+            for M in (HIDDEN_M if hidden else VISIBLE_M)
+        ]
+        cases.append(("bf16", "fp32", DW_N_ROWS, DW_M_BLOCKS))
+        if not hidden:
+            cases += [("bf16", "bf16", DW_N_ONE, M) for M in (*VISIBLE_M, DW_M_BLOCKS)]
+        for xdt, wdt, N, M in cases:
+            x, w, dout, rstd = _row_inputs(M, N, xdt, wdt, 0.0, gen, "cuda")
+            dx = torch.empty_like(x)
+            parts = []
+            for _ in range(2):
+                with no_shortcuts():
+                    kernel, run = final_bwd.kernel_for(
+                        x, w, dout, None, dx, None, False, 0.0, None, cls
+                    )
+                    dev = x.get_device()
+                    P = kernel.grid_x(M, final_bwd.sm_count(dev), kernel.resident(dev))
+                    # one more row, poisoned too: a store past column N of the last CTA's
+                    # row lands there
+                    buf = torch.full((P + 1, N), float("nan"), device="cuda")
+                    dw_p = buf[:P]
+                    run(x, w, dout, None, rstd, dx, None, dw_p, None, P)
+                    torch.cuda.synchronize()
+                parts.append(dw_p)
+            what = f"{xdt} x, {wdt} weight, M={M} N={N} (seed {ctx.seed})"
+            spill = int((~buf[P].isnan()).sum())
+            if spill:
+                raise CheckFailed(
+                    f"{what}: {spill} values written past the end of the last CTA's partial row",
+                    expected=f"the partial rows' {N} columns only",
+                    seen=f"{spill} columns of the row after the last written",
+                    hint=DW_COLS,
+                )
+            _, ew, _ = rmsnorm_bwd_ref(x, w, dout, rstd, compute_dtype=torch.float64)
+            dw = parts[0].sum(dim=0).double()
+            wt = TOLERANCES[torch.float32]
+            bad = ~torch.isclose(dw, ew, rtol=wt["rtol"], atol=wt["atol"] * math.sqrt(M) * 10)
+            if bool(bad.any()):
+                col = int(bad.nonzero()[0])
+                nan_rows = int(parts[0].isnan().any(dim=1).sum())
+                hint = DW_VECTORS if nan_rows else None
+                if not nan_rows and torch.allclose(
+                    dw,
+                    dout.double().sum(dim=0).to(dw.device),
+                    rtol=1e-3,
+                    atol=1e-3 * math.sqrt(M),
+                ):
+                    hint = DW_TERM  # the sum of dout alone: db, not dw
+                hint = ptx_hint() or hint  # a mistake the PTX shows names itself best
+                raise CheckFailed(
+                    f"{what}: dw (the partial rows' sum) differs from rmsnorm_bwd_ref in "
+                    f"{int(bad.sum())} of {N} columns"
+                    + (f"; {nan_rows} partial rows never written" if nan_rows else ""),
+                    expected=f"{ew[col].item():.6g} at column {col}",
+                    seen=f"{dw[col].item():.6g}",
+                    hint=hint,
+                )
+            if not torch.equal(parts[0], parts[1]):
+                raise CheckFailed(
+                    f"{what}: two runs gave different partial sums",
+                    expected="the same bits on every run",
+                    seen=f"{int((parts[0] != parts[1]).sum())} elements differ",
+                    hint=DW_NOT_DETERMINISTIC,
+                )
+            n += 1
+        return f"{n} cases: dw matches rmsnorm_bwd_ref, bitwise the same on two runs"
+
+    name = (
+        "dw at more shapes, grading seed"
+        if hidden
+        else "dw vs rmsnorm_bwd_ref, twice bitwise equal (M 1/37/199/20000, N=1000 and 4096, "
+        "all dtypes)"
+    )
+    return Check(name, GPU, fn, hidden, (DW_COMPILES,))
+
+
+def _dw_speed(fraction: float = 0.8, M: int = 32768, N: int = 4096) -> Check:
+    def fn(ctx):
+        import torch
+
+        from ...stages import final_bwd
+        from ...tools.bench import cuda_time_us, rmsnorm_bwd_bytes
+
+        cls = _dw_build(ctx.answer)
+        _launchable(ctx)
+        gen = torch.Generator().manual_seed(1)
+        x, w, dout, rstd = _row_inputs(M, N, "bf16", "bf16", 0.0, gen, "cuda")
+        dx = torch.empty_like(x)
+        us = cuda_time_us(
+            lambda: final_bwd.launch_bwd(x, w, dout, None, rstd, dx, None, False, kernel_cls=cls)
+        )
+        nbytes = rmsnorm_bwd_bytes(M, N, x.dtype, w.dtype)
+        return speed_vs_copy(nbytes, us, fraction, f"{M}x{N} bf16")
+
+    return Check(
+        f"speed >= {100 * fraction:.0f}% of copy bandwidth ({M}x{N} bf16 backward)",
+        GPU,
+        fn,
+        needs=(DW_COMPILES,),
+    )
+
+
+#: the solution's row-0 block, which two mutants rewrite
+_SOL_TAIL = (
+    "        if row == 0:\n"
+    "            for v in cutlass.range_constexpr(vecs):\n"
+    "                if in_cols(v):\n"
+    "                    tot = acc[None, None, v].load()\n"
+    "                    for r in cutlass.range_constexpr(1, rows):\n"
+    "                        tot = tot + slots(r)[None, None, v].load()\n"
+    "                    write(tot, v)\n"
+)
+
+
+def _dedent(text: str, by: int = 4) -> str:
+    return "".join(line[by:] if line.strip() else line for line in text.splitlines(True))
+
+
+# fmt: off
+DW_PARTIAL_MUTANTS = [
+    *mutants(TIERS,
+        ("accumulates dout, not dout * x_hat", "do not come from dout * x_hat",
+         "acc[None, None, v].load() + dy * x_hat", "acc[None, None, v].load() + dy"),
+    ),
+    *mutants(COMPILE,
+        ("no barrier before the accumulators overwrite the tiles", "overlays the x and dout tiles",
+         "        cute.arch.barrier()  # every row is done with the tiles\n", ""),
+        ("no barrier before row 0 reads the other rows",
+         "a row's threads may not have written them yet",
+         "        cute.arch.barrier()  # every row's sums are in `mine`\n", ""),
+        ("only row 0's own sums", "the CTA's other rows never reach it",
+         "                    for r in cutlass.range_constexpr(1, rows):\n"
+         "                        tot = tot + slots(r)[None, None, v].load()\n",
+         ""),
+    ),
+    *mutants(TIERS,
+        ("the last row left out", "so 1 of them never reach the partial row",
+         "range_constexpr(1, rows)", "range_constexpr(1, rows - 1)"),
+        ("every row's threads store the partial row", "whichever lands last wins",
+         _SOL_TAIL, _dedent(_SOL_TAIL.replace("        if row == 0:\n", ""))),
+        ("row 0 counted twice", "so its sums count twice",
+         "range_constexpr(1, rows)", "range_constexpr(0, rows)"),
+        ("acc overwritten, not added to", "only its last block counts",
+         "acc[None, None, v].load() + dy * x_hat", "dy * x_hat"),
+    ),
+    *mutants(COMPILE,
+        ("no drain() before the barrier", "call drain() (cp.async.wait_group 0)",
+         "        drain()\n", ""),
+    ),
+    *mutants(TIERS,
+        ("in_cols ignored", "Write vector v only where in_cols(v)",
+         "                if in_cols(v):\n                    tot",
+         "                if True:\n                    tot"),
+        ("the second barrier inside if row == 0",
+         "the other rows' threads never reach it, so the kernel hangs",
+         "        cute.arch.barrier()  # every row's sums are in `mine`\n"
+         "        if row == 0:\n",
+         "        if row == 0:\n"
+         "            cute.arch.barrier()  # every row's sums are in `mine`\n"),
+        ("cheat: the other rows' sums times 0.0", "multiplied by 0 before they are added",
+         "slots(r)[None, None, v].load()", "slots(r)[None, None, v].load() * 0.0"),
+    ),
+    *mutants(COMPILE,
+        ("row 0 adds the other rows with atomics",
+         "no atomics: each CTA stores its own partial row",
+         _SOL_TAIL,
+         "        if row != 0:\n"
+         "            for v in cutlass.range_constexpr(vecs):\n"
+         "                a = acc[None, None, v]\n"
+         "                t = slots(0)[None, None, v]\n"
+         "                for i in cutlass.range_constexpr(cute.size(a)):\n"
+         "                    cute.arch.atomic_add(t.iterator + t.layout(i), a[i])\n"
+         "        cute.arch.barrier()\n"
+         "        if row == 0:\n"
+         "            for v in cutlass.range_constexpr(vecs):\n"
+         "                if in_cols(v):\n"
+         "                    write(mine[None, None, v].load(), v)\n"),
+    ),
+]
+# fmt: on
+
+dw_partial = register(
+    Exercise(
+        id="07.dw_partial",
+        lesson=LESSON,
+        answer="combine_partial",
+        title="the persistent CTA's dw: accumulate dout * x_hat, then store one partial row",
+        points={COMPILE: 2, GPU: 2},
+        mutants=DW_PARTIAL_MUTANTS,
+    )
+)
+dw_partial.add(
+    _dw_compiles(),
+    _dw_probe(DW_N_ROWS, "the partial row, 8 rows a CTA: dout * x_hat, barriers, rows in order"),
+    _dw_probe(DW_N_ONE, "the partial row, one row a CTA (N=4096): plain stores", hidden=True),
+    _dw_values(hidden=False),
+    _dw_values(hidden=True),
+    _dw_speed(),
+)
