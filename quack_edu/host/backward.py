@@ -75,15 +75,20 @@ def _backward(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, weight_offs
 
 def _bwd_planned_body(tuned, x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
     """The body of both ops (``tuned``: the tuned op's): the call's launch plan when its key
-    has one, else ``_bwd_first`` (a plan per key and power of two of rows for a tuned call, as
-    the forward's)."""
+    has one, else every check and a first run, which makes the key's plan (a plan per key and
+    power of two of rows for a tuned call, as the forward's)."""
     key = _bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo)
     if key is not None and tuned:
         key = (key, max(0, x.numel() // x.shape[-1] - 1).bit_length())
     plan = _BWD_PLANS.get(key)
     if plan is not None and _bwd_shapes_agree(x, dout, rstd, dres_out):
         return plan.run(x, weight, dout, rstd, dres_out)
-    return _bwd_first(key, tuned, x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo)
+    outs, config = _bwd_first(tuned, x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo)
+    if key is not None:  # x.numel() > 0: the call ran a kernel
+        _BWD_PLANS[key] = _bwd_plan(
+            x, weight, dout, dres_out, outs, has_bias, dres_dtype, wo, config
+        )
+    return outs
 
 
 #: key -> ``_BwdPlan``, as the forward's ``_FWD_PLANS``: made after a call with that key passed
@@ -181,33 +186,35 @@ class _BwdPlan:
         return outs
 
 
-def _bwd_first(key, tuned, x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
-    """A backward call without a plan: every check, the kernel compiled on first use and run;
-    then the key's plan."""
+def _bwd_first(tuned, x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
+    """A backward call without a plan: every check, the kernel compiled on first use and run.
+    Returns the outputs and the config it ran (None: the heuristic's)."""
     check_bwd_args(x, weight, dout, rstd, dres_out, wo)
     check_device(x, ("weight", weight), ("dout", dout), ("rstd", rstd), ("dresidual_out", dres_out))
     config = None
     if tuned:
         config = _tuned_bwd_config(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo)
     outs = _backward(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo, config)
-    if key is not None:  # x.numel() > 0: the call ran a kernel
-        fb, N, dev = _final_bwd(), x.shape[-1], x.get_device()
-        rows = (-1, N)
-        dres = outs[-1].view(rows) if dres_dtype is not None else None
-        dro = None if dres_out is None else dres_out.view(rows)
-        kernel, fn = fb.kernel_for(  # the kernel the call above ran
-            x.view(rows), weight, dout.view(rows), dro, outs[0].view(rows), dres, has_bias, wo,
-            config,
-        )  # fmt: skip
-        most = kernel.grid_x(1 << 40, fb.sm_count(dev), kernel.resident(dev))
-        from ..runtime import direct_call
+    return outs, config
 
-        pdtype = weight.dtype if weight is not None else torch.float32
-        _BWD_PLANS[key] = _BwdPlan(
-            direct_call(fn), N, kernel.tiling.rows_per_cta, most, pdtype, weight is not None,
-            has_bias, dres_dtype,
-        )  # fmt: skip
-    return outs
+
+def _bwd_plan(x, weight, dout, dres_out, outs, has_bias, dres_dtype, wo, config):
+    """The plan of a call that ran the kernel (``_bwd_first``) on these tensors and ``outs``."""
+    from ..runtime import direct_call
+
+    fb, N, dev = _final_bwd(), x.shape[-1], x.get_device()
+    rows = (-1, N)
+    dres = outs[-1].view(rows) if dres_dtype is not None else None
+    dro = None if dres_out is None else dres_out.view(rows)
+    kernel, fn = fb.kernel_for(  # the kernel the call above ran
+        x.view(rows), weight, dout.view(rows), dro, outs[0].view(rows), dres, has_bias, wo, config
+    )
+    most = kernel.grid_x(1 << 40, fb.sm_count(dev), kernel.resident(dev))
+    pdtype = weight.dtype if weight is not None else torch.float32
+    return _BwdPlan(
+        direct_call(fn), N, kernel.tiling.rows_per_cta, most, pdtype, weight is not None,
+        has_bias, dres_dtype,
+    )  # fmt: skip
 
 
 def _bwd_fake(x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset):
