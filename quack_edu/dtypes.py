@@ -1,6 +1,7 @@
 """The element types the kernels take, and their names: torch's, CuTe DSL's, the short ones.
 
-The one home of these facts (``runtime`` and ``config`` read them here).
+The one home of these facts (``runtime``, ``config`` and the library's checks, ``host.checks``,
+read them here; ``quack_edu.rmsnorm.SUPPORTED_DTYPES`` is ``SUPPORTED``).
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ _SUPPORTED = frozenset(SUPPORTED)
 
 
 def check_tensor(t, name: str) -> None:
+    """A tensor argument (x, weight, bias, residual, dout, ...): a supported dtype, rows of unit
+    stride."""
     if not isinstance(t, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or None, got {type(t).__name__}")
     if t.dtype not in _SUPPORTED:
@@ -31,6 +33,7 @@ def check_tensor(t, name: str) -> None:
 
 
 def _check_dtype_arg(dtype, name: str) -> None:
+    """An output dtype argument (out_dtype, residual_dtype): None or a supported dtype."""
     if dtype is not None and dtype not in _SUPPORTED:
         raise TypeError(f"{name} must be None or one of {SUPPORTED_WORDS}, got {dtype!r}")
 
