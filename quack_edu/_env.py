@@ -15,6 +15,7 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 TARGET_ARCH = "sm_90a"
 HOPPER_CAPABILITY = (9, 0)
@@ -69,6 +70,19 @@ def _configure_dsl(mode: Mode) -> None:
             )
         return
     os.environ.setdefault("CUTE_DSL_ARCH", TARGET_ARCH)
+
+
+def cache_location(env_var: str, name: str) -> Path | None:
+    """Where one of the package's on-disk caches lives: the path in ``env_var``, else ``name``
+    under ``$XDG_CACHE_HOME/quack_edu`` (default ``~/.cache/quack_edu``); None when
+    ``env_var`` turns it off (``0``, ``off``, ``false``, ``no`` or ``none``)."""
+    value = os.environ.get(env_var, "").strip()
+    if value.lower() in {"0", "off", "false", "no", "none"}:
+        return None
+    if value:
+        return Path(value).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "quack_edu" / name
 
 
 MODE = _detect()

@@ -39,21 +39,16 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ._env import cache_location
+
 ENV_VAR = "QUACK_EDU_AUTOTUNE_CACHE"
-_DISABLED = {"0", "off", "false", "no", "none"}
 FORMAT_VERSION = 1
 _HEURISTIC = object()  # "the file says: the heuristic's pick (None) won"
 
 
 def cache_path() -> Path | None:
     """Where winners are stored, from ``QUACK_EDU_AUTOTUNE_CACHE``; None when it is disabled."""
-    value = os.environ.get(ENV_VAR, "").strip()
-    if value.lower() in _DISABLED:
-        return None
-    if value:
-        return Path(value).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "quack_edu" / "autotune.json"
+    return cache_location(ENV_VAR, "autotune.json")
 
 
 def key_str(key) -> str:

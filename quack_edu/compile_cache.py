@@ -47,8 +47,9 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from pathlib import Path
 
+from ._env import cache_location
+
 ENV_VAR = "QUACK_EDU_KERNEL_CACHE"
-_DISABLED = {"0", "off", "false", "no", "none"}
 #: changes when the entry format or the key's meaning does
 FORMAT_VERSION = 1
 #: the folder is trimmed to this after a write (an entry is ~20-200 KB)
@@ -80,13 +81,7 @@ STATS = Stats()
 def cache_dir() -> Path | None:
     """The folder from ``QUACK_EDU_KERNEL_CACHE`` (default ``~/.cache/quack_edu/kernels``);
     None when the variable turns the cache off."""
-    value = os.environ.get(ENV_VAR, "").strip()
-    if value.lower() in _DISABLED:
-        return None
-    if value:
-        return Path(value).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "quack_edu" / "kernels"
+    return cache_location(ENV_VAR, "kernels")
 
 
 def active_dir() -> Path | None:

@@ -28,7 +28,11 @@ from .dtypes import (  # noqa: F401  (re-exported: runtime.cute_dtype ...)
     TORCH_TO_CUTE,
     cute_dtype,
     torch_dtype,
+    unsupported_dtype,
 )
+
+#: SUPPORTED as a stage's input check lists it: "bfloat16, float16, float32"
+_STAGE_WORDS = ", ".join(sorted(str(d).removeprefix("torch.") for d in SUPPORTED))
 
 
 @dataclass(frozen=True)
@@ -159,10 +163,9 @@ def check_inputs(x, weight, *, stage: str, row_align: int = 1, max_N: int | None
             f"x must be 2-D (M, N), got shape {tuple(x.shape)}; flatten the leading dims with "
             "x.reshape(-1, x.shape[-1])"
         )
-    if x.dtype not in SUPPORTED:
-        raise TypeError(f"x has dtype {x.dtype}; supported: bfloat16, float16, float32")
-    if weight.dtype not in SUPPORTED:
-        raise TypeError(f"weight has dtype {weight.dtype}; supported: bfloat16, float16, float32")
+    for name, t in (("x", x), ("weight", weight)):
+        if t.dtype not in SUPPORTED:
+            raise unsupported_dtype(name, t.dtype, _STAGE_WORDS)
     M, N = x.shape
     if weight.shape != (N,):
         raise ValueError(

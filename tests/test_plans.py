@@ -19,6 +19,9 @@ from quack_edu.reference import rmsnorm_ref as ref32
 from quack_edu.reference import rstd_ref
 
 R = importlib.import_module("quack_edu.rmsnorm")
+F = importlib.import_module("quack_edu.host.forward")
+B = importlib.import_module("quack_edu.host.backward")
+P = importlib.import_module("quack_edu.host.policy")
 fake_kernel = test_rmsnorm_api.fake_kernel
 BF16 = torch.bfloat16
 
@@ -27,7 +30,7 @@ BF16 = torch.bfloat16
 def counted_checks(monkeypatch):
     """How many times the argument checks ran (a plan's hit runs none)."""
     seen = {"fwd": 0, "bwd": 0}
-    fwd, bwd = R._check_args, R._check_bwd_args
+    fwd, bwd = F.check_args, B.check_bwd_args
 
     def check_fwd(*a):
         seen["fwd"] += 1
@@ -37,8 +40,9 @@ def counted_checks(monkeypatch):
         seen["bwd"] += 1
         return bwd(*a)
 
-    monkeypatch.setattr(R, "_check_args", check_fwd)
-    monkeypatch.setattr(R, "_check_bwd_args", check_bwd)
+    for module in (F, P):  # where the checks are called
+        monkeypatch.setattr(module, "check_args", check_fwd)
+    monkeypatch.setattr(B, "check_bwd_args", check_bwd)
     return seen
 
 
@@ -517,7 +521,7 @@ def test_tuned_entries_have_a_plan_per_power_of_two_of_rows(fake_kernel, monkeyp
         tuned.append(x.shape[0])
         return None  # the heuristic's config
 
-    monkeypatch.setattr(R, "_tuned_config", tune)
+    monkeypatch.setattr(F, "_tuned_config", tune)
     w = torch.randn(40)
     for M in (37, 50, 199, 37):  # 37 and 50 share 64 rows' plan; 199 has 256's
         x = torch.randn(M, 40, dtype=BF16)

@@ -19,6 +19,8 @@ from quack_edu.reference import rmsnorm_ref as ref32
 from quack_edu.reference import rstd_ref
 
 R = importlib.import_module("quack_edu.rmsnorm")  # quack_edu.rmsnorm is the function
+F = importlib.import_module("quack_edu.host.forward")
+B = importlib.import_module("quack_edu.host.backward")
 
 # --------------------------------------------------------------------------------------------
 # The API is QuACK 0.6.5's (quack/rmsnorm.py): names, parameters, defaults
@@ -261,14 +263,15 @@ def fake_kernel(monkeypatch):
         launch_fwd=launch_fwd, kernel_for=_reference_kernel_for(launch_fwd), max_N=R.MAX_N,
         calls=calls,
     )  # fmt: skip
-    monkeypatch.setattr(R, "_final_mod", stub)
+    monkeypatch.setattr(F, "_final_mod", stub)
     launch_bwd = _reference_launch_bwd(calls)
     bwd = types.SimpleNamespace(
         launch_bwd=launch_bwd, sum_partials=_reference_sum, sm_count=lambda dev: 2,
         kernel_for=_reference_bwd_kernel_for(launch_bwd),
     )  # fmt: skip
-    monkeypatch.setattr(R, "_final_bwd", lambda: bwd)
-    monkeypatch.setattr(R, "_check_device", lambda *args: None)
+    monkeypatch.setattr(B, "_final_bwd", lambda: bwd)
+    for module in (F, B):  # where the device check is called
+        monkeypatch.setattr(module, "check_device", lambda *args: None)
     R._FWD_PLANS.clear()
     R._BWD_PLANS.clear()
     yield stub

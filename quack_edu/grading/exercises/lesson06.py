@@ -11,8 +11,8 @@ every operand of the epilogue in its own dtype (x fp32, weight bf16, bias fp16),
 one is recognisable by its conversion: the weight is what ``cvt.f32.bf16`` makes, the bias what
 ``cvt.f32.f16`` makes, and the offset the fp32 constant. Following the registers from the
 output stores back says which of them reach the output and whether the offset was added before
-or after the multiply by rstd. The gpu tier runs the learner's kernel class through
-``final.launch_fwd(..., kernel_cls=...)`` with a bias, an offset and both weight dtypes.
+or after the multiply by rstd. The gpu tier runs the learner's kernel class (a subclass of
+``FinalRMSNorm``) through its ``launch`` with a bias, an offset and both weight dtypes.
 
 The fake's compile tier runs the answer under ``FakeTensorMode`` (no GPU, no data) on a table
 of cases and compares what it returns with the library's own fake (the op called under the
@@ -255,7 +255,6 @@ def _epilogue_values(hidden: bool) -> Check:
 
         from ...reference import TOLERANCES, rmsnorm_ref
         from ...runtime import torch_dtype
-        from ...stages import final
         from ..checks import EPS, HIDDEN_M, VISIBLE_M, rmsnorm_inputs
 
         cls = EPILOGUE_HOLE.build(ctx.answer)
@@ -276,7 +275,7 @@ def _epilogue_values(hidden: bool) -> Check:
                     if has_bias:
                         b = torch.randn(N, generator=gen).to("cuda", torch_dtype(wdt or "bf16"))
                     out = torch.full_like(x, float("nan"))
-                    final.launch_fwd(x, w, b, None, out, None, None, EPS, off, kernel_cls=cls)
+                    cls.launch(x, w, b, None, out, None, None, EPS, off)
                     torch.cuda.synchronize()
                     ref = rmsnorm_ref(x, w, b, eps=EPS, weight_offset=off)
                     o, r = out.float().cpu(), ref.float().cpu()

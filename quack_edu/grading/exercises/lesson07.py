@@ -20,9 +20,9 @@ recognisable by its conversion (``cvt.f32.bf16`` the weight, ``cvt.f32.f16`` dou
 is the fp32 constant 0f3F800000: following the dx stores back through the registers says
 whether the weight, dout and the offset reach dx, and whether the offset was added to the
 weight or after the multiply. Then it compiles the kernel without a weight (``w`` is None).
-The gpu tier runs the learner's kernel class through
-``final_bwd.launch_bwd(..., kernel_cls=)`` against ``rmsnorm_bwd_ref`` (dx and dw) with weights
-of every dtype, none, and both offsets.
+The gpu tier runs the learner's kernel class (a subclass of ``FinalBwdRMSNorm``) through its
+``launch`` against ``rmsnorm_bwd_ref`` (dx and dw) with weights of every dtype, none, and both
+offsets.
 
 07.dw_partial is checked in ``lesson07_dw_partial``.
 """
@@ -592,7 +592,6 @@ def _grad_values(hidden: bool) -> Check:
         import torch
 
         from ...reference import TOLERANCES, rmsnorm_bwd_ref
-        from ...stages import final_bwd
         from ..checks import HIDDEN_M, VISIBLE_M
 
         cls = learner_class(ctx.answer)
@@ -604,9 +603,7 @@ def _grad_values(hidden: bool) -> Check:
                 x, w, dout, rstd = _row_inputs(M, N, xdt, wdt, off, gen, "cuda")
                 dx = torch.full_like(x, float("nan"))
                 with no_shortcuts():
-                    dw_p, _ = final_bwd.launch_bwd(
-                        x, w, dout, None, rstd, dx, None, False, off, kernel_cls=cls
-                    )
+                    dw_p, _ = cls.launch(x, w, dout, None, rstd, dx, None, False, off)
                     torch.cuda.synchronize()
                 ex, ew, _ = rmsnorm_bwd_ref(
                     x, w, dout, rstd, compute_dtype=torch.float64, weight_offset=off

@@ -470,7 +470,6 @@ def _dw_speed(fraction: float = 0.8, M: int = 32768, N: int = 4096) -> Check:
     def fn(ctx):
         import torch
 
-        from ...stages import final_bwd
         from ...tools.bench import cuda_time_us, rmsnorm_bwd_bytes
 
         cls = _dw_build(ctx.answer)
@@ -478,9 +477,7 @@ def _dw_speed(fraction: float = 0.8, M: int = 32768, N: int = 4096) -> Check:
         gen = torch.Generator().manual_seed(1)
         x, w, dout, rstd = _row_inputs(M, N, "bf16", "bf16", 0.0, gen, "cuda")
         dx = torch.empty_like(x)
-        us = cuda_time_us(
-            lambda: final_bwd.launch_bwd(x, w, dout, None, rstd, dx, None, False, kernel_cls=cls)
-        )
+        us = cuda_time_us(lambda: cls.launch(x, w, dout, None, rstd, dx, None, False))
         nbytes = rmsnorm_bwd_bytes(M, N, x.dtype, w.dtype)
         return speed_vs_copy(nbytes, us, fraction, f"{M}x{N} bf16")
 

@@ -1,0 +1,376 @@
+"""The backward: the ops ``quack_edu::rmsnorm_bwd`` and ``rmsnorm_bwd_tuned``, their launch plans,
+and the public entries ``rmsnorm_bwd`` and ``rmsnorm_bwd_tuned``.
+
+As the forward's (``forward``): a call runs through its key's launch plan (``_BWD_PLANS``),
+made by the key's first call, which ran every check.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .checks import check_bwd_args, check_device, check_number
+from .ops import DENSE, PLAIN_TYPES, define_pair, dtype_name, key_head, the_tuner, through_op
+
+
+def _final_bwd():
+    """``quack_edu.stages.final_bwd``, imported on first use (it imports CuTe DSL)."""
+    from ..stages import final_bwd
+
+    return final_bwd
+
+
+def _backward(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, weight_offset, config):
+    """A first call's run (and the tuner's): dx (and dres) in x's shape, dense; dw, db summed
+    from the kernel's fp32 partials. Returns [dx, dw if weight, db if has_bias, dresidual if
+    dres_dtype]."""
+    fb = _final_bwd()
+    dx = torch.empty_like(x, memory_format=DENSE)
+    dres = None
+    if dres_dtype is not None:
+        dres = torch.empty_like(x, dtype=dres_dtype, memory_format=DENSE)
+    per_head = weight is not None and weight.dim() == 2
+    nd = 3 if per_head else 2
+    rows = (-1, *x.shape[1 - nd :])
+
+    def flat(t, view=False):
+        if t is None or t.dim() == nd:
+            return t
+        return t.view(rows) if view else t.reshape(rows)
+
+    xr, dr, dxr = flat(x), flat(dout), flat(dx, True)
+    dor, dsr = flat(dres_out), flat(dres, True)
+    rr = rstd.reshape(rows[:-1])
+    # dw (and db) summed from the partials in the weight's dtype (db in fp32 without one)
+    pdtype = weight.dtype if weight is not None else torch.float32
+    if per_head:  # one launch a head: x[:, h] is (M, D) with rows H x D apart
+        H, D = weight.shape
+        sums = [weight.new_empty((H, D), dtype=pdtype), None]
+        if has_bias:
+            sums[1] = weight.new_empty((H, D), dtype=pdtype)
+        for h in range(xr.shape[1]):
+            parts = fb.launch_bwd(
+                xr[:, h], weight[h], dr[:, h], None if dor is None else dor[:, h],
+                rr[:, h].contiguous(), dxr[:, h], None if dsr is None else dsr[:, h],
+                has_bias, weight_offset, config,
+            )  # fmt: skip
+            for p, s in zip(parts, sums, strict=True):
+                if p is not None:
+                    fb.sum_partials(p, pdtype, out=s[h])
+    else:
+        parts = fb.launch_bwd(
+            xr, weight, dr, dor, rr.contiguous(), dxr, dsr, has_bias, weight_offset, config
+        )
+        sums = [None if p is None else fb.sum_partials(p, pdtype) for p in parts]
+    outs = [dx]
+    if weight is not None:
+        outs.append(sums[0])
+    if has_bias:
+        outs.append(sums[1])
+    if dres is not None:
+        outs.append(dres)
+    return outs
+
+
+def _bwd_planned_body(tuned, x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
+    """The body of both ops (``tuned``: the tuned op's): the call's launch plan when its key
+    has one, else every check and a first run, which makes the key's plan (a plan per key and
+    power of two of rows for a tuned call, as the forward's)."""
+    key = _bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo)
+    if key is not None and tuned:
+        key = (key, max(0, x.numel() // x.shape[-1] - 1).bit_length())
+    plan = _BWD_PLANS.get(key)
+    if plan is not None and _bwd_shapes_agree(x, dout, rstd, dres_out):
+        return plan.run(x, weight, dout, rstd, dres_out)
+    outs, config = _bwd_first(tuned, x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo)
+    if key is not None:  # x.numel() > 0: the call ran a kernel
+        _BWD_PLANS[key] = _bwd_plan(
+            x, weight, dout, dres_out, outs, has_bias, dres_dtype, wo, config
+        )
+    return outs
+
+
+#: key -> ``_BwdPlan``, as the forward's ``_FWD_PLANS``: made after a call with that key passed
+#: every check and ran. A per-head weight has none (one launch a head).
+_BWD_PLANS: dict = {}
+
+
+def _bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
+    """The backward call's plan key, or None (see ``_fwd_key``)."""
+    if type(x) not in PLAIN_TYPES or not x.is_contiguous() or not x.numel():
+        return None
+    if type(has_bias) is not bool or type(wo) is not float:
+        return None
+    if dres_dtype is not None and type(dres_dtype) is not torch.dtype:
+        return None
+    bits = x.data_ptr()
+    parts = []
+    for t in (weight, dout, rstd, dres_out):
+        if t is None:
+            parts.append(None)
+            continue
+        if type(t) not in PLAIN_TYPES or not t.is_contiguous():
+            return None
+        bits |= t.data_ptr()
+        parts.append((t.dtype, t.get_device()))
+    if weight is not None:
+        if weight.dim() != 1:
+            return None
+        parts.append(weight.shape[0])
+    return (x.dtype, x.shape[-1], x.get_device(), *parts, has_bias, dres_dtype, wo, bits & 15)
+
+
+def _plain_bwd_key(x, w, dout, rstd):
+    """``_bwd_key`` of the plain backward ``(x, w, dout, rstd)``: the same tuple, less work."""
+    if not x.numel() or not (x.is_contiguous() and dout.is_contiguous() and rstd.is_contiguous()):
+        return None
+    if w is None:
+        return (x.dtype, x.shape[-1], x.get_device(), None, (dout.dtype, dout.get_device()),
+                (rstd.dtype, rstd.get_device()), None, False, None, 0.0,
+                (x.data_ptr() | dout.data_ptr() | rstd.data_ptr()) & 15)  # fmt: skip
+    if type(w) not in PLAIN_TYPES or w.dim() != 1 or not w.is_contiguous():
+        return None
+    return (
+        x.dtype, x.shape[-1], x.get_device(), (w.dtype, w.get_device()),
+        (dout.dtype, dout.get_device()), (rstd.dtype, rstd.get_device()), None, w.shape[0],
+        False, None, 0.0, (x.data_ptr() | w.data_ptr() | dout.data_ptr() | rstd.data_ptr()) & 15,
+    )  # fmt: skip
+
+
+def _bwd_shapes_agree(x, dout, rstd, dres_out) -> bool:
+    """What a backward key cannot hold: the per-call shapes (rows) of the other tensors."""
+    shape = x.shape
+    return (
+        dout.shape == shape
+        and rstd.shape == shape[:-1]
+        and (dres_out is None or dres_out.shape == shape)
+    )
+
+
+class _BwdPlan:
+    """A backward key's launch: the compiled kernel's call, its rows a CTA and the most CTAs
+    (P = the rows of the partials), the dtype the partials are summed into, the outputs."""
+
+    __slots__ = ("fn", "N", "rows", "most", "pdtype", "dw", "db", "dres_dtype")
+
+    def __init__(self, fn, N, rows, most, pdtype, dw, db, dres_dtype):
+        self.fn, self.N, self.rows, self.most, self.pdtype = fn, N, rows, most, pdtype
+        self.dw, self.db, self.dres_dtype = dw, db, dres_dtype
+
+    def run(self, x, weight, dout, rstd, dres_out):
+        """[dx, dw if a weight, db if a bias, dresidual if its own dtype], as ``_backward``."""
+        N = self.N
+        M = x.numel() // N
+        P = min(-(-M // self.rows), self.most)
+        dx = torch.empty_like(x)
+        dres = None if self.dres_dtype is None else torch.empty_like(x, dtype=self.dres_dtype)
+        f32 = torch.float32
+        dw_p = x.new_empty((P, N), dtype=f32) if self.dw else None
+        db_p = x.new_empty((P, N), dtype=f32) if self.db else None
+        rows = (M, N)
+        dro = None if dres_out is None else dres_out.view(rows)
+        dr = None if dres is None else dres.view(rows)
+        self.fn(
+            x.view(rows), weight, dout.view(rows), dro, rstd.view(M), dx.view(rows), dr, dw_p,
+            db_p, P,
+        )  # fmt: skip
+        outs = [dx]
+        fb = _final_bwd()
+        if self.dw:
+            outs.append(fb.sum_partials(dw_p, self.pdtype))
+        if self.db:
+            outs.append(fb.sum_partials(db_p, self.pdtype))
+        if dres is not None:
+            outs.append(dres)
+        return outs
+
+
+def _bwd_first(tuned, x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
+    """A backward call without a plan: every check, the kernel compiled on first use and run.
+    Returns the outputs and the config it ran (None: the heuristic's)."""
+    check_bwd_args(x, weight, dout, rstd, dres_out, wo)
+    check_device(x, ("weight", weight), ("dout", dout), ("rstd", rstd), ("dresidual_out", dres_out))
+    config = None
+    if tuned:
+        config = _tuned_bwd_config(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo)
+    outs = _backward(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo, config)
+    return outs, config
+
+
+def _bwd_plan(x, weight, dout, dres_out, outs, has_bias, dres_dtype, wo, config):
+    """The plan of a call that ran the kernel (``_bwd_first``) on these tensors and ``outs``."""
+    from ..runtime import direct_call
+
+    fb, N, dev = _final_bwd(), x.shape[-1], x.get_device()
+    rows = (-1, N)
+    dres = outs[-1].view(rows) if dres_dtype is not None else None
+    dro = None if dres_out is None else dres_out.view(rows)
+    kernel, fn = fb.kernel_for(  # the kernel the call above ran
+        x.view(rows), weight, dout.view(rows), dro, outs[0].view(rows), dres, has_bias, wo, config
+    )
+    most = kernel.grid_x(1 << 40, fb.sm_count(dev), kernel.resident(dev))
+    pdtype = weight.dtype if weight is not None else torch.float32
+    return _BwdPlan(
+        direct_call(fn), N, kernel.tiling.rows_per_cta, most, pdtype, weight is not None,
+        has_bias, dres_dtype,
+    )  # fmt: skip
+
+
+def _bwd_fake(x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, weight_offset):
+    outs = [x.new_empty(x.shape)]
+    pdtype = weight.dtype if weight is not None else torch.float32
+    if weight is not None:
+        outs.append(weight.new_empty(weight.shape))
+    if has_bias:
+        shape = weight.shape if weight is not None else x.shape[-1:]
+        outs.append(x.new_empty(shape, dtype=pdtype))
+    if dres_dtype is not None:
+        outs.append(x.new_empty(x.shape, dtype=dres_dtype))
+    return outs
+
+
+_BWD_SCHEMA = (
+    "(Tensor x, Tensor? weight, Tensor dout, Tensor rstd, Tensor? dresidual_out, "
+    "bool has_bias, ScalarType? dres_dtype, float weight_offset) -> Tensor[]"
+)
+#: (``_bwd_body``, the op's body: a scratch op of the grader's runs it too)
+_bwd_op, _bwd_tuned_op, _bwd_body = define_pair(
+    "rmsnorm_bwd", _bwd_planned_body, _BWD_SCHEMA, _bwd_fake
+)
+
+
+def _bwd(tuned, x, weight, dout, rstd, dresidual_out, has_bias, has_residual, weight_offset):
+    """The checked path of either entry (``tuned``: ``rmsnorm_bwd_tuned``'s): the op when
+    something has to see it (``through_op``), else its body."""
+    weight_offset = check_number(weight_offset, "weight_offset")
+    check_bwd_args(x, weight, dout, rstd, dresidual_out, weight_offset)
+    # dresidual is a tensor of its own only when dresidual_out has another dtype than dx
+    dres_dtype = None
+    if dresidual_out is not None and dresidual_out.dtype != x.dtype:
+        dres_dtype = dresidual_out.dtype
+    has_bias, wo = bool(has_bias), float(weight_offset)
+    if through_op(x):
+        op = _bwd_tuned_op if tuned else _bwd_op
+        outs = op(x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, wo)
+    else:
+        outs = _bwd_planned_body(
+            tuned, x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, wo
+        )
+    return _bwd_outputs(outs, weight, has_bias, dresidual_out, has_residual, x)
+
+
+def _bwd_outputs(outs, weight, has_bias, dres_out, has_residual, x):
+    """The op's list as QuACK's ``(dx, dw, db, dresidual)``."""
+    dx, k = outs[0], 1
+    dw = db = None
+    if weight is not None:
+        dw, k = outs[k], k + 1
+    if has_bias:
+        db, k = outs[k], k + 1
+    own = dres_out is not None and dres_out.dtype != x.dtype  # dresidual of its own dtype
+    dresidual = outs[k] if own else (dx if has_residual else None)
+    return dx, dw, db, dresidual
+
+
+def rmsnorm_bwd(
+    x: Tensor,
+    weight: Tensor | None,
+    dout: Tensor,
+    rstd: Tensor,
+    dresidual_out: Tensor | None = None,
+    has_bias: bool = False,
+    has_residual: bool = False,
+    weight_offset: float = 0.0,
+) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor | None]:
+    """RMSNorm backward on the GPU: ``(dx, dw, db, dresidual)``.
+
+    ``x`` is the forward's normalised input (``residual_out`` when it had a residual), ``rstd``
+    its saved ``rstd``, ``dout`` the gradient of ``out`` (any supported dtype) and
+    ``dresidual_out`` that of ``residual_out``, added to ``dx``. ``dx`` is in ``x``'s dtype;
+    ``dw`` in the weight's (None without one); ``db`` (with ``has_bias``) in the weight's,
+    fp32 without a weight. ``dresidual``: a tensor of ``dresidual_out``'s dtype when that is
+    not x's, else ``dx`` itself when ``has_residual``, else None (QuACK's return values).
+
+    dw and db are summed over rows in fp32 without atomics: each CTA stores its partial sums,
+    which are added in a fixed order, so two runs on the same inputs give the same bits.
+    """
+    if (
+        dresidual_out is None
+        and has_bias is False
+        and type(weight_offset) is float
+        and not weight_offset
+        and type(x) in PLAIN_TYPES
+        and type(dout) in PLAIN_TYPES
+        and type(rstd) in PLAIN_TYPES
+        and not through_op(x)
+    ):  # the plain backward, autograd's in every layer
+        plan = _BWD_PLANS.get(_plain_bwd_key(x, weight, dout, rstd))
+        if plan is not None and dout.shape == x.shape and rstd.shape == x.shape[:-1]:
+            dx, *rest = plan.run(x, weight, dout, rstd, None)
+            return dx, rest[0] if rest else None, None, dx if has_residual else None
+    got = _bwd_planned(x, weight, dout, rstd, dresidual_out, has_bias, weight_offset)
+    if got is not None:
+        return _bwd_outputs(got, weight, has_bias, dresidual_out, has_residual, x)
+    return _bwd(False, x, weight, dout, rstd, dresidual_out, has_bias, has_residual, weight_offset)
+
+
+def _bwd_planned(x, weight, dout, rstd, dres_out, has_bias, wo):
+    """The op's list through the call's plan, or None (then the checked path)."""
+    if type(x) not in PLAIN_TYPES or through_op(x) or type(dout) not in PLAIN_TYPES:
+        return None
+    if type(rstd) not in PLAIN_TYPES or (
+        dres_out is not None and type(dres_out) not in PLAIN_TYPES
+    ):
+        return None
+    dres_dtype = None
+    if dres_out is not None and dres_out.dtype != x.dtype:
+        dres_dtype = dres_out.dtype
+    plan = _BWD_PLANS.get(_bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo))
+    if plan is None or not _bwd_shapes_agree(x, dout, rstd, dres_out):
+        return None
+    return plan.run(x, weight, dout, rstd, dres_out)
+
+
+def rmsnorm_bwd_tuned(
+    x: Tensor,
+    weight: Tensor | None,
+    dout: Tensor,
+    rstd: Tensor,
+    dresidual_out: Tensor | None = None,
+    has_bias: bool = False,
+    has_residual: bool = False,
+    weight_offset: float = 0.0,
+) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor | None]:
+    """``rmsnorm_bwd`` with the kernel config chosen by timing every candidate of
+    ``final_bwd.configs`` on first use of a key (as ``rmsnorm_fwd_tuned``)."""
+    return _bwd(True, x, weight, dout, rstd, dresidual_out, has_bias, has_residual, weight_offset)
+
+
+def _tuned_bwd_config(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
+    tuner = the_tuner()
+    key = (
+        *key_head("rmsnorm_bwd", x),
+        ("dout", dtype_name(dout.dtype)),
+        ("weight", dtype_name(None if weight is None else weight.dtype)),
+        ("dresidual_out", dtype_name(None if dres_out is None else dres_out.dtype)),
+        ("per_head", weight is not None and weight.dim() == 2),
+        ("bias", bool(has_bias)),
+        ("weight_offset", wo != 0.0),
+    )
+    config = tuner.cached(key, tuner)
+    if config is not tuner:
+        return config
+    if not x.numel():
+        return None
+    fb = _final_bwd()
+    wdtype = weight.dtype if weight is not None else None
+    features = fb.features_for(x, weight, dout, dres_out, dres_dtype, has_bias, wo)
+
+    def candidates():
+        return [None, *fb.configs(x.shape[-1], x.dtype, wdtype, features)]
+
+    def bench(config):
+        return _backward(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo, config)
+
+    return tuner.tune(key, candidates, bench, bench=bench)
