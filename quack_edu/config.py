@@ -51,8 +51,20 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
+class RowShape:
+    """What follows from ``threads_per_row`` and ``num_threads`` (a config's, a tiling's)."""
+
+    @property
+    def rows_per_cta(self) -> int:
+        return self.num_threads // self.threads_per_row
+
+    @property
+    def warps_per_row(self) -> int:
+        return max(1, self.threads_per_row // 32)
+
+
 @dataclass(frozen=True)
-class RowConfig:
+class RowConfig(RowShape):
     """How the vectorized stages lay a row out on threads, CTAs and clusters.
 
     * ``threads_per_row``: threads that share one row (a power of two, 4..1024). Up to 32 they sit
@@ -95,14 +107,6 @@ class RowConfig:
             raise ValueError(f"stages must be in [1, 8], got {self.stages}")
         if not 1 <= self.max_vecs <= 64:
             raise ValueError(f"max_vecs must be in [1, 64], got {self.max_vecs}")
-
-    @property
-    def rows_per_cta(self) -> int:
-        return self.num_threads // self.threads_per_row
-
-    @property
-    def warps_per_row(self) -> int:
-        return max(1, self.threads_per_row // 32)
 
 
 def vector_elems(dtype) -> int:

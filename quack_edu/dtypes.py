@@ -6,17 +6,13 @@ read them here; ``quack_edu.rmsnorm.SUPPORTED_DTYPES`` is ``SUPPORTED``).
 
 from __future__ import annotations
 
-import cutlass  # (quack_edu/__init__ has set the DSL's target: quack_edu._env)
+import functools
+
 import torch
 
-TORCH_TO_CUTE = {
-    torch.float16: cutlass.Float16,
-    torch.bfloat16: cutlass.BFloat16,
-    torch.float32: cutlass.Float32,
-}
-DTYPE_NAMES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 #: the dtypes of every tensor the kernels take: x, weight, bias, residual, the outputs
-SUPPORTED = tuple(TORCH_TO_CUTE)
+SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
+DTYPE_NAMES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 #: SUPPORTED in the library's words: "torch.float16, torch.bfloat16 or torch.float32"
 SUPPORTED_WORDS = f"{', '.join(map(str, SUPPORTED[:-1]))} or {SUPPORTED[-1]}"
 
@@ -34,12 +30,33 @@ def torch_dtype(dtype) -> torch.dtype:
         if key not in DTYPE_NAMES:
             raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_NAMES)}")
         return DTYPE_NAMES[key]
-    if dtype not in TORCH_TO_CUTE:
+    if dtype not in SUPPORTED:
         raise TypeError(f"dtype {dtype} is not supported; use torch.bfloat16, float16 or float32")
     return dtype
 
 
-def cute_dtype(dtype) -> type[cutlass.Numeric]:
-    if dtype in TORCH_TO_CUTE.values():
+@functools.cache
+def torch_to_cute() -> dict:
+    """torch dtype -> CuTe DSL type. The DSL is imported here, on first use, not with the
+    package: ``import quack_edu`` (and ``quack-edu doctor``) work where it is broken."""
+    import cutlass  # (quack_edu/__init__ has set the DSL's target: quack_edu._env)
+
+    return {
+        torch.float16: cutlass.Float16,
+        torch.bfloat16: cutlass.BFloat16,
+        torch.float32: cutlass.Float32,
+    }
+
+
+def cute_dtype(dtype):
+    """The CuTe DSL type of a torch dtype, a short name (bf16) or a DSL type."""
+    table = torch_to_cute()
+    if dtype in table.values():
         return dtype
-    return TORCH_TO_CUTE[torch_dtype(dtype)]
+    return table[torch_dtype(dtype)]
+
+
+def __getattr__(name: str):
+    if name == "TORCH_TO_CUTE":  # the table, built on first use (see torch_to_cute)
+        return torch_to_cute()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,16 @@ import torch
 from torch import Tensor
 
 from .checks import check_bwd_args, check_device, check_number
-from .ops import DENSE, PLAIN_TYPES, define_pair, dtype_name, key_head, the_tuner, through_op
+from .ops import (
+    DENSE,
+    PLAIN_TYPES,
+    define_pair,
+    dtype_name,
+    key_head,
+    plain_bits,
+    the_tuner,
+    through_op,
+)
 
 
 def _final_bwd():
@@ -104,16 +113,17 @@ def _bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
         return None
     if dres_dtype is not None and type(dres_dtype) is not torch.dtype:
         return None
-    bits = x.data_ptr()
-    parts = []
-    for t in (weight, dout, rstd, dres_out):
-        if t is None:
-            parts.append(None)
-            continue
-        if type(t) not in PLAIN_TYPES or not t.is_contiguous():
-            return None
-        bits |= t.data_ptr()
-        parts.append((t.dtype, t.get_device()))
+    bits = plain_bits((weight, dout, rstd, dres_out))
+    if bits is None:
+        return None
+    bits |= x.data_ptr()
+    w, g, r, d = weight, dout, rstd, dres_out
+    parts = [
+        None if w is None else (w.dtype, w.get_device()),
+        None if g is None else (g.dtype, g.get_device()),
+        None if r is None else (r.dtype, r.get_device()),
+        None if d is None else (d.dtype, d.get_device()),
+    ]
     if weight is not None:
         if weight.dim() != 1:
             return None

@@ -12,7 +12,16 @@ import torch
 from torch import Tensor
 
 from .checks import check_args, check_device, check_number
-from .ops import DENSE, PLAIN_TYPES, define_pair, dtype_name, key_head, the_tuner, through_op
+from .ops import (
+    DENSE,
+    PLAIN_TYPES,
+    define_pair,
+    dtype_name,
+    key_head,
+    plain_bits,
+    the_tuner,
+    through_op,
+)
 
 _final_mod = None
 
@@ -107,16 +116,16 @@ def _fwd_key(x, weight, bias, residual, out_dtype, res_out_dtype, store_rstd, wo
         return None
     if res_out_dtype is not None and type(res_out_dtype) is not torch.dtype:
         return None
-    bits = x.data_ptr()
-    parts = []
-    for t in (weight, bias, residual):
-        if t is None:
-            parts.append(None)
-            continue
-        if type(t) not in PLAIN_TYPES or not t.is_contiguous():
-            return None
-        bits |= t.data_ptr()
-        parts.append((t.dtype, t.shape if t is not residual else None, t.get_device()))
+    bits = plain_bits((weight, bias, residual))
+    if bits is None:
+        return None
+    bits |= x.data_ptr()
+    w, b, r = weight, bias, residual
+    parts = (
+        None if w is None else (w.dtype, w.shape, w.get_device()),
+        None if b is None else (b.dtype, b.shape, b.get_device()),
+        None if r is None else (r.dtype, None, r.get_device()),
+    )
     p = weight if weight is not None else bias
     head = 0
     if p is not None and p.dim() == 2:

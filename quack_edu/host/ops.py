@@ -15,6 +15,19 @@ DENSE = torch.contiguous_format
 #: (DTensor, FakeTensor, FunctionalTensor) are not in it, and go through the op.
 PLAIN_TYPES = (Tensor, torch.nn.Parameter)
 
+
+def plain_bits(tensors) -> int | None:
+    """The OR of the addresses of a plan key's optional tensors (None entries: absent), or None
+    where one of them is not a plain contiguous tensor (the call then has no plan)."""
+    bits = 0
+    for t in tensors:
+        if t is not None:
+            if type(t) not in PLAIN_TYPES or not t.is_contiguous():
+                return None
+            bits |= t.data_ptr()
+    return bits
+
+
 #: One library for the package's ops. ``torch.library.custom_op`` would add ~25 µs of Python
 #: layers to every call of an op (its autograd and aliasing wrappers), which is what inductor's
 #: compiled code and CUDA-graph capture call; a plain ``Library`` registration costs the

@@ -151,12 +151,21 @@ def block_reduce_model(warp_totals):
     return buffer, result
 
 
+def _warp_box(ax, x0, width, y, color, label):
+    """A warp's rounded box at (x0, y), ``width`` wide, its label in the middle."""
+    from matplotlib.patches import FancyBboxPatch
+
+    box = (x0, y - 0.3), width, 0.6
+    ax.add_patch(FancyBboxPatch(*box, boxstyle="round,pad=0.02", fc=color, alpha=0.25, ec=color))
+    ax.text(x0 + width / 2, y, label, ha="center", va="center", fontsize=7)
+
+
 def plot_block_reduction(rows: int = 2, warps_per_row: int = 4, ax=None, seed: int = 0):
     """Draw the two-level reduction of a CTA holding ``rows`` rows of ``warps_per_row`` warps:
     each warp's butterfly total -> its slot of the shared buffer (rows, warps_per_row) ->
     bar.sync -> every warp reads its row's slots and adds them."""
     import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyBboxPatch, Rectangle
+    from matplotlib.patches import Rectangle
 
     rng = np.random.default_rng(seed)
     totals = rng.integers(1, 20, size=(rows, warps_per_row)).astype(float)
@@ -174,24 +183,8 @@ def plot_block_reduction(rows: int = 2, warps_per_row: int = 4, ax=None, seed: i
         for w in range(warps_per_row):
             y, color = warp_y(r, w), f"C{r}"
             k = r * warps_per_row + w
-            ax.add_patch(
-                FancyBboxPatch(
-                    (0, y - 0.3),
-                    2.1,
-                    0.6,
-                    boxstyle="round,pad=0.02",
-                    fc=color,
-                    alpha=0.25,
-                    ec=color,
-                )
-            )
-            ax.text(
-                1.05,
-                y,
-                f"warp {k} (row {r}): 32 lanes\nbutterfly -> {totals[r, w]:g}",
-                ha="center",
-                va="center",
-                fontsize=7,
+            _warp_box(
+                ax, 0, 2.1, y, color, f"warp {k} (row {r}): 32 lanes\nbutterfly -> {totals[r, w]:g}"
             )
             # the buffer is drawn row-major: row r at the top, slot w to the right
             cx = grid_x0 + w * cell + cell / 2
@@ -206,25 +199,7 @@ def plot_block_reduction(rows: int = 2, warps_per_row: int = 4, ax=None, seed: i
                 Rectangle((cx - cell / 2, cy - cell / 2), cell, cell, fc=color, alpha=0.2, ec="k")
             )
             ax.text(cx, cy, f"{buffer[r, w]:g}", ha="center", va="center", fontsize=8)
-            ax.add_patch(
-                FancyBboxPatch(
-                    (7.6, y - 0.3),
-                    1.9,
-                    0.6,
-                    boxstyle="round,pad=0.02",
-                    fc=color,
-                    alpha=0.25,
-                    ec=color,
-                )
-            )
-            ax.text(
-                8.55,
-                y,
-                f"warp {k}: sum of row {r}\n= {result[r, w]:g}",
-                ha="center",
-                va="center",
-                fontsize=7,
-            )
+            _warp_box(ax, 7.6, 1.9, y, color, f"warp {k}: sum of row {r}\n= {result[r, w]:g}")
         gx = grid_x0 + warps_per_row * cell
         gy = grid_y0 + (rows - 1 - r) * cell + cell / 2
         for w in range(warps_per_row):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import RowConfig, vector_elems
+from ..config import RowConfig, RowShape, vector_elems
 from ..runtime import cute_dtype
 
 
@@ -19,7 +19,7 @@ def ceil_div(a: int, b: int) -> int:
 
 
 @dataclass(frozen=True)
-class RowTiling:
+class RowTiling(RowShape):
     N: int
     elem_bytes: int  # bytes of one element of x
     vec: int  # elements of x in one 16-byte vector
@@ -48,14 +48,6 @@ class RowTiling:
             vecs=vecs,
             chunks=ceil_div(needed, vecs),
         )
-
-    @property
-    def rows_per_cta(self) -> int:
-        return self.num_threads // self.threads_per_row
-
-    @property
-    def warps_per_row(self) -> int:
-        return max(1, self.threads_per_row // 32)
 
     @property
     def tile_cols(self) -> int:
