@@ -481,8 +481,8 @@ def _gpu_check():
 
 
 def test_ptx_compare_exits_1_when_a_kernel_differs(tmp_path, capsys):
-    """scripts/ptx_compare.py compare: 0 for the same instructions in another order, 1 for an
-    instruction more or less, or for folders of different cases."""
+    """scripts/ptx_compare.py compare: 0 only for the same PTX to the byte; 1 for the same
+    instructions in another order, an instruction more or less, or folders of different cases."""
     pc = _script("ptx_compare")
 
     def dump(name, ops, cases=("fwd N=7",)):
@@ -490,13 +490,17 @@ def test_ptx_compare_exits_1_when_a_kernel_differs(tmp_path, capsys):
         d.mkdir()
         (d / "meta.json").write_text(json.dumps({"cases": list(cases), "times": {"0": 1.0}}))
         (d / "0.txt").write_text("\n".join(ops))
+        (d / "0.ptx").write_text("\n".join(f"\t{op} %r1;" for op in ops))
         return str(d)
 
     a = dump("a", ["ld.global.v4", "st.global.v4"])
-    assert pc.compare(a, dump("moved", ["st.global.v4", "ld.global.v4"])) == 0
+    assert pc.compare(a, dump("same", ["ld.global.v4", "st.global.v4"])) == 0
+    assert "0 of 1 differ in instructions, 0 of 1 in bytes" in capsys.readouterr().out
+    assert pc.compare(a, dump("moved", ["st.global.v4", "ld.global.v4"])) == 1
+    assert "0 of 1 differ in instructions, 1 of 1 in bytes" in capsys.readouterr().out
     assert pc.compare(a, dump("more", ["ld.global.v4", "st.global.v4", "st.global.v4"])) == 1
-    assert pc.compare(a, dump("other", ["ld.global.v4", "st.global.v4"], ("bwd N=7",))) == 1
     assert "1 of 1 differ" in capsys.readouterr().out
+    assert pc.compare(a, dump("other", ["ld.global.v4", "st.global.v4"], ("bwd N=7",))) == 1
 
 
 def test_ab_config_changes_only_the_fields_named():
