@@ -15,12 +15,9 @@ WARP = 32
 # --- the warp butterfly ----------------------------------------------------------------------
 
 
-def butterfly_rounds(values, width: int = WARP, offsets=None) -> list[np.ndarray]:
-    """Model ``shfl.sync.bfly`` reductions: in each round lane i adds the value of lane i ^ offset.
-
-    Returns the lane values before the first round and after each round. With offsets
-    16, 8, 4, 2, 1 (or 1, 2, 4, 8, 16) every lane ends with the sum of all ``width`` lanes.
-    """
+def _shuffle_rounds(values, width, offsets, source) -> list[np.ndarray]:
+    """Lane values before the first round and after each: in the round of offset ``off`` lane i
+    adds the value of lane ``source(lanes, off)[i]`` (offsets: width/2, ..., 1 by default)."""
     v = np.asarray(values, dtype=np.float64).copy()
     assert v.shape == (width,), f"need {width} lane values"
     if offsets is None:
@@ -28,9 +25,18 @@ def butterfly_rounds(values, width: int = WARP, offsets=None) -> list[np.ndarray
     lanes = np.arange(width)
     history = [v.copy()]
     for off in offsets:
-        v = v + v[lanes ^ off]
+        v = v + v[source(lanes, off)]
         history.append(v.copy())
     return history
+
+
+def butterfly_rounds(values, width: int = WARP, offsets=None) -> list[np.ndarray]:
+    """Model ``shfl.sync.bfly`` reductions: in each round lane i adds the value of lane i ^ offset.
+
+    Returns the lane values before the first round and after each round. With offsets
+    16, 8, 4, 2, 1 (or 1, 2, 4, 8, 16) every lane ends with the sum of all ``width`` lanes.
+    """
+    return _shuffle_rounds(values, width, offsets, lambda lanes, off: lanes ^ off)
 
 
 def plot_butterfly(width: int = 8, offsets=None, ax=None):
@@ -123,17 +129,9 @@ def shuffle_down_rounds(values, width: int = WARP, offsets=None) -> list[np.ndar
     """Model ``shfl.sync.down`` reductions: lane i adds the value of lane i + offset; a lane whose
     source is past the last lane (``i + offset >= width``) reads its own value, as the hardware
     does with the default clamp. Only lane 0 is sure to end with the sum of all lanes."""
-    v = np.asarray(values, dtype=np.float64).copy()
-    assert v.shape == (width,), f"need {width} lane values"
-    if offsets is None:
-        offsets = [width >> (k + 1) for k in range(int(np.log2(width)))]
-    lanes = np.arange(width)
-    history = [v.copy()]
-    for off in offsets:
-        src = np.where(lanes + off < width, lanes + off, lanes)
-        v = v + v[src]
-        history.append(v.copy())
-    return history
+    return _shuffle_rounds(
+        values, width, offsets, lambda lanes, off: np.where(lanes + off < width, lanes + off, lanes)
+    )
 
 
 # --- warps of a row meet in shared memory ----------------------------------------------------

@@ -62,10 +62,7 @@ class BlockRMSNorm(WarpRMSNorm):
                 "threads_per_row must be >= 64 (two warps or more per row); with one warp "
                 "per row there is nothing to meet in shared memory: use the 'warp' stage"
             )
-        if cfg.cluster_n != 1:
-            self.fail("this stage has no clusters; cluster_n must be 1 (see the 'cluster' stage)")
-        if cfg.stages != 1:
-            self.fail("stages > 1 needs cp.async (the 'cpasync' stage)")
+        self.check_one_cta_no_stages()
 
     def smem_bytes(self) -> int:
         return self.tiling.reduction_buffer_bytes()

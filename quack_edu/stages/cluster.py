@@ -264,10 +264,16 @@ class ClusterRMSNorm(BlockRMSNorm):
             block=[t.num_threads, 1, 1],
             cluster=[1, t.cluster_n, 1] if cutlass.const_expr(t.cluster_n > 1) else None,
             stream=stream,
+            **self.occupancy(),
+        )
+
+    def occupancy(self) -> dict:
+        """The launch's occupancy arguments: ``min_ctas_per_sm`` CTAs an SM (ptxas holds the
+        registers to it) and, with more than one, a shared-memory carveout: without it the DSL
+        asks the driver at trace time (no GPU here); 100, the most shared memory."""
+        return dict(
             min_blocks_per_mp=self.min_ctas_per_sm,
-            # with min_blocks_per_mp > 1 the DSL needs a carveout, else it asks the driver at
-            # trace time (no GPU here); 100: the most shared memory, this kernel needs ~1 KB
-            preferred_smem_carveout=None if cutlass.const_expr(self.min_ctas_per_sm < 2) else 100,
+            preferred_smem_carveout=None if self.min_ctas_per_sm < 2 else 100,
         )
 
     @cute.kernel

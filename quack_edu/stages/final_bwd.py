@@ -551,10 +551,7 @@ class FinalBwdRMSNorm(FinalBase):
             block=[t.num_threads, 1, 1],
             cluster=[1, t.cluster_n, 1] if cutlass.const_expr(t.cluster_n > 1) else None,
             stream=stream,
-            min_blocks_per_mp=self.min_ctas_per_sm,
-            # with min_blocks_per_mp > 1 the DSL needs a carveout, else it asks the driver at
-            # trace time (no GPU here)
-            preferred_smem_carveout=None if cutlass.const_expr(self.min_ctas_per_sm < 2) else 100,
+            **self.occupancy(),
         )
 
     @cute.kernel

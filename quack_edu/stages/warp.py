@@ -120,6 +120,11 @@ class WarpRMSNorm(RMSNormKernel):
                 "threads_per_row must be <= 32: this stage reduces within one warp "
                 "(use the 'block' stage for more)"
             )
+        self.check_one_cta_no_stages()
+
+    def check_one_cta_no_stages(self):
+        """The warp and block stages: a row in one CTA, x loaded straight into registers."""
+        cfg = self.config
         if cfg.cluster_n != 1:
             self.fail("this stage has no clusters; cluster_n must be 1 (see the 'cluster' stage)")
         if cfg.stages != 1:
