@@ -196,8 +196,7 @@ class FinalConfig(RowConfig):
       (False, the default): every remote store into a CTA's shared memory is one that CTA
       waits for (its mbarrier counts the bytes) before it stores its last block, so it may
       leave without its peers. The barrier held each SM until the slowest CTA of its cluster
-      was done: without it the same plans measured +0.5-1.3% on the H200, and shorter CTA lives
-      (2 blocks each instead of 4-8) +4-5% at 131072 and 262144 with a bf16 weight.
+      was done (ab_configs.json).
     ``max_vecs`` bounds a thread's share of a row in shared memory, not in registers."""
 
     max_vecs: int = 32
@@ -229,9 +228,8 @@ class BwdConfig(RowConfig):
     weight_in_smem: bool = True
     #: with one buffer, each vector of the next row block is copied in as soon as the second
     #: pass has read it (True), rather than once the whole pass is done: the next block's
-    #: loads are in flight while this one's dx is computed and stored (+3.5% and +5% at
-    #: 131072 and 262144 with a bf16 weight on the H200; 3-5% slower with an fp32 weight read
-    #: from L2, whose loads then wait behind the refill)
+    #: loads are in flight while this one's dx is computed and stored (with a bf16 weight;
+    #: an fp32 weight read from L2 waits behind the refill: ab_configs.json)
     refill_early: bool = False
     #: a prenorm backward's dresidual_out loaded with ``ld.global.nc``: the compiler may then
     #: issue them together, ahead of the second pass's dx stores, rather than each behind the

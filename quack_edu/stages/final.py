@@ -618,9 +618,8 @@ class FinalRMSNorm(SliceStaging, LearnerLoop, FinalBase):
                         cute.arch.barrier()
                 if row < M:
                     pred = self.col_pred(thr_X, cX)  # (1, 1, vecs); made here: see issue_block
-                    # unrolled by the compiler, not while tracing (both passes): the same loads,
-                    # stores and arithmetic in the PTX (scripts/ptx_compare.py), compiled in
-                    # ~17% less time on the CPU; stage_in's docstring says why it is not
+                    # unrolled by the compiler, not while tracing (both passes): the same PTX,
+                    # compiled faster; stage_in's docstring says why its copies are not
                     for v in cutlass.range(s * per_stage, (s + 1) * per_stage, 1, unroll_full=True):
                         if cutlass.const_expr(even) or pred[0, 0, v]:
                             xv = tXsX[None, None, v, buf].load().to(Float32)
