@@ -361,3 +361,17 @@ def test_the_plain_call_skips_the_dsl_wrapper():
     assert direct_call(plain) is plain._tvm_ffi_function
     with_default = Wrapped(lambda a, b=1: None)
     assert direct_call(with_default) is with_default
+
+
+def test_the_library_class_and_no_class_share_one_compile():
+    """``launch_fwd``/``launch_bwd`` pass the library's class (``FinalRMSNorm.launch``), the
+    plan caches of quack_edu.host look the kernel up with none: one compile serves both."""
+    from quack_edu.stages import final_bwd
+    from quack_edu.stages.final import Features
+
+    bf = torch.bfloat16
+    args = (bf, 1024, bf, Features(), 8, None)
+    assert final.compiled_for(*args, None) is final.compiled_for(*args, final.FinalRMSNorm)
+    bargs = (bf, 1024, bf, final_bwd.BwdFeatures(), 8, None)
+    lib = final_bwd.FinalBwdRMSNorm
+    assert final_bwd.compiled_for(*bargs, None) is final_bwd.compiled_for(*bargs, lib)
