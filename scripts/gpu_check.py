@@ -3,15 +3,17 @@
 
     source .gpu/env.sh; python3 scripts/gpu_check.py [--peers] [--graph] [--shapes ...]
         [--weight-dtype bf16,fp32] [--residual] [--overhead] [--ours lib]
-        [--part all|gpu|lessons] [--concurrency K] [--skip-bench]
+        [--part all|gpu|timed|lessons] [--concurrency K] [--skip-bench]
 
 1. `quack-edu doctor` (must say GPU mode);
-2. the tests (``test_plan``): ``--part gpu`` the `gpu`-marked ones (every stage's values
-   against the fp32 reference, one process per stage; the fuzz tests; the library's and the
-   grader's GPU tests); ``--part lessons`` the grader in GPU mode (grading a solution runs
-   its notebook top to bottom), then every other test (the compile checks run with the GPU's
-   own toolchain there); ``all`` (default) both. The value and fuzz runs only check values
-   and share the GPU, ``--concurrency`` at a time;
+2. the tests (``test_plan``): ``--part gpu`` the `gpu`-marked ones that only check values
+   (every stage's values against the fp32 reference, one process per stage; the fuzz tests;
+   the library's and the grader's value tests); ``--part timed`` the `gpu` tests that time
+   something (the grader's speed tier, the bench's tests), ``--timed-jobs`` processes;
+   ``--part lessons`` the grader in GPU mode (grading a solution runs its notebook top to
+   bottom), then every other test (the compile checks run with the GPU's own toolchain
+   there); ``all`` (default) all three. The value and fuzz runs share the GPU,
+   ``--concurrency`` at a time;
 3. the benchmark of every stage (and peers) with the D2D copy ceiling measured in the same run;
 4. with ``--bench-pass bwd|both``, the backward's benchmark (the library against QuACK and
    torch.compile; with ``--residual`` the prenorm backward, a dresidual_out added, against
@@ -22,10 +24,11 @@
    minutes on an H200 at ``--rounds 2``).
 Writes doctor.txt, tests.log, bench.log, bench.json, bench.png under $OUT (default ./out) and
 prints a short table and the bench's verdict (``--ours`` against QuACK, the best peer and the
-copy) last. The device tool stops a command after 10 minutes, and the whole suite took ~8 on
-the H200 (all tests under one pytest with 14 processes, 2026-11-30): there, run the tests in
-two calls (``--part gpu --skip-bench``, then ``--part lessons --skip-bench``) and the bench in
-a third.
+copy) last. The device tool stops a command after 10 minutes: there, run the tests in three
+calls (``--part gpu``, ``--part timed``, ``--part lessons``, each with ``--skip-bench``) and
+the bench in a fourth. On the H200 (2026-12-03) the timed tests took 197 s at 3 processes
+(the speed checks read 32% of the copy at 14, session 26) and the grader's 173 s at 13;
+every `gpu` test under one pytest at 15 processes ran out of GPU memory in 50 tests.
 """
 
 from __future__ import annotations
@@ -148,26 +151,27 @@ def test_plan(a, stages) -> list[tuple[str, list[str], bool]]:
     """
     gpu, xdist = ["-m", "gpu"], ["-n", str(a.jobs)]
     runs = []
+    timed = [f"--ignore={t}" for t in a.parallel_tests.split()]
+    timed += ["--ignore=tests/test_stages_gpu.py", "--ignore=tests/test_fuzz_gpu.py"]
     if a.part in ("all", "gpu"):
         for s in stages:  # the final stage has the most configs to compile: 3 workers
             many = ["-n", "3"] if s == "final" else []
             runs.append((f"values:{s}", [*gpu, *many, "tests/test_stages_gpu.py", "-k", s], True))
         if not a.skip_fuzz:  # hypothesis, >= 500 cases each way, on its own longer timeout
             runs.append(("fuzz", [*gpu, "-s", "-rA", "tests/test_fuzz_gpu.py"], True))
-        others = [*a.tests.split(), "--ignore=tests/test_stages_gpu.py"]
-        others.append("--ignore=tests/test_fuzz_gpu.py")
-        others += [f"--ignore={t}" for t in a.parallel_tests.split()]
-        if a.tests != "none":
-            runs.append(("other gpu tests", [*gpu, *others], False))
         if a.parallel_tests:  # correctness only (no timing): several processes share the GPU
             runs.append(("gpu tests (parallel)", [*gpu, *xdist, *a.parallel_tests.split()], False))
+    if a.part in ("all", "timed") and a.tests != "none":  # they time: few processes at once
+        few = ["-n", str(a.timed_jobs)] if a.timed_jobs > 1 else []
+        runs.append(("other gpu tests", [*gpu, *few, *a.tests.split(), *timed], False))
     if a.part in ("all", "lessons"):
         # The grader with both tiers: solutions get full points (which is also their run top
         # to bottom in GPU mode), students 0; without Jupyter there, in a child Python.
         grading = "tests/test_grading_cli.py"
         if a.grading_k != "none":
             sel = ["-k", a.grading_k] if a.grading_k else []
-            runs.append(("grading", ["-m", "not gpu", *xdist, grading, *sel], False))
+            many = ["-n", str(a.grading_jobs)]
+            runs.append(("grading", ["-m", "not gpu", *many, grading, *sel], False))
         if not a.skip_other_tests:  # every other test, in GPU mode (the compile checks too)
             rest = [f"--ignore={grading}"]
             runs.append(("other tests", ["-m", "not gpu", *xdist, "tests", *rest], False))
@@ -256,6 +260,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--jobs", type=int, default=6, help="pytest-xdist processes of the runs that use them"
     )
+    p.add_argument(
+        "--timed-jobs",
+        type=int,
+        default=3,
+        help="processes of the timed gpu tests (--part timed); more share the GPU too much",
+    )
+    p.add_argument(
+        "--grading-jobs", type=int, default=12, help="pytest-xdist processes of the grader's run"
+    )
     p.add_argument("--grading-k", default=None, help="-k filter of the grading tests (none: skip)")
     p.add_argument("--value-stages", default=None, help="stages whose value tests run (all)")
     p.add_argument(
@@ -266,11 +279,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--part",
-        choices=("all", "gpu", "lessons"),
+        choices=("all", "gpu", "timed", "lessons"),
         default="all",
-        help="gpu: the gpu tests (values, the others, fuzz); lessons: the grader (the solution "
-        "notebooks top to bottom) and every other (not gpu) test in GPU mode; all: both, one "
-        "after the other",
+        help="gpu: the gpu tests that check values (stage values, fuzz, the others); timed: "
+        "the gpu tests that time (the grader's speed tier, the bench's); lessons: the grader "
+        "(the solution notebooks top to bottom) and every other (not gpu) test in GPU mode; "
+        "all: the three, one after the other",
     )
     p.add_argument("--skip-bench", action="store_true")
     p.add_argument("--test-timeout", type=int, default=300, help="seconds per pytest process")

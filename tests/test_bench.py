@@ -618,8 +618,8 @@ def test_gpu_check_runs_every_test_file():
     assert names == [
         *(f"values:{s}" for s in STAGE_ORDER),
         "fuzz",
-        "other gpu tests",
         "gpu tests (parallel)",
+        "other gpu tests",
         "grading",
         "other tests",
     ]
@@ -637,7 +637,10 @@ def test_gpu_check_runs_every_test_file():
             ignored = {x.split("=", 1)[1] for x in args if x.startswith("--ignore=")}
             covered |= (files - ignored) if "tests" in paths else set(paths) & files
         assert covered == files, (marker, files - covered)
-    # two calls where one would run past the device's 10 minutes
+    # the timed tests share the GPU with few processes; the grader's with many
+    args = {n: a for n, a, _ in runs}
+    assert args["other gpu tests"][2:4] == ["-n", "3"] and args["grading"][2:4] == ["-n", "12"]
+    # three calls where one would run past the device's 10 minutes
     parts = {
         p: [
             n
@@ -645,9 +648,10 @@ def test_gpu_check_runs_every_test_file():
                 gpu_check.parser().parse_args(["--part", p]), STAGE_ORDER
             )
         ]
-        for p in ("gpu", "lessons")
+        for p in ("gpu", "timed", "lessons")
     }
-    assert parts["gpu"] + parts["lessons"] == names
+    assert parts["gpu"] + parts["timed"] + parts["lessons"] == names
+    assert parts["timed"] == ["other gpu tests"]
 
 
 def test_gpu_check_bench_commands(tmp_path):
