@@ -34,9 +34,8 @@ def rows(record: dict, kernel: str) -> dict:
 
 def _host_bound(ours_old, ours_new, peer_old, peer_new, tol) -> bool:
     """Did the row gain no more time per call than the peer's (within ``tol`` of its own)?"""
-    if None in (peer_old, peer_new) or not all("us" in r for r in (ours_old, ours_new)):
-        return False
-    if not all("us" in r for r in (peer_old, peer_new)):
+    four = (ours_old, ours_new, peer_old, peer_new)
+    if not all(r is not None and "us" in r for r in four):
         return False
     ours_added = ours_new["us"] - ours_old["us"]
     peer_added = peer_new["us"] - peer_old["us"]
