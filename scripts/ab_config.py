@@ -12,9 +12,9 @@ or more variants), timed in turn in one process, values checked first.
 A variant sets fields of the config, or on/off attributes of the kernel class (``hint_copies``:
 a subclass with its own compile key runs that side).
 
-Each side runs through the stage's launcher (``final.launch_fwd``, ``final_bwd.launch_bwd``)
-with an explicit config (its own compile key, so nothing cached by the library's plain path
-can stand in for it); the backward sums dw's partials as the library does
+Each side runs through its kernel class's launcher (``cls.launch``: the library's class or a
+variant's subclass) with an explicit config (its own compile key, so nothing cached by the
+library's plain path can stand in for it); the backward sums dw's partials as the library does
 (``final_bwd.sum_partials``). GB/s use the bench's byte counts (``rmsnorm_bytes``,
 ``rmsnorm_bwd_bytes``) and the D2D copy of the same run; a side's figure is the median over
 ``--reps`` rounds, the sides taking turns in each. ``--graph`` times through CUDA graphs
