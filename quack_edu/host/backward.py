@@ -17,17 +17,22 @@ from .ops import (
     define_pair,
     dtype_name,
     key_head,
-    plain_bits,
     the_tuner,
     through_op,
 )
 
+_final_bwd_mod = None
+
 
 def _final_bwd():
-    """``quack_edu.stages.final_bwd``, imported on first use (it imports CuTe DSL)."""
-    from ..stages import final_bwd
+    """``quack_edu.stages.final_bwd``, imported on first use (it imports CuTe DSL); kept, since
+    every plain backward asks for it (an import statement costs ~0.7 us a call)."""
+    global _final_bwd_mod
+    if _final_bwd_mod is None:
+        from ..stages import final_bwd
 
-    return final_bwd
+        _final_bwd_mod = final_bwd
+    return _final_bwd_mod
 
 
 def _backward(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, weight_offset, config):
@@ -113,17 +118,16 @@ def _bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
         return None
     if dres_dtype is not None and type(dres_dtype) is not torch.dtype:
         return None
-    bits = plain_bits((weight, dout, rstd, dres_out))
-    if bits is None:
-        return None
-    bits |= x.data_ptr()
-    w, g, r, d = weight, dout, rstd, dres_out
-    parts = [
-        None if w is None else (w.dtype, w.get_device()),
-        None if g is None else (g.dtype, g.get_device()),
-        None if r is None else (r.dtype, r.get_device()),
-        None if d is None else (d.dtype, d.get_device()),
-    ]
+    bits = x.data_ptr()
+    parts = []
+    for t in (weight, dout, rstd, dres_out):  # one pass: the key is built on every call
+        if t is None:
+            parts.append(None)
+            continue
+        if type(t) not in PLAIN_TYPES or not t.is_contiguous():
+            return None
+        bits |= t.data_ptr()
+        parts.append((t.dtype, t.get_device()))
     if weight is not None:
         if weight.dim() != 1:
             return None
@@ -267,10 +271,10 @@ def _bwd(tuned, x, weight, dout, rstd, dresidual_out, has_bias, has_residual, we
         outs = _bwd_planned_body(
             tuned, x, weight, dout, rstd, dresidual_out, has_bias, dres_dtype, wo
         )
-    return _bwd_outputs(outs, weight, has_bias, dresidual_out, has_residual, x)
+    return _bwd_outputs(outs, weight, has_bias, has_residual)
 
 
-def _bwd_outputs(outs, weight, has_bias, dres_out, has_residual, x):
+def _bwd_outputs(outs, weight, has_bias, has_residual):
     """The op's list as QuACK's ``(dx, dw, db, dresidual)``."""
     dx, k = outs[0], 1
     dw = db = None
@@ -278,8 +282,8 @@ def _bwd_outputs(outs, weight, has_bias, dres_out, has_residual, x):
         dw, k = outs[k], k + 1
     if has_bias:
         db, k = outs[k], k + 1
-    own = dres_out is not None and dres_out.dtype != x.dtype  # dresidual of its own dtype
-    dresidual = outs[k] if own else (dx if has_residual else None)
+    # the op lists a dresidual only when it has a dtype of its own
+    dresidual = outs[k] if k < len(outs) else (dx if has_residual else None)
     return dx, dw, db, dresidual
 
 
@@ -321,7 +325,7 @@ def rmsnorm_bwd(
             return dx, rest[0] if rest else None, None, dx if has_residual else None
     got = _bwd_planned(x, weight, dout, rstd, dresidual_out, has_bias, weight_offset)
     if got is not None:
-        return _bwd_outputs(got, weight, has_bias, dresidual_out, has_residual, x)
+        return _bwd_outputs(got, weight, has_bias, has_residual)
     return _bwd(False, x, weight, dout, rstd, dresidual_out, has_bias, has_residual, weight_offset)
 
 

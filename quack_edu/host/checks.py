@@ -132,3 +132,13 @@ def check_device(x: Tensor, *others) -> None:
     from ..runtime import check_device as check_on_gpu
 
     check_on_gpu(x, *others, without_gpu="quack_edu.rmsnorm_ref computes the same thing")
+
+
+def res_out_dtype_for(x, residual, residual_dtype):
+    """residual_out's dtype; None where residual_out is x itself (no residual, and no other
+    dtype asked for)."""
+    if residual is not None:
+        return residual.dtype if residual_dtype is None else residual_dtype
+    if residual_dtype is not None and residual_dtype != x.dtype:
+        return residual_dtype
+    return None

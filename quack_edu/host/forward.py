@@ -11,14 +11,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .checks import check_args, check_device, check_number
+from .checks import check_args, check_device, check_number, res_out_dtype_for
 from .ops import (
     DENSE,
     PLAIN_TYPES,
     define_pair,
     dtype_name,
     key_head,
-    plain_bits,
     the_tuner,
     through_op,
 )
@@ -116,16 +115,16 @@ def _fwd_key(x, weight, bias, residual, out_dtype, res_out_dtype, store_rstd, wo
         return None
     if res_out_dtype is not None and type(res_out_dtype) is not torch.dtype:
         return None
-    bits = plain_bits((weight, bias, residual))
-    if bits is None:
-        return None
-    bits |= x.data_ptr()
-    w, b, r = weight, bias, residual
-    parts = (
-        None if w is None else (w.dtype, w.shape, w.get_device()),
-        None if b is None else (b.dtype, b.shape, b.get_device()),
-        None if r is None else (r.dtype, None, r.get_device()),
-    )
+    bits = x.data_ptr()
+    parts = []
+    for t in (weight, bias, residual):  # one pass: the key is built on every call
+        if t is None:
+            parts.append(None)
+            continue
+        if type(t) not in PLAIN_TYPES or not t.is_contiguous():
+            return None
+        bits |= t.data_ptr()
+        parts.append((t.dtype, t.shape if t is not residual else None, t.get_device()))
     p = weight if weight is not None else bias
     head = 0
     if p is not None and p.dim() == 2:
@@ -254,16 +253,6 @@ _fwd_op, _fwd_tuned_op, _fwd_body = define_pair(
 )
 
 
-def _res_out_dtype(x, residual, residual_dtype):
-    """residual_out's dtype; None where residual_out is x itself (no residual, and no other
-    dtype asked for)."""
-    if residual is not None:
-        return residual.dtype if residual_dtype is None else residual_dtype
-    if residual_dtype is not None and residual_dtype != x.dtype:
-        return residual_dtype
-    return None
-
-
 def _fwd_outputs(outs, x, res_out_dtype, store_rstd):
     """The op's list as QuACK's ``(out, residual_out, rstd)``."""
     if res_out_dtype is None:
@@ -279,7 +268,7 @@ def _planned(x, weight, bias, residual, out_dtype, residual_dtype, eps, store_rs
     if residual is not None and (type(residual) not in PLAIN_TYPES or residual.shape != x.shape):
         return None
     out_dtype = x.dtype if out_dtype is None else out_dtype
-    rod = _res_out_dtype(x, residual, residual_dtype)
+    rod = res_out_dtype_for(x, residual, residual_dtype)
     plan = _FWD_PLANS.get(_fwd_key(x, weight, bias, residual, out_dtype, rod, store_rstd, wo))
     if plan is None:
         return None
@@ -292,7 +281,7 @@ def _fwd(tuned, x, weight, bias, residual, out_dtype, residual_dtype, eps, store
     eps, wo = check_number(eps, "eps"), check_number(wo, "weight_offset")
     check_args(x, weight, bias, residual, out_dtype, residual_dtype, wo)
     out_dtype = x.dtype if out_dtype is None else out_dtype
-    res_out_dtype = _res_out_dtype(x, residual, residual_dtype)
+    res_out_dtype = res_out_dtype_for(x, residual, residual_dtype)
     store_rstd = bool(store_rstd)
     if through_op(x):
         op = _fwd_tuned_op if tuned else _fwd_op

@@ -16,18 +16,6 @@ DENSE = torch.contiguous_format
 PLAIN_TYPES = (Tensor, torch.nn.Parameter)
 
 
-def plain_bits(tensors) -> int | None:
-    """The OR of the addresses of a plan key's optional tensors (None entries: absent), or None
-    where one of them is not a plain contiguous tensor (the call then has no plan)."""
-    bits = 0
-    for t in tensors:
-        if t is not None:
-            if type(t) not in PLAIN_TYPES or not t.is_contiguous():
-                return None
-            bits |= t.data_ptr()
-    return bits
-
-
 #: One library for the package's ops. ``torch.library.custom_op`` would add ~25 µs of Python
 #: layers to every call of an op (its autograd and aliasing wrappers), which is what inductor's
 #: compiled code and CUDA-graph capture call; a plain ``Library`` registration costs the
@@ -56,14 +44,15 @@ def define_pair(name: str, planned_body, schema: str, fake):
     return op, _define(name + "_tuned", tuned_body, schema, fake), body
 
 
+_is_compiling = torch.compiler.is_compiling
+_dispatch_depth = torch._C._len_torch_dispatch_stack
+
+
 def through_op(x) -> bool:
     """Call the registered op (not its body) when something has to see it: dynamo tracing,
-    a dispatch mode (FakeTensorMode, make_fx, opcheck), or a tensor subclass."""
-    return (
-        torch.compiler.is_compiling()
-        or torch._C._len_torch_dispatch_stack() > 0
-        or type(x) not in PLAIN_TYPES
-    )
+    a dispatch mode (FakeTensorMode, make_fx, opcheck), or a tensor subclass. (The two torch
+    functions are bound once: this runs on every call.)"""
+    return _is_compiling() or _dispatch_depth() > 0 or type(x) not in PLAIN_TYPES
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,8 +9,7 @@ import torch
 from torch import Tensor
 
 from ..reference import rmsnorm_ref as _rmsnorm_ref32
-from .checks import check_args, check_number
-from .forward import _res_out_dtype
+from .checks import check_args, check_number, res_out_dtype_for
 
 
 @dataclasses.dataclass
@@ -141,7 +140,7 @@ def inductor_rmsnorm(x, weight, bias, residual, out_dtype, residual_dtype, eps, 
     Any other call: the project's fp32 reference formula."""
     eps, wo = check_number(eps, "eps"), check_number(wo, "weight_offset")
     check_args(x, weight, bias, residual, out_dtype, residual_dtype, wo)
-    rod = _res_out_dtype(x, residual, residual_dtype)
+    rod = res_out_dtype_for(x, residual, residual_dtype)
     h = x if residual is None else x + residual
     want = x.dtype if out_dtype is None else out_dtype
     if (
