@@ -294,23 +294,12 @@ def _criterion(name: str, f: Finding) -> dict:
     return {"name": name, "status": "FAIL" if f.failing or not f.ok else "PASS", "detail": detail}
 
 
-def verdict(
-    rows,
-    ours: str = "lib",
-    quack: str = "quack",
-    peers=PEERS,
-    peer_margin: float = 0.015,
-    geomean_min: float = 1.05,
-    fp32_margin: float | None = 0.02,
-    copy_bands=COPY_BANDS,
-    residual_ns=(4096, 16384, 65536),
-    residual_min: float = 1.0,
-) -> dict:
+def verdict(rows, ours: str = "lib", quack: str = "quack", peers=PEERS, **bars) -> dict:
     """Judge ``ours`` on the rows of one or several runs (GB/s ratios per case, ``judge_cases``)
-    by every criterion of ``CRITERIA``, with the bars given (``Thresholds``' fields). An error
-    row of ours fails the shape; a criterion with no rows to judge is N/A, and makes the
-    overall verdict INCOMPLETE where nothing fails."""
-    t = Thresholds(peer_margin, geomean_min, fp32_margin, copy_bands, residual_ns, residual_min)
+    by every criterion of ``CRITERIA``, with the bars given by keyword (``Thresholds``' fields,
+    its defaults for the others). An error row of ours fails the shape; a criterion with no rows
+    to judge is N/A, and makes the overall verdict INCOMPLETE where nothing fails."""
+    t = Thresholds(**bars)
     cases = judge_cases(rows, ours, quack, peers)
     checks = []
     for w in cases.by_weight_dtype:
@@ -322,12 +311,12 @@ def verdict(
             checks.append(_criterion(c.title(t), c.check(cases, t, None)))
     statuses = {c["status"] for c in checks}
     overall = "FAIL" if "FAIL" in statuses else "INCOMPLETE" if "N/A" in statuses else "PASS"
-    bars = asdict(t)
-    bars.update(copy_bands=[list(b) for b in copy_bands], residual_ns=list(residual_ns))
+    thresholds = asdict(t)
+    thresholds.update(copy_bands=[list(b) for b in t.copy_bands], residual_ns=list(t.residual_ns))
     return {
         "ours": ours,
         "quack": quack,
-        "thresholds": bars,
+        "thresholds": thresholds,
         "by_weight_dtype": cases.by_weight_dtype,
         "fp32_vs_bf16": cases.fp32_vs_bf16,
         "residual": cases.residual,
