@@ -2,7 +2,7 @@
 
 Our kernel (``ours``, the library by default) is compared, case by case (weight dtype, shape,
 plain or graph timing), with QuACK, the best peer and the copy ceiling (``judge_cases``). Each
-criterion is a named ``Criterion`` in ``CRITERIA``, with bars from ``Thresholds``;
+criterion is a ``Criterion`` in ``CRITERIA``, with bars from ``Thresholds``;
 ``verdict`` walks the list and turns each finding into a PASS / FAIL / N/A line the same way.
 The forward's bars are ``Thresholds``' defaults, the backward's ``BWD_THRESHOLDS``.
 """
@@ -156,13 +156,10 @@ class Finding:
 
 @dataclass(frozen=True)
 class Criterion:
-    """One acceptance criterion: its ``name``, ``what`` it checks, its verdict line's ``title``
-    from the bars, and ``check``, which judges the cases of one weight dtype
-    (``per_weight_dtype``) or of all (weight dtype None). ``judged``: whether the bars ask
-    for it at all."""
+    """One acceptance criterion: its verdict line's ``title`` from the bars, and ``check``,
+    which judges the cases of one weight dtype (``per_weight_dtype``) or of all (weight dtype
+    None). ``judged``: whether the bars ask for it at all."""
 
-    name: str
-    what: str
     title: Callable[[Thresholds], str]
     check: Callable[[Cases, Thresholds, str | None], Finding]
     per_weight_dtype: bool = False
@@ -170,6 +167,7 @@ class Criterion:
 
 
 def _vs_best_peer(cases: Cases, t: Thresholds, w: str | None) -> Finding:
+    """Every shape (plain and graph rows) within a margin of the fastest peer."""
     judged = [e for e in cases.by_weight_dtype[w]["shapes"] if e["best_peer"]]
     bad = [
         f"{_shape(e)} {e['vs_best_peer']:.3f}x {e['best_peer']}"
@@ -182,6 +180,7 @@ def _vs_best_peer(cases: Cases, t: Thresholds, w: str | None) -> Finding:
 
 
 def _geomean_vs_quack(cases: Cases, t: Thresholds, w: str | None) -> Finding:
+    """The geometric mean of ours / QuACK over the plain shapes."""
     d = cases.by_weight_dtype[w]
     judged = [e for e in d["shapes"] if not e["graph"] and e["quack_gbps"]]
     if not judged:
@@ -196,6 +195,7 @@ def _geomean_vs_quack(cases: Cases, t: Thresholds, w: str | None) -> Finding:
 
 
 def _pct_of_copy(cases: Cases, t: Thresholds, w: str | None) -> Finding:
+    """The plain rows' GB/s as % of the copy, by bands of N."""
     bad, n = [], 0
     for e in cases.by_weight_dtype[w]["shapes"]:
         band = [p for lo, hi, p in t.copy_bands if lo <= e["N"] <= hi]
@@ -209,6 +209,7 @@ def _pct_of_copy(cases: Cases, t: Thresholds, w: str | None) -> Finding:
 
 
 def _fp32_weights(cases: Cases, t: Thresholds, w: str | None) -> Finding:
+    """Ours with fp32 weights against ours with bf16 weights, where both ran (one-sided)."""
     ratios = cases.fp32_vs_bf16
     bad = [
         f"{_shape(e)} {e['ratio']:.3f}" if e["ratio"] else f"{_shape(e)} error"
@@ -219,6 +220,7 @@ def _fp32_weights(cases: Cases, t: Thresholds, w: str | None) -> Finding:
 
 
 def _residual_vs_quack(cases: Cases, t: Thresholds, w: str | None) -> Finding:
+    """With a residual, ours / QuACK at the named row lengths (plain rows)."""
     judged = [
         e
         for es in cases.residual.values()
@@ -245,36 +247,26 @@ def _ns(t: Thresholds) -> str:
 #: the others
 CRITERIA = (
     Criterion(
-        "best peer",
-        "every shape (plain and graph rows) within a margin of the fastest peer",
         lambda t: f"every shape >= best peer - {100 * t.peer_margin:g}%",
         _vs_best_peer,
         per_weight_dtype=True,
     ),
     Criterion(
-        "geomean vs QuACK",
-        "the geometric mean of ours / QuACK over the plain shapes",
         lambda t: f"geomean vs QuACK >= {t.geomean_min:g}x (plain)",
         _geomean_vs_quack,
         per_weight_dtype=True,
     ),
     Criterion(
-        "% of copy",
-        "the plain rows' GB/s as % of the copy, by bands of N",
         lambda t: f"% of copy ({_bands(t)})",
         _pct_of_copy,
         per_weight_dtype=True,
     ),
     Criterion(
-        "fp32 weights",
-        "ours with fp32 weights against ours with bf16 weights, where both ran (one-sided)",
         lambda t: f"fp32 weights within {100 * t.fp32_margin:g}% of bf16 weights",
         _fp32_weights,
         judged=lambda t: t.fp32_margin is not None,
     ),
     Criterion(
-        "residual",
-        "with a residual, ours / QuACK at the named row lengths (plain rows)",
         lambda t: f"residual >= {t.residual_min:g}x QuACK at N={_ns(t)}",
         _residual_vs_quack,
         judged=lambda t: bool(t.residual_ns),
