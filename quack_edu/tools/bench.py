@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import torch
 
+from ..dtypes import torch_dtype
 from ..stages import BACKWARD_STAGES, STAGE_ORDER
 from .criteria import BWD_THRESHOLDS, COPY_BANDS, format_verdict, thresholds_for, verdict
 from .kernels import (
@@ -410,8 +411,6 @@ def parse_shapes(text: str):
 
 def parse_weight_dtypes(text: str | None) -> list:
     """``bf16,fp32`` -> [torch.bfloat16, torch.float32]; ``same`` -> None (x's dtype)."""
-    from ..runtime import torch_dtype
-
     out = []
     for part in (text or "same").split(","):
         part = part.strip()
@@ -544,8 +543,6 @@ def parser() -> argparse.ArgumentParser:
 
 def options_from_args(a: argparse.Namespace) -> RunOptions:
     """The ``RunOptions`` the command line's flags ask for."""
-    from ..runtime import torch_dtype
-
     return RunOptions(
         dtype=torch_dtype(a.dtype),
         peers=a.peers,

@@ -9,9 +9,10 @@ pass under ``fwd`` and ``bwd``. Nothing here needs a GPU.
 
 from __future__ import annotations
 
-import torch
+from ..dtypes import DTYPE_NAMES
 
-_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+#: torch dtype -> its short name (``dtypes.DTYPE_NAMES`` read the other way)
+_DTYPE_NAMES = {dtype: name for name, dtype in DTYPE_NAMES.items()}
 
 
 def dtype_name(dtype) -> str:
