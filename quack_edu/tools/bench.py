@@ -146,6 +146,11 @@ class RunOptions:
     #: a progress bar of the timings on stderr
     progress: bool = False
 
+    @property
+    def timed_weight_dtypes(self) -> list:
+        """The weight dtypes each shape is timed with, in order (None: x's dtype)."""
+        return list(self.weight_dtypes or [None])
+
 
 class _Plan(NamedTuple):
     """How a shape is timed: its rounds, the budget of a row in each, the timing modes."""
@@ -168,7 +173,7 @@ def _plan(o: RunOptions, N: int) -> _Plan:
 
 def _new_record(o: RunOptions, copy: float, clocks: dict, meta: dict | None) -> dict:
     """A run's record before its rows: the machine, the copy, the options that shape it."""
-    weight_dtypes = list(o.weight_dtypes or [None])
+    weight_dtypes = o.timed_weight_dtypes
     return {
         "gpu": torch.cuda.get_device_name(0),
         "date": _dt.date.today().isoformat(),
@@ -211,7 +216,7 @@ def _host_costs(o: RunOptions, result: dict, log) -> None:
     """``--overhead``: the first calls (at ``compile_ns``) and the host cost per tiny call of
     ``ours`` and ``HOST_TIMED``, into the record. Before the sweep: the first call at
     ``compile_ns`` is then the library's first call."""
-    weight_dtypes = list(o.weight_dtypes or [None])
+    weight_dtypes = o.timed_weight_dtypes
     host, _ = resolve_kernels(list(dict.fromkeys([o.ours, *HOST_TIMED])), pass_=o.pass_)
     t = time.perf_counter()
     first = {k: v for k, v in host.items() if k in (o.ours, "lib", "quack")}
@@ -228,7 +233,7 @@ def _time_shape(fns: dict, M: int, N: int, o: RunOptions, plan: _Plan, bar) -> d
     plain then graph): the pair the fp32-against-bf16 criterion compares is timed over the same
     few seconds of the GPU."""
     tries: dict = {}
-    weight_dtypes = list(o.weight_dtypes or [None])
+    weight_dtypes = o.timed_weight_dtypes
     for _ in range(plan.rounds):
         for name, fn in fns.items():
             for g in plan.modes:
@@ -257,7 +262,7 @@ def run(
     if o.pass_ not in ("fwd", "bwd"):
         raise ValueError(f"pass_ must be 'fwd' or 'bwd', got {o.pass_!r}")
     t_run = time.perf_counter()
-    weight_dtypes = list(o.weight_dtypes or [None])
+    weight_dtypes = o.timed_weight_dtypes
     clocks = {"start": gpu_clocks()}
     copy = copy_bandwidth() if copy_gbps is None else copy_gbps
     log(f"D2D copy: {copy:.0f} GB/s" + ("" if copy_gbps is None else " (measured before)"))
@@ -270,7 +275,7 @@ def run(
             on_row(result)
 
     def timed(N):  # the kernels timed at N
-        return {name: fn for name, fn in fns.items() if N <= (o.max_n or {}).get(name, N)}
+        return {name: fn for name, fn in fns.items() if N <= o.max_n.get(name, N)}
 
     plans = {N: _plan(o, N) for _, N in shapes}
     total = sum(
