@@ -57,6 +57,7 @@ from .timing import (
     call_args,
     copy_bandwidth,
     cuda_time_us,
+    first_call_child,
     gbps,
     measure_compile,
     measure_overhead,
@@ -64,7 +65,6 @@ from .timing import (
     rmsnorm_bwd_bytes,
     rmsnorm_bytes,
     rotation_count,
-    sync,
     time_calls,
     time_graph,
 )
@@ -72,7 +72,7 @@ from .timing import (
 __all__ = [
     # the run (this module)
     "DEFAULT_SHAPES", "HOST_TIMED", "LAUNCH_BOUND_ROUNDS", "RESIDUAL_SHAPES", "RunOptions",
-    "first_call_child", "main", "merge_rounds", "parse_shapes", "parse_weight_dtypes", "run",
+    "main", "merge_rounds", "parse_shapes", "parse_weight_dtypes", "run",
     "run_both", "split_stages", "summarize",
     # timing
     "EPS", "PLAIN_BATCH_S", "bench_one", "call_args", "copy_bandwidth", "cuda_time_us", "gbps",
@@ -384,28 +384,6 @@ def merge_rounds(tries: list[dict]) -> dict:
     return row
 
 
-def first_call_child(spec: str) -> int:
-    """In a fresh process (``timing.first_call_fresh``): import kernel ``spec["kernel"]`` and
-    CuTe DSL, then time its first call at (M, N); print the seconds as JSON."""
-    a = json.loads(spec)
-    t = time.perf_counter()
-    fns, skipped = resolve_kernels([a["kernel"]], pass_=a["pass"])
-    import cutlass.cute  # noqa: F401  (QuACK imports it with its module; the library on first use)
-
-    import_s = time.perf_counter() - t
-    if skipped:
-        raise RuntimeError(f"{a['kernel']}: {skipped[a['kernel']]}")
-    dtype, wdt = (getattr(torch, a[k]) for k in ("dtype", "weight_dtype"))
-    args = call_args(a["M"], a["N"], dtype, wdt, a["pass"])
-    sync()
-    t = time.perf_counter()
-    with torch.no_grad():
-        fns[a["kernel"]](*args)
-    sync()
-    print(json.dumps({"first_call_s": time.perf_counter() - t, "import_s": import_s}))
-    return 0
-
-
 # --- the command line -----------------------------------------------------------------------
 
 
@@ -574,7 +552,7 @@ def main(argv=None) -> int:
         return model_main([v for v in argv if v != "--model"])
     a = parser().parse_args(argv)
     if a.first_call_child:
-        return first_call_child(a.first_call_child)
+        return first_call_child(a.first_call_child, resolve_kernels)
     if a.summarize:
         print(summarize(a.summarize, ours=a.ours, png=a.png))
         return 0

@@ -361,7 +361,7 @@ def first_call_fresh(name, N, dtype, weight_dtype, M=1024, pass_="fwd", repeats=
     meets first (QuACK keeps compiled kernels on disk, so a second process would load, not
     compile, them). The imports (torch, the kernel's library, CuTe DSL) come before the clock
     and are reported apart (``import_s``): QuACK imports CuTe DSL with its module, the library
-    on first use. Each process runs ``bench --first-call-child`` (``bench.first_call_child``)."""
+    on first use. Each process runs ``bench --first-call-child`` (``first_call_child``)."""
     spec = {"kernel": name, "M": M, "N": N, "pass": pass_}
     spec.update(dtype=str(dtype).removeprefix("torch."))
     spec.update(weight_dtype=str(weight_dtype).removeprefix("torch."))
@@ -391,6 +391,30 @@ def first_call_fresh(name, N, dtype, weight_dtype, M=1024, pass_="fwd", repeats=
         "fresh_median_s": statistics.median(calls),
         "fresh_import_s": imports,
     }
+
+
+def first_call_child(spec: str, resolve_kernels) -> int:
+    """The child of ``first_call_fresh``, in its fresh process: import kernel ``spec["kernel"]``
+    and CuTe DSL, then time its first call at (M, N); print the seconds as JSON.
+    ``resolve_kernels``: ``kernels.resolve_kernels`` (given by bench: kernels imports this
+    module)."""
+    a = json.loads(spec)
+    t = time.perf_counter()
+    fns, skipped = resolve_kernels([a["kernel"]], pass_=a["pass"])
+    import cutlass.cute  # noqa: F401  (QuACK imports it with its module; the library on first use)
+
+    import_s = time.perf_counter() - t
+    if skipped:
+        raise RuntimeError(f"{a['kernel']}: {skipped[a['kernel']]}")
+    dtype, wdt = (getattr(torch, a[k]) for k in ("dtype", "weight_dtype"))
+    args = call_args(a["M"], a["N"], dtype, wdt, a["pass"])
+    sync()
+    t = time.perf_counter()
+    with torch.no_grad():
+        fns[a["kernel"]](*args)
+    sync()
+    print(json.dumps({"first_call_s": time.perf_counter() - t, "import_s": import_s}))
+    return 0
 
 
 def measure_compile(
