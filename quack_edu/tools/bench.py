@@ -31,10 +31,8 @@ import torch
 
 from ..dtypes import torch_dtype
 from ..stages import BACKWARD_STAGES, STAGE_ORDER
-from .criteria import BWD_THRESHOLDS, COPY_BANDS, format_verdict, thresholds_for, verdict
+from .criteria import format_verdict, thresholds_for, verdict
 from .kernels import (
-    LIBRARY,
-    LIBRARY_BWD,
     PEER_PACKAGES,
     PEERS,
     config_of,
@@ -44,7 +42,6 @@ from .kernels import (
     resolve_config,
     resolve_kernels,
     split_name,
-    stage_bwd_fn,
     stage_fn,
 )
 from .plots import ladder_order, ladder_shape, plot, plot_all, plot_ladder, plot_speedup, speedups
@@ -54,7 +51,6 @@ from .timing import (
     EPS,
     PLAIN_BATCH_S,
     bench_one,
-    call_args,
     copy_bandwidth,
     cuda_time_us,
     first_call_child,
@@ -72,19 +68,18 @@ from .timing import (
 __all__ = [
     # the run (this module)
     "DEFAULT_SHAPES", "HOST_TIMED", "LAUNCH_BOUND_ROUNDS", "RESIDUAL_SHAPES", "RunOptions",
-    "main", "merge_rounds", "parse_shapes", "parse_weight_dtypes", "run",
-    "run_both", "split_stages", "summarize",
+    "main", "merge_rounds", "parse_shapes", "parse_weight_dtypes", "run", "run_both",
+    "split_stages", "summarize",
     # timing
-    "EPS", "PLAIN_BATCH_S", "bench_one", "call_args", "copy_bandwidth", "cuda_time_us", "gbps",
+    "EPS", "PLAIN_BATCH_S", "bench_one", "copy_bandwidth", "cuda_time_us", "gbps",
     "measure_compile", "measure_overhead", "per_call_us", "rmsnorm_bwd_bytes", "rmsnorm_bytes",
     "rotation_count", "time_calls", "time_graph",
     # kernels
-    "LIBRARY", "LIBRARY_BWD", "PEERS", "PEER_PACKAGES", "config_of", "kernel_kind",
-    "library_fn", "peer_fns", "resolve_config", "resolve_kernels", "split_name",
-    "stage_bwd_fn", "stage_fn",
+    "PEERS", "config_of", "kernel_kind", "library_fn", "peer_fns", "resolve_config",
+    "resolve_kernels", "split_name", "stage_fn",
     # records, criteria, plots
     "dtype_name", "host_table", "pass_name", "passes", "table",
-    "BWD_THRESHOLDS", "COPY_BANDS", "format_verdict", "thresholds_for", "verdict",
+    "format_verdict", "thresholds_for", "verdict",
     "ladder_order", "ladder_shape", "plot", "plot_all", "plot_ladder", "plot_speedup", "speedups",
 ]  # fmt: skip
 
