@@ -248,6 +248,7 @@ def bench_one(
     dtype,
     graph=False,
     weight_dtype=None,
+    *,
     residual=False,
     budget_s=0.5,
     pass_="fwd",
