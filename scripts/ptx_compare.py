@@ -7,7 +7,8 @@ that must not change the generated code.
 
     python3 scripts/ptx_compare.py dump DIR        # on the tree to test
     python3 scripts/ptx_compare.py compare A B     # A: before, B: after; exits 1 if any differ
-                                                   # (in bytes: a refactor must not move a line)
+                                                   # (in bytes: a refactor must not move a line;
+                                                   # in instructions where a dump has no .ptx)
 """
 
 from __future__ import annotations
@@ -69,17 +70,20 @@ def dump(folder: str) -> None:
 
 def compare(a: str, b: str) -> int:
     """Print each kernel's difference; 0 when every kernel's PTX is the same to the byte, else 1
-    (also when the two folders hold different cases)."""
+    (also when the two folders hold different cases). A kernel without its .ptx in a folder
+    (dumped before they were saved) is compared by its instructions only, and said to be."""
     ma = json.loads(Path(a, "meta.json").read_text())
     mb = json.loads(Path(b, "meta.json").read_text())
     if ma["cases"] != mb["cases"]:
         print(f"{a} and {b} hold different kernels: dumped by different versions of cases()")
         return 1
-    different = same_bytes = 0
+    different = differ_bytes = no_ptx = 0
     for i, name in enumerate(ma["cases"]):
         raw = [Path(d, f"{i}.ptx") for d in (a, b)]
-        identical = all(r.exists() for r in raw) and raw[0].read_bytes() == raw[1].read_bytes()
-        same_bytes += identical
+        comparable = all(r.exists() for r in raw)
+        identical = comparable and raw[0].read_bytes() == raw[1].read_bytes()
+        no_ptx += not comparable
+        differ_bytes += comparable and not identical
         A = Path(a, f"{i}.txt").read_text().splitlines()
         B = Path(b, f"{i}.txt").read_text().splitlines()
         extra = Counter(B) - Counter(A)
@@ -91,14 +95,16 @@ def compare(a: str, b: str) -> int:
             note = f"  +{dict(extra)} -{dict(missing)}"
         ta, tb = ma["times"][str(i)], mb["times"][str(i)]
         where = "same bytes" if identical else f"{moved:3d} lines moved"
+        where += "" if comparable else " (no .ptx: bytes not compared)"
         print(f"{name[:60]:60s} {ta:5.2f} -> {tb:5.2f} s, {where}{note}")
     total_a, total_b = sum(ma["times"].values()), sum(mb["times"].values())
     n = len(ma["cases"])
+    unknown = f" ({no_ptx} not compared: no .ptx)" if no_ptx else ""
     print(
-        f"{different} of {n} differ in instructions, {n - same_bytes} of {n} in bytes; "
+        f"{different} of {n} differ in instructions, {differ_bytes} of {n} in bytes{unknown}; "
         f"compiling {total_a:.1f} -> {total_b:.1f} s"
     )
-    return 1 if different or same_bytes < n else 0
+    return 1 if different or differ_bytes else 0
 
 
 if __name__ == "__main__":

@@ -501,6 +501,14 @@ def test_ptx_compare_exits_1_when_a_kernel_differs(tmp_path, capsys):
     assert pc.compare(a, dump("more", ["ld.global.v4", "st.global.v4", "st.global.v4"])) == 1
     assert "1 of 1 differ" in capsys.readouterr().out
     assert pc.compare(a, dump("other", ["ld.global.v4", "st.global.v4"], ("bwd N=7",))) == 1
+    capsys.readouterr()
+    # a dump made before .ptx files were saved: its bytes are not compared, its instructions are
+    old = dump("old", ["ld.global.v4", "st.global.v4"])
+    (tmp_path / "old" / "0.ptx").unlink()
+    assert pc.compare(old, a) == 0
+    out = capsys.readouterr().out
+    assert "bytes not compared" in out and "0 of 1 in bytes (1 not compared: no .ptx)" in out
+    assert pc.compare(old, dump("old_more", ["ld.global.v4", "st.global.v4", "st.global.v4"])) == 1
 
 
 def test_ab_config_changes_only_the_fields_named():
