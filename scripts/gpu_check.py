@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = "32768x256,32768x1024,32768x4096,32768x8192,32768x16384"
 # gpu test files that only check values (nothing timed): they share the GPU under xdist.
-# The rest (the bench's tests, the grader's speed tier) run alone.
+# The rest (the bench's tests, the grader's speed tier) time things: --timed-jobs processes.
 #: the ladder's stages (--bench-pass ladder): every stage of both passes and lesson 04's two
 #: cluster variants
 LADDER_STAGES = "all,cluster@hold,cluster@late"
@@ -146,8 +146,9 @@ def test_plan(a, stages) -> list[tuple[str, list[str], bool]]:
     One pytest process per stage for the value tests, each under a timeout: a kernel that hangs
     (a cluster barrier that never completes) costs that stage's tests, not the whole call.
     Those and the fuzz tests only check values, so they share the GPU, ``--concurrency`` at a
-    time; the other runs time things (the grader's speed tier, the bench tests) or bring
-    ``--jobs`` processes of their own, and run one by one after them.
+    time; the other runs bring processes of their own (the timed gpu tests, the grader's speed
+    tier and the bench tests, ``--timed-jobs``; the grader, ``--grading-jobs``; the rest,
+    ``--jobs``) and run one by one after them.
     """
     gpu, xdist = ["-m", "gpu"], ["-n", str(a.jobs)]
     runs = []

@@ -244,7 +244,7 @@ def test_weight_dtypes_take_turns_inside_a_round(monkeypatch):
 
 def test_a_kernels_weight_dtypes_are_timed_next_to_each_other_in_each_mode(monkeypatch):
     """With graph rows too: bf16 then fp32 weight plain, then both through a graph, kernel by
-    kernel (the pair the fp32-against-bf16 criterion compares is never seconds apart)."""
+    kernel (the pair the fp32-against-bf16 criterion compares has no other kernel between)."""
     calls = []
 
     def fake_bench_one(fn, M, N, dtype, graph=False, weight_dtype=None, **kw):

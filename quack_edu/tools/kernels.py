@@ -125,7 +125,7 @@ def stage_bwd_fn(name: str) -> Callable:
     kernel = _variant(mod, stage, variant) or mod.KERNEL
 
     @functools.cache
-    def pick(N, dtype, wdt):  # None: launch_bwd's own, the heuristic's for the call's features
+    def pick(N, dtype, wdt):  # None: kernel.launch's own, the heuristic's for the call's features
         return resolve_config(name, N, dtype, wdt) if index else None
 
     def bwd(x, w, dout, rstd):
