@@ -710,6 +710,22 @@ class CompiledFinal:
 
 _COMPILED: dict = {}
 
+#: compiled kernels of classes other than the library's (a lesson's variant, a learner's
+#: subclass: each attempt is a new class) a cache keeps; the library's are never evicted
+MAX_OTHER_CLASSES = 64
+
+
+def cache_put(cache: dict, key: tuple, value, library_cls: type):
+    """``cache[key] = value``, where ``key[-1]`` is the kernel class (never None: the
+    library's own is ``library_cls``): once ``MAX_OTHER_CLASSES`` entries of other classes are
+    kept, the oldest of them is dropped first. Returns ``value``."""
+    if key[-1] is not library_cls:
+        others = [k for k in cache if k[-1] is not library_cls]
+        if len(others) >= MAX_OTHER_CLASSES:
+            cache.pop(others[0])
+    cache[key] = value
+    return value
+
 
 def _vec_limit(t) -> int:
     """The widest access (elements) that tensor ``t``'s pointer and strides allow: accesses
@@ -728,13 +744,13 @@ def compiled_for(
     dtype, N, weight_dtype, features: Features, vec: int, config=None, kernel_cls=None
 ) -> CompiledFinal:
     kernel_cls = kernel_cls or FinalRMSNorm
-    key = (kernel_cls, dtype, N, weight_dtype, features, vec, config)
+    key = (dtype, N, weight_dtype, features, vec, config, kernel_cls)
     fn = _COMPILED.get(key)
     if fn is None:
         from ..runtime import compile_kernel
 
         kernel = kernel_cls(dtype, N, config, weight_dtype, features=features, vec=vec)
-        fn = _COMPILED[key] = compile_kernel(kernel)
+        fn = cache_put(_COMPILED, key, compile_kernel(kernel), FinalRMSNorm)
     return fn
 
 
@@ -780,7 +796,7 @@ def kernel_for(
         weight_offset,
         _misaligned(*tensors),
         config,
-        kernel_cls,
+        kernel_cls or FinalRMSNorm,
     )
     fn = _BY_CALL.get(key)
     if fn is None:
@@ -802,7 +818,7 @@ def kernel_for(
         # the key's alignment bits stand for vec only while they are a 16-byte fact; a
         # narrower access is decided per tensor, so only the common case is cached by bits
         if key[10] == 0:
-            _BY_CALL[key] = fn
+            cache_put(_BY_CALL, key, fn, FinalRMSNorm)
     return fn
 
 

@@ -65,7 +65,7 @@ from ..primitives.copy import _like, store_as
 from ..primitives.tiling import ceil_div
 from ..runtime import LaunchShape, cute_dtype, resident_clusters, sm_count
 from . import final_configs
-from .final import MAX_N, FinalBase, _wider, widest_vec
+from .final import MAX_N, FinalBase, _wider, cache_put, widest_vec
 
 #: SMs of an H200 (the default the host's grid is computed for)
 SM_COUNT = 132
@@ -764,20 +764,15 @@ def compiled_for(
 ):
     """(kernel object, compiled kernel) for a compile key, compiled on first use. Another
     ``kernel_cls`` (a lesson's variant, a learner's subclass) is compiled once per class; at
-    most 64 of those are kept (a learner's every attempt is a new class)."""
-    if kernel_cls is FinalBwdRMSNorm:
-        kernel_cls = None  # the library's own: never evicted
+    most ``MAX_OTHER_CLASSES`` of those are kept (``cache_put``)."""
+    kernel_cls = kernel_cls or FinalBwdRMSNorm
     key = (dtype, N, weight_dtype, features, vec, config, kernel_cls)
     hit = _COMPILED.get(key)
     if hit is None:
         from ..runtime import compile_kernel
 
-        cls = kernel_cls or FinalBwdRMSNorm
-        kernel = cls(dtype, N, config, weight_dtype, features=features, vec=vec)
-        others = [k for k in _COMPILED if k[-1] is not None]
-        if kernel_cls is not None and len(others) >= 64:
-            _COMPILED.pop(others[0])
-        hit = _COMPILED[key] = (kernel, compile_kernel(kernel))
+        kernel = kernel_cls(dtype, N, config, weight_dtype, features=features, vec=vec)
+        hit = cache_put(_COMPILED, key, (kernel, compile_kernel(kernel)), FinalBwdRMSNorm)
     return hit
 
 
