@@ -123,6 +123,11 @@ def _esize(dtype) -> int:
     return cute_dtype(dtype).width // 8
 
 
+def round16(nbytes: int) -> int:
+    """``nbytes`` rounded up to 16: what a 16-byte aligned shared-memory allocation takes."""
+    return -(-nbytes // 16) * 16
+
+
 def widest_vec(N: int, dtype) -> int:
     """The widest access (elements, a power of two, <= 16 bytes of x) that divides N."""
     vec = VECTOR_BYTES // _esize(dtype)
@@ -224,6 +229,17 @@ class FinalBase(RowStaging, ClusterRMSNorm):
                 f"the CTA needs {self.smem_bytes()} bytes of shared memory, more than the "
                 f"{SMEM_PER_CTA} a Hopper CTA can have: raise cluster_n or use buffers=1"
             )
+
+    def exchange_bytes(self) -> int:
+        """Shared memory of ``alternating_exchange_smem``: two reduction buffers and, in a
+        cluster, two mbarriers (16 bytes)."""
+        t = self.tiling
+        return 2 * round16(t.reduction_buffer_bytes()) + (16 if t.cluster_n > 1 else 0)
+
+    def ctas_by_smem(self) -> int:
+        """CTAs whose shared memory (``smem_bytes``, and what the driver reserves a CTA) fits
+        an SM's together."""
+        return SMEM_PER_SM // (self.smem_bytes() + SMEM_RESERVED_PER_CTA)
 
     def alternating_exchange_smem(self, smem: SmemAllocator):
         """The row reduction's shared memory, for blocks reduced one after the other: two
@@ -336,29 +352,22 @@ class FinalRMSNorm(SliceStaging, LearnerLoop, FinalBase):
     # -- sizes ---------------------------------------------------------------------------------
     def smem_bytes(self) -> int:
         """x (and residual) tiles x ``buffers``, the weight and bias slices, two reduction
-        buffers and, in a cluster, two mbarriers; every allocation 16-byte aligned."""
+        buffers and, in a cluster, two mbarriers (``exchange_bytes``); every allocation
+        16-byte aligned."""
         t, cfg, f = self.tiling, self.config, self.features
-
-        def up(n):
-            return -(-n // 16) * 16
-
         x_tile = t.rows_per_cta * t.tile_cols
-        total = cfg.buffers * up(x_tile * t.elem_bytes)
+        total = cfg.buffers * round16(x_tile * t.elem_bytes)
         if f.residual_dtype is not None:
-            total += cfg.buffers * up(x_tile * _esize(f.residual_dtype))
+            total += cfg.buffers * round16(x_tile * _esize(f.residual_dtype))
         if f.weight and cfg.weight_in_smem:
-            total += up(t.tile_cols * self.weight_dtype.width // 8)
+            total += round16(t.tile_cols * self.weight_dtype.width // 8)
         if f.bias_dtype is not None and cfg.weight_in_smem:
-            total += up(t.tile_cols * _esize(f.bias_dtype))
-        total += 2 * up(t.reduction_buffer_bytes())
-        if t.cluster_n > 1:
-            total += 16
-        return total
+            total += round16(t.tile_cols * _esize(f.bias_dtype))
+        return total + self.exchange_bytes()
 
     def ctas_per_sm(self) -> int:
         """CTAs that can share an SM, by shared memory and threads (registers are ~40)."""
-        by_smem = SMEM_PER_SM // (self.smem_bytes() + SMEM_RESERVED_PER_CTA)
-        return max(0, min(by_smem, 2048 // self.config.num_threads, 32))
+        return max(0, min(self.ctas_by_smem(), 2048 // self.config.num_threads, 32))
 
     def grid_x(self, M: int) -> int:
         """CTAs (clusters) per head along the rows: one per ``blocks_per_cta`` row blocks."""

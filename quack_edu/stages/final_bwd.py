@@ -53,8 +53,6 @@ from cutlass import Float32, Int32
 from cutlass.memory import SmemAllocator
 
 from ..config import (
-    SMEM_PER_SM,
-    SMEM_RESERVED_PER_CTA,
     VECTOR_BYTES,
     BwdConfig,
     _next_pow2,
@@ -65,7 +63,7 @@ from ..primitives.copy import _like, store_as
 from ..primitives.tiling import ceil_div
 from ..runtime import LaunchShape, cute_dtype, resident_clusters, sm_count
 from . import final_configs
-from .final import MAX_N, FinalBase, _wider, cache_put, widest_vec
+from .final import MAX_N, FinalBase, _wider, cache_put, round16, widest_vec
 
 #: SMs of an H200 (the default the host's grid is computed for)
 SM_COUNT = 132
@@ -288,19 +286,12 @@ class FinalBwdRMSNorm(FinalBase):
         cluster, two mbarriers. The rows' accumulators (a CTA of several rows) reuse the x and
         dout tiles at the end."""
         t, cfg, f = self.tiling, self.config, self.features
-
-        def up(n):
-            return -(-n // 16) * 16
-
         tile = t.rows_per_cta * t.tile_cols
-        total = cfg.buffers * up(tile * t.elem_bytes)
-        total += cfg.buffers * up(tile * cute_dtype(f.dout_dtype or self.dtype).width // 8)
+        total = cfg.buffers * round16(tile * t.elem_bytes)
+        total += cfg.buffers * round16(tile * cute_dtype(f.dout_dtype or self.dtype).width // 8)
         if f.weight and cfg.weight_in_smem:
-            total += up(t.tile_cols * self.weight_dtype.width // 8)
-        total += 2 * up(t.reduction_buffer_bytes())
-        if t.cluster_n > 1:
-            total += 16
-        return total
+            total += round16(t.tile_cols * self.weight_dtype.width // 8)
+        return total + self.exchange_bytes()
 
     def acc_regs(self) -> int:
         """fp32 registers a thread holds its dw (and db) partial sums in."""
@@ -314,10 +305,9 @@ class FinalBwdRMSNorm(FinalBase):
         kernel is compiled with this many CTAs an SM as its launch bound (.minnctapersm), so
         the persistent grid (``grid_x``) is exactly one wave. An estimate that is too high
         would leave a second, partial wave; one too low, idle SMs (both measured: up to 2x)."""
-        by_smem = SMEM_PER_SM // (self.smem_bytes() + SMEM_RESERVED_PER_CTA)
         regs = min(256, -(-(2 * self.acc_regs() + 56) // 8) * 8)
         by_regs = max(1, 65536 // (regs * self.config.num_threads))  # 1: ptxas makes it fit
-        return max(0, min(by_smem, by_regs, 2048 // self.config.num_threads, 32))
+        return max(0, min(self.ctas_by_smem(), by_regs, 2048 // self.config.num_threads, 32))
 
     def grid_x(self, M: int, sm_count: int = SM_COUNT, resident: int | None = None) -> int:
         """CTAs (clusters) along the rows, no more than row blocks; also P, the rows of
