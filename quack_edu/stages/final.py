@@ -210,6 +210,14 @@ class FinalBase(RowStaging, ClusterRMSNorm):
     def max_N_for(cls, dtype) -> int:
         return MAX_N
 
+    def check_row(self):
+        """What both kernels' ``check_config`` ask of the row: N in [1, MAX_N] and ``vec`` a
+        power of two that divides N."""
+        if not 1 <= self.N <= MAX_N:
+            self.fail(f"N must be in [1, {MAX_N}]")
+        if self.vec & (self.vec - 1) or self.N % self.vec:
+            self.fail(f"vec={self.vec} must be a power of two that divides N")
+
     def check_tiling(self):
         t, cfg = self.tiling, self.config
         if t.chunks > 1:
@@ -342,10 +350,7 @@ class FinalRMSNorm(SliceStaging, LearnerLoop, FinalBase):
         cfg = self.config
         if not isinstance(cfg, FinalConfig):
             raise TypeError(f"the 'final' stage takes a FinalConfig, got {type(cfg).__name__}")
-        if not 1 <= self.N <= MAX_N:
-            self.fail(f"N must be in [1, {MAX_N}]")
-        if self.vec & (self.vec - 1) or self.N % self.vec:
-            self.fail(f"vec={self.vec} must be a power of two that divides N")
+        self.check_row()
         if self.vec * self.dtype.width > 8 * VECTOR_BYTES:
             self.fail(f"vec={self.vec} is wider than a 16-byte access of x")
 

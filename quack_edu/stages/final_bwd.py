@@ -227,10 +227,6 @@ class FinalBwdRMSNorm(FinalBase):
         self.use_async = self.async_copies(staged)
 
     @classmethod
-    def max_N_for(cls, dtype) -> int:
-        return MAX_N
-
-    @classmethod
     def launch(cls, x, weight, dout, dres_out, rstd, dx, dres, db: bool, weight_offset=0.0,
                config=None):  # fmt: skip
         """Run this backward class on rows: x, dout, dres_out, dx, dres (M, N), last dim
@@ -273,10 +269,7 @@ class FinalBwdRMSNorm(FinalBase):
         cfg = self.config
         if not isinstance(cfg, BwdConfig):
             raise TypeError(f"the 'final_bwd' stage takes a BwdConfig, got {type(cfg).__name__}")
-        if not 1 <= self.N <= MAX_N:
-            self.fail(f"N must be in [1, {MAX_N}]")
-        if self.N % self.vec:
-            self.fail(f"N must be a multiple of the vector ({self.vec} elements)")
+        self.check_row()
         if cfg.stages != 1:
             self.fail("stages must be 1 (one commit group per row block)")
 
