@@ -223,18 +223,17 @@ def backward_candidates(base: BwdConfig, wide_weight: bool) -> list[BwdConfig]:
     out = [base]
     t0 = base.threads_per_row
     for tpr in dict.fromkeys((t0, max(4, t0 // 2), min(1024, 2 * t0), min(1024, 4 * t0))):
-        for cn in CLUSTER_SIZES:
+        for cn in cluster_sizes(tpr):
             for buffers in (2, 1):
-                if cn <= tpr:
-                    cfg = BwdConfig(tpr, max(128, tpr), cluster_n=cn, buffers=buffers)
-                    cfgs = [cfg]
-                    if tpr <= 64 and cn == 1:  # short rows: 4 to 32 rows a CTA
-                        cfgs += [replace(cfg, num_threads=n) for n in (256, 512)]
-                    if buffers == 1:  # long rows: the buffer refilled a vector at a time
-                        cfgs.append(replace(cfg, refill_early=True))
-                    for c in cfgs:
-                        for in_smem in (True, False) if wide_weight else (True,):
-                            out.append(replace(c, max_vecs=base.max_vecs, weight_in_smem=in_smem))
+                cfg = BwdConfig(tpr, max(128, tpr), cluster_n=cn, buffers=buffers)
+                cfgs = [cfg]
+                if tpr <= 64 and cn == 1:  # short rows: 4 to 32 rows a CTA
+                    cfgs += [replace(cfg, num_threads=n) for n in (256, 512)]
+                if buffers == 1:  # long rows: the buffer refilled a vector at a time
+                    cfgs.append(replace(cfg, refill_early=True))
+                for c in cfgs:
+                    for in_smem in (True, False) if wide_weight else (True,):
+                        out.append(replace(c, max_vecs=base.max_vecs, weight_in_smem=in_smem))
     return out
 
 
