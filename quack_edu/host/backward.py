@@ -223,7 +223,7 @@ def _bwd_plan(x, weight, dout, dres_out, outs, has_bias, dres_dtype, wo, config)
     kernel, fn = fb.kernel_for(  # the kernel the call above ran
         x.view(rows), weight, dout.view(rows), dro, outs[0].view(rows), dres, has_bias, wo, config
     )
-    most = kernel.grid_x(1 << 40, fb.sm_count(dev), kernel.resident(dev))
+    most = kernel.grid_on(1 << 40, dev)
     pdtype = weight.dtype if weight is not None else torch.float32
     return _BwdPlan(
         direct_call(fn), N, kernel.tiling.rows_per_cta, most, pdtype, weight is not None,

@@ -103,7 +103,7 @@ def partial_rows(
     if strategy == "row_blocks":
         return -(-M // k.tiling.rows_per_cta)
     if device is not None:
-        return k.grid_x(M, final_bwd.sm_count(device), k.resident(device))
+        return k.grid_on(M, device)
     return k.grid_x(M, sm_count or final_bwd.SM_COUNT)
 
 
@@ -125,21 +125,14 @@ def partial_bytes(
     return 2 * P * N * 4 + N * 4
 
 
-#: the kernel class of each strategy (in quack_edu.stages.final_bwd)
-KERNELS = {
-    "atomic": "FinalBwdAtomic",
-    "row_blocks": "FinalBwdRowBlocks",
-    "persistent": "FinalBwdRMSNorm",
-}
-
-
 def run(strategy: str, x, w, dout, rstd, dx, weight_offset: float = 0.0):
     """dw in fp32 by ``strategy`` (dx written into ``dx``): the kernel, then its reduction."""
     from ..stages import final_bwd
 
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    kernel_cls = getattr(final_bwd, KERNELS[strategy])
+    # the lesson's variants by name; "persistent" is the library's kernel
+    kernel_cls = final_bwd.VARIANTS.get(strategy, final_bwd.FinalBwdRMSNorm)
     dw_p, _ = kernel_cls.launch(x, w, dout, None, rstd, dx, None, False, weight_offset)
     return dw_p[0] if strategy == "atomic" else dw_p.sum(dim=0)
 

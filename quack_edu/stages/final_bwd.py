@@ -243,8 +243,7 @@ class FinalBwdRMSNorm(FinalBase):
         kernel, fn = kernel_for(x, weight, dout, dres_out, dx, dres, db, weight_offset, config,
                                 cls)  # fmt: skip
         features = kernel.features
-        dev = x.get_device()
-        P = kernel.grid_x(M, sm_count(dev), kernel.resident(dev))
+        P = kernel.grid_on(M, x.get_device())
         rows = kernel.partial_rows
         alloc = x.new_zeros if rows else x.new_empty  # a variant that adds needs zeros
         dw_p = alloc((rows or P, N), dtype=torch.float32) if features.dw else None
@@ -319,6 +318,10 @@ class FinalBwdRMSNorm(FinalBase):
             if t.cluster_n > 1:
                 waves *= 3
         return max(1, min(ceil_div(M, t.rows_per_cta), waves))
+
+    def grid_on(self, M: int, device_index: int) -> int:
+        """``grid_x`` for ``M`` rows on GPU ``device_index``: its SMs and ``resident``."""
+        return self.grid_x(M, sm_count(device_index), self.resident(device_index))
 
     def resident(self, device_index: int) -> int | None:
         """CTAs (clusters) of this kernel that GPU ``device_index`` holds at once: SMs x CTAs an

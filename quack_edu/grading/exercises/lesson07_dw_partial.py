@@ -405,8 +405,7 @@ def _dw_values(hidden: bool) -> Check:
                     kernel, run = final_bwd.kernel_for(
                         x, w, dout, None, dx, None, False, 0.0, None, cls
                     )
-                    dev = x.get_device()
-                    P = kernel.grid_x(M, final_bwd.sm_count(dev), kernel.resident(dev))
+                    P = kernel.grid_on(M, x.get_device())
                     # one more row, poisoned too: a store past column N of the last CTA's
                     # row lands there
                     buf = torch.full((P + 1, N), float("nan"), device="cuda")
