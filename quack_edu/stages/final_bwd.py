@@ -20,16 +20,16 @@ What is new is the column reduction over rows (dw, db):
   a fixed order) and one row of threads stores them to ``dw_partial[b, cols]``: no atomics,
   so bitwise the same on every run. A second, small kernel (``PartialSum``) sums dw_partial
   over its P rows in a fixed order and writes dw in the weight's dtype.
-* x and dout of a row block come in by cp.async into shared memory (the forward's
-  ``issue_block``, dout in the residual's place), with one or two buffers (two for short rows,
-  one from 32K: ``final_configs.BWD``); from rows of 256 KiB the one buffer is refilled a
-  vector at a time (``refill_early``). The weight slice is copied once per CTA into shared
-  memory or, for an fp32 weight next to rows from 64K, read from L2 a vector at a time so that
-  shared memory holds x and dout only. A prenorm backward's dresidual_out is read in the
-  second pass between the dx stores, marked invariant (``ld.global.nc``,
-  ``invariant_loads``) so that ptxas may issue those loads ahead of the stores. Registers
-  hold the accumulators: vecs x vec fp32 a thread each for dw and db (<= 64 at 512 threads).
-  What was measured on the way: docs/07_design_notes.md and ab_configs.json.
+* x and dout of a row block come in by cp.async into shared memory (``issue_block`` of
+  ``RowStaging``, shared with the forward, dout in the residual's place), with one or two
+  buffers (two for short rows, one from 32K: ``final_configs.BWD``); from rows of 256 KiB the
+  one buffer is refilled a vector at a time (``refill_early``). The weight slice is copied
+  once per CTA into shared memory or, for an fp32 weight next to rows from 64K, read from L2 a
+  vector at a time so that shared memory holds x and dout only. A prenorm backward's
+  dresidual_out is read in the second pass between the dx stores, marked invariant
+  (``ld.global.nc``, ``invariant_loads``) so that ptxas may issue those loads ahead of the
+  stores. Registers hold the accumulators: vecs x vec fp32 a thread each for dw and db (<= 64
+  at 512 threads). What was measured on the way: docs/07_design_notes.md and ab_configs.json.
 * The reduction of c is the forward's: shuffles, then the CTA (two alternating buffers) or
   the cluster (two alternating buffers and mbarriers, ``st.async`` to every peer), and dx is
   written with 128-bit stores from the same shared-memory tiles.

@@ -3,8 +3,9 @@ backward, and what an autotuner may try instead.
 
 A heuristic is a list of ``Row``\\ s, read top down: the first row whose range of row lengths
 (in 16-byte vectors of x), weight width and residual match the call sets the config's fields.
-Every row was chosen by a sweep on the H200 and names the record that holds it (files under
-benchmarks/results/). Whatever a heuristic picks then meets one rule, ``fits``: the kernel
+Every row was chosen by a sweep on the H200; a forward row names the record that holds it
+(``record``, a file under benchmarks/results/), the backward's table names its records in the
+comment above it. Whatever a heuristic picks then meets one rule, ``fits``: the kernel
 class accepts the config for that shape (shared memory, registers, lanes) and at least one
 CTA fits an SM. A pick that does not fit (fp32 x doubles every tile, odd N has narrow
 vectors) falls back, in order, to the first of its alternatives that does (``first_fitting``).
@@ -167,11 +168,13 @@ def forward_candidates(base: FinalConfig) -> list[FinalConfig]:
 # -- the backward --------------------------------------------------------------------------------
 
 #: By row length in vectors (the next power of two at or above it): threads a row, threads a
-#: CTA, cluster size, buffers. Short rows: a few vectors a thread, two buffers, 8 to 32 rows a
-#: CTA (ab_configs.json); from 2K vectors 512 threads a row, from 16K the smallest cluster that
-#: holds the row, one buffer (the clusters at 16K-32K vectors: ab_configs.json; the rest from
-#: sweeps on the H200 of 2026-11-30 kept only as this table). A wide weight is read from L2 in
-#: each pass from 8K vectors on (``BWD_WIDE_FROM_L2``).
+#: CTA, cluster size, buffers. Rows of 32 to 256 vectors: 16 to 64 threads a row, two buffers,
+#: 32 down to 4 rows a CTA (ab_configs.json; shorter rows: ``backward_pick``); 512 and 1024: a
+#: row of 128 threads a CTA (one buffer at 512); from 2K vectors 512 threads a row, one buffer
+#: from 4K, and from 8K (4K next to a wide weight, with two buffers) clusters of 2, 4, then 8:
+#: the smallest that keeps a thread at 8 vectors, 64 accumulators (the clusters at 16K-32K
+#: vectors: ab_configs.json; the rest from sweeps on the H200 of 2026-11-30 kept only as this
+#: table). A wide weight is read from L2 in each pass from 8K vectors on (``BWD_WIDE_FROM_L2``).
 BWD = (
     Row(32, dict(threads_per_row=16, num_threads=512, cluster_n=1, buffers=2)),
     Row(64, dict(threads_per_row=32, num_threads=512, cluster_n=1, buffers=2)),

@@ -16,8 +16,9 @@ from ..primitives.tiling import ceil_div
 
 
 class RowStaging:
-    """Row blocks into shared memory (needs ``tiling``, ``config``, ``use_async``, ``N`` and
-    the ``hint_copies`` switch)."""
+    """Row blocks into shared memory (needs ``tiling``, ``config``, ``use_async``, ``N`` and,
+    for its ``stage_in``, the ``hint_copies`` switch: the forward's; the backward has a
+    ``stage_in`` of its own, without an L2 policy)."""
 
     def stage_copy(self, dtype, to_smem: bool) -> cute.TiledCopy:
         """The tiled copy that brings a tensor of ``dtype`` in: cp.async (16 bytes: .cg; 4 or
