@@ -754,6 +754,15 @@ def _vec_limit(t) -> int:
     return 1 << 30 if g >= VECTOR_BYTES else max(1, g // esize)
 
 
+def access_vec(N: int, dtype, tensors) -> int:
+    """The ``vec`` a call runs with: the widest that N allows (``widest_vec``) and that every
+    tensor's pointer and strides allow (``_vec_limit``; None: absent)."""
+    vec = widest_vec(N, dtype)
+    for t in tensors:
+        vec = min(vec, _vec_limit(t))
+    return vec
+
+
 def compiled_for(
     dtype, N, weight_dtype, features: Features, vec: int, config=None, kernel_cls=None
 ) -> CompiledFinal:
@@ -825,9 +834,7 @@ def kernel_for(
             per_head=x.dim() == 3,
             weight_offset=float(weight_offset),
         )
-        vec = widest_vec(N, x.dtype)
-        for t in tensors:
-            vec = min(vec, _vec_limit(t))
+        vec = access_vec(N, x.dtype, tensors)
         fn = compiled_for(x.dtype, N, _dt(weight), features, vec, config, kernel_cls)
         # the key's alignment bits stand for vec only while they are a 16-byte fact; a
         # narrower access is decided per tensor, so only the common case is cached by bits

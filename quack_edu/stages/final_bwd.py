@@ -63,7 +63,7 @@ from ..primitives.copy import _like, store_as
 from ..primitives.tiling import ceil_div
 from ..runtime import LaunchShape, cute_dtype, resident_clusters, sm_count
 from . import final_configs
-from .final import MAX_N, FinalBase, _wider, cache_put, round16, widest_vec
+from .final import MAX_N, FinalBase, _wider, access_vec, cache_put, round16, widest_vec
 
 #: SMs of an H200 (the default the host's grid is computed for)
 SM_COUNT = 132
@@ -779,14 +779,10 @@ def kernel_for(x, weight, dout, dres_out, dx, dres, db: bool, weight_offset=0.0,
                kernel_cls=None):  # fmt: skip
     """(kernel object, compiled kernel) that ``launch_bwd`` runs for these tensors (rows, as
     ``launch_bwd`` takes them): the features they use and the widest access they allow."""
-    from .final import _vec_limit
-
     N = x.shape[-1]
     dres_dtype = None if dres is None else dres.dtype
     features = features_for(x, weight, dout, dres_out, dres_dtype, db, weight_offset)
-    vec = widest_vec(N, x.dtype)
-    for t in (x, weight, dout, dres_out, dx, dres):
-        vec = min(vec, _vec_limit(t))
+    vec = access_vec(N, x.dtype, (x, weight, dout, dres_out, dx, dres))
     return compiled_for(
         x.dtype, N, None if weight is None else weight.dtype, features, vec, config, kernel_cls
     )
