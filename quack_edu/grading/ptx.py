@@ -5,6 +5,7 @@ branches an instruction is under, multiplies by zero, fp32 constants as PTX writ
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _REG = re.compile(r"%[A-Za-z_]+\d*")
@@ -22,6 +23,22 @@ _NO_DEST = (
     "trap",
     "exit",
 )
+
+
+_NOT_INSTRUCTION = ("//", ".", "$", "{", "}", ")")
+
+
+def instruction_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, stripped line) of each PTX instruction of ``text``, in order: no blank
+    lines, directives, labels, braces or comments. ``Ptx.instrs`` holds these, by index; the
+    scans that also need the labels between them walk the lines and take these numbers. A line
+    is tested as written, its trailing comment included (as ``Ptx`` always has)."""
+    out = []
+    for n, line in enumerate(text.splitlines()):
+        s = line.strip()
+        if s and not s.startswith(_NOT_INSTRUCTION) and not s.endswith(":"):
+            out.append((n, s))
+    return out
 
 
 @dataclass
@@ -43,10 +60,7 @@ class Ptx:
         self.params: list[tuple[str, str]] = []
         for m in re.finditer(r"\.param\s+(?:\.align\s+\d+\s+)?(\.[a-z0-9]+)\s+([\w$]+)", text):
             self.params.append((m.group(2), m.group(1)))
-        for line in text.splitlines():
-            s = line.strip()
-            if not s or s.startswith(("//", ".", "$", "{", "}", ")")) or s.endswith(":"):
-                continue
+        for _, s in instruction_lines(text):
             s = s.rstrip(";").split("//")[0].strip()
             s = re.sub(r"^@!?%\w+\s+", "", s)
             parts = s.split(None, 1)
@@ -124,50 +138,54 @@ def divergent_barriers(ptx_text: str) -> list[str]:
     return out
 
 
-def thread_guards(ptx_text: str, any_predicate: bool = False) -> dict[int, frozenset[str]]:
+def thread_guards(
+    ptx_text: str, any_predicate: bool = False, *, guard: Callable[[Ptx, str], bool] | None = None
+) -> dict[int, frozenset[str]]:
     """For each instruction of ``Ptx(ptx_text)`` (by index), the predicates computed from the
     thread's index (``%tid``, ``%laneid``, ``%warpid``) under which it runs: those of the forward
     branches it lies inside and its own ``@%p`` (the same simple scan as
     ``divergent_barriers``: a forward ``@%p bra`` opens a region that its label closes). With
-    ``any_predicate``, every predicate counts, also those every thread of the CTA shares."""
+    ``any_predicate``, every predicate counts, also those every thread of the CTA shares; with
+    ``guard``, the predicates ``p`` with ``guard(ptx, p)``."""
     ptx = Ptx(ptx_text)
     memo: dict[str, bool] = {}
 
-    def per_thread(pred: str) -> bool:
+    def counts(pred: str) -> bool:
         if any_predicate:
             return True
         if pred not in memo:
-            memo[pred] = any(
-                r in ins.text
-                for j in ptx.defs.get(pred, [])
-                for ins in (ptx.instrs[j], *ptx.ancestors(ptx.instrs[j]))
-                for r in _THREAD_REGS
+            memo[pred] = (
+                guard(ptx, pred)
+                if guard is not None
+                else any(
+                    r in ins.text
+                    for j in ptx.defs.get(pred, [])
+                    for ins in (ptx.instrs[j], *ptx.ancestors(ptx.instrs[j]))
+                    for r in _THREAD_REGS
+                )
             )
         return memo[pred]
 
+    instrs = dict(instruction_lines(ptx_text))
     seen: set[str] = set()
     open_: list[tuple[str, str]] = []
     out: dict[int, frozenset[str]] = {}
-    index = 0
-    for line in ptx_text.splitlines():
-        s = line.strip()
-        label = re.match(r"^(\$[\w.$]+):$", s.split("//")[0].strip())
+    for n, line in enumerate(ptx_text.splitlines()):
+        label = re.match(r"^(\$[\w.$]+):$", line.split("//")[0].strip())
         if label:
             seen.add(label.group(1))
             open_ = [(t, p) for t, p in open_ if t != label.group(1)]
             continue
-        # the instructions Ptx counts, in its order
-        if not s or s.startswith(("//", ".", "$", "{", "}", ")")) or s.endswith(":"):
+        if n not in instrs:
             continue
-        s = s.rstrip(";").split("//")[0].strip()
+        s = instrs[n].rstrip(";").split("//")[0].strip()
         branch = re.match(r"^@!?(%\w+)\s+bra(?:\.uni)?\s+(\$[\w.$]+)", s)
         own = re.match(r"^@!?(%\w+)\s+", s)
         preds = {p for _, p in open_}
-        if own and not branch and per_thread(own.group(1)):
+        if own and not branch and counts(own.group(1)):
             preds.add(own.group(1))
-        out[index] = frozenset(preds)
-        index += 1
-        if branch and branch.group(2) not in seen and per_thread(branch.group(1)):
+        out[len(out)] = frozenset(preds)
+        if branch and branch.group(2) not in seen and counts(branch.group(1)):
             open_.append((branch.group(2), branch.group(1)))
     return out
 

@@ -23,7 +23,16 @@ import re
 from collections.abc import Callable
 
 from .. import hints
-from ..checks import EPS, HIDDEN_M, POISON, VISIBLE_M, KernelHole, Ptx, rmsnorm_inputs
+from ..checks import (
+    EPS,
+    HIDDEN_M,
+    POISON,
+    VISIBLE_M,
+    KernelHole,
+    Ptx,
+    rmsnorm_inputs,
+    thread_guards,
+)
 from ..registry import GPU, TIERS, Check, CheckFailed, mutants
 
 X, W, OUT = 0, 1, 2
@@ -495,44 +504,17 @@ def access_check(
     return Check(name, "compile", fn, hidden, ("compiles",))
 
 
-_SKIP = ("//", ".", "$", "{", "}", ")")
-
-
 def _guards(ptx_text: str, kind: str, arg: int, is_guard: Callable) -> tuple[list, list]:
     """(guarded, unguarded) instruction texts of the global ``kind`` ("ld"/"st") accesses of
     argument ``arg``: an access is guarded when it is predicated on, or inside a forward branch
-    over, a predicate ``p`` with ``is_guard(ptx, p)``."""
+    over, a predicate ``p`` with ``is_guard(ptx, p)`` (``ptx.thread_guards``' scan)."""
     ptx = Ptx(ptx_text)
-    raw = []  # (line index, guard predicate or None) per instruction, as Ptx counts
-    lines = [ln.strip() for ln in ptx_text.splitlines()]
-    labels = {}
-    for i, s in enumerate(lines):
-        s = s.split("//")[0].strip()
-        if s.endswith(":"):
-            labels[s[:-1]] = i
-            continue
-        if not s or s.startswith(_SKIP):
-            continue
-        g = re.match(r"^@(!?)(%\w+)\s+", s)
-        raw.append((i, g.group(2) if g else None))
-
-    branches = []  # (line, target line) of forward branches on a guarding predicate
-    for k, ins in enumerate(ptx.instrs):
-        line, pred = raw[k]
-        if ins.opcode.startswith("bra") and pred and is_guard(ptx, pred):
-            target = labels.get(ins.operands[0].strip()) if ins.operands else None
-            if target is not None and target > line:
-                branches.append((line, target))
+    guards = thread_guards(ptx_text, guard=is_guard)
     good, bad = [], []
     op = f"{kind}.global"
     for k, ins in enumerate(ptx.instrs):
-        if not ins.opcode.startswith(op) or arg not in _param_of(ptx, ins):
-            continue
-        line, pred = raw[k]
-        if (pred and is_guard(ptx, pred)) or any(b < line < t for b, t in branches):
-            good.append(ins.text)
-        else:
-            bad.append(ins.text)
+        if ins.opcode.startswith(op) and arg in _param_of(ptx, ins):
+            (good if guards[k] else bad).append(ins.text)
     return good, bad
 
 
