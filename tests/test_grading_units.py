@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -526,3 +527,16 @@ def test_double_count_hint_on_a_row_near_eps(scale):
     ref = rmsnorm_ref(x, w)
     hint = hints.diagnose_rmsnorm(out, ref, x, w, 1e-6, tol=TOL)
     assert hint is not None and "about 2x" in hint, hint
+
+
+def test_a_cell_worker_that_exits_at_once_says_so(tmp_path):
+    # a child that cannot import quack_edu exits before its first reply: its return code, not
+    # "did not start in 120 s"
+    from quack_edu.grading.executor import ChildEngine
+
+    (tmp_path / "quack_edu").mkdir()
+    (tmp_path / "quack_edu" / "__init__.py").write_text("raise ImportError('broken')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    with pytest.raises(RuntimeError, match="exited with 1 before it started"):
+        with ChildEngine(env, str(tmp_path), timeout=5, log=tmp_path / "log"):
+            pass

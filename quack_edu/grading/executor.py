@@ -308,10 +308,18 @@ class ChildEngine:
         self._replies = os.fdopen(self._rep_r, "r")
         # its start (Python, matplotlib) is not the first cell's time
         ready, _, _ = select.select([self._replies], [], [], _STARTUP_TIMEOUT)
-        if not (ready and self._replies.readline()):
-            self.proc.kill()
-            self.proc.wait()
-            raise RuntimeError(f"the cell worker did not start in {_STARTUP_TIMEOUT:g} s")
+        if ready and self._replies.readline():
+            return
+        if ready:  # the end of its replies: the child exited (an ImportError in it)
+            try:
+                rc = self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                rc = None
+            if rc is not None:
+                raise RuntimeError(f"the cell worker exited with {rc} before it started")
+        self.proc.kill()
+        self.proc.wait()
+        raise RuntimeError(f"the cell worker did not start in {_STARTUP_TIMEOUT:g} s")
 
     def _stop(self) -> None:
         """End the child: its requests close (it leaves its loop), or it is killed."""
