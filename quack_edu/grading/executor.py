@@ -3,8 +3,10 @@
 ``Executor`` walks a notebook's code cells in order, one at a time, each with a timeout: a
 cell that raises does not stop the run; a cell that times out is interrupted; a process that
 died, hangs past the interrupt or whose CUDA context a fault made unusable is replaced by a
-fresh one, and the cells that had run are replayed in it (not the failed ones, nor the other
-cells of their group: an exercise's). What went wrong comes back as a ``CellEvent`` per cell.
+fresh one, and the cells that had run are replayed in it, not the failed ones. The other cells
+of a failed cell's group (an exercise's) are left out of the replays after that one: the
+restart its own failure causes still replays its group's earlier cells (the exercise's answer
+cell). What went wrong comes back as a ``CellEvent`` per cell.
 
 An engine only runs one cell and says how it went; the executor decides the rest:
 
@@ -94,7 +96,8 @@ class Executor:
     """Runs ``nb``'s code cells in order on ``engine`` (started: ``with engine``), surviving
     errors, timeouts and dead processes. ``group(cell)`` names the cells that fail together
     (the grader's: an exercise's answer and check cells): after one of them timed out or died,
-    none of them is replayed in a fresh process."""
+    none of them is replayed in a later fresh process (the restart that its failure causes
+    still replays the others that ran before it)."""
 
     def __init__(self, nb, engine, group: Callable[[object], str | None] | None = None):
         self.nb, self.engine = nb, engine
