@@ -61,3 +61,15 @@ def test_a_solution_notebook_runs_without_jupyter(name, monkeypatch):
     monkeypatch.chdir(path.parent)
     run = run_notebook(path, timeout=300)
     assert run.ok, "\n".join(c.error for c in run.failures)
+
+
+def test_a_cell_that_kills_its_process_keeps_no_old_output(tmp_path):
+    # the engine clears a cell's outputs before running it: a child that dies writes none
+    path = _nb(tmp_path, "import os\nos._exit(3)", "", "print('fresh')")
+    nb = json.loads(path.read_text())
+    for cell in nb["cells"]:
+        cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "stale\n"}]
+    path.write_text(json.dumps(nb))
+    run = run_notebook(path)
+    assert [c.stdout for c in run.cells] == ["", "", "fresh\n"]
+    assert not run.cells[0].ok and "exited with 3" in run.cells[0].error

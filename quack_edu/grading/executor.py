@@ -343,6 +343,7 @@ class ChildEngine:
         """Run one cell; None when it ran cleanly. Its output is kept as Jupyter would."""
         import select
 
+        cell.outputs = []  # as nbclient does: a child killed or dead leaves none, not the old
         msg = {"source": cell.source, "name": f"<{self.label}-{index}>", "timeout": self.timeout}
         try:
             self._requests.write(json.dumps(msg) + "\n")

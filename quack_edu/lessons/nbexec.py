@@ -45,7 +45,7 @@ class NotebookRun:
 
 def _result(index: int, cell, ran, timeout: float) -> CellResult:
     """A code cell's result, from its run and the outputs the engine put on it."""
-    outputs = cell.get("outputs", [])
+    outputs = cell.get("outputs", []) if cell.source.strip() else []  # a blank cell is not run
     stdout = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     if ran.event is None:
         return CellResult(index, True, ran.seconds, stdout)
@@ -59,10 +59,7 @@ def run_notebook(path, timeout: float = 300, echo=False) -> NotebookRun:
     from ..grading.executor import ChildEngine, Executor, child_env
     from ..grading.nbfiles import read
 
-    nb = read(path)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.outputs = []  # what this run prints, not what the file kept
+    nb = read(path)  # each cell's outputs: what this run prints (the engine clears the file's)
     run = NotebookRun(str(path))
     engine = ChildEngine(child_env(), os.getcwd(), timeout, label=f"cell-{Path(path).stem}")
     with engine:
