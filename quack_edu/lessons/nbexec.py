@@ -22,7 +22,7 @@ from pathlib import Path
 
 @dataclass
 class CellResult:
-    index: int  # among the notebook's code cells
+    index: int  # in the notebook, as tracebacks (<cell-stem-N>) and errors name it
     ok: bool
     seconds: float
     stdout: str = ""
@@ -63,12 +63,12 @@ def run_notebook(path, timeout: float = 300, echo=False) -> NotebookRun:
     run = NotebookRun(str(path))
     engine = ChildEngine(child_env(), os.getcwd(), timeout, label=f"cell-{Path(path).stem}")
     with engine:
-        for i, ran in enumerate(Executor(nb, engine).run()):
-            res = _result(i, nb.cells[ran.index], ran, timeout)
+        for ran in Executor(nb, engine).run():
+            res = _result(ran.index, nb.cells[ran.index], ran, timeout)
             run.cells.append(res)
             if echo:
                 status = "ok " if res.ok else "ERR"
-                print(f"  [{status}] cell {i:2d} {res.seconds:6.1f} s", flush=True)
+                print(f"  [{status}] cell {res.index:2d} {res.seconds:6.1f} s", flush=True)
                 if not res.ok:
                     print("    " + res.error.strip().replace("\n", "\n    "), flush=True)
     return run
