@@ -14,7 +14,8 @@ and launches it as it does its own, and then reads what the PTX can show:
 
 and on a GPU (``mixed_values``) compares values with ``rmsnorm_ref`` at ragged shapes in every
 dtype, with weights of another dtype than x (an fp32 weight beside bf16 x), the output
-poisoned before each launch.
+poisoned before each launch. Lessons 06 and 07 share ``check_offset_flow`` (the weight offset
+added to the weight, in the epilogue and in dx) from here too.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..checks import (
     VISIBLE_M,
     KernelHole,
     Ptx,
+    f32_hex,
     rmsnorm_inputs,
     thread_guards,
 )
@@ -565,3 +567,27 @@ def guarded_by_cols(ptx_text: str, kind: str, arg: int) -> tuple[list[str], list
     a tile covers, the vectors past N must be skipped: some access of x, the weight and y is
     guarded."""
     return _guards(ptx_text, kind, arg, _column_pred)
+
+
+def check_offset_flow(
+    flow: dict, out: str, *, offset: float, depends_on: str, multiplies: str, missing, late
+) -> None:
+    """weight_offset=``offset`` reaches ``out`` (``flow["offset"]``), added to the weight before
+    the multiply by ``multiplies``, not to a value that already depends on ``depends_on``
+    (``flow["offset_after"]``). ``missing``, ``late``: the hints of the two failures (lessons
+    06's epilogue and 07's dx)."""
+    k = f32_hex(offset)
+    if not flow["offset"]:
+        raise CheckFailed(
+            f"weight_offset={offset} does not reach {out}",
+            expected=f"an add of {k} ({offset}) to the weight",
+            seen=f"no {k} among {out}'s inputs",
+            hint=missing,
+        )
+    if flow["offset_after"]:
+        raise CheckFailed(
+            f"the offset is added to a value that already depends on {depends_on}",
+            expected=f"add.f32 w, {k} before the multiply by {multiplies}",
+            seen=f"{k} added after the multiply",
+            hint=late,
+        )

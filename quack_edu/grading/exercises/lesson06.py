@@ -34,7 +34,9 @@ from ..checks import (
     no_shortcuts,
     shared,
 )  # fmt: skip
+from ..ptx import _REG
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
+from ._kernels import check_offset_flow
 
 LESSON = "06_final_kernel"
 
@@ -136,7 +138,7 @@ def epilogue_flow(ptx_text: str) -> dict:
         if a.opcode.startswith("mul.") and bias_regs & set(a.srcs):
             scaled = True
         if a.opcode.startswith("fma.") and bias_regs & {
-            r for o in a.operands[1:3] for r in _regs(o)
+            r for o in a.operands[1:3] for r in _REG.findall(o)
         }:
             scaled = True
     return {
@@ -146,34 +148,6 @@ def epilogue_flow(ptx_text: str) -> dict:
         "offset_after": any(after_rstd(o) for o in offsets),
         "bias_scaled": scaled,
     }
-
-
-def _regs(operand: str) -> list[str]:
-    import re
-
-    return re.findall(r"%[A-Za-z_]+\d*", operand)
-
-
-def check_offset_flow(flow: dict, out: str, after: tuple[str, str], missing: str, late: str):
-    """weight_offset=1.0 reaches ``out`` (``flow["offset"]``), added to the weight before the
-    multiply, not to a value that already depends on ``after[0]`` (``flow["offset_after"]``);
-    ``after[1]``: what the weight multiplies. ``missing``, ``late``: the hints of the two
-    failures."""
-    k = f32_hex(OFFSET)
-    if not flow["offset"]:
-        raise CheckFailed(
-            f"weight_offset=1.0 does not reach {out}",
-            expected=f"an add of {k} (1.0) to the weight",
-            seen=f"no {k} among {out}'s inputs",
-            hint=missing,
-        )
-    if flow["offset_after"]:
-        raise CheckFailed(
-            f"the offset is added to a value that already depends on {after[0]}",
-            expected=f"add.f32 w, {k} before the multiply by {after[1]}",
-            seen=f"{k} added after the multiply",
-            hint=late,
-        )
 
 
 def _probe_epilogue(rep) -> str:
@@ -191,7 +165,15 @@ def _probe_epilogue(rep) -> str:
         raise CheckFailed(
             "the bias does not reach the output", expected=expected, seen=seen, hint=NO_BIAS
         )
-    check_offset_flow(flow, "the output", ("rstd", "x_hat"), NO_OFFSET, OFFSET_AFTER)
+    check_offset_flow(
+        flow,
+        "the output",
+        offset=OFFSET,
+        depends_on="rstd",
+        multiplies="x_hat",
+        missing=NO_OFFSET,
+        late=OFFSET_AFTER,
+    )
     if flow["bias_scaled"]:
         raise CheckFailed(
             "the bias is a factor of a multiply",

@@ -43,7 +43,7 @@ from ..checks import (
     shared,
 )
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
-from .lesson06 import check_offset_flow
+from ._kernels import check_offset_flow
 
 LESSON = "07_backward"
 EPS = 1e-6
@@ -513,7 +513,15 @@ def _probe_grad(rep) -> str:
             seen=f"dx depends on {seen}",
             hint=NO_DOUT_IN_G,
         )
-    check_offset_flow(flow, "dx", ("dout", "dout"), NO_OFFSET, OFFSET_AFTER)
+    check_offset_flow(
+        flow,
+        "dx",
+        offset=OFFSET,
+        depends_on="dout",
+        multiplies="dout",
+        missing=NO_OFFSET,
+        late=OFFSET_AFTER,
+    )
     return "dx depends on dout * (w + 1.0): the weight, dout, the offset added to w"
 
 
