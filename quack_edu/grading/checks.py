@@ -261,6 +261,17 @@ def no_shortcuts():
 
 
 @contextmanager
+def not_launched():
+    """Inside, a ``CheckFailed`` is a guard's reason not to launch the learner's kernel: its
+    message is prefixed with "not launched: "."""
+    try:
+        yield
+    except CheckFailed as e:
+        e.message = f"not launched: {e.message}"
+        raise
+
+
+@contextmanager
 def fail_on_error(what: str, hint: str | None = None, detail: Callable | None = None):
     """Inside, an error of the learner's code (compiling their kernel, replaying it) fails the
     check with ``"{what}: {detail(error)}"`` (default: the error in short) and ``hint``

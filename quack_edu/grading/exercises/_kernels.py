@@ -32,6 +32,7 @@ from ..checks import (
     KernelHole,
     Ptx,
     f32_hex,
+    not_launched,
     rmsnorm_inputs,
     thread_guards,
 )
@@ -418,11 +419,8 @@ def _refuse_out_of_bounds(rep, where: str, kernel=None) -> None:
                 hint=ROWS_PAST_M,
             )
     if kernel is not None:
-        try:
+        with not_launched():
             _check_cols(rep, kernel, where)
-        except CheckFailed as e:
-            e.message = f"not launched: {e.message}"
-            raise
 
 
 def ragged_Ns(visible: tuple, hidden_choices: tuple, k: int = 2) -> Callable:

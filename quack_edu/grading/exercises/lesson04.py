@@ -36,6 +36,7 @@ from ..checks import (
     gpu_speed,
     gpu_values,
     no_local_memory,
+    not_launched,
     ptx_probe,
     value_check,
 )
@@ -730,11 +731,8 @@ def _protocol(rep, kernel):
 def _kernel_guard(ctx, kernel, rep):
     """Refuse to launch a kernel that could hang: a wrong exchange (replayed) or a protocol
     out of order."""
-    try:
+    with not_launched():
         _protocol(rep, kernel)
-    except CheckFailed as e:
-        e.message = f"not launched: {e.message}"
-        raise
     from ..dsmem_sim import exchange_from_ptx, judge_exchange
 
     t = kernel.tiling
