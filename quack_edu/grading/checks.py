@@ -15,7 +15,12 @@ Helpers, by tier:
   reaches the rsqrt".
 * gpu tier: ``gpu_values`` (values against ``rmsnorm_ref`` on fresh random inputs at ragged
   shapes, all dtypes, poisoned outputs) and ``gpu_speed`` (GB/s against a fraction of the copy
-  bandwidth measured at that moment).
+  bandwidth measured at that moment; ``speed_vs_copy`` is its verdict on a time measured
+  elsewhere).
+* in any check: ``fail_on_error`` (an error of the learner's code, compiling or replaying it,
+  fails the check with a hint), ``no_shortcuts`` (a call to a library RMSNorm fails it),
+  ``not_launched`` (a guard's failure says the kernel was not launched), ``shared`` (what an
+  answer's checks compute once, a compiled kernel).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The shortcut guard: which library RMSNorms the learner's code called while it ran.
 
 A learner's answer, or the kernel it builds, may not call a finished RMSNorm (torch's, the
-project's reference or library, QuACK's). ``checks`` and ``judge`` run every answer and every
-learner compile inside ``shortcut_guard()`` and fail it with ``checks.shortcut_failure``.
+project's reference or library, QuACK's). ``judge`` runs every answer and every learner compile
+inside ``shortcut_guard()`` and fails it with ``checks.shortcut_failure``; the exercises' checks
+wrap the learner's code in ``checks.no_shortcuts()``, which does both.
 """
 
 from __future__ import annotations
