@@ -245,7 +245,7 @@ def _reference_bwd_kernel_for(launch_bwd):
             return min(-(-M // FAKE_BWD_ROWS), FAKE_BWD_CTAS)
 
         kernel = types.SimpleNamespace(
-            grid_x=grid_x, resident=lambda dev: None,
+            grid_x=grid_x, grid_on=lambda M, dev: grid_x(M, None, None),
             tiling=types.SimpleNamespace(rows_per_cta=FAKE_BWD_ROWS),
         )  # fmt: skip
         return kernel, fn
