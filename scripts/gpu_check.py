@@ -22,7 +22,8 @@
    variants, the library and every installed peer, a bf16 and an fp32 weight unless
    ``--weight-dtype``, CUDA-graph rows up to N = 2048), ladder.json and its three PNGs (~7
    minutes on an H200 at ``--rounds 2``).
-Writes doctor.txt, tests.log, bench.log, bench.json, bench.png under $OUT (default ./out) and
+Writes doctor.txt, tests.log (running/NAME.log while a run runs), bench.log, bench.json,
+bench.png under $OUT (default ./out) and
 prints a short table and the bench's verdict (``--ours`` against QuACK, the best peer and the
 copy) last. The device tool stops a command after 10 minutes: there, run the tests in three
 calls (``--part gpu``, ``--part timed``, ``--part lessons``, each with ``--skip-bench``) and
@@ -41,6 +42,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,20 +66,28 @@ VALUE_ONLY = (
 
 
 def sh(cmd, log: Path | None = None, timeout=None) -> tuple[int, str, float]:
+    """Run ``cmd`` in the repository root: (return code, its output, seconds). The output
+    (stdout and stderr as they come, unbuffered) goes into ``log`` while it runs, so that a
+    device call cut off still brings back what it had printed; 124 when ``timeout`` ran out."""
     t = time.time()
-    try:
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        text, rc = done.stdout + done.stderr, done.returncode
-    except subprocess.TimeoutExpired as e:
-        text = (
-            (e.stdout or b"").decode(errors="replace")
-            if isinstance(e.stdout, bytes)
-            else (e.stdout or "")
-        )
-        text += f"\n[timed out after {timeout} s]"
-        rc = 124
+    if log is None:
+        fd, name = tempfile.mkstemp(suffix=".log")
+        os.close(fd)
+    path = log or Path(name)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(path, "w") as f:
+        try:
+            done = subprocess.run(
+                cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, env=env
+            )
+            rc, tail = done.returncode, ""
+        except subprocess.TimeoutExpired:
+            rc, tail = 124, f"\n[timed out after {timeout} s]"
+    text = path.read_text(errors="replace") + tail
     if log:
-        log.write_text(text)
+        path.write_text(text)
+    else:
+        path.unlink()
     return rc, text, time.time() - t
 
 
@@ -190,9 +200,14 @@ def run_tests(runs, a, out: Path, summary: list) -> None:
 
     logs = {}
 
+    live = out / "running"  # each run's output as it comes (a call cut off keeps it)
+    live.mkdir(exist_ok=True)
+
     def one(name, args):
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
-        return (name, *sh(cmd, timeout=a.fuzz_timeout if name == "fuzz" else a.test_timeout))
+        log = live / (re.sub(r"[^\w]+", "_", name).strip("_") + ".log")
+        timeout = a.fuzz_timeout if name == "fuzz" else a.test_timeout
+        return (name, *sh(cmd, log, timeout=timeout))
 
     def report(name, rc, text, dt):
         tail = [ln for ln in text.strip().splitlines() if ln.strip()]

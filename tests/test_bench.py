@@ -662,6 +662,36 @@ def test_gpu_check_runs_every_test_file():
     assert parts["timed"] == ["other gpu tests"]
 
 
+def test_gpu_check_keeps_what_a_run_cut_off_printed(tmp_path):
+    """A run's output is in its log while it runs: a device call cut off from outside (the
+    tool's 10 minutes) still brings back what the tests had printed."""
+    import sys
+    import threading
+    import time
+
+    gpu_check = _gpu_check()
+    log = tmp_path / "run.log"
+    code = "import time; print('first half'); time.sleep(30)"
+    result = []
+    run = threading.Thread(
+        target=lambda: result.append(gpu_check.sh([sys.executable, "-c", code], log, timeout=5))
+    )
+    run.start()
+    seen = False
+    for _ in range(45):  # up to 4.5 s, while the command still sleeps
+        seen = log.exists() and "first half" in log.read_text()
+        if seen:
+            break
+        time.sleep(0.1)
+    assert seen and run.is_alive()
+    run.join()
+    rc, text, dt = result[0]
+    assert rc == 124 and dt < 25 and "[timed out after 5 s]" in text
+    assert "first half" in text and log.read_text() == text
+    rc, text, _ = gpu_check.sh([sys.executable, "-c", "import sys; print('a'); sys.exit(3)"])
+    assert (rc, text.strip()) == (3, "a")
+
+
 def test_gpu_check_bench_commands(tmp_path):
     gpu_check = _gpu_check()
 
