@@ -22,16 +22,16 @@
    variants, the library and every installed peer, a bf16 and an fp32 weight unless
    ``--weight-dtype``, CUDA-graph rows up to N = 2048), ladder.json and its three PNGs (~7
    minutes on an H200 at ``--rounds 2``).
-Writes doctor.txt, tests.log (running/NAME.log while a run runs), bench.log, bench.json,
-bench.png under $OUT (default ./out) and
-prints a short table and the bench's verdict (``--ours`` against QuACK, the best peer and the
-copy) last. The device tool stops a command after 10 minutes: there, run the tests in three
-calls (``--part gpu``, ``--part timed``, ``--part lessons``, each with ``--skip-bench``) and
-the bench in a fourth. On the H200: the stage value runs and the fuzz tests ~150 s at
-``--concurrency 3`` (2026-12-03); the 411 other value tests did not finish in ~280 s at 6
-processes (2026-12-03), and every `gpu` test under one pytest at 15 ran out of GPU memory in 50
-tests (2026-12-02): ``--jobs`` 10, between the two; the timed tests 197 s at 3 processes (the
-speed checks read 32% of the copy at 14); the grader 165 s at 12 (2026-12-03).
+Writes doctor.txt, tests.log (running/NAME.log while a run runs), bench.log, bench.json and
+bench.png under $OUT (default ./out) and prints a short table and the bench's verdict
+(``--ours`` against QuACK, the best peer and the copy) last. The device tool stops a command
+after 10 minutes: there, run the tests in three calls (``--part gpu``, ``--part timed``,
+``--part lessons``, each with ``--skip-bench``) and the bench in a fourth. On the H200: the
+stage value runs and the fuzz tests ~150 s at ``--concurrency 3`` (2026-12-03); the 411 other
+value tests did not finish in ~280 s at 6 processes (2026-12-03), and every `gpu` test under
+one pytest at 15 ran out of GPU memory in 50 tests (2026-12-02): ``--jobs`` 10, between the
+two; the timed tests 197 s at 3 processes (the speed checks read 32% of the copy at 14); the
+grader 165 s at 12 (2026-12-03).
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -65,17 +64,13 @@ VALUE_ONLY = (
 )
 
 
-def sh(cmd, log: Path | None = None, timeout=None) -> tuple[int, str, float]:
+def sh(cmd, log: Path, timeout=None) -> tuple[int, str, float]:
     """Run ``cmd`` in the repository root: (return code, its output, seconds). The output
     (stdout and stderr as they come, unbuffered) goes into ``log`` while it runs, so that a
     device call cut off still brings back what it had printed; 124 when ``timeout`` ran out."""
     t = time.time()
-    if log is None:
-        fd, name = tempfile.mkstemp(suffix=".log")
-        os.close(fd)
-    path = log or Path(name)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with open(path, "w") as f:
+    with open(log, "w") as f:
         try:
             done = subprocess.run(
                 cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, env=env
@@ -83,11 +78,8 @@ def sh(cmd, log: Path | None = None, timeout=None) -> tuple[int, str, float]:
             rc, tail = done.returncode, ""
         except subprocess.TimeoutExpired:
             rc, tail = 124, f"\n[timed out after {timeout} s]"
-    text = path.read_text(errors="replace") + tail
-    if log:
-        path.write_text(text)
-    else:
-        path.unlink()
+    text = log.read_text(errors="replace") + tail
+    log.write_text(text)
     return rc, text, time.time() - t
 
 

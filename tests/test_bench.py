@@ -688,8 +688,9 @@ def test_gpu_check_keeps_what_a_run_cut_off_printed(tmp_path):
     rc, text, dt = result[0]
     assert rc == 124 and dt < 25 and "[timed out after 5 s]" in text
     assert "first half" in text and log.read_text() == text
-    rc, text, _ = gpu_check.sh([sys.executable, "-c", "import sys; print('a'); sys.exit(3)"])
-    assert (rc, text.strip()) == (3, "a")
+    code = "import sys; print('a'); sys.exit(3)"
+    rc, text, _ = gpu_check.sh([sys.executable, "-c", code], log)
+    assert (rc, text.strip(), log.read_text()) == (3, "a", text)
 
 
 def test_gpu_check_bench_commands(tmp_path):
