@@ -30,8 +30,8 @@ after 10 minutes: there, run the tests in three calls (``--part gpu``, ``--part 
 stage value runs and the fuzz tests ~150 s at ``--concurrency 3`` (2026-12-03); the 411 other
 value tests did not finish in ~280 s at 6 processes (2026-12-03), and every `gpu` test under
 one pytest at 15 ran out of GPU memory in 50 tests (2026-12-02): ``--jobs`` 10, between the
-two; the timed tests 197 s at 3 processes (the speed checks read 32% of the copy at 14); the
-grader 165 s at 12 (2026-12-03).
+two; the timed tests 197 s at 3 processes (2026-12-02; the speed checks read 32% of the copy
+at 14); the grader 165 s at 12 (2026-12-03).
 """
 
 from __future__ import annotations
