@@ -628,6 +628,7 @@ def test_gpu_check_runs_every_test_file():
         "fuzz",
         "gpu tests (parallel)",
         "other gpu tests",
+        "gpu tests (alone)",
         "grading",
         "other tests",
     ]
@@ -659,7 +660,10 @@ def test_gpu_check_runs_every_test_file():
         for p in ("gpu", "timed", "lessons")
     }
     assert parts["gpu"] + parts["timed"] + parts["lessons"] == names
-    assert parts["timed"] == ["other gpu tests"]
+    assert parts["timed"] == ["other gpu tests", "gpu tests (alone)"]
+    # a latency test shares the GPU with nothing (the bench tests' traffic evicts its L2)
+    assert args["gpu tests (alone)"] == ["-m", "gpu", *gpu_check.ALONE]
+    assert all(f"--ignore={t}" in args["other gpu tests"] for t in gpu_check.ALONE)
 
 
 def test_gpu_check_keeps_what_a_run_cut_off_printed(tmp_path):
