@@ -449,13 +449,31 @@ def test_shortcut_guard_sees_aliases_builtins_and_a_switched_off_profiler():
             torch.nn.functional.rms_norm(x, (8,))
         alias(x, (8,))
     assert inner[0] == "torch.nn.functional.rms_norm" and outer == ["torch.rms_norm"]
-    # code that switches the profiler off is reported, and the profiler before is restored
+    # code that switches the profiler off is reported, and the profiler before is restored;
+    # from 3.12 cProfile is a sys.monitoring tool (sys.setprofile(None) no longer stops it)
+    if sys.version_info >= (3, 12):
+        mon = sys.monitoring
+        switches = {
+            "events off": lambda: mon.set_events(mon.PROFILER_ID, 0),
+            "tool freed": lambda: mon.free_tool_id(mon.PROFILER_ID),
+        }
+    else:
+        switches = {"sys.setprofile(None)": lambda: sys.setprofile(None)}
     before = sys.getprofile()
-    with shortcut_guard() as seen:
-        sys.setprofile(None)
-        alias(x, (8,))
-    assert seen and "sys.setprofile" in seen[-1]
-    assert sys.getprofile() is before
+    for what, switch_off in switches.items():
+        with shortcut_guard() as seen:
+            switch_off()
+            alias(x, (8,))
+        assert seen and "the grader's view of the calls was switched off" in seen[-1], what
+        assert sys.getprofile() is before, what
+        with shortcut_guard() as seen:  # and the next guard sees calls again
+            alias(x, (8,))
+        assert seen == ["torch.rms_norm"], what
+    if sys.version_info >= (3, 12):  # the 3.11 way to hide the call hides nothing
+        with shortcut_guard() as seen:
+            sys.setprofile(None)
+            alias(x, (8,))
+        assert seen == ["torch.rms_norm"]
 
 
 def test_shortcut_guard_under_a_profiler_and_its_fallback_hook():

@@ -50,6 +50,10 @@ def _quack_norm_file(path: str) -> bool:
 _GUARDS: list = []
 
 
+#: how code switches cProfile off on this Python
+_SWITCH = "sys.monitoring" if sys.version_info >= (3, 12) else "sys.setprofile"
+
+
 def _still_profiling(prof) -> bool:
     """Whether ``prof`` saw the block to its end (code can switch a profiler off)."""
     if sys.version_info >= (3, 12):  # cProfile is the sys.monitoring profiler tool
@@ -137,7 +141,11 @@ def shortcut_guard():
         yield seen
     finally:
         switched_off = not _still_profiling(prof)
-        prof.disable()
+        try:
+            prof.disable()
+        except Exception:  # 3.12+: the block freed the profiler's sys.monitoring tool id
+            if not switched_off:
+                raise
         _GUARDS.pop()
         if outer is not None:
             outer.enable()
@@ -147,4 +155,4 @@ def shortcut_guard():
             sys.setprofile(before)
         seen.extend(_hits(prof, codes, builtins))
         if switched_off:
-            seen.append("sys.setprofile (the grader's view of the calls was switched off)")
+            seen.append(f"{_SWITCH} (the grader's view of the calls was switched off)")
