@@ -196,13 +196,11 @@ def test_last_dim_sharding_is_gathered_before_the_norm(ranks, placement):
 
 def test_a_partial_x_is_reduced_before_the_norm(sim2, fake_kernel):
     """The norm is not linear in x: a Partial x is summed over the ranks first."""
-    from torch.distributed._local_tensor import rank_map
-
     torch.manual_seed(0)
     parts = [torch.randn(4, 32), torch.randn(4, 32)]
     w = torch.randn(32)
-    with sim2.active():
-        xd = DTensor.from_local(rank_map(lambda r: parts[r].clone()), sim2.mesh, [Partial()])
+    with (mode := sim2.active()):  # the mode's rank_map (torch 2.11 has no module-level one)
+        xd = DTensor.from_local(mode.rank_map(lambda r: parts[r].clone()), sim2.mesh, [Partial()])
         out = R.rmsnorm(xd, distribute_tensor(w, sim2.mesh))
         got = sim2.full(out)
     assert_each(got, ref32(parts[0] + parts[1], w), what="out")
@@ -290,17 +288,17 @@ def test_fwd_outputs_follow_the_flags(ranks):
 def test_backward_is_linear_in_partial_gradients(sim2, fake_kernel):
     """dout and dresidual_out Partial (x replicated): dx, dw, db, dresidual come out Partial,
     and their sums are the gradients of the summed dout."""
-    from torch.distributed._local_tensor import rank_map
-
     torch.manual_seed(0)
     x, w = torch.randn(5, 32), torch.randn(32)
     douts = [torch.randn(5, 32), torch.randn(5, 32)]
     dres = [torch.randn(5, 32, dtype=BF16), torch.randn(5, 32, dtype=BF16)]
     rstd = rstd_ref(x)
-    with sim2.active():
+    with (mode := sim2.active()):
         rep = [distribute_tensor(t, sim2.mesh) for t in (x, w, rstd)]
-        dout = DTensor.from_local(rank_map(lambda r: douts[r].clone()), sim2.mesh, [Partial()])
-        dro = DTensor.from_local(rank_map(lambda r: dres[r].clone()), sim2.mesh, [Partial()])
+        douts_d = mode.rank_map(lambda r: douts[r].clone())
+        dres_d = mode.rank_map(lambda r: dres[r].clone())
+        dout = DTensor.from_local(douts_d, sim2.mesh, [Partial()])
+        dro = DTensor.from_local(dres_d, sim2.mesh, [Partial()])
         outs = R.rmsnorm_bwd(rep[0], rep[1], dout, rep[2], dro, has_bias=True)
         placements = [t.placements for t in outs]
         got = [sim2.full(t) for t in outs]
