@@ -140,17 +140,23 @@ RECORD_FIELDS = {
 }  # fmt: skip
 
 
+def _not_installed():
+    # (QuACK itself would be built where it is installed, the GPU machine, and fail on CPU tensors)
+    raise ModuleNotFoundError("No module named 'quack'")
+
+
 def test_the_driver_end_to_end_with_a_fake_quack_edu():
     saved = []
     opts = options(norms=("torch", "quack_edu", "quack", "nope", "control"))
     ms = makers(quack_edu=FakeQuackRMSNorm)
-    ms["quack"] = mb.NORMS["quack"]  # skipped with its reason where QuACK is not installed
+    ms["quack"] = _not_installed  # a peer that does not import: skipped with its reason
     ms["control"] = mb.NORMS["control"]  # nn.RMSNorm again: the A/A control
     result = mb.Run(opts, mb.Device("cpu"), makers=ms, log=str, save=saved.append).go()
     assert saved and saved[-1] is result
     assert RECORD_FIELDS <= set(result)
     assert set(result["versions"]) >= {"torch", "triton", "nvidia-cutlass-dsl", "quack-kernels"}
     assert result["skipped"]["nope"] == "unknown norm"
+    assert "No module named 'quack'" in result["skipped"]["quack"]
     assert result["norms"]["torch"]["form"].startswith("add-then-norm")
     loads = ["train", "prefill", "decode@1", "decode@4"]
     assert [(r["workload"], r["norm"]) for r in result["rows"]] == [
