@@ -31,7 +31,8 @@ stage value runs and the fuzz tests ~150 s at ``--concurrency 3`` (2026-12-03); 
 value tests 252 s at ``--jobs`` 10 (2026-12-03; unfinished in ~280 s at 6, and every `gpu` test
 under one pytest at 15 ran out of GPU memory, 2026-12-02); the timed tests 208 s at 3
 processes and the latency test 8 s alone (2026-12-03; the speed checks read 32% of the copy
-at 14); the grader 165 s at 12 (2026-12-03).
+at 14); the grader 165 s at 12 (2026-12-03); every other test in GPU mode 183 s at ``--jobs``
+12 (2026-12-03).
 """
 
 from __future__ import annotations
