@@ -15,6 +15,10 @@ kernel; its answers judged outside it), ``-j N`` at a time. Written under ``--ou
     run.json                         the run's seed of the hidden checks (so a resumed run
                                      grades every submission on the same inputs)
 
+The grader's own files are hashed at the start (``integrity``) and checked before each
+submission is graded and before each result, feedback file and the gradebook is written: if one
+changed, ``GraderTampered`` names them and nothing further is graded or written.
+
 A re-run grades only what is new or changed (a submission whose result is there, for the same
 notebook bytes, is skipped) unless ``--force``. ``--roster`` names students who should have
 submitted (the others are "missing"); ``--deadline`` marks files modified after it as late.
@@ -153,9 +157,12 @@ def feedback_text(student: str, res: NotebookResult, late: bool) -> str:
 
 def grade_one(job: dict) -> dict:
     """Grade one submission and write its result and feedback (runs in a pool process)."""
+    from .integrity import check
     from .judge import _Server
     from .notebook import grade_notebook
 
+    grader = job["grader"]
+    check(grader)  # an earlier submission may have written to the grader: grade no next one
     _Server.start()  # imports while the notebook runs
     path, out = Path(job["path"]), Path(job["out"])
     t0 = time.time()
@@ -169,6 +176,7 @@ def grade_one(job: dict) -> dict:
         only=job.get("only"),
     )
     res.seconds = time.time() - t0
+    check(grader)  # before its result and feedback are written
     student, lesson = job["student"], job["lesson"]
     rec = {
         "version": RESULT_VERSION,
@@ -176,6 +184,7 @@ def grade_one(job: dict) -> dict:
         "lesson": lesson,
         "digest": job["digest"],
         "late": job["late"],
+        "grader_files": grader.summary(),
         "result": notebook_record(res),
     }
     rdir = out / "results" / _safe(student)
@@ -308,8 +317,11 @@ def _run_seed(out: Path, seed: int | None) -> int:
     return int(seed)
 
 
-def _jobs(subs: list[Submission], out: Path, opts: ClassOptions, seed: int) -> tuple[list, int]:
-    """The submissions to grade (as ``grade_one`` jobs) and how many are already graded."""
+def _jobs(
+    subs: list[Submission], out: Path, opts: ClassOptions, seed: int, grader
+) -> tuple[list, int]:
+    """The submissions to grade (as ``grade_one`` jobs, each with the ``grader``'s manifest
+    to check) and how many are already graded."""
     options = {"hidden": opts.hidden, "only": opts.only, "seed": seed}
     todo, skipped = [], 0
     for sub in subs:
@@ -339,6 +351,7 @@ def _jobs(subs: list[Submission], out: Path, opts: ClassOptions, seed: int) -> t
                 only=opts.only,
                 digest=digest,
                 late=late,
+                grader=grader,
             )
         )
     return todo, skipped
@@ -347,14 +360,18 @@ def _jobs(subs: list[Submission], out: Path, opts: ClassOptions, seed: int) -> t
 def grade_class(
     folder: Path, out: Path, options: ClassOptions | None = None, progress_stream=None
 ) -> dict:
-    """Grade every submission in ``folder``; returns a summary (counts, paths, seconds)."""
+    """Grade every submission in ``folder``; returns a summary (counts, paths, seconds).
+    Raises ``integrity.GraderTampered`` if the grader's files change while it grades."""
+    from .integrity import GraderTampered, check, grader_roots, snapshot
+
     opts = options or ClassOptions()
+    grader = snapshot(*grader_roots(opts.solutions))  # before any submission runs
     t0 = time.time()
     folder, out = Path(folder), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     seed = _run_seed(out, opts.seed)
     subs = find_submissions(folder, opts.lesson, opts.roster)
-    todo, skipped = _jobs(subs, out, opts, seed)
+    todo, skipped = _jobs(subs, out, opts, seed, grader)
     bar = Progress(len(todo), progress_stream)
 
     def done(r: dict) -> None:
@@ -369,8 +386,12 @@ def grade_class(
 
         with ProcessPoolExecutor(max_workers=opts.jobs, mp_context=mp.get_context("spawn")) as pool:
             futs = [pool.submit(grade_one, job) for job in todo]
-            for f in as_completed(futs):
-                done(f.result())
+            try:
+                for f in as_completed(futs):
+                    done(f.result())
+            except GraderTampered:
+                pool.shutdown(cancel_futures=True)  # grade no submission that has not started
+                raise
 
     rows = []
     graded_lessons = sorted({s.lesson for s in subs if s.lesson != "?"})
@@ -383,6 +404,7 @@ def grade_class(
                 rec = json.loads(rpath.read_text())
         rows.append(_row(sub, rec, cols, out))
     book = out / "gradebook.csv"
+    check(grader)
     write_gradebook(book, rows, cols)
     return dict(
         gradebook=str(book),
@@ -392,5 +414,6 @@ def grade_class(
         skipped=skipped,
         missing=sum(1 for s in subs if s.path is None),
         flagged=sum(1 for r in rows if r.get("flagged") == "yes"),
+        grader_files=grader.summary(),
         seconds=time.time() - t0,
     )

@@ -10,7 +10,9 @@
 hangs and crashes, judges every exercise of its lesson outside that kernel (``judge``), prints
 a table with points (and a summary for several notebooks), writes JSON with ``--json`` and
 exits 1 unless every exercise that can run here passed. Given a folder, it grades a class: a
-CSV gradebook and one feedback file per student (``class_grade``).
+CSV gradebook and one feedback file per student (``class_grade``). The grader's own files are
+hashed at its start and checked before it prints or writes a grade (``integrity``): if one
+changed, it names them, writes nothing further and exits 2.
 
 The package's ``quack_edu.tools.cli`` wires these in with ``add_commands(subparsers)``; they
 also run on their own: ``python -m quack_edu.grading.cli grade ...``.
@@ -133,10 +135,17 @@ def run_student(args) -> int:
     return 0
 
 
+def _refuse(e) -> int:
+    """A grader file changed while grading (``integrity.GraderTampered``): say which, exit 2."""
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+
+
 def run_class(args) -> int:
     from datetime import datetime
 
     from .class_grade import ClassOptions, grade_class
+    from .integrity import GraderTampered
 
     if len(args.notebooks) != 1:
         print("error: give one folder of submissions", file=sys.stderr)
@@ -157,17 +166,22 @@ def run_class(args) -> int:
         solutions=args.solutions,
         only=args.only,
     )
-    s = grade_class(args.notebooks[0], args.out, options)
+    try:
+        s = grade_class(args.notebooks[0], args.out, options)
+    except GraderTampered as e:
+        return _refuse(e)
     print(
         f"{s['submissions']} submissions: {s['graded']} graded, {s['skipped']} already graded "
         f"(--force grades them again), {s['missing']} missing, {s['flagged']} flagged; "
         f"{s['seconds']:.0f} s"
     )
     print(f"gradebook: {s['gradebook']}\nfeedback:  {s['feedback']}/<student>/<lesson>.txt")
+    print(f"grader files: {s['grader_files']}")
     return 0
 
 
 def run_grade(args) -> int:
+    from .integrity import GraderTampered, check, grader_roots, snapshot
     from .notebook import grade_paths
 
     missing = [p for p in args.notebooks if not p.exists()]
@@ -175,7 +189,8 @@ def run_grade(args) -> int:
         print(f"error: no such notebook: {', '.join(map(str, missing))}", file=sys.stderr)
         return 2
     if any(p.is_dir() for p in args.notebooks):
-        return run_class(args)
+        return run_class(args)  # takes its own snapshot (class_grade.grade_class)
+    grader = snapshot(*grader_roots(args.solutions))  # before any notebook runs
     from .judge import _Server
 
     _Server.start()  # the judge server imports while the notebooks run
@@ -188,6 +203,11 @@ def run_grade(args) -> int:
         executed_dir=args.executed,
         only=args.only,
     )
+    try:
+        check(grader)  # before any grade is printed or written
+    except GraderTampered as e:
+        return _refuse(e)
+    run.grader_files = grader.summary()
     if not args.quiet:
         print(run.table())
     print(

@@ -366,6 +366,9 @@ class RunResult:
     mode_reason: str
     hidden: bool
     seed: int | None
+    #: that the grader's files were checked unchanged before the result was written
+    #: (``integrity.Manifest.summary``); None where nothing checked them
+    grader_files: str | None = None
 
     @property
     def score(self) -> int:
@@ -394,6 +397,7 @@ class RunResult:
             tiers_run=[COMPILE] + ([GPU] if self.mode == "gpu" else []),
             hidden_checks=self.hidden,
             seed=self.seed,
+            grader_files=self.grader_files,
             notebooks=[n.to_json() for n in self.notebooks],
         )
 
