@@ -3,8 +3,8 @@
 In ``02.warp_kernel``, ``03.block_kernel`` and ``04.cluster_kernel`` the learner writes a stage's
 ``@cute.kernel`` itself (the body, given the stage's named helpers: ``row_copy``,
 ``warp_reduce``, ``block_reduce``, ``cluster_exchange``, ``rstd``, ...). The grader puts it in
-place of the stage's ``kernel`` on a subclass (``kernel_hole``), so the stage's host side tiles
-and launches it as it does its own, and then reads what the PTX can show:
+place of the stage's ``kernel`` on a subclass (``holes.kernel_hole``), so the stage's host side
+tiles and launches it as it does its own, and then reads what the PTX can show:
 
 * ``tensor_accesses``: which kernel argument (x, the weight, y) each global load and store
   addresses, found through the PTX's def-use chains back to the ``ld.param`` of that argument;
@@ -76,11 +76,6 @@ GIVEN_COPY_REDUCE = {
         {"ADD", "WARP", "combine_buffer", "warp_reduce", "block_reduce", "f32_bits"}
     ),
 }
-
-
-def kernel_hole(stage: str, attrs: tuple = ()) -> KernelHole:
-    """The learner's ``@cute.kernel`` function in place of the stage's ``kernel`` method."""
-    return KernelHole(stage=stage, piece="kernel", adapt=lambda answer: answer, attrs=attrs)
 
 
 def _param_of(ptx: Ptx, ins) -> set[int]:

@@ -13,7 +13,6 @@ import torch
 
 from .. import hints
 from ..checks import (
-    KernelHole,
     Ptx,
     compiles,
     f32_hex,
@@ -23,16 +22,12 @@ from ..checks import (
     value_check,
 )
 from ..hints import Variant
+from ..holes import RSTD_HOLE, SUM_HOLE
 from ..registry import COMPILE, GPU, TIERS, CheckFailed, Exercise, mutants, register
 
 LESSON = "01_naive"
 
 # ---- 01.sum_squares ---------------------------------------------------------------------------
-SUM_HOLE = KernelHole(
-    stage="naive",
-    piece="sum_squares",
-    adapt=lambda answer: lambda self, mX, row: answer(mX, row, self.N),
-)
 FP32_HINT = (
     "square after converting to Float32 (`.to(Float32)`): bf16/fp16 keep 8/11 mantissa bits, "
     "and a sum of thousands of rounded squares drifts; the kernel accumulates in fp32"
@@ -128,13 +123,6 @@ sum_squares.add(
 
 
 # ---- 01.rstd ----------------------------------------------------------------------------------
-RSTD_HOLE = KernelHole(
-    stage="naive",
-    piece="rstd",
-    adapt=lambda answer: lambda self, sum_sq, eps: answer(sum_sq, eps, self.N),
-)
-
-
 def _root(ptx: Ptx):
     """The instruction taking the (reciprocal) square root, and whether it is an rsqrt."""
     r = ptx.find("rsqrt.")

@@ -14,7 +14,6 @@ import torch
 from ...config import RowConfig
 from .. import hints
 from ..checks import (
-    KernelHole,
     Ptx,
     compiles,
     gpu_speed,
@@ -23,6 +22,8 @@ from ..checks import (
     ptx_probe,
 )
 from ..hints import Variant
+from ..holes import COPY_HOLE, REDUCE_HOLE, WARP, tiled_copy_of
+from ..holes import WARP_KERNEL_HOLE as KERNEL_HOLE
 from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutants, register
 from ._kernels import (
     COLUMN_MUTANTS,
@@ -32,23 +33,13 @@ from ._kernels import (
     WHOLE_VARIANTS,
     access_check,
     hidden_cases,
-    kernel_hole,
     mixed_values,
     ragged_Ns,
 )
 
 LESSON = "02_warp_reduction"
-WARP = 32
 
 # ---- 02.warp_reduce ---------------------------------------------------------------------------
-# the learner's function gets the width of its row group: 32, or 8/16 when a warp holds rows of
-# fewer than 32 vectors (the warp stage's heuristic picks those for N <= 128 bf16)
-REDUCE_HOLE = KernelHole(
-    stage="warp",
-    piece="warp_reduce",
-    adapt=lambda answer: lambda self, val: answer(val, min(self.config.threads_per_row, WARP)),
-)
-
 SHUFFLE_DOWN = (
     "shfl.sync.down (or .up/.idx) moves values one way: after the rounds only lane 0 holds the "
     "total, but every lane of the row needs it to scale its own elements. The butterfly "
@@ -250,28 +241,6 @@ warp_reduce.add(
 
 
 # ---- 02.tv_layout -----------------------------------------------------------------------------
-def tiled_copy_of(answer, threads_per_row: int, num_threads: int, x_dtype, dtype):
-    """The tiled copy the kernel builds around the learner's layouts: their (thr, val) layouts
-    for a row of ``x_dtype``, and one copy atom of ``size(val)`` elements of ``dtype`` (at most
-    128 bits; a wider weight dtype moves the same columns in several atoms)."""
-    import cutlass.cute as cute
-
-    thr, val = answer(threads_per_row, num_threads, x_dtype)
-    bits = min(128, cute.size(val) * dtype.width)
-    atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=bits)
-    return cute.make_tiled_copy_tv(atom, thr, val)
-
-
-def _adapt_copy(answer):
-    def row_copy(self, dtype):
-        cfg = self.config
-        return tiled_copy_of(answer, cfg.threads_per_row, cfg.num_threads, self.dtype, dtype)
-
-    return row_copy
-
-
-COPY_HOLE = KernelHole(stage="warp", piece="row_copy", adapt=_adapt_copy)
-
 NARROW = (
     "each thread moves fewer than 16 bytes per access, so the kernel needs more load "
     "instructions for the same bytes; a vector is 128 bits. dtype.width is in bits (16 for "
@@ -489,7 +458,7 @@ tv_layout.add(
 # The whole kernel: the learner writes the warp stage's @cute.kernel for rows that fit one pass
 # (a thread holds its whole share of the row), given the stage's helpers (row_copy, warp_reduce,
 # rstd) and copy_utils (broadcast_rows, predicate_cols).
-KERNEL_HOLE = kernel_hole("warp")
+# Its hole: ``holes.WARP_KERNEL_HOLE`` (KERNEL_HOLE here).
 
 SAME_ROWS = (
     "every CTA loads the same rows: the tile of x (and of y) must be chosen by the CTA's index "

@@ -15,7 +15,6 @@ from ...config import RowConfig, block_config, vector_elems
 from .. import hints
 from ..checks import (
     EPS,
-    KernelHole,
     Ptx,
     compiles,
     divergent_barriers,
@@ -27,6 +26,8 @@ from ..checks import (
     rmsnorm_inputs,
 )
 from ..hints import Variant
+from ..holes import BLOCK_HOLE
+from ..holes import BLOCK_KERNEL_HOLE as KERNEL_HOLE
 from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutants, register
 from ._kernels import (
     COLUMN_MUTANTS,
@@ -36,7 +37,6 @@ from ._kernels import (
     WHOLE_VARIANTS,
     access_check,
     hidden_cases,
-    kernel_hole,
     mixed_values,
     ragged_Ns,
     warp_total_first,
@@ -46,12 +46,6 @@ LESSON = "03_block_reduction"
 WARP = 32
 
 # ---- 03.block_reduce --------------------------------------------------------------------------
-BLOCK_HOLE = KernelHole(
-    stage="block",
-    piece="block_reduce",
-    adapt=lambda answer: lambda self, val, buffer: answer(val, buffer),
-)
-
 NO_STORE = (
     "nothing is written to shared memory: lane 0 of each warp must store the warp's total in "
     "its slot, buffer[row, warp_in_row], for the other warps of the row to read"
@@ -610,7 +604,7 @@ threads_per_row.add(_tpr_check(hidden=False), _tpr_check(hidden=True))
 # ---- 03.block_kernel --------------------------------------------------------------------------
 # The whole kernel: the learner writes the block stage's @cute.kernel (rows that fit one pass),
 # given the stage's helpers: row_copy, warp_reduce, block_reduce (the stage's), rstd.
-KERNEL_HOLE = kernel_hole("block")
+# Its hole: ``holes.BLOCK_KERNEL_HOLE`` (KERNEL_HOLE here).
 
 NEVER_MEET = (
     "the warps of a row never meet: each warp scales its elements with its own warp's sum. "

@@ -41,6 +41,8 @@ from ..checks import (
     value_check,
 )
 from ..hints import Variant
+from ..holes import CLUSTER_KERNEL_HOLE as KERNEL_HOLE
+from ..holes import EXCHANGE_HOLE, EXPECT_HOLE
 from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutants, register
 from ._kernels import (
     COLUMN_MUTANTS,
@@ -50,7 +52,6 @@ from ._kernels import (
     WHOLE_VARIANTS,
     access_check,
     hidden_cases,
-    kernel_hole,
     mixed_values,
     ragged_Ns,
     warp_total_first,
@@ -140,22 +141,6 @@ _VERDICT_HINTS = {
 
 
 # ---- 04.cluster_exchange ---------------------------------------------------------------------
-#: The stage reduces seq_rows row blocks per CTA, each with the same exchange; the grader reads
-#: and runs one block per CTA so that the PTX holds exactly one exchange and one arming.
-ONE_BLOCK = (("seq_rows", 1),)
-
-EXCHANGE_HOLE = KernelHole(
-    stage="cluster",
-    piece="cluster_exchange",
-    adapt=lambda answer: (
-        lambda self, val, buffer, mbar_ptr: answer(
-            val, buffer, mbar_ptr, self.config.threads_per_row
-        )
-    ),
-    attrs=ONE_BLOCK,
-)
-
-
 def simulated_exchange(ctx, hole: KernelHole, N: int, dtype, config):
     """(kernel, Exchange or None, Verdict or None) of the learner's kernel at this config."""
     from ..dsmem_sim import exchange_from_ptx, judge_exchange
@@ -370,18 +355,6 @@ cluster_exchange.add(
 
 
 # ---- 04.expected_tx_bytes --------------------------------------------------------------------
-EXPECT_HOLE = KernelHole(
-    stage="cluster",
-    piece="expected_tx_bytes",
-    adapt=lambda answer: (
-        lambda self: answer(
-            self.tiling.rows_per_cta, self.tiling.warps_per_row, self.tiling.cluster_n
-        )
-    ),
-    attrs=ONE_BLOCK,
-)
-
-
 def expected_tx_ref(rows_per_cta, warps_per_row, cluster_n):
     return rows_per_cta * warps_per_row * cluster_n * 4
 
@@ -614,7 +587,7 @@ WEIGHT_TILE = "gW = cute.local_tile(mW2, t.tiler, (0, rank))"
 # The whole kernel: the learner writes the cluster stage's @cute.kernel with one row block per
 # CTA (seq_rows = 1), given exchange_smem (the buffer and the armed mbarrier), warp_reduce,
 # cluster_exchange (the stage's send), combine_buffer and rstd. Graded with a cluster forced.
-KERNEL_HOLE = kernel_hole("cluster", ONE_BLOCK)
+# Its hole: ``holes.CLUSTER_KERNEL_HOLE`` (KERNEL_HOLE here).
 
 SAME_ROWS = (
     "every cluster loads the same rows: the tile of x (and of y) must be chosen by the CTA's "

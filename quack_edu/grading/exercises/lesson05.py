@@ -19,7 +19,6 @@ import re
 from dataclasses import replace
 
 from ..checks import (
-    KernelHole,
     Ptx,
     compiles,
     gpu_speed,
@@ -31,6 +30,7 @@ from ..checks import (
     value_check,
 )
 from ..hints import Variant
+from ..holes import ATOM_HOLE, PIPE_HOLE, WAIT_HOLE
 from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutants, register
 
 LESSON = "05_cp_async_pipelining"
@@ -79,12 +79,6 @@ def _cp_asyncs(rep):
 
 
 # ---- 05.g2s_atom -----------------------------------------------------------------------------
-ATOM_HOLE = KernelHole(
-    stage="cpasync",
-    piece="make_g2s_atom",
-    adapt=lambda answer: lambda self: answer(self.dtype),
-)
-
 CA_NOT_CG = (
     "cp.async.ca: LoadCacheMode.ALWAYS also allocates every line in L1. x is read once and "
     "then lives in shared memory, so caching it in L1 gains nothing and evicts what L1 does "
@@ -184,13 +178,6 @@ g2s_atom.add(
 
 
 # ---- 05.wait_groups --------------------------------------------------------------------------
-WAIT_HOLE = KernelHole(
-    stage="cpasync",
-    piece="wait_groups_pending",
-    adapt=lambda answer: lambda self, stage: answer(stage, self.config.stages),
-)
-
-
 def wait_groups_ref(stage, stages):
     return stages - 1 - stage
 
@@ -374,16 +361,6 @@ wait_groups.add(
 
 
 # ---- 05.pipeline -------------------------------------------------------------------------------
-PIPE_HOLE = KernelHole(
-    stage="cpasync",
-    piece="load_and_sum_sq",
-    adapt=lambda answer: (
-        lambda self, g2s, tXgX, tXsX, tXpX, in_row, after_issue: answer(
-            g2s, tXgX, tXsX, tXpX, in_row, self.config.stages, after_issue
-        )
-    ),
-)
-
 PIPE_COPIES = (
     "each of the thread's vectors of x is copied exactly once, by cute.copy(g2s, tXgX[None, "
     "None, v], tXsX[None, None, v]): part s is vectors s * per_stage .. (s + 1) * per_stage - 1, "

@@ -27,13 +27,13 @@ import os
 
 from ..checks import (
     CheckFailed,
-    KernelHole,
     Ptx,
     f32_hex,
     fail_on_error,
     no_shortcuts,
     shared,
 )  # fmt: skip
+from ..holes import EPILOGUE_HOLE
 from ..ptx import _REG
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
 from ._kernels import check_offset_flow
@@ -41,12 +41,6 @@ from ._kernels import check_offset_flow
 LESSON = "06_final_kernel"
 
 # ---- 06.epilogue -----------------------------------------------------------------------------
-EPILOGUE_HOLE = KernelHole(
-    stage="final",
-    piece="scale",
-    adapt=lambda answer: lambda self, x_hat, w, b: answer(x_hat, w, b, self.features.weight_offset),
-)
-
 #: Gemma's offset: the weight is stored as w, the layer multiplies by (1 + w)
 OFFSET = 1.0
 #: the compile tier's dtypes: each operand of the epilogue recognisable by its conversion

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from ..checks import (
     CheckFailed,
-    KernelHole,
     _shared_get,
     _shared_put,
     fail_on_error,
     gpu_values,
 )  # fmt: skip
+from ..holes import _TRACE, HELPER_KINDS, LOOP_HOLE
 from ..registry import COMPILE, GPU, Check, Exercise, mutants, register
 from .lesson06 import LESSON
 
@@ -23,8 +23,7 @@ def loop_config(N, dtype):
     return FinalConfig(64, 128, cluster_n=2, buffers=2, blocks_per_cta=4)
 
 
-#: the helpers in row_blocks's order, by the names the replay records their calls under
-HELPER_KINDS = ("issue", "first", "send", "wait", "combine", "rearm", "second")
+#: the arguments of each helper (``holes.HELPER_KINDS``), by name
 HELPER_ARGS = {
     "issue": ("blk", "b"),
     "first": ("it", "blk", "b"),
@@ -34,33 +33,6 @@ HELPER_ARGS = {
     "rearm": ("p",),
     "second": ("it", "blk", "b", "total"),
 }
-#: the helper calls of the latest compile of a learner's loop, in the order traced: (kind,
-#: {argument index: value} of the arguments that were Python constants, not values of the kernel)
-_TRACE: list[tuple[str, dict]] = []
-
-
-def _recording(kind, helper):
-    def call(*args):
-        consts = {i: a for i, a in enumerate(args) if isinstance(a, int)}
-        _TRACE.append((kind, consts))
-        return helper(*args)
-
-    return call
-
-
-def _traced(answer):
-    """The kernel's ``row_blocks``: the learner's loop, each helper call recorded while the
-    kernel is traced (one pass over the loop's body, each branch of a runtime ``if`` once)."""
-
-    def method(self, n_iter, blk0, tidx, *helpers):
-        _TRACE.clear()
-        rec = [_recording(k, h) for k, h in zip(HELPER_KINDS, helpers, strict=True)]
-        return answer(n_iter, blk0, tidx, *rec)
-
-    return method
-
-
-LOOP_HOLE = KernelHole(stage="final", piece="row_blocks", adapt=_traced)
 REPLAY = "the loop replayed on the CPU: buffers, exchange parity, mbarrier phases, re-arms"
 LOOP_COMPILES = "compiles (cluster of 2, two buffers, 4 row blocks a CTA)"
 

@@ -35,13 +35,13 @@ import tokenize
 
 from ..checks import (
     CheckFailed,
-    KernelHole,
     Ptx,
     f32_hex,
     fail_on_error,
     no_shortcuts,
     shared,
 )
+from ..holes import GRAD_IN_HOLE as HOLE
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
 from ._kernels import check_offset_flow
 
@@ -405,11 +405,6 @@ dx_row.add(_dx_gpu(hidden=False), _dx_gpu(hidden=True))
 
 
 # ---- 07.grad_in -------------------------------------------------------------------------------
-HOLE = KernelHole(
-    stage="final_bwd",
-    piece="grad_in",
-    adapt=lambda answer: lambda self, dy, w: answer(dy, w, self.features.weight_offset),
-)
 #: Gemma's offset: the compile tier's, recognisable as the fp32 constant 0f3F800000
 OFFSET = 1.0
 #: the compile tier's dtypes: each operand of g recognisable by its conversion

@@ -28,6 +28,7 @@ from ..checks import (
     thread_guards,
     times_zero,
 )
+from ..holes import accumulate_dw_of, dw_partial_class
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
 from .lesson07 import HOLE, LESSON, _row_inputs
 
@@ -120,31 +121,17 @@ NO_ACCUMULATE = (
 
 def _dw_build(answer):
     """The backward kernel class with the learner's ``combine_partial`` and, from the same
-    cell (the function's globals), ``accumulate_dw``."""
-    from ...stages.final_bwd import FinalBwdRMSNorm
+    cell (the function's globals), ``accumulate_dw`` (``holes.dw_partial_class``)."""
 
     def make():
-        acc_fn = getattr(answer, "__globals__", {}).get("accumulate_dw")
-        if acc_fn is None:
-            acc_fn = getattr(getattr(answer, "__wrapped__", None), "__globals__", {}).get(
-                "accumulate_dw"
-            )
+        acc_fn = accumulate_dw_of(answer)
         if acc_fn is None:
             raise CheckFailed(
                 "no accumulate_dw" + plain_call(answer, 8),
                 expected="def accumulate_dw(acc, v, dy, x_hat)",
                 hint=NO_ACCUMULATE,
             )
-        methods = {
-            "__module__": __name__,
-            "accumulate_dw": lambda self, acc, v, dy, x_hat: acc_fn(acc, v, dy, x_hat),
-            "combine_partial": (
-                lambda self, acc, mine, slots, write, in_cols, row, rows: answer(
-                    acc, mine, slots, write, in_cols, row, rows, self.drain_copies
-                )
-            ),
-        }
-        return type("LearnerDwPartials", (FinalBwdRMSNorm,), methods)
+        return dw_partial_class(acc_fn, answer)
 
     return shared(answer, ("07.dw_partial class",), make)
 
