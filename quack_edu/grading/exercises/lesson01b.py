@@ -13,6 +13,7 @@ elements past N poisoned and checked untouched.
 
 import math
 
+from ...lessons.evidence import SCALE_THREADS, SCALE_TILE, scale_dtype, scale_launch, scale_ptx
 from .. import checks
 from ..checks import Ptx, numbers_close, value_check
 from ..hints import Variant
@@ -261,38 +262,9 @@ thread_elements.add(
 
 # ---- 01.scale_kernel --------------------------------------------------------------------------
 #: the launch the exercise states: a CTA of 128 threads owns a tile of 1024 elements, 8 a thread
-TILE, THREADS = 1024, 128
+#: (``lessons.evidence``, where the lesson's cell after the check compiles the same launch)
+TILE, THREADS = SCALE_TILE, SCALE_THREADS
 RAGGED_N = 4104  # 4 full tiles and 8 elements: the fifth CTA must not run past the end
-
-
-def _launcher(kernel):
-    import cutlass.cute as cute
-    from cutlass import Float32
-
-    @cute.jit
-    def launch(mX: cute.Tensor, mY: cute.Tensor, factor: Float32, stream):
-        kernel(mX, mY, factor).launch(
-            grid=[cute.ceil_div(cute.size(mX), TILE), 1, 1], block=[THREADS, 1, 1], stream=stream
-        )
-
-    return launch
-
-
-def _dtype(name):
-    import cutlass
-
-    return {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16}[name]
-
-
-def scale_ptx(kernel, N: int, dtype="bf16") -> str:
-    """Compile ``kernel`` (the exercise's answer) in the exercise's launch for a vector of N."""
-    from cutlass import Float32
-
-    from ...lessons.dsl import fake_stream, fake_tensor, ptx_of
-
-    dt = _dtype(dtype)
-    x, y = fake_tensor(dt, (N,)), fake_tensor(dt, (N,))
-    return ptx_of(_launcher(kernel), x, y, Float32(2.0), fake_stream())
 
 
 def _ptx(ctx, N, dtype="bf16") -> Ptx:
@@ -410,10 +382,10 @@ def scale_launcher(kernel, N: int, dtype="bf16"):
 
     from ...lessons.dsl import fake_tensor
 
-    dt = _dtype(dtype)
+    dt = scale_dtype(dtype)
     stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
     args = (fake_tensor(dt, (N,)), fake_tensor(dt, (N,)), Float32(2.0), stream)
-    return cute.compile(_launcher(kernel), *args, options="--enable-tvm-ffi")
+    return cute.compile(scale_launch(kernel), *args, options="--enable-tvm-ffi")
 
 
 def _gpu_values(hidden: bool):

@@ -22,27 +22,22 @@ real kernel and runs ``torch.library.opcheck`` and ``torch.compile(fullgraph=Tru
 
 from __future__ import annotations
 
-import itertools
-import os
-
+from ...lessons.evidence import OFFSET, epilogue_flow, scratch_op
 from ..checks import (
     CheckFailed,
-    Ptx,
-    f32_hex,
     fail_on_error,
     no_shortcuts,
     shared,
 )  # fmt: skip
 from ..holes import EPILOGUE_HOLE
-from ..ptx import _REG
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
 from ._kernels import check_offset_flow
 
 LESSON = "06_final_kernel"
 
 # ---- 06.epilogue -----------------------------------------------------------------------------
-#: Gemma's offset: the weight is stored as w, the layer multiplies by (1 + w)
-OFFSET = 1.0
+# OFFSET (``lessons.evidence``): Gemma's 1.0; the weight is stored as w, the layer multiplies by
+# (1 + w)
 #: the compile tier's dtypes: each operand of the epilogue recognisable by its conversion
 X_DTYPE, W_DTYPE, B_DTYPE = "fp32", "bf16", "fp16"
 
@@ -107,41 +102,6 @@ def _epilogue_compiles(hidden: bool) -> Check:
 
     name = "compiles with a bias and weight_offset=1.0" + (" at a random N" if hidden else "")
     return Check(name, COMPILE, fn, hidden)
-
-
-def epilogue_flow(ptx_text: str) -> dict:
-    """What reaches the output stores of a final kernel compiled with x fp32, weight bf16, bias
-    fp16: {"weight", "bias", "offset": bool, "offset_after": bool, "bias_scaled": bool}."""
-    ptx = Ptx(ptx_text)
-    stores = [i for i in ptx.instrs if i.opcode.startswith("st.global")]
-    anc: dict[int, object] = {}
-    for st in stores:
-        for a in ptx.ancestors(st):
-            anc[a.index] = a
-    k = f32_hex(OFFSET)
-    weight = [a for a in anc.values() if a.opcode.startswith("cvt.f32.bf16")]
-    bias = [a for a in anc.values() if a.opcode.startswith("cvt.f32.f16")]
-    offsets = [a for a in anc.values() if any(k in o for o in a.operands)]
-
-    def after_rstd(ins):
-        return any(a.opcode.startswith("rsqrt") for a in ptx.ancestors(ins))
-
-    bias_regs = {d for b in bias for d in b.dests}
-    scaled = False
-    for a in anc.values():  # a bias value as a multiplicand
-        if a.opcode.startswith("mul.") and bias_regs & set(a.srcs):
-            scaled = True
-        if a.opcode.startswith("fma.") and bias_regs & {
-            r for o in a.operands[1:3] for r in _REG.findall(o)
-        }:
-            scaled = True
-    return {
-        "weight": bool(weight),
-        "bias": bool(bias),
-        "offset": bool(offsets),
-        "offset_after": any(after_rstd(o) for o in offsets),
-        "bias_scaled": scaled,
-    }
 
 
 def _probe_epilogue(rep) -> str:
@@ -514,28 +474,6 @@ def _fake_value_check(hidden: bool) -> Check:
         else "shapes, dtypes, devices and strides under FakeTensorMode vs the library's fake"
     )
     return Check(name, COMPILE, fn, hidden)
-
-
-_op_counter = itertools.count()
-
-
-def scratch_op(fake):
-    """A fresh custom op ``quack_edu_grading::fwd_<pid>_<k>`` with the schema of
-    ``quack_edu::rmsnorm_fwd``, the real kernel as its body and ``fake`` as its fake."""
-    import torch
-
-    from ...rmsnorm import _fwd_body
-
-    schema = str(torch.ops.quack_edu.rmsnorm_fwd.default._schema)
-    schema = schema[schema.index("(") :]
-    name = f"quack_edu_grading::fwd_{os.getpid()}_{next(_op_counter)}"
-    op = torch.library.custom_op(name, _fwd_body, mutates_args=(), schema=schema)
-
-    def fake_fn(x, weight, bias, residual, out_dtype, res_dtype, eps, store_rstd, offset):
-        return fake(x, weight, bias, residual, out_dtype, res_dtype, eps, store_rstd, offset)
-
-    op.register_fake(fake_fn)
-    return op
 
 
 def _fake_gpu_check(hidden: bool) -> Check:

@@ -33,13 +33,13 @@ import io
 import math
 import tokenize
 
+from ...lessons.evidence import NO_WEIGHT_OFFSET, OFFSET, grad_flow, learner_class, report_for
 from ..checks import (
     CheckFailed,
     Ptx,
     f32_hex,
     fail_on_error,
     no_shortcuts,
-    shared,
 )
 from ..holes import GRAD_IN_HOLE as HOLE
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
@@ -405,47 +405,15 @@ dx_row.add(_dx_gpu(hidden=False), _dx_gpu(hidden=True))
 
 
 # ---- 07.grad_in -------------------------------------------------------------------------------
-#: Gemma's offset: the compile tier's, recognisable as the fp32 constant 0f3F800000
-OFFSET = 1.0
+# OFFSET (``lessons.evidence``): Gemma's 1.0, recognisable as the fp32 constant 0f3F800000
 #: the compile tier's dtypes: each operand of g recognisable by its conversion
 X_DTYPE, W_DTYPE, DOUT_DTYPE = "fp32", "bf16", "fp16"
 COMPILES = "compiles (x fp32, weight bf16, dout fp16, weight_offset=1.0)"
 PROBE = "the PTX: dx from dout * (w + 1.0)"
 #: after the probe: a wrong g is reported without compiling a second kernel
 COMPILES_NO_WEIGHT = "compiles without a weight (w is None)"
-#: the no-weight kernel's offset: nonzero, so that an answer which applies it without a weight
-#: shows it (0.375 and 1.375 are immediates no other part of the kernel uses)
-NO_WEIGHT_OFFSET = 0.375
+# NO_WEIGHT_OFFSET (``lessons.evidence``): the no-weight kernel's, 0.375, which must not reach dx
 PROBE_NO_WEIGHT = "the PTX without a weight: dx from dout alone (weight_offset=0.375 unused)"
-
-
-def learner_class(answer):
-    """The backward kernel class with the learner's ``grad_in`` (one per answer object)."""
-    return shared(answer, ("07.grad_in class",), lambda: HOLE.build(answer))
-
-
-def report_for(answer, N: int = 1000, weighted: bool = True):
-    """The backward kernel with the learner's ``grad_in``, compiled with x fp32, weight bf16,
-    dout fp16 and weight_offset=1.0 at ``N`` (``weighted=False``: bf16 x, no weight,
-    weight_offset=NO_WEIGHT_OFFSET, which must not reach dx). Cached
-    for the answer object: the report the grader read, without compiling again."""
-    import torch
-
-    from ...stages.final_bwd import BwdFeatures
-    from ...tools.inspect import kernel_report
-
-    def make():
-        cls = learner_class(answer)
-        if weighted:
-            f = BwdFeatures(dout_dtype=torch.float16, weight_offset=OFFSET)
-            kernel = cls(torch.float32, N, None, torch.bfloat16, features=f)
-        else:
-            f = BwdFeatures(weight=False, dw=False, weight_offset=NO_WEIGHT_OFFSET)
-            kernel = cls(torch.bfloat16, N, None, None, features=f)
-        with no_shortcuts():
-            return kernel_report(kernel, stage="final_bwd+07.grad_in")
-
-    return shared(answer, ("07.grad_in report", N, weighted), make)
 
 
 def _grad_compiles(weighted: bool = True) -> Check:
@@ -462,32 +430,6 @@ def _grad_compiles(weighted: bool = True) -> Check:
     if not weighted:
         return Check(COMPILES_NO_WEIGHT, COMPILE, fn, needs=(PROBE,))
     return Check(COMPILES, COMPILE, fn)
-
-
-def grad_flow(ptx_text: str) -> dict:
-    """What reaches the dx stores of a backward compiled with x fp32, weight bf16, dout fp16 and
-    weight_offset=1.0: {"weight", "dout", "offset": bool, "offset_after": bool}. The dx stores
-    are those the weight reaches (dw's partial sums do not depend on it)."""
-    ptx = Ptx(ptx_text)
-    k = f32_hex(OFFSET)
-    weight_stores, offset, offset_after, dout_ok = [], False, False, True
-    for st in (i for i in ptx.instrs if i.opcode.startswith("st.global")):
-        anc = ptx.ancestors(st)
-        if not any(a.opcode.startswith("cvt.f32.bf16") for a in anc):
-            continue
-        weight_stores.append(st)
-        dout_ok &= any(a.opcode.startswith("cvt.f32.f16") for a in anc)
-        for a in anc:
-            if any(k in o for o in a.operands):
-                offset = True
-                if any(b.opcode.startswith("cvt.f32.f16") for b in ptx.ancestors(a)):
-                    offset_after = True
-    return {
-        "weight": bool(weight_stores),
-        "dout": bool(weight_stores) and dout_ok,
-        "offset": offset,
-        "offset_after": offset_after,
-    }
 
 
 def _probe_grad(rep) -> str:
