@@ -121,6 +121,73 @@ ANSWER_CELL_CHEATS = [
         "00.bytes_moved",
         "import os\n" + WRONG + "os._exit(0)\n",
     ),
+    # the families of issue 49, each reaching past the screen (``torch.*`` names the process)
+    (
+        "the reference answer through an allowed module's attribute",
+        "00.bytes_moved",
+        "bytes_moved = torch.importlib.import_module("
+        "'quack_edu.grading.exercises.lesson00').bytes_moved_ref\n",
+    ),
+    (
+        "the library's warp_reduce through torch.sys.modules",
+        "02.warp_reduce",
+        "def warp_reduce_sum(val, width=32):\n"
+        "    lib = torch.sys.modules['quack_edu.primitives.reduce']\n"
+        "    return lib.warp_reduce(val, lambda a, b: a + b, width)\n",
+    ),
+    (
+        "the warp stage's kernel through torch.sys.modules",
+        "02.warp_kernel",
+        "from quack_edu.primitives import copy as copy_utils\n"
+        "warp_kernel = torch.sys.modules['quack_edu.stages.warp'].WarpRMSNorm.kernel\n",
+    ),
+    (
+        "the solution notebook's cell read and exec'd",
+        "02.warp_reduce",
+        "import json\n"
+        "root = torch.os.path.dirname(torch.os.path.dirname(quack_edu.__file__))\n"
+        "nb = json.load(torch.builtins.open(root + '/solutions/02_warp_reduction.ipynb'))\n"
+        "src = next(''.join(c['source']) for c in nb['cells'] if 'def warp_reduce_sum' in "
+        "''.join(c['source']))\n"
+        "torch.builtins.exec(src)\n",
+    ),
+    (
+        "the worker's request handler replaced",
+        "00.bytes_moved",
+        "worker = torch.sys.modules['quack_edu.grading.worker']\n"
+        "worker.serve = lambda *a, **k: {'verdict': 'pass', 'value': {'t': 'int', 'v': '0'}}\n"
+        + WRONG,
+    ),
+    (
+        "the grader's files edited on disk",
+        "00.bytes_moved",
+        "grading = torch.os.path.join(torch.os.path.dirname(quack_edu.__file__), 'grading')\n"
+        "torch.builtins.open(grading + '/judge.py', 'a').write('\\n')\n" + WRONG,
+    ),
+    (
+        "a process left running to rewrite the results",
+        "00.bytes_moved",
+        "torch.sys.modules['subprocess'].Popen(['sleep', '30'], start_new_session=True)\n"
+        + WRONG,
+    ),
+    (
+        "reading the grader's command line",
+        "00.bytes_moved",
+        "cmd = torch.builtins.open(f'/proc/{torch.os.getppid()}/cmdline').read()\n" + WRONG,
+    ),
+    (
+        "stopping the grader",
+        "00.bytes_moved",
+        "torch.os.kill(torch.os.getppid(), 19)\n" + WRONG,
+    ),
+    (
+        "switching the shortcut guard off around F.rms_norm",
+        "00.eager_rmsnorm",
+        "def eager_rmsnorm(x, w, eps=1e-6):\n"
+        "    torch.sys.setprofile(None)\n"
+        "    f = torch.builtins.getattr(torch.nn.functional, 'rms' + '_norm')\n"
+        "    return f(x, (x.shape[-1],), w, eps)\n",
+    ),
     (
         "a loop right when replayed, never re-armed when compiled",
         "06.row_loop",
@@ -138,24 +205,50 @@ def test_answer_cell_cheat_is_flagged_and_scores_zero(name, ex_id, source):
     ex = get(ex_id)
     res = judge_exercise(ex, source, seed=1, timeout=60)
     shortcut = any(c.shortcut for c in res.checks)  # a library RMSNorm, caught as before
-    assert res.score == 0 and (res.flagged or shortcut), res.table()
-    assert bool(screen(source, ex)) == res.flagged
+    assert res.score == 0, res.table()
+    if name not in NOT_FLAGGED:
+        assert res.flagged or shortcut, res.table()
+    if screen(source, ex):  # flagged before anything runs
+        assert res.flagged and "grader's sandbox" not in res.forced_message, res.table()
 
 
-#: the same cheats judged with the screen off: the process boundary alone scores them 0. Not
-#: these: reading the solutions off the disk and calling the stage's own helper work in any
-#: process that can read the package (the screen is what stops them); hiding the output and
-#: QuACK fail to load there (no IPython, no quack)
-SCREEN_ONLY = ("reading", "stage's own helper", "hiding", "QuACK")
-UNSCREENED = [c for c in ANSWER_CELL_CHEATS if not any(w in c[0] for w in SCREEN_ONLY)]
+#: cheats that only score 0: what they change is in the learner's process, which decides
+#: nothing (the grader computes the verdict from the value, which is wrong)
+NOT_FLAGGED = ("the worker's request handler replaced",)
+#: the cheats the grader's sandbox must flag by itself (the screen off): each reaches for a
+#: file, a process, a module or a finished function the learner's process may not have
+BOUNDARY_FLAGS = (
+    "reading the seed and the solutions",
+    "importing the library's reference",
+    "the library's own kernel",
+    "F.rms_norm as the answer",
+    "the stage's own helper",
+    "QuACK as the answer",
+    "the reference answer through",
+    "the library's warp_reduce",
+    "the warp stage's kernel",
+    "the solution notebook's cell",
+    "the grader's files edited",
+    "a process left running",
+    "reading the grader's command line",
+    "stopping the grader",
+    "switching the shortcut guard off",
+)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,ex_id,source", UNSCREENED, ids=[c[0] for c in UNSCREENED])
+@pytest.mark.parametrize(
+    "name,ex_id,source", ANSWER_CELL_CHEATS, ids=[c[0] for c in ANSWER_CELL_CHEATS]
+)
 def test_answer_cell_cheat_scores_zero_without_the_screen(name, ex_id, source):
+    """The boundary alone (the screen off): every cheat scores 0, and the sandbox flags the
+    ones that reach past the learner's process."""
     res = judge_exercise(get(ex_id), source, seed=1, timeout=60, screened=False)
     assert res.score == 0, res.table()
     assert res.status in ("fail", "not attempted"), res.table()
+    shortcut = any(c.shortcut for c in res.checks)  # a library RMSNorm named in the source
+    if any(name.startswith(b) for b in BOUNDARY_FLAGS) and not shortcut:
+        assert res.flagged and "grader's sandbox" in res.forced_message, res.table()
 
 
 def test_reading_the_seed_finds_nothing_in_the_worker():
@@ -265,6 +358,24 @@ KERNEL_CHEATS = {
         "    pass\n"
     ),
 }
+#: cells that reach past the learner's process (issue 49): each is refused and flags the
+#: notebook (``SANDBOX_CHEATS``' names appear in the flags as what was refused)
+SANDBOX_CHEATS = {
+    "a detached process that rewrites the results after the grader exits": (
+        "import subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(20)'],\n"
+        "                 start_new_session=True)\n"
+    ),
+    "the grader's files edited on disk": (
+        "import quack_edu.grading.judge as judge\nopen(judge.__file__, 'a').write('\\n')\n"
+    ),
+    "reading the grader's command line": (
+        "import os\nopen(f'/proc/{os.getppid()}/cmdline').read()\n"
+    ),
+    "stopping the grader": "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n",
+}
+#: what the sandbox's flags name for them
+SANDBOX_FLAGS = ("subprocess.Popen", "writing", "/cmdline", "os.kill")
 #: the last cell: fails (a cell problem the test looks for) if a cheat did not take effect
 CHEATS_AUDIT = (
     "import quack_edu.grading as g\n"
@@ -284,7 +395,8 @@ EXIT_IN_CHECK = "import os\ncheck = lambda *a, **k: os._exit(0)\n"
 
 def cheat_notebook():
     """Lesson 00's student copy with the kernel cheats: wrong or blank answers (0 points
-    honestly; the first one with the seven-line patch), the cheats above, eager_rmsnorm
+    honestly; the first one with the seven-line patch), the cheats above (the sandbox's
+    included), eager_rmsnorm
     redefined after its check, and the last exercise answered right but its check cell made
     to end the kernel."""
     from quack_edu.grading.notebook import notebooks_dir
@@ -292,7 +404,7 @@ def cheat_notebook():
     nb = read(notebooks_dir() / f"{LESSON}.ipynb")
     v4 = _v4()
     first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-    for k, src in enumerate(KERNEL_CHEATS.values()):
+    for k, src in enumerate([*KERNEL_CHEATS.values(), *SANDBOX_CHEATS.values()]):
         nb.cells.insert(first + 1 + k, v4.new_code_cell(src))
     # the seven lines in an answer cell too: flagged (and they would patch only the worker)
     find_cell(nb, get("00.bytes_moved").cell_id).source = PATCH_RUN_EXERCISE + WRONG

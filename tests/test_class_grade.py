@@ -13,7 +13,7 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
-from test_cheats import LESSON, cheat_notebook, solution
+from test_cheats import LESSON, SANDBOX_FLAGS, cheat_notebook, solution
 
 from quack_edu.grading import get
 from quack_edu.grading.cli import grade_main
@@ -73,6 +73,8 @@ def _gradebook_rows(graded):
     assert rows["fay"]["status"] == "missing"
     assert rows["cat"]["late"] == "yes" and rows["ana"]["late"] == "no"
     assert rows["dan"]["flagged"] == "yes" and "00.bytes_moved: flagged" in rows["dan"]["flags"]
+    for what in SANDBOX_FLAGS:  # each cell that reached past its process, refused and named
+        assert what in rows["dan"]["flags"], (what, rows["dan"]["flags"])
     assert rows["ana"]["flagged"] == "no" and rows["cat"]["flagged"] == "no"
 
 

@@ -13,7 +13,6 @@ from quack_edu.grading import COMPILE, GPU, all_exercises, get, lessons
 from quack_edu.grading.cli import grade_main
 from quack_edu.grading.notebook import (
     find_cell,
-    jupyter_available,
     notebooks_dir,
     read,
     solutions_dir,
@@ -125,15 +124,11 @@ def _solution_cell(lesson, ex_id):
     return find_cell(read(solutions_dir() / f"{lesson}.ipynb"), get(ex_id).cell_id).source
 
 
-@pytest.fixture(params=["jupyter", "child"])
-def engine(request):
-    """Grade with a Jupyter kernel (skipped where there is none) or, as on the H200 machine,
-    with the grader's child Python."""
-    if request.param == "jupyter" and not jupyter_available():
-        pytest.skip("needs a Jupyter kernel")
-    if request.param == "child":
-        request.getfixturevalue("without_jupyter")
-    return request.param
+@pytest.fixture
+def engine(without_jupyter):
+    """Grade as the grader always does (its child Python, locked down), here as on the H200
+    machine, without Jupyter packages."""
+    return "child"
 
 
 def _grade_broken(tmp_path, lesson, answers, timeout="6"):
@@ -144,6 +139,7 @@ def _grade_broken(tmp_path, lesson, answers, timeout="6"):
     assert rc == 1 and not data["passed"]
     nb = data["notebooks"][0]
     assert {"score", "max_score", "skipped_points", "exercises", "path"} <= set(nb)
+    assert nb["boundary"]["learner_processes"].startswith("sandbox: ")  # which was in force
     for e in nb["exercises"]:
         assert {"score", "max_score", "status", "failures", "checks", "tiers"} <= set(e)
     return data, {e["id"]: e for e in nb["exercises"]}

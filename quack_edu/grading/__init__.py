@@ -61,11 +61,11 @@ def check(
     runs the notebook it does nothing: the grader judges the answer cell in a process of its
     own (``judge``), and nothing done here changes the grade.
     """
-    ex = get(exercise_id)
-    if grading():
+    if grading():  # the exercises are out of this process's reach while it is graded
         if not quiet:
-            print(f"{ex.id}: judged by the grader, outside this notebook")
+            print(f"{exercise_id}: judged by the grader, outside this notebook")
         return None
+    ex = get(exercise_id)
     res = run_exercise(ex, answer, hidden=hidden, seed=seed)
     if not quiet:
         print(res.table())

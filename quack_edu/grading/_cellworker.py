@@ -99,6 +99,20 @@ def exec_cell(source: str, name: str, ns: dict, timeout: float | None = None) ->
             signal.signal(signal.SIGALRM, old)
 
 
+def _lock_down(policy: dict) -> None:
+    """Import what every lesson's first cell does, then lock the process down: the cells that
+    follow are the learner's."""
+    import cutlass.cute  # noqa: F401
+    import matplotlib.pyplot  # noqa: F401
+    import torch  # noqa: F401
+    import tvm_ffi  # noqa: F401
+
+    import quack_edu  # noqa: F401  (before cutlass: it pins the DSL's target)
+    from quack_edu.grading import sandbox
+
+    sandbox.lock_down(policy["scratch"], secrets=policy.get("secrets", ()))
+
+
 def serve(requests, replies) -> None:
     import matplotlib
 
@@ -108,8 +122,16 @@ def serve(requests, replies) -> None:
     ns = {"__name__": "__main__", "display": _display}
     for line in requests:
         msg = json.loads(line)
+        if "lock_down" in msg:  # the grader's: before the first cell (see grading.sandbox)
+            _lock_down(msg["lock_down"])
+            replies.write(json.dumps({"locked": True}) + "\n")
+            replies.flush()
+            continue
         out = exec_cell(msg["source"], msg["name"], ns, msg.get("timeout"))
-        replies.write(json.dumps(dataclasses.asdict(out)) + "\n")
+        reply = dataclasses.asdict(out)
+        if "quack_edu.grading.sandbox" in sys.modules:  # what the sandbox refused so far
+            reply["incidents"] = sys.modules["quack_edu.grading.sandbox"].incidents()
+        replies.write(json.dumps(reply) + "\n")
         replies.flush()
 
 

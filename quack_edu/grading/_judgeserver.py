@@ -6,7 +6,7 @@ It is started as a file, not with ``-m``, so that importing it does not import `
 (whose GPU detection initialises CUDA: a process that forks must not have done that). It
 imports what ``QUACK_EDU_JUDGE_PRELOAD`` names once, then waits on a Unix socket for requests from
 the grader (``judge._Server``): each request carries one end of a new socket pair, and the
-server forks a worker (``judge._worker``) that talks to the grader over it. A worker is a fresh
+server forks a worker (``worker.main``) that talks to the grader over it. A worker is a fresh
 copy of this process, so the learner's code it loads has never run anywhere the grader reads
 from. ``QUACK_EDU_JUDGE_PRELOAD=0`` leaves the imports to each worker (slower; for a machine
 where importing the DSL before a fork would be unsafe).
@@ -36,11 +36,15 @@ def main(argv=None) -> int:
     if preload in ("all", "dsl"):
         import cutlass  # noqa: F401
         import cutlass.cute  # noqa: F401
-    if preload == "all":
-        from quack_edu.grading import judge, notebook  # noqa: F401
-        from quack_edu.grading.registry import all_exercises
+    if preload == "all":  # the learner side's code and the library, never the exercises
+        import tvm_ffi  # noqa: F401
 
-        all_exercises()
+        import quack_edu.tools.inspect  # noqa: F401
+        from quack_edu.stages import BACKWARD_STAGES, STAGE_ORDER, get_stage
+
+        for stage in STAGE_ORDER + BACKWARD_STAGES:
+            get_stage(stage)
+        from quack_edu.grading import holes, nbfiles, worker  # noqa: F401
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped by the kernel
     while True:
         try:
@@ -57,9 +61,9 @@ def main(argv=None) -> int:
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 from multiprocessing.connection import Connection
 
-                from quack_edu.grading.judge import _worker
+                from quack_edu.grading.worker import main
 
-                _worker(Connection(fds[0]))
+                main(Connection(fds[0]))
             except BaseException:
                 code = 1
             finally:

@@ -174,6 +174,7 @@ def grade_one(job: dict) -> dict:
         hidden=job["hidden"],
         solutions=job.get("solutions"),
         only=job.get("only"),
+        secrets=job.get("secrets", ()),
     )
     res.seconds = time.time() - t0
     check(grader)  # before its result and feedback are written
@@ -352,6 +353,9 @@ def _jobs(
                 digest=digest,
                 late=late,
                 grader=grader,
+                # what the submission's cells and answers may not read: the class's other
+                # submissions and the gradebook
+                secrets=[str(sub.path.parent.resolve()), str(out.resolve())],
             )
         )
     return todo, skipped

@@ -1,4 +1,4 @@
-"""Running a notebook's cells: one executor, two engines.
+"""Running a notebook's cells: one executor, one engine.
 
 ``Executor`` walks a notebook's code cells in order, one at a time, each with a timeout: a
 cell that raises does not stop the run; a cell that times out is interrupted; a process that
@@ -8,17 +8,13 @@ of a failed cell's group (an exercise's) are left out of the replays after that 
 restart its own failure causes still replays its group's earlier cells (the exercise's answer
 cell). What went wrong comes back as a ``CellEvent`` per cell.
 
-An engine only runs one cell and says how it went; the executor decides the rest:
-
-``JupyterEngine``
-    a Jupyter kernel (nbclient): the cells run as JupyterLab runs them (IPython, magics,
-    rich outputs in the executed notebook).
-``ChildEngine``
-    a child Python of the grader's (``_cellworker``), for machines without Jupyter (the H200
-    device machine): Python code is interrupted in the child at the timeout; what an alarm
-    cannot reach (a GPU kernel that never finishes) is killed with the child after a grace.
-
-Both run the learner's code in a process of its own, never in the caller's.
+The engine, ``ChildEngine``, runs one cell in a child Python of the grader's (``_cellworker``)
+and says how it went; the executor decides the rest. The child is the learner's side of the
+grader's boundary: it locks itself down before the first cell (``sandbox.lock_down``) and is
+killed with its process group at the end. Python code is interrupted in the child at the
+timeout; what an alarm cannot reach (a GPU kernel that never finishes) is killed with the
+child after a grace. (A Jupyter kernel is not used to grade: the grader could not lock it
+down before the first cell, and it writes its own files.)
 """
 
 from __future__ import annotations
@@ -29,7 +25,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -144,124 +139,8 @@ class Executor:
 
 
 # ---- engines ----------------------------------------------------------------------------------
-_TIMEOUT = "QuackEduCellTimeout"
 #: seconds a fresh kernel or child Python may take to start (not counted in a cell's timeout)
 _STARTUP_TIMEOUT = 120
-
-
-class JupyterEngine:
-    """Runs a cell in a Jupyter kernel (nbclient), which writes its outputs onto the cell."""
-
-    def __init__(self, nb, env: dict, cwd: str, timeout: float):
-        from nbclient import NotebookClient
-        from traitlets.config import Config
-
-        self.nb = nb
-        self.timeout = timeout
-        # the kernel talks to the grader over Unix sockets in a private folder, not over TCP
-        # (no "running over TCP without encryption" warning; nothing listens on a port)
-        self._ipc = tempfile.mkdtemp(prefix="quack_edu_kernel_")
-        config = Config({"KernelManager": {"transport": "ipc", "ip": f"{self._ipc}/kernel"}})
-        # On a timeout nbclient interrupts the kernel and hands back this error as the cell's
-        # reply (and stops listening for the cell's output), so later cells run normally.
-        self.client = NotebookClient(
-            nb,
-            timeout=timeout,
-            kernel_name="python3",
-            allow_errors=True,
-            record_timing=False,
-            shutdown_kernel="immediate",
-            startup_timeout=_STARTUP_TIMEOUT,
-            interrupt_on_timeout=True,
-            config=config,
-            error_on_timeout={
-                "ename": _TIMEOUT,
-                "evalue": f"ran past {timeout:g} s",
-                "traceback": [],
-            },
-            on_cell_error=self._on_error,
-        )
-        self.env, self.cwd = env, cwd
-        self._reply: dict | None = None
-
-    def _on_error(self, cell, cell_index, execute_reply):
-        self._reply = execute_reply.get("content", {})
-
-    def __enter__(self):
-        self._ctx = self.client.setup_kernel(env=self.env, cwd=self.cwd)
-        self._ctx.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        import gc
-        import logging
-        import shutil
-
-        # the output pollers of interrupted or killed cells end with an exception nobody
-        # awaits; collect them now, quietly, instead of logging at interpreter exit
-        log = logging.getLogger("asyncio")
-        level = log.level
-        log.setLevel(logging.CRITICAL)
-        try:
-            return self._ctx.__exit__(*exc)
-        except Exception:
-            return False
-        finally:
-            gc.collect()
-            log.setLevel(level)
-            shutil.rmtree(self._ipc, ignore_errors=True)
-
-    def execute(self, cell, index, timeout=None) -> CellEvent | None:
-        """Run one cell; None when it ran cleanly."""
-        from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
-        old = self.client.timeout
-        if timeout is not None:
-            self.client.timeout = timeout
-        self._reply = None
-        try:
-            self.client.execute_cell(cell, index)
-        except CellTimeoutError:
-            return CellEvent(index, grade_id(cell), "timeout")
-        except DeadKernelError as e:
-            return CellEvent(index, grade_id(cell), "died", evalue=str(e))
-        finally:
-            self.client.timeout = old
-        if self._reply and self._reply.get("ename") == _TIMEOUT:
-            return CellEvent(index, grade_id(cell), "timeout")
-        err = next((o for o in cell.get("outputs", []) if o.get("output_type") == "error"), None)
-        if err is not None:
-            return CellEvent(
-                index, grade_id(cell), "error", err.get("ename", ""), str(err.get("evalue", ""))
-            )
-        return None
-
-    def restart(self) -> None:
-        """A fresh kernel (the old one is killed)."""
-        c = self.client
-        try:
-            c._cleanup_kernel()
-        except Exception:
-            pass
-        c.km = c.create_kernel_manager()
-        c.start_new_kernel(env=self.env, cwd=self.cwd)
-        c.start_new_kernel_client()
-
-    def alive(self) -> bool:
-        return True  # a dead kernel's cell comes back as "died"
-
-    def responsive(self) -> bool:
-        """After a timeout (nbclient interrupted the kernel): whether it answers a probe."""
-        probe = nbformat.v4.new_code_cell("pass")
-        self.nb.cells.append(probe)
-        try:
-            return (
-                self.execute(probe, len(self.nb.cells) - 1, timeout=min(15.0, self.timeout)) is None
-            )
-        except Exception:
-            return False
-        finally:
-            self.nb.cells.pop()
 
 
 class ChildEngine:
@@ -270,10 +149,21 @@ class ChildEngine:
     process's where None; ``label`` names the cells in tracebacks (``<label-N>``)."""
 
     def __init__(
-        self, env: dict, cwd: str, timeout: float, log: Path | None = None, label="graded-cell"
+        self,
+        env: dict,
+        cwd: str,
+        timeout: float,
+        log: Path | None = None,
+        label="graded-cell",
+        sandbox: dict | None = None,
     ):
         self.env, self.cwd, self.timeout = env, cwd, timeout
         self.log, self.label = log, label
+        #: ``sandbox.lock_down``'s keywords (scratch, secrets): the child locks itself down
+        #: before the first cell, in a session of its own that ``_stop`` kills whole
+        self.sandbox = sandbox
+        #: what the sandbox refused in the cells, over every process of the run
+        self.incidents: list[str] = []
         self.proc = None
 
     def __enter__(self):
@@ -301,6 +191,7 @@ class ChildEngine:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT if log else None,
+                start_new_session=True,  # one process group: killed whole at the end
             )
         finally:
             if log:
@@ -312,7 +203,15 @@ class ChildEngine:
         # its start (Python, matplotlib) is not the first cell's time
         ready, _, _ = select.select([self._replies], [], [], _STARTUP_TIMEOUT)
         if ready and self._replies.readline():
-            return
+            if self.sandbox is None:
+                return
+            self._requests.write(json.dumps({"lock_down": self.sandbox}) + "\n")
+            self._requests.flush()
+            ready, _, _ = select.select([self._replies], [], [], _STARTUP_TIMEOUT)
+            if ready and json.loads(self._replies.readline() or "{}").get("locked"):
+                return
+            self._kill()
+            raise RuntimeError("the cell worker could not lock itself down")
         if ready:  # the end of its replies: the child exited (an ImportError in it)
             try:
                 rc = self.proc.wait(timeout=10)
@@ -320,9 +219,19 @@ class ChildEngine:
                 rc = None
             if rc is not None:
                 raise RuntimeError(f"the cell worker exited with {rc} before it started")
+        self._kill()
+        raise RuntimeError(f"the cell worker did not start in {_STARTUP_TIMEOUT:g} s")
+
+    def _kill(self) -> None:
+        """Kill the child and everything in its process group."""
+        import signal
+
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         self.proc.kill()
         self.proc.wait()
-        raise RuntimeError(f"the cell worker did not start in {_STARTUP_TIMEOUT:g} s")
 
     def _stop(self) -> None:
         """End the child: its requests close (it leaves its loop), or it is killed."""
@@ -336,8 +245,8 @@ class ChildEngine:
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            pass
+        self._kill()  # and whatever it left in its group
 
     def execute(self, cell, index) -> CellEvent | None:
         """Run one cell; None when it ran cleanly. Its output is kept as Jupyter would."""
@@ -355,13 +264,15 @@ class ChildEngine:
         grace = min(30.0, max(5.0, self.timeout))
         ready, _, _ = select.select([self._replies], [], [], self.timeout + grace)
         if not ready:
-            self.proc.kill()
-            self.proc.wait()
+            self._kill()
             return CellEvent(index, grade_id(cell), "timeout")
         line = self._replies.readline()
         if not line:
             return self._died(cell, index)
         out = json.loads(line)
+        for what in out.get("incidents") or ():
+            if what not in self.incidents:
+                self.incidents.append(str(what))
         outputs = [{"output_type": "stream", "name": "stdout", "text": out["stdout"]}]
         if not out["ok"]:
             tb = out["error"].splitlines()
@@ -408,10 +319,3 @@ def child_env(base: dict | None = None) -> dict:
 
 def jupyter_available() -> bool:
     return all(importlib.util.find_spec(m) for m in ("nbclient", "jupyter_client", "ipykernel"))
-
-
-def engine_for(nb, env: dict, cwd: str, timeout: float, log: Path | None = None):
-    """A Jupyter kernel where Jupyter is installed, else a child Python (``log``: its output)."""
-    if jupyter_available():
-        return JupyterEngine(nb, env, cwd, timeout)
-    return ChildEngine(env, cwd, timeout, log)

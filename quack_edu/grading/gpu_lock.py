@@ -54,7 +54,8 @@ def lock_path() -> Path:
     except (ImportError, RuntimeError):
         pass
     name = re.sub(r"[^\w.-]", "_", name)
-    return LOCK_DIR / f"quack_edu_gpu_timing.{name}.lock"
+    # not "quack_edu_*": the sandbox keeps learner processes out of the grader's folders
+    return LOCK_DIR / f"quack-edu-gpu-timing.{name}.lock"
 
 
 def held(path: Path | None = None) -> bool:

@@ -121,8 +121,18 @@ def shortcut_guard():
     code. Code that switches the profiler off is reported as a shortcut. Guards nest; a
     profiler that was on before (``cProfile`` around the grader) is paused, then resumed.
     """
+    from . import sandbox
+
+    if sandbox.locked():  # a learner process: its tripwires record what was reached
+        seen: list[str] = []
+        before = len(sandbox.incidents())
+        try:
+            yield seen
+        finally:
+            seen.extend(sandbox.reached(since=before))
+        return
     codes, builtins = _forbidden_targets()
-    seen: list[str] = []
+    seen = []
     outer = _GUARDS[-1] if _GUARDS else None
     before = None if outer is not None else sys.getprofile()
     if outer is not None:

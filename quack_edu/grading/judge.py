@@ -1,26 +1,28 @@
-"""Judging an answer outside the learner's process.
+"""Judging an answer outside the learner's process: the grader's side of the boundary.
 
 ``quack-edu grade`` runs a learner's notebook (to report its cell errors, hangs and crashes),
 but what an exercise scores is decided here, in the grader's own process, which never runs the
 learner's code:
 
-1. The answer cell's source is screened (``screen``): a cell that reaches for the grader, the
+1. The answer cell's source is screened (``screen``): a cell that names the grader, the
    process, the file system or the library's own implementation of the piece is flagged and
-   scores 0, unjudged.
-2. The source is loaded into a fresh worker process that imported the grader before it (a fork
-   of a server that imported torch, CuTe DSL and the grader; the learner's code never ran in
-   that server). The worker has an empty working directory, no grading seed and no path to the
-   solutions.
+   scores 0, unjudged. The screen only gives an early, clear message; the boundary below does
+   not rely on it.
+2. The source is loaded into a worker (``worker.main``): a fork of a judge server that imported
+   torch, CuTe DSL and the library, never the exercises or the solutions. The worker sets its
+   tripwires, locks itself down (``sandbox``) in a session of its own that ``Worker.close``
+   kills whole, and loads the cell.
 3. The exercise's checks run here. Where a check calls the answer, compiles it into a stage
    kernel or launches that kernel, the worker does that one thing on inputs made here from the
-   grading seed and sends back plain data (numbers, arrays, PTX text, register counts), encoded
-   as JSON (never pickled back); the comparison with the reference happens here. An object
-   whose ``==`` is always true cannot come back: only numbers, strings, lists, dicts, dtypes
-   and tensors' bytes do.
-4. A check that must trace the learner's function inside its own Python (a DSL layout handed
-   to a grader helper, a learner kernel class launched by the library) runs whole in the
-   worker with a seed derived for that check alone, and sends back its verdict as data. That
-   verdict is the remaining trust boundary (see the README's instructor section).
+   grading seed and sends back plain data (``wire``: numbers, arrays, PTX text, register
+   counts, as JSON, never pickled back); the comparison with the reference happens here. What
+   the sandbox refused, and the tripwires the answer reached, come back with every reply: any
+   of them flags the exercise.
+4. The checks of the exercises in ``TRACED_IN_WORKER`` must still trace the learner's function
+   inside its own Python (a DSL layout handed to a grader helper, a learner kernel class the
+   check builds itself): they run whole in the worker, which holds that exercise's module, and
+   send back their verdict as data. That is what remains of the old trust boundary; each is to
+   be rewritten to send data instead.
 
 A worker that runs past the time limit is killed; one that dies (``os._exit``, a fault) is
 reported as a crash; neither stops the grader.
@@ -29,7 +31,6 @@ reported as a crash; neither stops the grader.
 from __future__ import annotations
 
 import ast
-import base64
 import dataclasses
 import json
 import os
@@ -41,9 +42,10 @@ import time
 from pathlib import Path
 
 from . import hints
-from .checks import MISSING, Context, _one_cpu_thread, is_not_implemented, run_exercise
+from .checks import MISSING, Context, run_exercise
 from .registry import Check, CheckFailed, Exercise, ShortcutUsed
 from .report import FAIL, NOT_ATTEMPTED, ExerciseResult
+from .wire import Unencodable, decode, encode  # noqa: F401  (the judge's codec, re-exported)
 
 # ---- the screen -------------------------------------------------------------------------------
 #: modules an answer cell may import (roots), and names it may import from quack_edu
@@ -222,104 +224,6 @@ def screen(source: str, ex: Exercise) -> list[str]:
     return why
 
 
-# ---- plain data -------------------------------------------------------------------------------
-class Unencodable(TypeError):
-    pass
-
-
-def encode(v, _depth: int = 0):
-    """A JSON-able form of ``v`` that keeps only its data (see ``decode``)."""
-    import torch
-
-    if _depth > 32:
-        raise Unencodable("nested too deep")
-    if v is None or type(v) in (str, bool):
-        return v
-    if isinstance(v, bool):
-        return bool(v)
-    if isinstance(v, int):
-        return {"t": "int", "v": str(int.__index__(v))}
-    if isinstance(v, float):
-        return {"t": "float", "v": float.hex(float.__float__(v))}
-    if isinstance(v, str):
-        return str.__str__(v)
-    if isinstance(v, torch.Tensor):
-        t = v.detach().to("cpu").contiguous()
-        t = torch.Tensor.as_subclass(t, torch.Tensor)
-        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        return {
-            "t": "tensor",
-            "dtype": str(t.dtype).removeprefix("torch."),
-            "shape": list(t.shape),
-            "device": v.device.type,
-            "data": base64.b64encode(raw).decode(),
-        }
-    if isinstance(v, torch.dtype):
-        return {"t": "dtype", "v": str(v).removeprefix("torch.")}
-    if isinstance(v, list | tuple):
-        return {
-            "t": "tuple" if isinstance(v, tuple) else "list",
-            "v": [encode(x, _depth + 1) for x in v],
-        }
-    if isinstance(v, dict) and all(type(k) is str for k in v):
-        return {"t": "dict", "v": {k: encode(x, _depth + 1) for k, x in v.items()}}
-    try:  # numpy and torch scalars
-        import numbers
-
-        if isinstance(v, numbers.Integral):
-            return encode(int(v), _depth + 1)
-        if isinstance(v, numbers.Real):
-            return encode(float(v), _depth + 1)
-    except (TypeError, ValueError):
-        pass
-    raise Unencodable(f"{type(v).__module__}.{type(v).__qualname__}")
-
-
-def decode(d, device_ok: bool = True):
-    """Plain Python values and torch tensors from ``encode``'s form (in the grader)."""
-    import torch
-
-    if d is None or type(d) in (str, bool):
-        return d
-    if type(d) is not dict:
-        raise ValueError(f"not an encoded value: {type(d).__name__}")
-    t = d.get("t")
-    if t == "int":
-        return int(str(d["v"]))
-    if t == "float":
-        return float.fromhex(str(d["v"]))
-    if t in ("list", "tuple"):
-        out = [decode(x, device_ok) for x in d["v"]]
-        return tuple(out) if t == "tuple" else out
-    if t == "dict":
-        return {str(k): decode(x, device_ok) for k, x in d["v"].items()}
-    if t == "dtype":
-        dt = getattr(torch, str(d["v"]), None)
-        if not isinstance(dt, torch.dtype):
-            raise ValueError(f"no dtype {d['v']!r}")
-        return dt
-    if t == "tensor":
-        dt = getattr(torch, str(d["dtype"]), None)
-        if not isinstance(dt, torch.dtype):
-            raise ValueError(f"no dtype {d['dtype']!r}")
-        shape = [int(s) for s in d["shape"]]
-        raw = base64.b64decode(d["data"])
-        n = 1
-        for s in shape:
-            n *= s
-        itemsize = torch.empty((), dtype=dt).element_size()
-        if len(raw) != n * itemsize:
-            raise ValueError("tensor bytes do not match its shape")
-        if n == 0:
-            out = torch.empty(shape, dtype=dt)
-        else:
-            out = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dt).reshape(shape)
-        if d.get("device") == "cuda" and device_ok and torch.cuda.is_available():
-            out = out.cuda()
-        return out
-    raise ValueError(f"unknown encoded type {t!r}")
-
-
 def _plain_args(v, _depth=0) -> bool:
     """Whether ``v`` is data the grader may send (not a DSL value met while tracing)."""
     import torch
@@ -341,8 +245,7 @@ def _plain_args(v, _depth=0) -> bool:
     return False
 
 
-# ---- the worker (a fresh process; the learner's code runs only here) --------------------------
-def _hole_ref(hole):
+def hole_ref(hole):
     """(module, name) of a module-level KernelHole, so the worker can find the same object."""
     for name, mod in list(sys.modules.items()):
         if not name.startswith("quack_edu.grading") or mod is None:
@@ -351,161 +254,6 @@ def _hole_ref(hole):
             if v is hole:
                 return (name, k)
     return None
-
-
-def _hole_of(ref):
-    import importlib
-
-    return getattr(importlib.import_module(ref[0]), ref[1])
-
-
-def _raised(e: BaseException) -> dict:
-    cause = e.__cause__ or e.__context__
-    return {
-        "raised": type(e).__name__,
-        "module": type(e).__module__ or "",
-        "evalue": str(e)[:20000],
-        "cause": f"{type(cause).__name__}: {str(cause)[:4000]}" if cause is not None else "",
-        "not_implemented": is_not_implemented(e),
-        "short": hints.short_error(e, 400),
-    }
-
-
-def _worker(conn) -> None:
-    """The worker's life (a fork of the judge server): read the job, load the answer cell, then
-    answer the grader's requests."""
-    source, ex_id = pickle.loads(conn.recv_bytes())
-    workdir = tempfile.mkdtemp(prefix="quack_edu_judge_")
-    os.chdir(workdir)
-    sys.argv = ["quack-edu-judge"]
-    for k in [k for k in os.environ if k.startswith("QUACK_EDU_GRAD")]:
-        del os.environ[k]
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
-    os.dup2(null, 2)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from .nbfiles import answer_from_source
-    from .registry import get
-
-    ex = get(ex_id)
-    try:
-        answer = answer_from_source(source, ex.answer)
-    except BaseException as e:  # SystemExit and KeyboardInterrupt are the learner's too
-        conn.send_bytes(json.dumps({"loaded": False, **_raised(e)}).encode())
-        return
-    if answer is MISSING:
-        kind, value = "missing", None
-    elif callable(answer):
-        kind, value = "callable", None
-    else:
-        try:
-            kind, value = "value", encode(answer)
-        except Unencodable:
-            kind, value = "object", None
-    conn.send_bytes(json.dumps({"loaded": True, "kind": kind, "value": value}).encode())
-    state = {"launchers": {}}
-    while True:
-        try:
-            req = pickle.loads(conn.recv_bytes())
-        except (EOFError, OSError):
-            return
-        try:
-            reply = _serve(req, answer, ex, state)
-        except BaseException as e:
-            reply = _raised(e)
-        try:
-            data = json.dumps(reply, allow_nan=True).encode()
-        except (TypeError, ValueError) as e:
-            data = json.dumps(_raised(e)).encode()
-        conn.send_bytes(data)
-
-
-def _build(answer, ref, N, dtype, config):
-    from ..runtime import torch_dtype
-    from ..stages import get_stage
-
-    hole = _hole_of(ref)
-    dtype = torch_dtype(dtype)
-    config = config if config is not None else get_stage(hole.stage).default_config(N, dtype)
-    return hole.build(answer)(dtype, N, config, dtype)
-
-
-def _serve(req, answer, ex, state) -> dict:
-    from .checks import shortcut_guard
-
-    op = req[0]
-    if op == "call":
-        _, args, kwargs = req
-        with shortcut_guard() as seen:
-            out = answer(*args, **kwargs)
-        if seen:
-            return {"shortcut": seen[0]}
-        try:
-            return {"value": encode(out)}
-        except Unencodable as e:
-            return {"unencodable": str(e), "module": type(out).__module__ or ""}
-    if op == "report":
-        from ..tools.inspect import kernel_report
-
-        _, ref, N, dtype, config, sass, stage = req
-        kernel = _build(answer, ref, N, dtype, config)
-        with shortcut_guard() as seen:
-            rep = kernel_report(kernel, stage=stage, sass=sass)
-        if seen:
-            return {"shortcut": seen[0]}
-        keep = ("ptx", "sass", "registers", "stack_bytes", "spill_store_bytes")
-        keep += ("spill_load_bytes", "ptxas_log")
-        return {"value": encode({k: getattr(rep, k) for k in keep})}
-    if op in ("launch", "time"):
-        import torch
-
-        from ..runtime import compile_kernel
-
-        _, ref, N, dtype, config, args = req
-        key = (ref, N, str(dtype), repr(config))
-        if key not in state["launchers"]:
-            kernel = _build(answer, ref, N, dtype, config)
-            with shortcut_guard() as seen:
-                fn = compile_kernel(kernel)
-            if seen:
-                return {"shortcut": seen[0]}
-            state["launchers"][key] = fn
-        fn = state["launchers"][key]
-        if op == "launch":
-            x, w, out, eps = args
-            fn(x, w, out, eps)
-            torch.cuda.synchronize()
-            return {"value": encode(out)}
-        from ..tools.bench import cuda_time_us
-
-        M, eps = args
-        x = torch.randn(M, N, device="cuda", dtype=dtype)
-        w = torch.randn(N, device="cuda", dtype=dtype)
-        out = torch.empty_like(x)
-        return {"value": encode(float(cuda_time_us(lambda: fn(x, w, out, eps))))}
-    if op == "check":
-        _, name, hidden, seed, gpu = req
-        c = next(c for c in ex.checks if c.name == name)
-        ctx = Context(ex, answer, hidden, seed)
-        try:
-            with _one_cpu_thread():
-                detail = c.fn(ctx)
-        except ShortcutUsed as e:
-            return {"verdict": "shortcut", "message": e.message, "hint": e.hint}
-        except CheckFailed as e:
-            return {
-                "verdict": "fail",
-                "message": e.message,
-                "expected": e.expected,
-                "seen": e.seen,
-                "hint": e.hint,
-            }
-        except BaseException as e:
-            return {"verdict": "raised", **_raised(e), "hint": hints.diagnose_compile_error(e)}
-        return {"verdict": "pass", "message": str(detail) if detail else ""}
-    raise ValueError(f"unknown request {op!r}")
 
 
 # ---- the grader's side ------------------------------------------------------------------------
@@ -611,20 +359,72 @@ class _Server:
         return pid, Connection(a.detach())
 
 
-class Worker:
-    """One learner answer loaded in its own process."""
+#: exercises whose checks still trace the learner's function inside the learner's process:
+#: their verdicts are that process's, and their module (reference answers included) is loaded
+#: there. Each is to be rewritten to send data (PTX, coordinates, values) instead; the result
+#: of such an exercise names the checks judged there (``judged_in_worker``).
+TRACED_IN_WORKER = frozenset(
+    {
+        "00.eager_rmsnorm",
+        "01.scale_kernel",
+        "02.tv_layout",
+        "02.warp_kernel",
+        "03.block_kernel",
+        "04.cluster_kernel",
+        "06.epilogue",
+        "06.fake_impl",
+        "06.row_loop",
+        "07.grad_in",
+        "07.dw_partial",
+    }
+)
 
-    def __init__(self, source: str, ex: Exercise, timeout: float):
+
+def secret_paths(extra=()) -> list[str]:
+    """What no learner process may read: the exercises (reference answers, hidden checks,
+    mutants), the solutions, other judging runs' folders, and ``extra`` (a class's
+    submissions, the gradebook)."""
+    from . import exercises
+    from .nbfiles import solutions_dir
+
+    return [
+        str(Path(exercises.__file__).parent),
+        str(solutions_dir()),
+        # other judging runs' folders (another submission's cells and answers)
+        str(Path(tempfile.gettempdir()) / "quack_edu_*"),
+        *map(str, extra),
+    ]
+
+
+class Worker:
+    """One learner answer loaded in its own process (``worker.main``), in a session of its own
+    that ``close`` kills whole."""
+
+    def __init__(self, source: str, ex: Exercise, timeout: float, secrets=()):
         self.source, self.ex, self.timeout = source, ex, timeout
+        self.secrets = list(secrets)
         self.pid = self.conn = None
         self.kind = None
         self.value = None
         self.load_error: dict | None = None
         self.traced: list[str] = []
+        self.incidents: list[str] = []
+        self.scratch = None
 
     def __enter__(self):
+        self.scratch = tempfile.mkdtemp(prefix="quack_edu_judge_")
         self.pid, self.conn = _Server.fork()
-        self.conn.send_bytes(pickle.dumps((self.source, self.ex.id)))
+        traced = self.ex.id in TRACED_IN_WORKER
+        job = {
+            "source": self.source,
+            "answer": self.ex.answer,
+            "exercise": self.ex.id,
+            "checks_module": self.ex.module if traced else None,
+            "finished": list(self.ex.finished),
+            "secrets": secret_paths(self.secrets),
+            "scratch": self.scratch,
+        }
+        self.conn.send_bytes(pickle.dumps(job))
         msg = self._receive(self.timeout + 60.0, "loading the answer cell")
         if msg.get("loaded"):
             self.kind = msg.get("kind")
@@ -638,6 +438,8 @@ class Worker:
         return False
 
     def close(self) -> None:
+        import shutil
+
         if self.conn is not None:
             try:
                 self.conn.close()
@@ -645,15 +447,19 @@ class Worker:
                 pass
             self.conn = None
         self._kill()
+        if self.scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
 
     def _kill(self) -> None:
         import signal
 
         if self.pid:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            for kill in (os.killpg, os.kill):  # the worker's session, or itself before it has one
+                try:
+                    kill(self.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
             self.pid = None
 
     def _receive(self, timeout: float, what: str) -> dict:
@@ -682,6 +488,9 @@ class Worker:
                 raise ValueError("not an object")
         except ValueError as e:
             raise JudgeAbort("garbled", f"the worker's reply was not data ({e})") from None
+        for what in msg.pop("incidents", None) or ():
+            if str(what) not in self.incidents:
+                self.incidents.append(str(what))
         return msg
 
     def ask(self, req: tuple, what: str = "the answer") -> dict:
@@ -775,7 +584,7 @@ class JudgeContext(Context):
     """A check's context in the grader: the answer lives in the worker."""
 
     def _ref(self, hole):
-        ref = _hole_ref(hole)
+        ref = hole_ref(hole)
         if ref is None:
             self.answer.needs_trace = True
             raise NeedsTrace()
@@ -897,6 +706,35 @@ def _blank(ex: Exercise, hidden: bool, gpu: bool) -> ExerciseResult:
     return run_exercise(ex, MISSING, hidden=hidden, gpu=gpu)
 
 
+def _judge_with(worker: Worker, ex: Exercise, source: str, hidden, seed, gpu) -> ExerciseResult:
+    """The exercise's checks, run here, on the answer the worker loaded."""
+    if worker.load_error is not None:
+        res = _blank(ex, hidden, gpu)
+        err = worker.load_error
+        if err.get("not_implemented"):
+            res.forced_status = NOT_ATTEMPTED
+            res.forced_message = "not attempted: the exercise cell raises NotImplementedError"
+        else:
+            res.forced_status = FAIL
+            res.forced_message = f"the exercise cell must run cleanly: it raised {err.get('short')}"
+            rule = hints.diagnose_compile_text(f"{err.get('raised')}: {err.get('evalue')}")
+            if rule:
+                res.forced_message += f" ({rule})"
+        return res
+    if worker.kind == "missing":
+        return _blank(ex, hidden, gpu)
+    if worker.kind == "value":
+        answer = decode(worker.value)
+    elif worker.kind == "callable":
+        answer = RemoteAnswer(worker, ex.answer, source)
+    else:
+        answer = object()  # only the worker holds it: every check runs there
+    judged = _judged_checks(ex, worker, answer, gpu)
+    res = run_exercise(judged, answer, hidden=hidden, seed=seed, gpu=gpu, context=JudgeContext)
+    res.judged_in_worker = list(dict.fromkeys(worker.traced))
+    return res
+
+
 def judge_exercise(
     ex: Exercise,
     source: str | None,
@@ -906,6 +744,7 @@ def judge_exercise(
     gpu: bool | None = None,
     timeout: float = 120.0,
     screened: bool = True,
+    secrets=(),
 ) -> ExerciseResult:
     """Grade ``ex`` on the answer cell ``source`` (None: the cell is missing), judged here."""
     from .._env import MODE
@@ -925,41 +764,21 @@ def judge_exercise(
             "files or the library's own implementation."
         )
         return res
+    worker = Worker(source, ex, timeout, secrets)
     try:
-        with Worker(source, ex, timeout) as worker:
-            if worker.load_error is not None:
-                res = _blank(ex, hidden, gpu)
-                err = worker.load_error
-                if err.get("not_implemented"):
-                    res.forced_status = NOT_ATTEMPTED
-                    res.forced_message = (
-                        "not attempted: the exercise cell raises NotImplementedError"
-                    )
-                else:
-                    res.forced_status = FAIL
-                    res.forced_message = (
-                        f"the exercise cell must run cleanly: it raised {err.get('short')}"
-                    )
-                    rule = hints.diagnose_compile_text(f"{err.get('raised')}: {err.get('evalue')}")
-                    if rule:
-                        res.forced_message += f" ({rule})"
-                return res
-            if worker.kind == "missing":
-                return _blank(ex, hidden, gpu)
-            if worker.kind == "value":
-                answer = decode(worker.value)
-            elif worker.kind == "callable":
-                answer = RemoteAnswer(worker, ex.answer, source)
-            else:
-                answer = object()  # only the worker holds it: every check runs there
-            judged = _judged_checks(ex, worker, answer, gpu)
-            res = run_exercise(
-                judged, answer, hidden=hidden, seed=seed, gpu=gpu, context=JudgeContext
-            )
-            res.judged_in_worker = list(dict.fromkeys(worker.traced))
+        with worker:
+            res = _judge_with(worker, ex, source, hidden, seed, gpu)
     except JudgeAbort as e:
         res = _blank(ex, hidden, gpu)
         res.forced_status = FAIL
         res.forced_message = e.message
+    if worker.incidents:  # the sandbox refused something, or a tripwire was reached
+        res = _blank(ex, hidden, gpu)
+        res.forced_status = FAIL
+        res.forced_message = (
+            "flagged by the grader's sandbox (" + "; ".join(worker.incidents[:4]) + "). An "
+            "answer computes from its inputs with torch, math and the DSL; it does not reach "
+            "the grader, the process, files or the library's finished version of what is asked."
+        )
     res.seconds = time.perf_counter() - t0
     return res

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from .executor import (  # noqa: F401  (re-exported: notebook.CellEvent, jupyter_available)
     CellEvent,
+    ChildEngine,
     Executor,
     child_env,
-    engine_for,
     jupyter_available,
 )
 from .nbfiles import (  # noqa: F401  (re-exported: notebook.read ...)
@@ -146,12 +146,14 @@ def grade_notebook(
     lesson: str | None = None,
     only: str | None = None,
     run_notebook: bool = True,
+    secrets=(),
 ) -> NotebookResult:
     """Execute a notebook headless and grade every exercise of its lesson (or ``lesson``).
 
     The notebook runs in a fresh kernel for its cell errors, hangs and crashes; each exercise
     is judged by ``judge.judge_exercise`` on its answer cell's source, outside that kernel.
     ``only``: one exercise id, judged without running the notebook (fast feedback).
+    ``secrets``: more paths no learner process may read (a class's submissions, its gradebook).
     """
     from .._env import MODE
     from .judge import judge_exercise
@@ -187,7 +189,9 @@ def grade_notebook(
     }
     events: dict[str, list[CellEvent]] = {ex.id: [] for ex in exercises}
     if run_notebook:
-        _run_cells(nb, path, lesson, solutions, exercises, events, res, timeout, executed_dir)
+        _run_cells(
+            nb, path, lesson, solutions, exercises, events, res, timeout, executed_dir, secrets
+        )
     for ex in exercises:
         forced = any(e.kind in ("timeout", "died") for e in events[ex.id]) or any(
             e.kind == "error" and e.grade_id == ex.cell_id for e in events[ex.id]
@@ -195,16 +199,26 @@ def grade_notebook(
         judged = None
         if not forced:
             judged = judge_exercise(
-                ex, sources[ex.id], hidden=hidden, seed=seed, gpu=MODE.gpu, timeout=timeout
+                ex,
+                sources[ex.id],
+                hidden=hidden,
+                seed=seed,
+                gpu=MODE.gpu,
+                timeout=timeout,
+                secrets=secrets,
             )
         res.exercises.append(_final_result(ex, judged, events[ex.id], timeout, mode))
     res.seconds = time.time() - t0
     return res
 
 
-def _run_cells(nb, path, lesson, solutions, exercises, events, res, timeout, executed_dir):
-    """Run the notebook's cells in a fresh kernel; its cell errors, timeouts and crashes go to
-    ``events`` (by exercise) or ``res.problems``."""
+def _run_cells(
+    nb, path, lesson, solutions, exercises, events, res, timeout, executed_dir, secrets=()
+):
+    """Run the notebook's cells in a locked-down child Python (``ChildEngine`` with
+    ``sandbox.lock_down``: a scratch folder of its own, no processes, no files outside it, none
+    of ``judge.secret_paths(secrets)``), killed with its process group at the end; its cell
+    errors, timeouts and crashes go to ``events`` (by exercise) or ``res.problems``."""
     nb, notes = _prepare(nb, lesson, solutions)
     res.problems += notes
     by_cell = {}
@@ -215,12 +229,18 @@ def _run_cells(nb, path, lesson, solutions, exercises, events, res, timeout, exe
     def exercise_of(cell) -> str | None:
         return by_cell.get(grade_id(cell) or "")
 
+    from .judge import secret_paths
+    from .sandbox import SCRATCH_ENV
+
     with tempfile.TemporaryDirectory(prefix="quack_edu_grade_") as tmp:
+        scratch = str(Path(tmp) / "scratch")  # the cells' own folder (sandbox.lock_down)
         env = _kernel_env()
-        env.setdefault("CUTE_DSL_DUMP_DIR", tmp)
-        log = Path(env["CUTE_DSL_DUMP_DIR"]) / "cells.log"
+        for var, sub in SCRATCH_ENV.items():  # caches and dumps inside it, from the start
+            env[var] = f"{scratch}/tmp/{sub}"
+        log = Path(tmp) / "cells.log"
+        policy = {"scratch": scratch, "secrets": secret_paths(secrets)}
         try:
-            with engine_for(nb, env, str(path.parent.resolve()), timeout, log) as engine:
+            with ChildEngine(env, tmp, timeout, log, sandbox=policy) as engine:
                 for ran in Executor(nb, engine, exercise_of).run():
                     ev = ran.event
                     if ev is None:
@@ -230,7 +250,9 @@ def _run_cells(nb, path, lesson, solutions, exercises, events, res, timeout, exe
                         events[ex_id].append(ev)
                     else:
                         res.problems.append(ev.describe(timeout))
-        except Exception as e:  # the kernel could not start, or nbclient itself failed
+                flags = [f"a cell, flagged by the grader's sandbox ({w})" for w in engine.incidents]
+                res.flags += flags
+        except Exception as e:  # the cell worker could not start
             res.problems.append(f"the grader could not run the notebook: {type(e).__name__}: {e}")
         if executed_dir:
             write(nb, Path(executed_dir) / path.name)

@@ -78,6 +78,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -192,6 +193,12 @@ class Exercise:
     #: names the answer cell may not use in this exercise: {name: why}, e.g. the builtins that
     #: tell a grader's plain-Python replay of the answer from its compiled run
     forbidden: dict[str, str] = field(default_factory=dict)
+    #: the library's finished versions of what the exercise asks (dotted names of functions,
+    #: ``quack_edu.stages.warp.WarpRMSNorm.kernel``): in the learner's process each is a
+    #: tripwire (``sandbox.tripwire``) that flags the answer reaching it, by any route
+    finished: tuple[str, ...] = ()
+    #: the module that registered the exercise (set by ``register``)
+    module: str = field(default="", compare=False)
 
     def __post_init__(self):
         if not _ID_RE.match(self.id):
@@ -257,6 +264,8 @@ def register(ex: Exercise) -> Exercise:
     if ex.id in _REGISTRY and _REGISTRY[ex.id] is not ex:
         raise ValueError(f"exercise {ex.id} is registered twice")
     _REGISTRY[ex.id] = ex
+    if not ex.module:
+        ex.module = sys._getframe(1).f_globals.get("__name__", "")
     return ex
 
 
@@ -281,6 +290,11 @@ def get(exercise_id: str) -> Exercise:
     except KeyError:
         known = ", ".join(sorted(_REGISTRY)) or "none"
         raise KeyError(f"no exercise {exercise_id!r}; registered: {known}") from None
+
+
+def registered(exercise_id: str) -> Exercise | None:
+    """The exercise if its module is imported already (no module is imported for it)."""
+    return _REGISTRY.get(exercise_id)
 
 
 def all_exercises(lesson: str | None = None) -> list[Exercise]:

@@ -317,8 +317,21 @@ class NotebookResult:
             seconds=round(self.seconds, 2),
             problems=self.problems,
             flags=self.flagged,
+            boundary=self.boundary(),
             exercises=[e.to_json() for e in self.exercises],
         )
+
+    def boundary(self) -> dict:
+        """Which boundary the grade was made behind (``sandbox.BOUNDARY``), and the checks
+        that were still judged in the learner's process."""
+        from .sandbox import BOUNDARY
+
+        inside = {
+            e.id: list(getattr(e, "judged_in_worker", None) or ())
+            for e in self.exercises
+            if getattr(e, "judged_in_worker", None)
+        }
+        return {"learner_processes": BOUNDARY, "checks_judged_in_the_learners_process": inside}
 
     def table(self, width: int | None = None) -> str:
         width = width or terminal_width()

@@ -205,6 +205,10 @@ WARP_REDUCE_MUTANTS = [
 warp_reduce = register(
     Exercise(
         id="02.warp_reduce",
+        finished=(
+            "quack_edu.stages.warp.WarpRMSNorm.warp_reduce",
+            "quack_edu.primitives.reduce.warp_reduce",
+        ),
         lesson=LESSON,
         answer="warp_reduce_sum",
         title="the butterfly: sum a value over the lanes of a row (shfl.sync.bfly)",
@@ -544,6 +548,9 @@ WARP_KERNEL_MUTANTS = [
 warp_kernel = register(
     Exercise(
         id="02.warp_kernel",
+        finished=(
+            "quack_edu.stages.warp.WarpRMSNorm.kernel",
+        ),
         given=GIVEN_COPY,
         lesson=LESSON,
         answer="warp_kernel",

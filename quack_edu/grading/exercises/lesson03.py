@@ -723,6 +723,10 @@ BLOCK_KERNEL_MUTANTS = [
 block_kernel = register(
     Exercise(
         id="03.block_kernel",
+        finished=(
+            "quack_edu.stages.warp.WarpRMSNorm.kernel",
+            "quack_edu.stages.block.BlockRMSNorm.row_sum",
+        ),
         given=GIVEN_COPY,
         lesson=LESSON,
         answer="block_kernel",

@@ -801,6 +801,10 @@ CLUSTER_KERNEL_MUTANTS = [
 cluster_kernel = register(
     Exercise(
         id="04.cluster_kernel",
+        finished=(
+            "quack_edu.stages.cluster.ClusterRMSNorm.kernel",
+            "quack_edu.stages.cluster.ClusterRMSNorm.row_sum",
+        ),
         given=GIVEN_COPY_REDUCE,
         lesson=LESSON,
         answer="cluster_kernel",

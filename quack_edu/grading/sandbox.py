@@ -1,0 +1,354 @@
+"""The learner side of the grader's trust boundary: what a process that runs learner code may do.
+
+The grader runs learner code (a notebook's cells, an answer cell loaded for judging) only in
+processes of its own, and locks each down before the first line of it runs::
+
+    lock_down(scratch="/tmp/quack_edu_judge_x1", secrets=[solutions_dir, results_dir])
+
+From then on a Python audit hook (PEP 578: it cannot be removed, and every process, thread and
+file operation of the interpreter passes through it) refuses, with a ``PermissionError`` that
+names the rule:
+
+* writing, renaming, removing or linking a file outside the scratch folder (the package, the
+  grader, the results and the gradebook included), and changing the working directory;
+* reading the secrets (solutions, the instructor bundle, results) or another process's
+  ``/proc`` entries (a command line names the results file);
+* starting a process (``subprocess``, ``os.system``, ``exec*``, ``fork``, ``posix_spawn``; but
+  ``nvdisasm`` from the Python installation, which shows a kernel's SASS), and the grader kills
+  the process group at the end, so nothing outlives the grading run; signalling another
+  process; opening a network connection;
+* loading a native library from outside the Python installation, or reading raw memory, through
+  ``ctypes``; walking every object the interpreter holds (``gc.get_objects``/``get_referrers``);
+  installing or removing a profiler or tracer;
+* importing the grader's exercises (reference answers, hidden checks), the solutions, or QuACK.
+
+What it refused is kept (``incidents()``) and the judge reports it: a refusal is a flag.
+
+``tripwire(...)`` replaces, in this process only, the code of functions an answer may not
+reach (torch's RMSNorm, the library's reference and finished kernels, the piece an exercise
+asks for): every route to them (an attribute of an allowed module, ``getattr`` with a built
+string, ``importlib``, ``sys.modules``, an alias) ends in the same function object, whose code
+now records the reach and raises. The original code is gone from the process, so a learner who
+silences the record still gets no answer from it.
+
+This is a boundary against Python code. Native code cannot be watched this way; it is kept out
+by refusing new native libraries and raw memory. Stronger isolation (a separate user, Linux
+namespaces) can be stacked on top: see the README's grading section.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+#: the modules a learner process may not import (prefixes of dotted names)
+DENIED_MODULES = ("quack_edu.grading.exercises", "quack", "solutions")
+
+#: ``open`` flags that write
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+#: audit events of file operations that change the file system: the arguments that are paths
+_CHANGES = {
+    "os.remove": (0,),
+    "os.rmdir": (0,),
+    "os.rename": (0, 1),
+    "os.mkdir": (0,),
+    "os.chmod": (0,),
+    "os.chown": (0,),
+    "os.utime": (0,),
+    "os.truncate": (0,),
+    "os.setxattr": (0,),
+    "os.removexattr": (0,),
+    "os.chflags": (0,),
+    "os.lchflags": (0,),
+    "os.lchmod": (0,),
+    "shutil.rmtree": (0,),
+    "shutil.copyfile": (1,),
+    "shutil.copymode": (1,),
+    "shutil.copystat": (1,),
+    "shutil.copytree": (1,),
+    "shutil.move": (0, 1),
+    "shutil.chown": (0,),
+}
+#: events refused outright once locked
+_REFUSED = {
+    "os.system": "starts a process",
+    "os.exec": "starts a process",
+    "os.posix_spawn": "starts a process",
+    "os.spawn": "starts a process",
+    "os.fork": "starts a process",
+    "os.forkpty": "starts a process",
+    "os.startfile": "starts a process",
+    "pty.spawn": "starts a process",
+    "os.link": "links a file",
+    "os.symlink": "links a file",
+    "os.chroot": "changes the root folder",
+    "socket.connect": "opens a network connection",
+    "socket.bind": "opens a network connection",
+    "socket.sendto": "opens a network connection",
+    "ctypes.dlsym": "looks up a native function",
+    "ctypes.dlsym/handle": "looks up a native function",
+    "ctypes.string_at": "reads raw memory",
+    "ctypes.wstring_at": "reads raw memory",
+    "ctypes.cdata": "reads raw memory",
+    "ctypes.PyObj_FromPtr": "reads raw memory",
+    "gc.get_objects": "walks every object of the process",
+    "gc.get_referrers": "walks every object of the process",
+    "gc.get_referents": "walks every object of the process",
+    "sys.setprofile": "switches a profiler on or off",
+    "sys.settrace": "switches a tracer on or off",
+    "sys.monitoring.register_callback": "switches a profiler on or off",
+}
+#: programs a learner process may start (from the Python installation only): the lessons show a
+#: kernel's SASS, which ``nvdisasm`` makes; they end with the process group
+_TOOLS = ("nvdisasm",)
+#: /proc entries of this process that are not a way out (no cwd, root, fd, mem, environ)
+_PROC_SELF_OK = ("stat", "statm", "status", "maps", "cmdline", "comm", "limits", "cgroup", "task")
+
+#: the boundary every learner process of a grading run is behind (each grade's JSON says so)
+BOUNDARY = (
+    "sandbox: a Python audit hook (PEP 578) in every process that runs learner code, from before "
+    "its first line (files outside its scratch folder, processes, signals, sockets, native "
+    "libraries, the exercises and the solutions refused); its process group killed at the end; "
+    "tripwires on the finished versions of what is asked; verdicts computed in the grader's "
+    "process from the data sent back"
+)
+#: where the libraries' caches and dumps go in a learner process: ``{scratch}/tmp/<name>``
+#: (the DSL reads its dump folder once, at import: a caller that imports it before the lock-down
+#: sets that one in the process's environment first)
+SCRATCH_ENV = {
+    "CUTE_DSL_DUMP_DIR": "cute",
+    "MPLCONFIGDIR": "matplotlib",
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "TRITON_CACHE_DIR": "triton",
+    "XDG_CACHE_HOME": "cache",
+}
+
+_state: dict = {}  # "locked": the scratch folder, once lock_down ran
+
+
+def locked() -> bool:
+    """Whether this process is a locked-down learner process."""
+    return "scratch" in _state
+
+
+def _normal(path: str, cwd: str) -> str:
+    """``path`` made absolute and free of ``.``/``..``/``//`` with str methods only (no helper
+    that code in this process could replace)."""
+    if not path.startswith("/"):
+        path = cwd + "/" + path
+    out: list[str] = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if out:
+                out.pop()
+            continue
+        out.append(part)
+    return "/" + "/".join(out)
+
+
+def lock_down(scratch: str, *, secrets=(), denied_modules=DENIED_MODULES) -> None:
+    """Lock this process down (see the module docstring). Call it once, after everything the
+    grader's side of the process needs is imported and before any learner code runs; the
+    working directory becomes ``scratch/work`` and temporary files go to ``scratch/tmp``.
+    ``secrets``: folders no path under which may be read, or name prefixes (``/tmp/x_*``)."""
+    if locked():
+        raise RuntimeError("this process is locked down already")
+    import site
+    import tempfile
+
+    realpath, fspath, getpid = os.path.realpath, os.fspath, os.getpid
+    home = realpath(scratch)
+    # the working directory starts empty; temporary files (the answer's module, compile dumps)
+    # go beside it, inside the scratch folder too
+    os.makedirs(home + "/work", exist_ok=True)
+    os.makedirs(home + "/tmp", exist_ok=True)
+    os.chdir(home + "/work")
+    cwd = home + "/work"  # for good: relative paths are resolved against it
+    tempfile.tempdir = home + "/tmp"
+    os.environ["TMPDIR"] = home + "/tmp"
+    for var, sub in SCRATCH_ENV.items():  # caches the libraries write (inductor's, triton's...)
+        os.environ[var] = f"{home}/tmp/{sub}"
+    # where native libraries may be loaded from: the Python installation (learner code cannot
+    # write there)
+    prefixes = {sys.prefix, sys.base_prefix, *site.getsitepackages(), site.getusersitepackages()}
+    prefixes |= {p for p in sys.path if p and os.path.isdir(p)}  # PYTHONPATH's packages too
+    installed = tuple(
+        r for r in (realpath(p) for p in prefixes if p) if not (r == home or r.startswith(home))
+    )
+    # a secret is a folder (everything under it) or, ending in "*", a prefix of names
+    hidden = tuple(realpath(str(s)) for s in secrets if s and not str(s).endswith("*"))
+    starts = tuple(
+        realpath(os.path.dirname(str(s))) + "/" + os.path.basename(str(s))[:-1]
+        for s in secrets
+        if s and str(s).endswith("*")
+    )
+    pid = str(getpid())
+    denied = tuple(denied_modules)
+    seen: list[str] = []  # what was refused or reached, in order: only ever appended to
+    _state.update(scratch=home, seen=seen)
+    changes, refused, write_flags, proc_ok = _CHANGES, _REFUSED, _WRITE_FLAGS, _PROC_SELF_OK
+    tools = _TOOLS
+    tripped = "quack_edu.sandbox.reached"
+
+    def as_path(p):
+        """(the path made absolute lexically, the path the kernel would open: symlinks and
+        ``..`` after them resolved), or None for an open file descriptor (no new access)."""
+        if isinstance(p, int):
+            return None
+        p = fspath(p)
+        if isinstance(p, bytes):
+            p = p.decode("utf-8", "surrogateescape")
+        raw = p if p.startswith("/") else cwd + "/" + p
+        try:
+            real = realpath(raw)
+        except Exception:
+            real = "/"  # cannot tell: treated as outside the scratch folder
+        return _normal(raw, cwd), real
+
+    def under(p: str, root: str) -> bool:
+        return p == root or p.startswith(root + "/")
+
+    def in_scratch(pp) -> bool:
+        return under(pp[0], home) and under(pp[1], home)
+
+    def proc_secret(p: str) -> bool:
+        parts = p.split("/")
+        who = parts[2] if len(parts) > 2 else ""
+        if who.isdigit() and who != pid:
+            return True
+        if who in ("self", "thread-self", pid) and len(parts) > 3:
+            return parts[3] not in proc_ok
+        return False
+
+    def secret(pp) -> bool:
+        return any(
+            any(under(p, s) for s in hidden)
+            or p.startswith(starts)
+            or (p.startswith("/proc/") and proc_secret(p))
+            for p in pp
+        )
+
+    def refuse(what: str):
+        if f"refused: {what}" not in seen:
+            seen.append(f"refused: {what}")
+        raise PermissionError(f"the grader's sandbox refused: {what}")
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "open":
+            p = as_path(args[0])
+            if p is None:
+                return
+            mode, flags = args[1], args[2] if len(args) > 2 else 0
+            writes = bool(flags & write_flags) or (
+                isinstance(mode, str) and any(c in mode for c in "wax+")
+            )
+            if writes and not (in_scratch(p) or p[1] == "/dev/null"):
+                refuse(f"writing {p[0]} (outside the scratch folder)")
+            if secret(p) and not in_scratch(p):
+                refuse(f"reading {p[0]}")
+        elif event in changes:
+            for i in changes[event]:
+                p = as_path(args[i]) if i < len(args) else None
+                if p is not None and not in_scratch(p):
+                    refuse(f"{event} on {p[0]} (outside the scratch folder)")
+        elif event in ("os.listdir", "os.scandir"):
+            p = as_path(args[0]) if args and args[0] is not None else None
+            if p is not None and secret(p) and not in_scratch(p):
+                refuse(f"listing {p[0]}")
+        elif event in ("os.chdir", "os.fchdir"):
+            refuse("changing the working directory")
+        elif event == "subprocess.Popen":
+            exe = as_path(args[0]) if args and args[0] is not None else None
+            name = exe[1].rsplit("/", 1)[-1] if exe else ""
+            if not (name in tools and any(under(exe[1], r) for r in installed)):
+                refuse(f"subprocess.Popen of {args[0]} (starts a process)")
+        elif event in refused:
+            refuse(f"{event} ({refused[event]})")
+        elif event in ("os.kill", "os.killpg", "signal.pthread_kill"):
+            if event == "signal.pthread_kill" or str(args[0]) != pid:
+                refuse(f"{event} (signals another process)")
+        elif event == "ctypes.dlopen":
+            p = as_path(args[0]) if args and args[0] else None
+            if p is None or not any(under(p[1], r) for r in installed):
+                refuse(f"loading the native library {args[0] if args else None}")
+        elif event == "import":
+            name = str(args[0])
+            if any(name == d or name.startswith(d + ".") for d in denied):
+                refuse(f"importing {name}")
+        elif event == tripped:
+            what = f"reached: {args[0]}"
+            if what not in seen:
+                seen.append(what)
+
+    sys.addaudithook(hook)
+
+
+def incidents() -> list[str]:
+    """What the sandbox refused, and the tripwires reached, since ``lock_down`` (a copy)."""
+    return list(_state.get("seen", ()))
+
+
+def reached(since: int = 0) -> list[str]:
+    """The tripwires reached (their names), among the incidents from index ``since`` on."""
+    return [x.removeprefix("reached: ") for x in incidents()[since:] if x.startswith("reached: ")]
+
+
+def _parameters(sig) -> list[str]:
+    """A ``def``'s parameter list for ``sig``, without defaults or annotations (a function's
+    defaults live on the function object, not on its code)."""
+    P = type(next(iter(sig.parameters.values()))) if sig.parameters else None
+    out, star, prev = [], False, None
+    for p in sig.parameters.values():
+        if prev == P.POSITIONAL_ONLY and p.kind != P.POSITIONAL_ONLY:
+            out.append("/")
+        if p.kind == P.KEYWORD_ONLY and not star:
+            out.append("*")
+        star = star or p.kind in (P.VAR_POSITIONAL, P.KEYWORD_ONLY)
+        out.append({P.VAR_POSITIONAL: "*", P.VAR_KEYWORD: "**"}.get(p.kind, "") + p.name)
+        prev = p.kind
+    if P is not None and prev == P.POSITIONAL_ONLY:
+        out.append("/")
+    return out
+
+
+def tripwire(fn, name: str) -> None:
+    """Replace the code of the Python function ``fn`` (and of what it wraps) by one that records
+    ``name`` as reached and raises ``PermissionError``. Before ``lock_down``: afterwards a
+    learner could do the same to a grader's function (nothing forbids it; it gains nothing).
+
+    The new code keeps the function's parameters and free variables, and its source is where
+    ``inspect`` finds a function's source (``linecache``): CuTe DSL, which compiles a
+    ``@cute.jit`` function from its source, compiles the tripwire too."""
+    import inspect
+    import linecache
+
+    target = inspect.unwrap(fn)
+    code = getattr(target, "__code__", None)
+    if code is None:
+        raise TypeError(f"{name}: not a Python function")
+    params = _parameters(inspect.signature(target, follow_wrapped=False))
+    free = code.co_freevars
+    message = f"{REACHED} {name}, the finished version of what is asked: an answer computes it"
+    # a closure of the same free variables (a code object keeps its closure's size); what it
+    # says lives in its constants, not in globals that code elsewhere could change
+    lines = ["def _outer():", *(f"    {v} = None" for v in free), "    pass"]
+    lines += [f"    def {code.co_name}({', '.join(params)}):"]
+    lines += [f"        ({', '.join(free)},)"] if free else []
+    lines += [
+        f"        __import__('sys').audit('quack_edu.sandbox.reached', {name!r})",
+        f"        raise PermissionError({message!r})",
+        f"    return {code.co_name}",
+    ]
+    source = "\n".join(lines) + "\n"
+    filename = f"<tripwire {name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    glob: dict = {}
+    exec(compile(source, filename, "exec"), glob)
+    new = glob["_outer"]().__code__
+    target.__code__ = new.replace(co_qualname=code.co_qualname)
+
+
+#: how a tripwire's error begins
+REACHED = "the grader's sandbox: the answer reached"

@@ -1,0 +1,286 @@
+"""The learner side of judging: one answer cell loaded in a locked-down process.
+
+A worker is a fork of the judge server (``_judgeserver``), which imported torch, CuTe DSL and
+the library but never the grader's exercises, their reference answers or the solutions. The
+grader (``judge.Worker``) sends it one job; the worker then
+
+1. leaves the server's process group for a session of its own (the grader kills the whole
+   group when it is done: nothing the answer starts outlives the judging);
+2. imports what the job needs and may hold: the library, the holes the answer fills, and, for
+   an exercise whose checks still trace the answer here (``judge.TRACED_IN_WORKER``), that
+   exercise's module;
+3. sets tripwires on the finished versions of what is asked (torch's RMSNorm, the library's
+   reference and kernels, the exercise's own pieces: ``job["finished"]``);
+4. locks itself down (``sandbox.lock_down``: no files outside its scratch folder, no
+   processes, no secrets);
+5. loads the answer cell and answers the grader's requests with plain data (``wire``): the
+   value of a call, the PTX of a compile, a kernel's output. What the refused and the reached
+   tripwires were goes back with every reply (``incidents``).
+
+Verdicts are not made here (but for the exercises the grader names as still traced here).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pickle
+import sys
+
+from . import hints, sandbox
+from .checks import MISSING, Context, _one_cpu_thread, is_not_implemented
+from .registry import CheckFailed, ShortcutUsed
+from .wire import Unencodable, encode
+
+#: what a learner process may never reach, in every exercise: torch's RMSNorm (its operators:
+#: every Python route, ``torch.rms_norm``, ``F.rms_norm``, ``nn.RMSNorm``,
+#: ``torch.ops.aten...``, ends in one of them), the library's reference and finished kernels
+FINISHED_EVERYWHERE = (
+    "quack_edu.reference.rmsnorm_ref",
+    "quack_edu.reference.rstd_ref",
+    "quack_edu.reference.rmsnorm_bwd_ref",
+    "quack_edu.runtime.run_forward",
+    "quack_edu.rmsnorm",
+    "quack_edu.rmsnorm_fwd",
+    "quack_edu.rmsnorm_bwd",
+    *(f"quack_edu.stages.{s}.rmsnorm_fwd" for s in ("naive", "warp", "block", "cluster")),
+    *(f"quack_edu.stages.{s}.rmsnorm_fwd" for s in ("cpasync", "final")),
+)
+_TORCH_OPS = (("rms_norm", "CompositeImplicitAutograd"), ("_fused_rms_norm", "CPU"))
+_TORCH_OPS_GPU = (("_fused_rms_norm", "CUDA"),)
+
+
+def resolve(dotted: str):
+    """The object a dotted name names: a module's attribute, or a class's (``a.b.C.method``)."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for p in parts[i:]:  # a class's own attribute: the function, not a bound method
+            obj = vars(obj)[p] if isinstance(obj, type) and p in vars(obj) else getattr(obj, p)
+        return obj
+    raise ImportError(dotted)
+
+
+def _trip_torch(keep: list) -> None:
+    """Torch's RMSNorm operators raise (a dispatcher override for this process only)."""
+    import warnings
+    import weakref
+
+    import torch
+
+    lib = torch.library.Library("aten", "IMPL")
+
+    def reached(*args, **kwargs):
+        sys.audit("quack_edu.sandbox.reached", "torch's rms_norm")
+        raise PermissionError(f"{sandbox.REACHED} torch's rms_norm: an answer computes it")
+
+    ops = _TORCH_OPS + (_TORCH_OPS_GPU if torch.cuda.is_available() else ())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for op, key in ops:
+            if hasattr(torch.ops.aten, op):
+                lib.impl(op, reached, key)
+    # held by this list alone, which the caller keeps out of reach: not by torch's finalizer
+    # registry, where a learner could find the library and undo it
+    for f in list(weakref.finalize._registry):  # noqa: SLF001
+        info = f.peek()
+        if info is not None and info[0] is lib:
+            f.detach()
+    keep.append(lib)
+
+
+def _set_tripwires(names, keep: list) -> None:
+    import torch  # noqa: F401
+
+    _trip_torch(keep)
+    for name in names:
+        try:
+            obj = resolve(name)
+        except (ImportError, AttributeError, KeyError):
+            continue  # a name this version of the library does not have
+        if callable(obj) and not isinstance(obj, type):
+            sandbox.tripwire(obj, name)
+
+
+def hole_of(ref):
+    return getattr(importlib.import_module(ref[0]), ref[1])
+
+
+def raised(e: BaseException) -> dict:
+    cause = e.__cause__ or e.__context__
+    return {
+        "raised": type(e).__name__,
+        "module": type(e).__module__ or "",
+        "evalue": str(e)[:20000],
+        "cause": f"{type(cause).__name__}: {str(cause)[:4000]}" if cause is not None else "",
+        "not_implemented": is_not_implemented(e),
+        "short": hints.short_error(e, 400),
+    }
+
+
+def main(conn) -> None:
+    """The worker's life: the job, the lock-down, the answer cell, then the grader's requests."""
+    job = pickle.loads(conn.recv_bytes())
+    os.setsid()  # a session of its own: the grader kills the group
+    for k in [k for k in os.environ if k.startswith("QUACK_EDU_GRAD")]:
+        del os.environ[k]
+    sys.argv = ["quack-edu-judge"]
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import tvm_ffi  # noqa: F401  (loaded now: no native library is loaded once locked)
+
+    from ..stages import BACKWARD_STAGES, STAGE_ORDER, get_stage
+    from .nbfiles import answer_from_source
+
+    for stage in STAGE_ORDER + BACKWARD_STAGES:  # what a hole is built on
+        get_stage(stage)
+    try:
+        from . import holes  # noqa: F401  (the pieces answers fill)
+    except ImportError:
+        pass
+    from .registry import registered
+
+    ex = None
+    if job.get("checks_module"):  # its checks read their own source (kept: no file is read)
+        import linecache
+
+        importlib.import_module(job["checks_module"])
+        ex = registered(job["exercise"])
+        for name, mod in list(sys.modules.items()):
+            if name.startswith(f"{__package__}.") and getattr(mod, "__file__", None):
+                linecache.getlines(mod.__file__)
+    keep: list = []
+    _set_tripwires((*FINISHED_EVERYWHERE, *job.get("finished", ())), keep)
+    sandbox.lock_down(job["scratch"], secrets=job.get("secrets", ()))
+    try:
+        answer = answer_from_source(job["source"], job["answer"])
+    except BaseException as e:  # SystemExit and KeyboardInterrupt are the learner's too
+        conn.send_bytes(json.dumps({"loaded": False, **raised(e), **_seen()}).encode())
+        return
+    if answer is MISSING:
+        kind, value = "missing", None
+    elif callable(answer):
+        kind, value = "callable", None
+    else:
+        try:
+            kind, value = "value", encode(answer)
+        except Unencodable:
+            kind, value = "object", None
+    reply = {"loaded": True, "kind": kind, "value": value, **_seen()}
+    conn.send_bytes(json.dumps(reply).encode())
+    state = {"launchers": {}}
+    while True:
+        try:
+            req = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        try:
+            reply = serve(req, answer, ex, state)
+        except BaseException as e:
+            reply = raised(e)
+        reply.update(_seen())
+        try:
+            data = json.dumps(reply, allow_nan=True).encode()
+        except (TypeError, ValueError) as e:
+            data = json.dumps({**raised(e), **_seen()}).encode()
+        conn.send_bytes(data)
+
+
+def _seen() -> dict:
+    return {"incidents": sandbox.incidents()}
+
+
+def build(answer, ref, N, dtype, config):
+    from ..runtime import torch_dtype
+    from ..stages import get_stage
+
+    hole = hole_of(ref)
+    dtype = torch_dtype(dtype)
+    config = config if config is not None else get_stage(hole.stage).default_config(N, dtype)
+    return hole.build(answer)(dtype, N, config, dtype)
+
+
+def serve(req, answer, ex, state) -> dict:
+    from .checks import shortcut_guard
+
+    op = req[0]
+    if op == "call":
+        _, args, kwargs = req
+        with shortcut_guard() as seen:
+            out = answer(*args, **kwargs)
+        if seen:
+            return {"shortcut": seen[0]}
+        try:
+            return {"value": encode(out)}
+        except Unencodable as e:
+            return {"unencodable": str(e), "module": type(out).__module__ or ""}
+    if op == "report":
+        from ..tools.inspect import kernel_report
+
+        _, ref, N, dtype, config, sass, stage = req
+        kernel = build(answer, ref, N, dtype, config)
+        with shortcut_guard() as seen:
+            rep = kernel_report(kernel, stage=stage, sass=sass)
+        if seen:
+            return {"shortcut": seen[0]}
+        keep = ("ptx", "sass", "registers", "stack_bytes", "spill_store_bytes")
+        keep += ("spill_load_bytes", "ptxas_log")
+        return {"value": encode({k: getattr(rep, k) for k in keep})}
+    if op in ("launch", "time"):
+        import torch
+
+        from ..runtime import compile_kernel
+
+        _, ref, N, dtype, config, args = req
+        key = (ref, N, str(dtype), repr(config))
+        if key not in state["launchers"]:
+            kernel = build(answer, ref, N, dtype, config)
+            with shortcut_guard() as seen:
+                fn = compile_kernel(kernel)
+            if seen:
+                return {"shortcut": seen[0]}
+            state["launchers"][key] = fn
+        fn = state["launchers"][key]
+        if op == "launch":
+            x, w, out, eps = args
+            fn(x, w, out, eps)
+            torch.cuda.synchronize()
+            return {"value": encode(out)}
+        from ..tools.bench import cuda_time_us
+
+        M, eps = args
+        x = torch.randn(M, N, device="cuda", dtype=dtype)
+        w = torch.randn(N, device="cuda", dtype=dtype)
+        out = torch.empty_like(x)
+        return {"value": encode(float(cuda_time_us(lambda: fn(x, w, out, eps))))}
+    if op == "check":
+        _, name, hidden, seed, gpu = req
+        if ex is None:
+            raise RuntimeError("this exercise's checks are not traced in the learner's process")
+        c = next(c for c in ex.checks if c.name == name)
+        ctx = Context(ex, answer, hidden, seed)
+        try:
+            with _one_cpu_thread():
+                detail = c.fn(ctx)
+        except ShortcutUsed as e:
+            return {"verdict": "shortcut", "message": e.message, "hint": e.hint}
+        except CheckFailed as e:
+            return {
+                "verdict": "fail",
+                "message": e.message,
+                "expected": e.expected,
+                "seen": e.seen,
+                "hint": e.hint,
+            }
+        except BaseException as e:
+            return {"verdict": "raised", **raised(e), "hint": hints.diagnose_compile_error(e)}
+        return {"verdict": "pass", "message": str(detail) if detail else ""}
+    raise ValueError(f"unknown request {op!r}")

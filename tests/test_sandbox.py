@@ -1,0 +1,132 @@
+"""The learner side of the grader's boundary (``grading.sandbox``): what a locked-down process
+may not do, and the tripwires on the finished versions of what an exercise asks.
+
+A lock-down cannot be undone, so each test locks down a child Python of its own and reports
+back what each attempt did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+#: each attempt, as the child runs it after ``lock_down``: name -> code (raising is refusal)
+ATTEMPTS = {
+    "write outside the scratch folder": "open(OUTSIDE + '/x.txt', 'w').write('1')",
+    "write through ../": "open('../../../' + OUTSIDE.lstrip('/') + '/y.txt', 'w').write('1')",
+    "append to a file outside": "open(PUBLIC + '/public.txt', 'a').write('1')",
+    "read a secret": "open(SECRET + '/answer.txt').read()",
+    "list a secret folder": "os.listdir(SECRET)",
+    "read another process's command line": "open(f'/proc/{os.getppid()}/cmdline').read()",
+    "read a secret through /proc/self/cwd": (
+        "open('/proc/self/cwd/../' + os.path.relpath(SECRET, SCRATCH) + '/answer.txt').read()"
+    ),
+    "read a secret through /proc/self/root": "open('/proc/self/root' + SECRET + '/answer.txt')",
+    "remove a file outside": "os.remove(PUBLIC + '/public.txt')",
+    "rename a file outside": "os.rename(PUBLIC + '/public.txt', 'taken.txt')",
+    "link a secret into the scratch folder": "os.symlink(SECRET + '/answer.txt', 'link.txt')",
+    "change the working directory": "os.chdir('/')",
+    "start a process": "subprocess.run(['true'])",
+    "start a detached process": "subprocess.Popen(['sleep', '60'], start_new_session=True)",
+    "os.system": "os.system('true')",
+    "fork": "os.fork()",
+    "signal the parent": "os.kill(os.getppid(), 0)",
+    "import a denied module": "import secretpkg",
+    "switch the profiler off": "sys.setprofile(None)",
+    "switch a profiler on": "import cProfile; cProfile.Profile().enable()",
+    "walk every object": "import gc; gc.get_objects()",
+    "load libc": "import ctypes; ctypes.CDLL('libc.so.6')",
+    "read raw memory": "import ctypes; ctypes.string_at(id(1), 8)",
+    "open a socket": "import socket; socket.create_connection(('127.0.0.1', 9))",
+    "call a tripwired function": "finished(1, 2)",
+}
+#: what a locked-down process may still do (each must run cleanly)
+ALLOWED = {
+    "write in the scratch folder": "open('mine.txt', 'w').write('1')",
+    "a temporary file": "import tempfile; tempfile.NamedTemporaryFile().write(b'1')",
+    "read a public file": "open(PUBLIC + '/public.txt').read()",
+    "read this process's status": "open('/proc/self/status').read()",
+    "signal itself": "os.kill(os.getpid(), 0)",
+    "import an allowed module": "import json, fractions",
+    "call its own functions": "(lambda a: a + 1)(1)",
+}
+
+CHILD = textwrap.dedent(
+    """
+    import json, os, subprocess, sys
+    OUTSIDE, PUBLIC, SECRET, SCRATCH = sys.argv[1:5]
+    attempts, allowed = json.loads(sys.argv[5]), json.loads(sys.argv[6])
+    sys.path.insert(0, SECRET)  # the denied package lives there
+    from quack_edu.grading import sandbox
+
+    def finished(a, b):
+        return a + b
+
+    sandbox.tripwire(finished, "finished")
+    sandbox.lock_down(SCRATCH, secrets=[SECRET], denied_modules=("secretpkg",))
+    out = {}
+    for name, code in {**attempts, **allowed}.items():
+        try:
+            exec(code, globals())
+            out[name] = "ran"
+        except PermissionError as e:
+            out[name] = "refused: " + str(e)
+        except Exception as e:
+            out[name] = f"error: {type(e).__name__}: {e}"
+    out["incidents"] = sandbox.incidents()
+    out["cwd"] = os.getcwd()
+    print(json.dumps(out))
+    """
+)
+
+
+def test_a_locked_down_process_is_refused_what_would_reach_past_it(tmp_path, subprocess_env):
+    outside, public, secret, scratch = (tmp_path / n for n in ("out", "pub", "sec", "scr"))
+    for d in (outside, public, secret):
+        d.mkdir()
+    (public / "public.txt").write_text("public")
+    (secret / "answer.txt").write_text("42")
+    (secret / "secretpkg.py").write_text("ANSWER = 42\n")
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(outside), str(public), str(secret), str(scratch),
+         json.dumps(ATTEMPTS), json.dumps(ALLOWED)],
+        env=subprocess_env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    for name in ATTEMPTS:  # (on Python 3.12 a refused profiler leaves cProfile half set up:
+        # its enable() then fails with an AttributeError; the refusal is on the record)
+        assert out[name].startswith("refused") or name == "switch a profiler on", (name, out[name])
+        assert out[name] != "ran", name
+    for name in ALLOWED:
+        assert out[name] == "ran", (name, out[name])
+    # nothing reached the outside, and every refusal is on the record
+    assert not list(outside.iterdir()) and (public / "public.txt").read_text() == "public"
+    assert not os.path.exists(scratch / "work" / "link.txt")
+    assert out["cwd"] == str((scratch / "work").resolve())
+    incidents = out["incidents"]
+    assert "reached: finished" in incidents
+    assert any("importing secretpkg" in i for i in incidents)
+    assert any("subprocess.Popen" in i for i in incidents)
+    assert len([i for i in incidents if i.startswith("refused: ")]) >= len(ATTEMPTS) - 8
+
+
+def test_a_tripwire_keeps_the_signature_and_compiles_as_dsl_code():
+    """The DSL checks a @cute.kernel's parameters against its call and compiles it from its
+    source: a tripwired kernel still raises the tripwire's error (not a DSL error)."""
+    from quack_edu.grading import sandbox
+
+    def f(a, b=2, /, c=3, *args, d, e=5, **kw):
+        return a
+
+    sandbox.tripwire(f, "f")
+    try:
+        f(1, d=2)
+    except PermissionError as e:
+        assert str(e).startswith(sandbox.REACHED)
+    else:
+        raise AssertionError("the tripwire did not raise")
+    assert f.__defaults__ == (2, 3) and f.__kwdefaults__ == {"e": 5}
