@@ -216,6 +216,16 @@ class Context:
         return self.cache[key]
 
 
+    def probe(self, fn: Callable, *args):
+        """``fn(answer, *args)``: what a check needs to learn from the answer by running or
+        tracing it (a compiled kernel's PTX, a layout's coordinates), as plain data. ``fn`` is
+        a module-level function of a module that holds no secret (``holes``, ``probes``):
+        while grading it runs in the learner's process (``judge.JudgeContext.probe``) and only
+        its data comes back; the check decides from the data, here."""
+        with no_shortcuts():
+            return fn(self.answer, *args)
+
+
 #: Kernels compiled for an answer, shared by the runs of the same answer object (a check cell
 #: runs ``check`` and then ``check(..., hidden=True)``: the same kernels, compiled once). Keyed
 #: by the answer's id; the entry keeps the answer alive, so an id is never reused while cached.

@@ -18,7 +18,7 @@ learner's code:
    counts, as JSON, never pickled back); the comparison with the reference happens here. What
    the sandbox refused, and the tripwires the answer reached, come back with every reply: any
    of them flags the exercise.
-4. The checks of the exercises in ``TRACED_IN_WORKER`` must still trace the learner's function
+4. The checks of the exercises marked ``Exercise.traced`` must still trace the learner's function
    inside its own Python (a DSL layout handed to a grader helper, a learner kernel class the
    check builds itself): they run whole in the worker, which holds that exercise's module, and
    send back their verdict as data. That is what remains of the old trust boundary; each is to
@@ -359,27 +359,6 @@ class _Server:
         return pid, Connection(a.detach())
 
 
-#: exercises whose checks still trace the learner's function inside the learner's process:
-#: their verdicts are that process's, and their module (reference answers included) is loaded
-#: there. Each is to be rewritten to send data (PTX, coordinates, values) instead; the result
-#: of such an exercise names the checks judged there (``judged_in_worker``).
-TRACED_IN_WORKER = frozenset(
-    {
-        "00.eager_rmsnorm",
-        "01.scale_kernel",
-        "02.tv_layout",
-        "02.warp_kernel",
-        "03.block_kernel",
-        "04.cluster_kernel",
-        "06.epilogue",
-        "06.fake_impl",
-        "06.row_loop",
-        "07.grad_in",
-        "07.dw_partial",
-    }
-)
-
-
 def secret_paths(extra=()) -> list[str]:
     """What no learner process may read: the exercises (reference answers, hidden checks,
     mutants), the solutions, other judging runs' folders, and ``extra`` (a class's
@@ -414,12 +393,11 @@ class Worker:
     def __enter__(self):
         self.scratch = tempfile.mkdtemp(prefix="quack_edu_judge_")
         self.pid, self.conn = _Server.fork()
-        traced = self.ex.id in TRACED_IN_WORKER
         job = {
             "source": self.source,
             "answer": self.ex.answer,
             "exercise": self.ex.id,
-            "checks_module": self.ex.module if traced else None,
+            "checks_module": self.ex.module if self.ex.traced else None,
             "finished": list(self.ex.finished),
             "secrets": secret_paths(self.secrets),
             "scratch": self.scratch,
@@ -602,8 +580,8 @@ class JudgeContext(Context):
         return hole.build(_Unused())(dtype, N, config, dtype)
 
     def report(self, hole, N: int, dtype="bf16", config=None, sass=False):
-        from ..tools.inspect import CompileReport, _torch_of
         from .checks import _dtype_key
+        from .probes import report_of
 
         key = ("report", hole, N, _dtype_key(dtype), config, sass)
         if key not in self.cache:
@@ -614,24 +592,19 @@ class JudgeContext(Context):
             got = w.value_of(
                 w.ask(("report", ref, N, dtype, config, sass, stage), "compiling your kernel")
             )
-            if not isinstance(got, dict) or not isinstance(got.get("ptx"), str):
-                raise CheckFailed("the worker sent no PTX back")
-            self.cache[key] = CompileReport(
-                stage=stage,
-                N=kernel.N,
-                dtype=_torch_of(kernel.dtype),
-                config=kernel.config,
-                M=4096,
-                ptx=got["ptx"],
-                sass=got.get("sass"),
-                registers=int(got["registers"]),
-                stack_bytes=int(got["stack_bytes"]),
-                spill_store_bytes=int(got["spill_store_bytes"]),
-                spill_load_bytes=int(got["spill_load_bytes"]),
-                launch=kernel.launch_shape(4096),
-                ptxas_log=str(got.get("ptxas_log") or ""),
-            )
+            self.cache[key] = report_of(kernel, stage, got)
         return self.cache[key]
+
+    def probe(self, fn, *args):
+        """``fn(answer, *args)`` run in the worker; its data comes back (``Context.probe``)."""
+        ref = (getattr(fn, "__module__", ""), getattr(fn, "__qualname__", ""))
+        if not ref[0].startswith(f"{__package__}.") or ".exercises" in ref[0] or "." in ref[1]:
+            raise ValueError(f"a probe must be a module-level function of a learner-side module: "
+                             f"{ref[0]}.{ref[1]}")
+        w = self.answer._worker if isinstance(self.answer, RemoteAnswer) else None
+        if w is None:
+            return super().probe(fn, *args)
+        return w.value_of(w.ask(("probe", ref, args), f"the probe {ref[1]}"))
 
     def launcher(self, hole, N: int, dtype, config=None):
         from ..runtime import torch_dtype

@@ -197,6 +197,10 @@ class Exercise:
     #: ``quack_edu.stages.warp.WarpRMSNorm.kernel``): in the learner's process each is a
     #: tripwire (``sandbox.tripwire``) that flags the answer reaching it, by any route
     finished: tuple[str, ...] = ()
+    #: its checks still trace the learner's function inside the learner's process (they run
+    #: whole there, with this exercise's module, and send back their verdict): what remains to
+    #: be rewritten as ``Context.probe`` data (see ``judge``)
+    traced: bool = False
     #: the module that registered the exercise (set by ``register``)
     module: str = field(default="", compare=False)
 

@@ -7,7 +7,7 @@ grader (``judge.Worker``) sends it one job; the worker then
 1. leaves the server's process group for a session of its own (the grader kills the whole
    group when it is done: nothing the answer starts outlives the judging);
 2. imports what the job needs and may hold: the library, the holes the answer fills, and, for
-   an exercise whose checks still trace the answer here (``judge.TRACED_IN_WORKER``), that
+   an exercise whose checks still trace the answer here (``Exercise.traced``), that
    exercise's module;
 3. sets tripwires on the finished versions of what is asked (torch's RMSNorm, the library's
    reference and kernels, the exercise's own pieces: ``job["finished"]``);
@@ -142,10 +142,7 @@ def main(conn) -> None:
 
     for stage in STAGE_ORDER + BACKWARD_STAGES:  # what a hole is built on
         get_stage(stage)
-    try:
-        from . import holes  # noqa: F401  (the pieces answers fill)
-    except ImportError:
-        pass
+    from . import holes, probes  # noqa: F401  (the pieces answers fill; a check's questions)
     from .registry import registered
 
     ex = None
@@ -261,6 +258,17 @@ def serve(req, answer, ex, state) -> dict:
         w = torch.randn(N, device="cuda", dtype=dtype)
         out = torch.empty_like(x)
         return {"value": encode(float(cuda_time_us(lambda: fn(x, w, out, eps))))}
+    if op == "probe":  # a check's question, answered with data (``Context.probe``)
+        _, (module, name), args = req
+        fn = getattr(importlib.import_module(module), name)
+        with shortcut_guard() as seen:
+            out = fn(answer, *args)
+        if seen:
+            return {"shortcut": seen[0]}
+        try:
+            return {"value": encode(out)}
+        except Unencodable as e:
+            return {"unencodable": str(e), "module": type(out).__module__ or ""}
     if op == "check":
         _, name, hidden, seed, gpu = req
         if ex is None:

@@ -209,7 +209,7 @@ def kernel_report(kernel, *, stage: str | None = None, M: int = 4096, sass: bool
     return CompileReport(
         stage=stage,
         N=kernel.N,
-        dtype=_torch_of(kernel.dtype),
+        dtype=torch_of(kernel.dtype),
         config=kernel.config,
         M=M,
         ptx=ptx,
@@ -223,7 +223,7 @@ def kernel_report(kernel, *, stage: str | None = None, M: int = 4096, sass: bool
     )
 
 
-def _torch_of(cute_dtype) -> torch.dtype:
+def torch_of(cute_dtype) -> torch.dtype:
     return next(t for t, c in runtime.TORCH_TO_CUTE.items() if c is cute_dtype)
 
 

@@ -442,21 +442,25 @@ def hidden_cases(hidden_choices: tuple, config=None) -> Callable:
 
 def whole_report(ctx, hole: KernelHole, N: int, xd: str, wd: str, config):
     """(kernel, report) of the learner's kernel for x of ``xd`` and a weight of ``wd``, cached
-    for the run (``ctx.report`` compiles with the weight in x's dtype only)."""
+    for the run (``ctx.report`` compiles with the weight in x's dtype only). The kernel is built
+    here around a stand-in (for its tiling and launch shape); the learner's is compiled where
+    the answer lives (``probes.compiled``)."""
     from ...runtime import torch_dtype
-    from ...tools.inspect import kernel_report
-    from ..checks import no_shortcuts
+    from ..probes import compiled, hole_name, report_of
 
     if xd == wd:  # the kernel ctx.report compiles (and shares with the other checks)
         return ctx.kernel(hole, N, xd, config), ctx.report(hole, N, xd, config)
     key = ("whole report", hole, N, xd, wd, config)
     if key not in ctx.cache:
-        xdt = torch_dtype(xd)
-        kernel = hole.build(ctx.answer)(xdt, N, config, torch_dtype(wd))
-        with no_shortcuts():
-            rep = kernel_report(kernel, stage=f"{hole.stage}+{ctx.exercise.id}")
-        ctx.cache[key] = (kernel, rep)
+        kernel = hole.build(_stand_in)(torch_dtype(xd), N, config, torch_dtype(wd))
+        data = ctx.probe(compiled, hole_name(hole), N, xd, wd, config)
+        ctx.cache[key] = (kernel, report_of(kernel, f"{hole.stage}+{ctx.exercise.id}", data))
     return ctx.cache[key]
+
+
+def _stand_in(*args, **kwargs):
+    """What the grader's own copy of a kernel holds in the hole: it is never compiled here."""
+    raise RuntimeError("the grader's copy of the kernel is not compiled")
 
 
 def access_check(

@@ -437,6 +437,7 @@ TV_LAYOUT_MUTANTS = mutants(COMPILE,
 tv_layout = register(
     Exercise(
         id="02.tv_layout",
+        traced=True,  # its checks still run whole in the learner's process
         lesson=LESSON,
         answer="row_tv_layouts",
         title="the TV layout of the row copy: (thr_layout, val_layout) for make_tiled_copy_tv",

@@ -650,6 +650,7 @@ ROW_LOOP_MUTANTS = mutants(COMPILE,
 row_loop = register(
     Exercise(
         id="06.row_loop",
+        traced=True,  # its checks still run whole in the learner's process
         lesson=LESSON,
         answer="row_blocks",
         title="the double-buffered loop over a CTA's row blocks: buffers, mbarrier phases, re-arms",

@@ -557,6 +557,7 @@ DW_PARTIAL_MUTANTS = [
 dw_partial = register(
     Exercise(
         id="07.dw_partial",
+        traced=True,  # its checks still run whole in the learner's process
         lesson=LESSON,
         answer="combine_partial",
         title="the persistent CTA's dw: accumulate dout * x_hat, then store one partial row",
