@@ -29,6 +29,14 @@ ATTEMPTS = {
     "rename a file outside": "os.rename(PUBLIC + '/public.txt', 'taken.txt')",
     "link a secret into the scratch folder": "os.symlink(SECRET + '/answer.txt', 'link.txt')",
     "change the working directory": "os.chdir('/')",
+    "write through a folder's descriptor": (
+        "os.open('x.txt', os.O_WRONLY | os.O_CREAT, dir_fd=os.open(OUTSIDE, os.O_RDONLY))"
+    ),
+    "climb from a folder's descriptor": (
+        "os.makedirs('a/b', exist_ok=True); "
+        "os.open('../../../../' + os.path.relpath(OUTSIDE, SCRATCH) + '/z.txt', "
+        "os.O_WRONLY | os.O_CREAT, dir_fd=os.open('a/b', os.O_RDONLY))"
+    ),
     "start a process": "subprocess.run(['true'])",
     "start a detached process": "subprocess.Popen(['sleep', '60'], start_new_session=True)",
     "os.system": "os.system('true')",

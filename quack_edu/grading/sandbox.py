@@ -156,9 +156,11 @@ def lock_down(scratch: str, *, secrets=(), denied_modules=DENIED_MODULES) -> Non
     if locked():
         raise RuntimeError("this process is locked down already")
     import site
+    import stat as _stat
     import tempfile
 
     realpath, fspath, getpid = os.path.realpath, os.fspath, os.getpid
+    stat, is_dir = os.stat, _stat.S_ISDIR
     home = realpath(scratch)
     # the working directory starts empty; temporary files (the answer's module, compile dumps)
     # go beside it, inside the scratch folder too
@@ -235,11 +237,31 @@ def lock_down(scratch: str, *, secrets=(), denied_modules=DENIED_MODULES) -> Non
             seen.append(f"refused: {what}")
         raise PermissionError(f"the grader's sandbox refused: {what}")
 
+    def relative_up(p) -> bool:
+        """A relative path that climbs (``..``): it may be relative to a folder descriptor
+        (``dir_fd``), which the audit event does not name, not to the working directory."""
+        if isinstance(p, int):
+            return False
+        p = fspath(p)
+        if isinstance(p, bytes):
+            p = p.decode("utf-8", "surrogateescape")
+        return not p.startswith("/") and ".." in p.split("/")
+
+    def a_folder(real: str) -> bool:
+        try:
+            return is_dir(stat(real).st_mode)
+        except OSError:
+            return False
+
     def hook(event: str, args: tuple) -> None:
         if event == "open":
+            if relative_up(args[0]):
+                refuse(f"opening {args[0]} (a relative path that climbs with ..)")
             p = as_path(args[0])
             if p is None:
                 return
+            if not in_scratch(p) and a_folder(p[1]):  # its descriptor would be a dir_fd
+                refuse(f"opening the folder {p[0]} (outside the scratch folder)")
             mode, flags = args[1], args[2] if len(args) > 2 else 0
             writes = bool(flags & write_flags) or (
                 isinstance(mode, str) and any(c in mode for c in "wax+")
@@ -249,6 +271,8 @@ def lock_down(scratch: str, *, secrets=(), denied_modules=DENIED_MODULES) -> Non
             if secret(p) and not in_scratch(p):
                 refuse(f"reading {p[0]}")
         elif event in changes:
+            if any(relative_up(a) for a in args if isinstance(a, str | bytes)):
+                refuse(f"{event} on a relative path that climbs with ..")
             for i in changes[event]:
                 p = as_path(args[i]) if i < len(args) else None
                 if p is not None and not in_scratch(p):
