@@ -26,9 +26,10 @@ from quack_edu.lessons import evidence
 EXERCISES = "quack_edu.grading.exercises"
 #: solution lines and mutant edits shorter than this are the DSL's own words (``@cute.kernel``)
 MIN_TEXT = 16
-#: (exercise module, its names that are evidence's objects)
+#: (exercise module, or the probes module that compiles for it, its names that are evidence's
+#: objects)
 SHARED = {
-    "lesson01b": ("scale_ptx",),
+    "quack_edu.grading.probes.lesson01b_02": ("scale_ptx",),  # 01.scale_kernel's probe
     "lesson06": ("OFFSET", "epilogue_flow", "scratch_op"),
     "lesson07": ("OFFSET", "NO_WEIGHT_OFFSET", "learner_class", "report_for", "grad_flow"),
 }
@@ -54,7 +55,7 @@ def test_importing_evidence_imports_no_exercise(subprocess_env):
 
 @pytest.mark.parametrize("module", sorted(SHARED))
 def test_the_exercises_grade_with_evidence_helpers(module):
-    mod = __import__(f"{EXERCISES}.{module}", fromlist=["_"])
+    mod = __import__(module if "." in module else f"{EXERCISES}.{module}", fromlist=["_"])
     for name in SHARED[module]:
         assert getattr(mod, name) is getattr(evidence, name), f"{module}.{name}"
 

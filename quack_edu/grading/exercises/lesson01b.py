@@ -13,7 +13,7 @@ elements past N poisoned and checked untouched.
 
 import math
 
-from ...lessons.evidence import SCALE_THREADS, SCALE_TILE, scale_dtype, scale_launch, scale_ptx
+from ...lessons.evidence import SCALE_THREADS, SCALE_TILE
 from .. import checks
 from ..checks import Ptx, numbers_close, value_check
 from ..hints import Variant
@@ -268,23 +268,28 @@ RAGGED_N = 4104  # 4 full tiles and 8 elements: the fifth CTA must not run past 
 
 
 def _ptx(ctx, N, dtype="bf16") -> Ptx:
-    def make():
-        kind = str(getattr(ctx.answer, "_decorator_kind", "a plain function"))
+    """The PTX of the answer in the exercise's launch, compiled where the answer lives
+    (``probes.lesson01b_02.scale_kernel_ptx``); an answer that is no kernel fails here."""
+    from ..probes.lesson01b_02 import scale_kernel_ptx
+
+    key = ("scale_ptx", N, dtype)
+    if key not in ctx.cache:
+        got = ctx.probe(scale_kernel_ptx, N, dtype)
+        if not isinstance(got, dict):
+            raise CheckFailed("the learner's process sent no PTX back")
+        kind = str(got.get("kind"))
         if "kernel" not in kind.lower():
             raise CheckFailed(
-                "scale_kernel is not a kernel" + checks.plain_call(ctx.answer, 3),
+                "scale_kernel is not a kernel" + str(got.get("call") or ""),
                 expected="a function decorated with @cute.kernel (it is launched)",
                 seen=f"{kind.rsplit('.', 1)[-1]}",
                 hint="decorate scale_kernel with @cute.kernel: only a kernel can be "
                 "launched (kernel(...).launch(grid=..., block=...)); @cute.jit is for "
                 "host functions and device helpers",
             )
-        with checks.no_shortcuts():
-            return scale_ptx(ctx.answer, N, dtype)
-
-    key = ("scale_ptx", N, dtype)
-    if key not in ctx.cache:
-        ctx.cache[key] = Ptx(checks.shared(ctx.answer, key, make))
+        if not isinstance(got.get("ptx"), str):
+            raise CheckFailed("the learner's process sent no PTX back")
+        ctx.cache[key] = Ptx(got["ptx"])
     return ctx.cache[key]
 
 
@@ -375,39 +380,26 @@ def _ptx_check(name, probe, N, dtype="bf16", hidden=False, needs=("compiles",)):
     return checks.Check(name, COMPILE, fn, hidden, tuple(needs))
 
 
-def scale_launcher(kernel, N: int, dtype="bf16"):
-    """The answer compiled for a Hopper GPU: ``fn(x, y, factor)`` on torch tensors of N."""
-    import cutlass.cute as cute
-    from cutlass import Float32
-
-    from ...lessons.dsl import fake_tensor
-
-    dt = scale_dtype(dtype)
-    stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
-    args = (fake_tensor(dt, (N,)), fake_tensor(dt, (N,)), Float32(2.0), stream)
-    return cute.compile(scale_launch(kernel), *args, options="--enable-tvm-ffi")
-
-
 def _gpu_values(hidden: bool):
     def fn(ctx):
         import torch
+
+        from ..probes.lesson01b_02 import scale_kernel_run
 
         tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}
         cases = [(_hidden_N(ctx), "fp16")] if hidden else [(RAGGED_N, "bf16"), (4096, "fp16")]
         gen = ctx.torch_generator("cuda", "scale")
         for N, dtype in cases:
-            key = ("scale_launch", N, dtype)
-            launch = checks._shared_get(ctx.answer, key)
-            if launch is None:
-                _ptx(ctx, N, dtype)  # the compile-tier reasons first (not a kernel, ...)
-                launch = scale_launcher(ctx.answer, N, dtype)
-                checks._shared_put(ctx.answer, key, launch)
+            _ptx(ctx, N, dtype)  # the compile-tier reasons first (not a kernel, ...)
             padded = -(-N // TILE) * TILE  # the last CTA's tile, whole: nothing past it is read
             x = torch.randn(padded, device="cuda", dtype=tdt[dtype], generator=gen)
             y = torch.full_like(x, checks.POISON)
             factor = 2.5
-            launch(x[:N], y[:N], factor)
-            torch.cuda.synchronize()
+            # launched where the answer lives; y comes back whole, past N too
+            y = ctx.probe(scale_kernel_run, x, y, N, dtype, factor)
+            if not isinstance(y, torch.Tensor) or y.shape != x.shape or y.dtype != x.dtype:
+                raise CheckFailed(f"N={N} {dtype}: the learner's process sent no y back")
+            y = y.to(x.device)
             want = (x[:N].float() * factor).to(x.dtype)
             got = y[:N]
             if not torch.equal(y[N:], torch.full_like(y[N:], checks.POISON)):
@@ -467,7 +459,6 @@ SCALE_KERNEL_MUTANTS = [
 scale_kernel = register(
     Exercise(
         id="01.scale_kernel",
-        traced=True,  # its checks still run whole in the learner's process
         lesson=LESSON,
         answer="scale_kernel",
         title="a whole kernel: y = x * factor, a 1024-element tile per CTA, 16 bytes per thread",

@@ -22,7 +22,7 @@ from ..checks import (
     ptx_probe,
 )
 from ..hints import Variant
-from ..holes import COPY_HOLE, REDUCE_HOLE, WARP, tiled_copy_of
+from ..holes import COPY_HOLE, REDUCE_HOLE, WARP
 from ..holes import WARP_KERNEL_HOLE as KERNEL_HOLE
 from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutants, register
 from ._kernels import (
@@ -289,12 +289,24 @@ NEIGHBOURS = (
 )
 
 
-def tv_map(answer, threads_per_row: int, num_threads: int, dtype) -> dict:
-    """The learner's layouts traced (no kernel is built): the (row, col) each value of each
-    thread addresses in one tile of the tiled copy (``quack_edu.tools.inspect.tv_coords``)."""
-    from ...tools.inspect import tv_coords
+def tv_map(ctx, threads_per_row: int, num_threads: int, dtype: str) -> dict:
+    """The learner's layouts traced where the answer lives (no kernel is built;
+    ``probes.lesson01b_02.tv_layout_map``): ``{"threads", "vals", "tile", "coords": {t: [(row,
+    col) of each value]}}`` in one tile of the tiled copy (``quack_edu.tools.inspect.tv_coords``'s
+    form)."""
+    from ..probes.lesson01b_02 import tv_layout_map
 
-    return tv_coords(lambda: tiled_copy_of(answer, threads_per_row, num_threads, dtype, dtype))
+    m = ctx.probe(tv_layout_map, threads_per_row, num_threads, dtype)
+    try:
+        coords = {t: [(int(r), int(c)) for r, c in cs] for t, cs in enumerate(m["coords"])}
+        return {
+            "threads": int(m["threads"]),
+            "vals": int(m["vals"]),
+            "tile": tuple(int(x) for x in m["tile"]),
+            "coords": coords,
+        }
+    except (TypeError, ValueError, KeyError) as e:
+        raise CheckFailed(f"the learner's process sent no layout map back ({e})") from None
 
 
 def expected_coords(threads_per_row: int, num_threads: int, vec: int) -> dict:
@@ -353,7 +365,7 @@ def _layout_check(hidden: bool):
         for tpr, nt, dt in cases:
             dtype = cute_dtype(dt)
             try:
-                m = tv_map(ctx.answer, tpr, nt, dtype)
+                m = tv_map(ctx, tpr, nt, dt)
             except Exception as e:
                 if "strictly positive" not in str(e):
                     raise
@@ -437,7 +449,6 @@ TV_LAYOUT_MUTANTS = mutants(COMPILE,
 tv_layout = register(
     Exercise(
         id="02.tv_layout",
-        traced=True,  # its checks still run whole in the learner's process
         lesson=LESSON,
         answer="row_tv_layouts",
         title="the TV layout of the row copy: (thr_layout, val_layout) for make_tiled_copy_tv",
