@@ -12,26 +12,42 @@ one is recognisable by its conversion: the weight is what ``cvt.f32.bf16`` makes
 ``cvt.f32.f16`` makes, and the offset the fp32 constant. Following the registers from the
 output stores back says which of them reach the output and whether the offset was added before
 or after the multiply by rstd. The gpu tier runs the learner's kernel class (a subclass of
-``FinalRMSNorm``) through its ``launch`` with a bias, an offset and both weight dtypes.
+``FinalRMSNorm``) through its ``launch`` with a bias, an offset and both weight dtypes, on
+inputs made here, and compares its output with ``rmsnorm_ref`` here.
 
 The fake's compile tier runs the answer under ``FakeTensorMode`` (no GPU, no data) on a table
-of cases and compares what it returns with the library's own fake (the op called under the
-same mode). Its gpu tier registers the answer as the fake of a scratch custom op around the
-real kernel and runs ``torch.library.opcheck`` and ``torch.compile(fullgraph=True)`` through it.
+of cases and compares what it returns (count, dtypes, shapes, strides, devices, aliasing, as
+data) with the library's own fake (the op called under the same mode, here). Its gpu tier
+registers the answer as the fake of a scratch custom op around the real kernel and runs
+``torch.library.opcheck`` and ``torch.compile(fullgraph=True)`` through it; what failed, and the
+compiled graph's outputs, come back as data.
+
+Where the answer lives (in a graded run, the learner's locked-down worker) each check asks one
+question of ``probes.lesson06`` (``Context.probe``) and decides from the data it returns.
 """
 
 from __future__ import annotations
 
-from ...lessons.evidence import OFFSET, epilogue_flow, scratch_op
+# scratch_op: the GPU check's op, which probes.lesson06 builds where the answer lives
+from ...lessons.evidence import OFFSET, epilogue_flow, scratch_op  # noqa: F401
 from ..checks import (
     CheckFailed,
     fail_on_error,
-    no_shortcuts,
     shared,
 )  # fmt: skip
 from ..holes import EPILOGUE_HOLE
+from ..probes import report_of
+from ..probes.lesson06 import (
+    compiled_through,
+    epilogue_compiled,
+    epilogue_launch,
+    fake_inputs,
+    fake_outputs,
+    opcheck,
+    outputs_of,
+)
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
-from ._kernels import check_offset_flow
+from ._kernels import _stand_in, check_offset_flow
 
 LESSON = "06_final_kernel"
 
@@ -74,15 +90,18 @@ def _features(bias: bool = True, offset: float = OFFSET):
 
 def _epilogue_report(ctx, N: int):
     """The final kernel with the learner's ``scale``, compiled for x fp32, weight bf16, bias fp16
-    and weight_offset=1.0 at ``N`` (cached for the answer, like ``ctx.report``)."""
+    and weight_offset=1.0 at ``N`` (cached for the answer, like ``ctx.report``): compiled where
+    the answer lives (``probes.lesson06.epilogue_compiled``), reported here on the grader's own
+    copy of the kernel, built around a stand-in for its launch shape and never compiled."""
     from ...runtime import torch_dtype
-    from ...tools.inspect import kernel_report
 
     def make():
-        cls = EPILOGUE_HOLE.build(ctx.answer)
-        kernel = cls(torch_dtype(X_DTYPE), N, None, torch_dtype(W_DTYPE), features=_features())
-        with no_shortcuts():
-            return kernel_report(kernel, stage=f"final+{ctx.exercise.id}")
+        stage = f"final+{ctx.exercise.id}"
+        data = ctx.probe(epilogue_compiled, N, X_DTYPE, W_DTYPE, _features(), stage)
+        kernel = EPILOGUE_HOLE.build(_stand_in)(
+            torch_dtype(X_DTYPE), N, None, torch_dtype(W_DTYPE), features=_features()
+        )
+        return report_of(kernel, stage, data)
 
     key = ("epilogue report", N)
     if key not in ctx.cache:
@@ -193,7 +212,6 @@ def _epilogue_values(hidden: bool) -> Check:
         from ...runtime import torch_dtype
         from ..checks import EPS, HIDDEN_M, VISIBLE_M, rmsnorm_inputs
 
-        cls = EPILOGUE_HOLE.build(ctx.answer)
         gen = ctx.torch_generator(salt="epilogue" + ("h" if hidden else ""))
         Ms = HIDDEN_M if hidden else VISIBLE_M
         n = 0
@@ -210,9 +228,9 @@ def _epilogue_values(hidden: bool) -> Check:
                         w = (1e-2 * torch.randn(N, generator=gen)).to("cuda", torch_dtype(wdt))
                     if has_bias:
                         b = torch.randn(N, generator=gen).to("cuda", torch_dtype(wdt or "bf16"))
-                    out = torch.full_like(x, float("nan"))
-                    cls.launch(x, w, b, None, out, None, None, EPS, off)
-                    torch.cuda.synchronize()
+                    out = ctx.probe(epilogue_launch, x, w, b, EPS, off)
+                    if not torch.is_tensor(out) or tuple(out.shape) != tuple(x.shape):
+                        raise CheckFailed("the learner's process sent back no output of x's shape")
                     ref = rmsnorm_ref(x, w, b, eps=EPS, weight_offset=off)
                     o, r = out.float().cpu(), ref.float().cpu()
                     if bool(torch.isclose(o, r, **tol).all()):
@@ -279,7 +297,6 @@ EPILOGUE_MUTANTS = mutants(TIERS,
 epilogue = register(
     Exercise(
         id="06.epilogue",
-        traced=True,  # its checks still run whole in the learner's process
         lesson=LESSON,
         answer="scale",
         title="the epilogue of the final kernel: x_hat * (w + weight_offset) + b, in fp32",
@@ -362,93 +379,105 @@ def _fake_cases(ctx, hidden: bool):
     return cases
 
 
-def _fake_inputs(case, device):
+def _outputs(data) -> dict:
+    """``data`` (what ``probes.lesson06.outputs_of`` sends back) checked to be of its form."""
     import torch
 
-    what, shape, xdt, wdt, bias, resdt, outdt, resodt, rstd, strided = case
-    if strided and len(shape) >= 3:  # dense, the first two dims' strides swapped
-        swapped = (shape[1], shape[0], *shape[2:])
-        st = torch.empty(swapped, device="meta").stride()
-        x = torch.empty_strided(shape, (st[1], st[0], *st[2:]), device=device, dtype=xdt)
-    elif strided and len(shape) == 2:  # rows of a wider tensor
-        x = torch.empty_strided(shape, (2 * shape[1], 1), device=device, dtype=xdt)
-    else:
-        x = torch.empty(shape, device=device, dtype=xdt)
-    per_head = "per-head" in what
-    pshape = tuple(shape[-2:]) if per_head else (shape[-1],)
-    w = None if wdt is None else torch.empty(pshape, device=device, dtype=wdt)
-    b = torch.empty(pshape, device=device, dtype=wdt or torch.bfloat16) if bias else None
-    res = None if resdt is None else torch.empty(shape, device=device, dtype=resdt)
-    return (x, w, b, res, outdt, resodt, 1e-6, rstd, 0.0)
+    def bad():
+        return CheckFailed("the learner's process sent back malformed outputs")
+
+    if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+        raise bad()
+    outs = data.get("outputs")
+    if outs is None:
+        return data
+    if not isinstance(outs, list):
+        raise bad()
+    for o in outs:
+        if not isinstance(o, dict) or not isinstance(o.get("type"), str):
+            raise bad()
+        if "dtype" in o and not (
+            isinstance(o["dtype"], torch.dtype)
+            and all(isinstance(o.get(k), list) for k in ("shape", "stride"))
+            and all(type(v) is int for v in (*o["shape"], *o["stride"], o.get("numel")))
+            and isinstance(o.get("device"), str)
+            and type(o.get("alias")) is bool
+        ):
+            raise bad()
+    return data
 
 
-def _describe(outs) -> str:
-    if not isinstance(outs, list | tuple):
-        return type(outs).__name__
+def _describe(outs: dict) -> str:
+    """``outputs_of``'s data as the messages show it: ``[bfloat16[4, 64], float32[4]]``."""
+    if "outputs" not in outs:
+        return outs["type"]
     return "[" + ", ".join(
-        f"{str(o.dtype).removeprefix('torch.')}{list(o.shape)}" if hasattr(o, "dtype") else
-        type(o).__name__
-        for o in outs
+        f"{str(o['dtype']).removeprefix('torch.')}{list(o['shape'])}" if "dtype" in o else
+        o["type"]
+        for o in outs["outputs"]
     ) + "]"  # fmt: skip
 
 
-def _compare_fake(args, got, want) -> tuple[str, str | None] | None:
-    """None if ``got`` (the answer's outputs) matches ``want`` (the library fake's), else
-    (what differs, hint)."""
-    import torch
-
+def _compare_fake(args, got: dict, want: dict) -> tuple[str, str | None] | None:
+    """None if ``got`` (the answer's outputs, ``outputs_of``'s data) matches ``want`` (the
+    library fake's), else (what differs, hint)."""
     x = args[0]
-    if not isinstance(got, list | tuple):
-        return f"returned a {type(got).__name__}, not a list of tensors", FAKE_COUNT
-    inputs = [t for t in args[:4] if torch.is_tensor(t)]
-    for i, o in enumerate(got):
-        if not torch.is_tensor(o):
-            return f"output {i} is a {type(o).__name__}", FAKE_COUNT
-        if any(o is t or o._base is t or (t._base is not None and o._base is t._base) for t in
-               inputs):  # fmt: skip
+    if "outputs" not in got:
+        return f"returned a {got['type']}, not a list of tensors", FAKE_COUNT
+    outs, wants = got["outputs"], want["outputs"]
+    for i, o in enumerate(outs):
+        if "dtype" not in o:
+            return f"output {i} is a {o['type']}", FAKE_COUNT
+        if o["alias"]:
             return f"output {i} is an input (or a view of one)", FAKE_ALIAS
-    if len(got) != len(want):
-        return f"{len(got)} outputs for {len(want)}", FAKE_COUNT
+    if len(outs) != len(wants):
+        return f"{len(outs)} outputs for {len(wants)}", FAKE_COUNT
     names = (
         ["out"] + (["residual_out"] if args[5] is not None else []) + (["rstd"] if args[7] else [])
     )
-    for name, o, w in zip(names, got, want, strict=True):
-        if o.dtype != w.dtype:
+    for name, o, w in zip(names, outs, wants, strict=True):
+        if o["dtype"] != w["dtype"]:
             if name == "rstd":
                 hint = FAKE_RSTD_DTYPE
             elif name == "out":
-                hint = FAKE_OUT_DTYPE if o.dtype == x.dtype else None
+                hint = FAKE_OUT_DTYPE if o["dtype"] == x.dtype else None
             else:
                 hint = FAKE_RES_DTYPE
-            return f"{name} is {o.dtype}, the op's is {w.dtype}", hint
-        if tuple(o.shape) != tuple(w.shape):
-            hint = FAKE_RSTD_SHAPE if name == "rstd" and tuple(o.shape) == tuple(x.shape) else None
-            return f"{name} has shape {tuple(o.shape)}, the op's {tuple(w.shape)}", hint
-        if o.device != w.device:
-            return f"{name} is on {o.device}, the op's on {w.device}", FAKE_DEVICE
-        if o.numel() > 1 and tuple(o.stride()) != tuple(w.stride()):
-            return f"{name} has strides {tuple(o.stride())}, the op's {tuple(w.stride())}", (
+            return f"{name} is {o['dtype']}, the op's is {w['dtype']}", hint
+        shape, want_shape = tuple(o["shape"]), tuple(w["shape"])
+        if shape != want_shape:
+            hint = FAKE_RSTD_SHAPE if name == "rstd" and shape == tuple(x.shape) else None
+            return f"{name} has shape {shape}, the op's {want_shape}", hint
+        if o["device"] != w["device"]:
+            return f"{name} is on {o['device']}, the op's on {w['device']}", FAKE_DEVICE
+        if o["numel"] > 1 and tuple(o["stride"]) != tuple(w["stride"]):
+            return f"{name} has strides {tuple(o['stride'])}, the op's {tuple(w['stride'])}", (
                 FAKE_STRIDES
             )
     return None
 
 
 def _run_fake_cases(ctx, hidden: bool, device="cuda"):
-    """Each case under FakeTensorMode: the answer's outputs against the library's fake.
-    Returns [(case, args, got, want, problem)] with problem None where they agree."""
+    """Each case under FakeTensorMode: the answer's outputs (``probes.lesson06.fake_outputs``,
+    run where the answer lives) against the library's fake (run here). Returns
+    [(case, args, got, want, problem)] with problem None where they agree."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from ...rmsnorm import _fwd_op  # noqa: F401  (importing it registers the op and its fake)
 
     op = torch.ops.quack_edu.rmsnorm_fwd.default
+    cases = _fake_cases(ctx, hidden)
+    seen = ctx.probe(fake_outputs, cases, device)
+    if not isinstance(seen, list) or len(seen) != len(cases):
+        raise CheckFailed("the learner's process sent back no outputs for some cases")
     out = []
-    for case in _fake_cases(ctx, hidden):
+    for case, data in zip(cases, seen, strict=True):
+        got = _outputs(data)
         with FakeTensorMode():
-            args = _fake_inputs(case, device)
-            want = list(op(*args))
-            got = ctx.call(*args)
-            out.append((case, args, got, want, _compare_fake(args, got, want)))
+            args = fake_inputs(case, device)
+            want = outputs_of(args, list(op(*args)))
+        out.append((case, args, got, want, _compare_fake(args, got, want)))
     return out
 
 
@@ -489,7 +518,6 @@ def _fake_gpu_check(hidden: bool) -> Check:
                     return problem[1]
             return None
 
-        op = scratch_op(ctx.answer)
         gen = ctx.torch_generator(device="cuda", salt="fake" + ("h" if hidden else ""))
         Ms = (3, 131) if hidden else (37,)
         bf = torch.bfloat16
@@ -504,33 +532,31 @@ def _fake_gpu_check(hidden: bool) -> Check:
                 (x, w.to(bf), None, None, bf, None, 1e-6, True, 0.0),
             ]
             for args in samples:
-                try:
-                    torch.library.opcheck(op, args)
-                except Exception as e:
+                error = ctx.probe(opcheck, args)
+                if error is not None:
                     raise CheckFailed(
                         f"torch.library.opcheck of an op with your fake failed (M={M}): "
-                        f"{type(e).__name__}: {str(e)[:400]}",
+                        f"{str(error)[:600]}",
                         hint=hint_from_cpu(),
-                    ) from None
+                    )
                 n += 1
 
-            def f(x, w):
-                out, rstd = op(x, w, None, None, torch.float32, None, 1e-6, True, 0.0)
-                return out * 2.0, rstd
-
-            torch._dynamo.reset()
-            try:
-                out, rstd = torch.compile(f, fullgraph=True)(x, w)
-                torch.cuda.synchronize()
-            except Exception as e:
+            got = ctx.probe(compiled_through, x, w)
+            if not isinstance(got, dict):
+                raise CheckFailed("the learner's process sent back no compiled outputs")
+            if "error" in got:
                 raise CheckFailed(
                     f"torch.compile(fullgraph=True) through an op with your fake failed "
-                    f"(M={M}): {type(e).__name__}: {str(e)[:400]}",
+                    f"(M={M}): {str(got['error'])[:600]}",
                     hint=hint_from_cpu(),
-                ) from None
+                )
+            out, rstd = got.get("out"), got.get("rstd")
+            if not (torch.is_tensor(out) and torch.is_tensor(rstd)):
+                raise CheckFailed("the learner's process sent back no compiled outputs")
             ref = 2.0 * rmsnorm_ref(x, w, eps=1e-6).float()
             if (
-                out.dtype != torch.float32
+                tuple(out.shape) != tuple(ref.shape)
+                or out.dtype != torch.float32
                 or rstd.dtype != torch.float32
                 or not bool(torch.isclose(out.cpu(), ref.cpu(), **TOLERANCES[bf]).all())
             ):
@@ -566,7 +592,6 @@ FAKE_IMPL_MUTANTS = mutants(TIERS,
 fake_impl = register(
     Exercise(
         id="06.fake_impl",
-        traced=True,  # its checks still run whole in the learner's process
         lesson=LESSON,
         answer="rmsnorm_fwd_fake",
         title="the fake implementation of quack_edu::rmsnorm_fwd: outputs without data",
