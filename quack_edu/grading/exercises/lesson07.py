@@ -22,7 +22,8 @@ whether the weight, dout and the offset reach dx, and whether the offset was add
 weight or after the multiply. Then it compiles the kernel without a weight (``w`` is None).
 The gpu tier runs the learner's kernel class (a subclass of ``FinalBwdRMSNorm``) through its
 ``launch`` against ``rmsnorm_bwd_ref`` (dx and dw) with weights of every dtype, none, and both
-offsets.
+offsets. Both tiers compile and launch the kernel where the answer lives
+(``probes.lesson07``): what comes back is its PTX and its outputs, judged here.
 
 07.dw_partial is checked in ``lesson07_dw_partial``.
 """
@@ -33,15 +34,23 @@ import io
 import math
 import tokenize
 
-from ...lessons.evidence import NO_WEIGHT_OFFSET, OFFSET, grad_flow, learner_class, report_for
+# learner_class and report_for: the lesson's cell shows the kernel the checks read, built by
+# the same helpers (tests/test_evidence.py); the checks reach them through the probes
+from ...lessons.evidence import (  # noqa: F401
+    NO_WEIGHT_OFFSET,
+    OFFSET,
+    grad_flow,
+    learner_class,
+    report_for,
+)
 from ..checks import (
     CheckFailed,
     Ptx,
     f32_hex,
     fail_on_error,
-    no_shortcuts,
 )
 from ..holes import GRAD_IN_HOLE as HOLE
+from ..probes.lesson07 import grad_in_compiled, grad_in_launched
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
 from ._kernels import check_offset_flow
 
@@ -416,24 +425,43 @@ COMPILES_NO_WEIGHT = "compiles without a weight (w is None)"
 PROBE_NO_WEIGHT = "the PTX without a weight: dx from dout alone (weight_offset=0.375 unused)"
 
 
+#: the compile tier's row length (g does not depend on N)
+GRAD_N = 1000
+
+
+def _grad_report(ctx, weighted: bool = True) -> dict:
+    """The PTX, registers and spills of the backward with the learner's grad_in (with a weight:
+    x fp32, weight bf16, dout fp16, weight_offset 1.0; without: weight_offset NO_WEIGHT_OFFSET),
+    compiled where the answer lives (``probes.lesson07.grad_in_compiled``, the kernel
+    ``lessons.evidence.report_for`` shows), once a run."""
+    key = ("07.grad_in report", GRAD_N, weighted)
+    if key not in ctx.cache:
+        data = ctx.probe(grad_in_compiled, GRAD_N, weighted)
+        if not isinstance(data, dict) or not isinstance(data.get("ptx"), str):
+            raise CheckFailed("the learner's process sent no PTX back")
+        ctx.cache[key] = data
+    return ctx.cache[key]
+
+
 def _grad_compiles(weighted: bool = True) -> Check:
     def fn(ctx):
-        N = 1000
+        N = GRAD_N
         what = f"x {X_DTYPE}, weight {W_DTYPE}, dout {DOUT_DTYPE}" if weighted else "no weight"
         with fail_on_error(
             f"the backward kernel with your grad_in does not compile ({what}, N={N})",
             hint=None if weighted else NO_WEIGHT_CASE,
         ):
-            rep = report_for(ctx.answer, N, weighted)
-        return f"N={N}: {rep.registers} registers, {rep.spill_bytes} B of spills"
+            rep = _grad_report(ctx, weighted)
+        spills = int(rep["spill_store_bytes"]) + int(rep["spill_load_bytes"])
+        return f"N={N}: {int(rep['registers'])} registers, {spills} B of spills"
 
     if not weighted:
         return Check(COMPILES_NO_WEIGHT, COMPILE, fn, needs=(PROBE,))
     return Check(COMPILES, COMPILE, fn)
 
 
-def _probe_grad(rep) -> str:
-    flow = grad_flow(rep.ptx)
+def _probe_grad(ptx_text: str) -> str:
+    flow = grad_flow(ptx_text)
     expected = "dx built from dout * (w + 1.0): the weight, dout and the offset (added to w)"
     seen = ", ".join(k for k in ("weight", "dout", "offset") if flow[k])
     if not flow["weight"]:
@@ -477,7 +505,7 @@ def offset_in_dx(ptx_text: str, off: float = NO_WEIGHT_OFFSET) -> list[str]:
 
 def _grad_probe_no_weight() -> Check:
     def fn(ctx):
-        used = offset_in_dx(report_for(ctx.answer, 1000, weighted=False).ptx)
+        used = offset_in_dx(_grad_report(ctx, weighted=False)["ptx"])
         if used:
             raise CheckFailed(
                 f"without a weight, weight_offset={NO_WEIGHT_OFFSET} still reaches dx",
@@ -492,7 +520,7 @@ def _grad_probe_no_weight() -> Check:
 
 def _grad_probe() -> Check:
     def fn(ctx):
-        return _probe_grad(report_for(ctx.answer, 1000))
+        return _probe_grad(_grad_report(ctx)["ptx"])
 
     return Check(PROBE, COMPILE, fn, needs=(COMPILES,))
 
@@ -539,17 +567,18 @@ def _grad_values(hidden: bool) -> Check:
         from ...reference import TOLERANCES, rmsnorm_bwd_ref
         from ..checks import HIDDEN_M, VISIBLE_M
 
-        cls = learner_class(ctx.answer)
         gen = ctx.torch_generator(salt="grad values" + str(hidden))
         n = 0
         for xdt, wdt, off in GRAD_CASES:
             N = ctx.hidden_N(HOLE, xdt) if hidden else 1000
             for M in HIDDEN_M if hidden else VISIBLE_M:
                 x, w, dout, rstd = _row_inputs(M, N, xdt, wdt, off, gen, "cuda")
-                dx = torch.full_like(x, float("nan"))
-                with no_shortcuts():
-                    dw_p, _ = cls.launch(x, w, dout, None, rstd, dx, None, False, off)
-                    torch.cuda.synchronize()
+                # launched where the answer lives, dx NaN before (probes.lesson07)
+                got = ctx.probe(grad_in_launched, x, w, dout, rstd, off)
+                dx, dw_p = got if isinstance(got, tuple | list) and len(got) == 2 else (None, None)
+                if not torch.is_tensor(dx) or tuple(dx.shape) != tuple(x.shape):
+                    raise CheckFailed("the learner's process sent no dx back")
+                dx = dx.to(x.device)
                 ex, ew, _ = rmsnorm_bwd_ref(
                     x, w, dout, rstd, compute_dtype=torch.float64, weight_offset=off
                 )
@@ -572,7 +601,9 @@ def _grad_values(hidden: bool) -> Check:
                         hint=_diagnose_grad(dx, x, w, dout, rstd, off, scale),
                     )
                 if w is not None:  # dw does not go through grad_in; checked all the same
-                    dw = dw_p.sum(dim=0).double()
+                    if not torch.is_tensor(dw_p) or dw_p.dim() != 2 or dw_p.shape[1] != N:
+                        raise CheckFailed("the learner's process sent no dw partials back")
+                    dw = dw_p.to(ew.device).sum(dim=0).double()
                     wt = TOLERANCES[torch.float32]
                     if not torch.allclose(
                         dw, ew, rtol=wt["rtol"], atol=wt["atol"] * math.sqrt(M) * 10
@@ -615,7 +646,6 @@ GRAD_IN_MUTANTS = [
 grad_in = register(
     Exercise(
         id="07.grad_in",
-        traced=True,  # its checks still run whole in the learner's process
         lesson=LESSON,
         answer="grad_in",
         title="the backward kernel's g = dout * (w + weight_offset), in fp32",

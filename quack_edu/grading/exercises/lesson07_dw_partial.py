@@ -10,6 +10,11 @@ branch on the thread's row and, at a ragged N, some under a column test. Its gpu
 kernel twice on NaN-poisoned partial buffers with one poisoned row after them: dw against
 ``rmsnorm_bwd_ref`` (M=20000 gives each CTA several row blocks), nothing written past the last
 row and the two runs bitwise equal; an answer with a divergent barrier is not launched.
+
+The kernel is compiled, launched and timed where the answer lives (``probes.lesson07``: the two
+functions of the cell are found there, through the answer's globals); the checks decide here
+from its PTX, its partial buffers and its time, with the tiling of the grader's own copy of the
+kernel (built around stand-ins, never compiled).
 """
 
 from __future__ import annotations
@@ -21,15 +26,15 @@ from ..checks import (
     Ptx,
     divergent_barriers,
     fail_on_error,
-    no_shortcuts,
-    plain_call,
-    shared,
     speed_vs_copy,
     thread_guards,
     times_zero,
 )
-from ..holes import accumulate_dw_of, dw_partial_class
+from ..holes import dw_partial_class
+from ..probes import report_of
+from ..probes.lesson07 import DW_STAGE, dw_compiled, dw_launched, dw_time_us
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
+from ._kernels import _stand_in
 from .lesson07 import HOLE, LESSON, _row_inputs
 
 # ---- 07.dw_partial ----------------------------------------------------------------------------
@@ -119,39 +124,33 @@ NO_ACCUMULATE = (
 )
 
 
-def _dw_build(answer):
-    """The backward kernel class with the learner's ``combine_partial`` and, from the same
-    cell (the function's globals), ``accumulate_dw`` (``holes.dw_partial_class``)."""
+#: the compile tier's dtypes: x, weight, dout
+DW_DTYPES = ("bf16", "fp32", "fp16")
 
-    def make():
-        acc_fn = accumulate_dw_of(answer)
-        if acc_fn is None:
+
+def dw_report(ctx, N: int):
+    """(report, tiling) of the backward with the learner's two functions at ``N`` (x bf16,
+    weight fp32, dout fp16), once a run: compiled where the answer lives
+    (``probes.lesson07.dw_compiled``), the tiling and launch shape the grader's own copy's,
+    built around stand-ins (never compiled here)."""
+    from ...runtime import torch_dtype
+    from ...stages.final_bwd import BwdFeatures
+
+    key = ("07.dw_partial report", N)
+    if key not in ctx.cache:
+        data = ctx.probe(dw_compiled, N, *DW_DTYPES)
+        if isinstance(data, dict) and data.get("accumulate_dw") is False:
             raise CheckFailed(
-                "no accumulate_dw" + plain_call(answer, 8),
+                "no accumulate_dw" + str(data.get("plain_call") or ""),
                 expected="def accumulate_dw(acc, v, dy, x_hat)",
                 hint=NO_ACCUMULATE,
             )
-        return dw_partial_class(acc_fn, answer)
-
-    return shared(answer, ("07.dw_partial class",), make)
-
-
-def dw_report(answer, N: int):
-    """(report, tiling) of the backward with the learner's mixin at ``N`` (x bf16, weight fp32,
-    dout fp16), compiled once per answer."""
-    import torch
-
-    from ...stages.final_bwd import BwdFeatures
-    from ...tools.inspect import kernel_report
-
-    def make():
-        kernel = _dw_build(answer)(
-            torch.bfloat16, N, None, torch.float32, features=BwdFeatures(dout_dtype=torch.float16)
+        xd, wd, dd = (torch_dtype(d) for d in DW_DTYPES)
+        kernel = dw_partial_class(_stand_in, _stand_in)(
+            xd, N, None, wd, features=BwdFeatures(dout_dtype=dd)
         )
-        with no_shortcuts():
-            return kernel_report(kernel, stage="final_bwd+07.dw_partial"), kernel.tiling
-
-    return shared(answer, ("07.dw_partial report", N), make)
+        ctx.cache[key] = (report_of(kernel, DW_STAGE, data), kernel.tiling)
+    return ctx.cache[key]
 
 
 def _dw_compiles() -> Check:
@@ -161,7 +160,7 @@ def _dw_compiles() -> Check:
             with fail_on_error(
                 f"the backward with your accumulate_dw and combine_partial does not compile (N={N})"
             ):
-                rep, t = dw_report(ctx.answer, N)
+                rep, t = dw_report(ctx, N)
             out.append(f"N={N}: {t.rows_per_cta} rows a CTA, {rep.registers} registers")
         return "; ".join(out)
 
@@ -327,7 +326,7 @@ def probe_dw(ptx_text: str, rows: int, vec: int, vecs: int, even_cols: bool = Tr
 
 def _dw_probe(N: int, name: str, hidden: bool = False) -> Check:
     def fn(ctx):
-        rep, t = dw_report(ctx.answer, N)
+        rep, t = dw_report(ctx, N)
         return probe_dw(rep.ptx, t.rows_per_cta, t.vec, t.vecs, t.even_cols)
 
     return Check(name, COMPILE, fn, hidden, needs=(DW_COMPILES,))
@@ -340,7 +339,7 @@ DW_CASES = (("bf16", "bf16"), ("bf16", "fp32"), ("fp16", "fp16"), ("fp32", "fp32
 def _launchable(ctx):
     """The compile tier's (report, tiling) of the answer; CheckFailed, before any launch, where
     a barrier is not reached by every thread (the kernel would hang the GPU)."""
-    rep, t = dw_report(ctx.answer, DW_N_ROWS)
+    rep, t = dw_report(ctx, DW_N_ROWS)
     bad = divergent_barriers(rep.ptx)
     if bad:
         raise CheckFailed(
@@ -357,10 +356,8 @@ def _dw_values(hidden: bool) -> Check:
         import torch
 
         from ...reference import TOLERANCES, rmsnorm_bwd_ref
-        from ...stages import final_bwd
         from ..checks import HIDDEN_M, VISIBLE_M
 
-        cls = _dw_build(ctx.answer)
         rep, t = _launchable(ctx)
 
         def ptx_hint():  # what the compile tier's probe says of the same answer, if anything
@@ -385,21 +382,21 @@ def _dw_values(hidden: bool) -> Check:
             cases += [("bf16", "bf16", DW_N_ONE, M) for M in (*VISIBLE_M, DW_M_BLOCKS)]
         for xdt, wdt, N, M in cases:
             x, w, dout, rstd = _row_inputs(M, N, xdt, wdt, 0.0, gen, "cuda")
-            dx = torch.empty_like(x)
-            parts = []
-            for _ in range(2):
-                with no_shortcuts():
-                    kernel, run = final_bwd.kernel_for(
-                        x, w, dout, None, dx, None, False, 0.0, None, cls
-                    )
-                    P = kernel.grid_on(M, x.get_device())
-                    # one more row, poisoned too: a store past column N of the last CTA's
-                    # row lands there
-                    buf = torch.full((P + 1, N), float("nan"), device="cuda")
-                    dw_p = buf[:P]
-                    run(x, w, dout, None, rstd, dx, None, dw_p, None, P)
-                    torch.cuda.synchronize()
-                parts.append(dw_p)
+            # two launches where the answer lives, each on a NaN-poisoned buffer of P + 1 rows:
+            # one more row, poisoned too: a store past column N of the last CTA's row lands there
+            bufs = ctx.probe(dw_launched, x, w, dout, rstd, 2)
+            if not (
+                isinstance(bufs, list | tuple)
+                and len(bufs) == 2
+                and all(torch.is_tensor(b) and b.dim() == 2 for b in bufs)
+                and bufs[0].shape == bufs[1].shape
+                and bufs[0].shape[0] >= 2
+                and bufs[0].shape[1] == N
+            ):
+                raise CheckFailed("the learner's process sent no partial buffers back")
+            buf = bufs[1].to(x.device)
+            P = buf.shape[0] - 1
+            parts = [b.to(x.device)[:P] for b in bufs]
             what = f"{xdt} x, {wdt} weight, M={M} N={N} (seed {ctx.seed})"
             spill = int((~buf[P].isnan()).sum())
             if spill:
@@ -456,15 +453,11 @@ def _dw_speed(fraction: float = 0.8, M: int = 32768, N: int = 4096) -> Check:
     def fn(ctx):
         import torch
 
-        from ...tools.bench import cuda_time_us, rmsnorm_bwd_bytes
+        from ...tools.bench import rmsnorm_bwd_bytes
 
-        cls = _dw_build(ctx.answer)
         _launchable(ctx)
-        gen = torch.Generator().manual_seed(1)
-        x, w, dout, rstd = _row_inputs(M, N, "bf16", "bf16", 0.0, gen, "cuda")
-        dx = torch.empty_like(x)
-        us = cuda_time_us(lambda: cls.launch(x, w, dout, None, rstd, dx, None, False))
-        nbytes = rmsnorm_bwd_bytes(M, N, x.dtype, w.dtype)
+        us = float(ctx.probe(dw_time_us, M, N, 1))  # timed where the answer lives
+        nbytes = rmsnorm_bwd_bytes(M, N, torch.bfloat16, torch.bfloat16)
         return speed_vs_copy(nbytes, us, fraction, f"{M}x{N} bf16")
 
     return Check(
@@ -557,7 +550,6 @@ DW_PARTIAL_MUTANTS = [
 dw_partial = register(
     Exercise(
         id="07.dw_partial",
-        traced=True,  # its checks still run whole in the learner's process
         lesson=LESSON,
         answer="combine_partial",
         title="the persistent CTA's dw: accumulate dout * x_hat, then store one partial row",
