@@ -1,15 +1,16 @@
-"""Lesson 06, the final kernel: its double-buffered loop over a CTA's row blocks (06.row_loop)."""
+"""Lesson 06, the final kernel: its double-buffered loop over a CTA's row blocks (06.row_loop).
+
+The loop is judged from data its probes (``probes.lesson00_06``) send back from where the answer
+lives: its helper calls replayed in plain Python (``loop_events``), and the kernel around it
+compiled, with the helper calls traced while compiling (``loop_compiled``). The protocol, the
+compiled calls and the PTX are judged here.
+"""
 
 from __future__ import annotations
 
-from ..checks import (
-    CheckFailed,
-    _shared_get,
-    _shared_put,
-    fail_on_error,
-    gpu_values,
-)  # fmt: skip
-from ..holes import _TRACE, HELPER_KINDS, LOOP_HOLE
+from ..checks import CheckFailed, fail_on_error, gpu_values
+from ..holes import HELPER_KINDS, LOOP_HOLE
+from ..probes.lesson00_06 import loop_compiled, loop_events
 from ..registry import COMPILE, GPU, Check, Exercise, mutants, register
 from .lesson06 import LESSON
 
@@ -114,67 +115,62 @@ L_HELPERS = (
 )
 
 
-class _Tok:
-    def __init__(self, what):
-        self.what = what
+class _Val:
+    """A value of the replayed loop, rebuilt here from its data (``probes.lesson00_06._plain``):
+    each value a helper returned is one object (the loop's passing it on is followed by
+    identity); anything else the loop passed is named as it was there (its repr and str)."""
+
+    def __init__(self, what, text=None):
+        self.what, self.text = what, what if text is None else text
 
     def __repr__(self):
         return self.what
 
-
-def _shim():
-    import types as _types
-
-    return _types.SimpleNamespace(
-        range=lambda *a, **k: range(*a),
-        range_constexpr=range,
-        const_expr=lambda x: x,
-        Int32=int,
-        Float32=float,
-        Boolean=bool,
-    )
+    def __str__(self):
+        return self.text
 
 
-def replay_loop(answer, n_iter: int, tidx: int, blk0: int = 10) -> list[tuple]:
-    """Run the learner's loop in plain Python with recording helpers: the events, in order."""
-    import inspect as _inspect
-    import textwrap
+NO_EVENTS = "the learner's process sent no replayed events back"
 
-    if not callable(answer):  # Python's own words for it, as for any other answer
-        raise TypeError(f"'{type(answer).__name__}' object is not callable")
-    raw = _inspect.unwrap(answer)
-    # the loop's own source, run as plain Python (the DSL may keep a rewritten copy of it)
-    lines = textwrap.dedent(_inspect.getsource(raw)).splitlines()
-    start = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("def "))
-    g = dict(getattr(raw, "__globals__", {}))
-    g["cutlass"] = _shim()
-    exec(compile("\n".join(lines[start:]), f"<replay of {raw.__name__}>", "exec"), g)
-    fn = g[raw.__name__]
-    ev: list[tuple] = []
 
-    def first_pass(it, blk, b):
-        tok = _Tok(f"sum_sq of iteration {it}")
-        ev.append(("first", it, blk, b, tok))
-        return tok
+def _value(v, toks: dict):
+    """One argument of a replayed event, from its data: a helper's value is the same object
+    wherever it is passed (``toks``: this thread's, by number)."""
+    if isinstance(v, dict) and isinstance(v.get("token"), int):
+        return toks.setdefault(v["token"], _Val(str(v.get("what", ""))))
+    if isinstance(v, dict) and "other" in v:
+        return _Val(str(v["other"]), str(v.get("str", v["other"])))
+    if v is None or isinstance(v, int | float):
+        return v
+    raise CheckFailed(NO_EVENTS)
 
-    def combine(p):
-        tok = _Tok(f"combine({p})#{len(ev)}")
-        ev.append(("combine", p, tok))
-        return tok
 
-    fn(
-        n_iter,
-        blk0,
-        tidx,
-        lambda blk, b: ev.append(("issue", blk, b)),
-        first_pass,
-        lambda val, p: ev.append(("send", val, p)),
-        lambda p, phase: ev.append(("wait", p, phase)),
-        combine,
-        lambda p: ev.append(("rearm", p)),
-        lambda it, blk, b, val: ev.append(("second", it, blk, b, val)),
-    )
-    return ev
+def _events(runs, threads: int) -> list[list[tuple]]:
+    """``loop_events``'s data as the events ``judge_loop`` reads: one list a thread, each
+    event ``(kind, *arguments)``."""
+    if not isinstance(runs, list) or len(runs) != threads:
+        raise CheckFailed(NO_EVENTS)
+    out = []
+    for run in runs:
+        if not isinstance(run, list):
+            raise CheckFailed(NO_EVENTS)
+        toks: dict = {}
+        events = []
+        for e in run:
+            if not isinstance(e, list) or not e or e[0] not in HELPER_KINDS:
+                raise CheckFailed(NO_EVENTS)
+            events.append((e[0], *(_value(v, toks) for v in e[1:])))
+        out.append(events)
+    return out
+
+
+def replayed(ctx, n_iter: int) -> tuple[list, list]:
+    """The events of threads 0 and 1 of the loop replayed for a CTA of ``n_iter`` blocks
+    (blocks 10, 11, ...), kept for the run."""
+    key = ("row_blocks replayed", n_iter)
+    if key not in ctx.cache:
+        ctx.cache[key] = _events(ctx.probe(loop_events, n_iter, (0, 1)), 2)
+    return ctx.cache[key]
 
 
 def _fail(what, expected, seen, hint):
@@ -380,8 +376,7 @@ def _replay_check() -> Check:
                 hint=L_HELPERS,
                 detail=lambda e: f"{type(e).__name__}: {e}",
             ):
-                ev0 = replay_loop(ctx.answer, n_iter, 0)
-                ev1 = replay_loop(ctx.answer, n_iter, 1)
+                ev0, ev1 = replayed(ctx, n_iter)
             judge_loop(ev0, n_iter, 0, 10, None)
             arms: dict = {}
             cur = -1
@@ -397,28 +392,32 @@ def _replay_check() -> Check:
     return Check(REPLAY, COMPILE, fn)
 
 
-def _trace_of(ctx, dt) -> list | None:
-    """The helper calls traced when the kernel around ``ctx.answer`` was compiled for ``dt``:
-    recorded by this compile, or kept from the one that made the cached report."""
-    key = ("row_blocks trace", dt)
-    if _TRACE:
-        _shared_put(ctx.answer, key, list(_TRACE))
-    return _shared_get(ctx.answer, key)
+def _compiled(ctx, dt: str) -> tuple[str, int, list]:
+    """(PTX, registers, helper calls traced) of the final kernel around the learner's loop,
+    compiled for ``dt`` where the answer lives (``loop_compiled``)."""
+    data = ctx.probe(loop_compiled, 1000, dt, loop_config(1000, dt))
+    try:
+        ptx, registers = data["ptx"], int(data["registers"])
+        trace = [(str(k), {int(i): int(v) for i, v in c.items()}) for k, c in data["trace"]]
+        if not isinstance(ptx, str):
+            raise TypeError(type(ptx).__name__)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise CheckFailed("the learner's process sent no compiled loop back") from None
+    return ptx, registers, trace
 
 
-def _replayed_body(answer) -> list[str]:
+def _replayed_body(ctx) -> list[str]:
     """The helper calls of one middle iteration (1 of 5, thread 0) of the replayed loop: the
     calls its compiled body must make, each once."""
-    ev = replay_loop(answer, 5, 0)
+    ev = replayed(ctx, 5)[0]
     ends = [i for i, e in enumerate(ev) if e[0] == "second"]
     return [e[0] for e in ev[ends[0] + 1 : ends[1] + 1]]
 
 
-def judge_trace(trace: list | None, body: list[str]) -> None:
+def judge_trace(trace: list, body: list[str]) -> None:
     """The compiled loop makes the replayed iteration's calls (the same number of each, in the
-    same order, none with a constant for an argument that changes with the iteration)."""
-    if trace is None:  # no record of this compile (not expected): the PTX checks still run
-        return
+    same order, none with a constant for an argument that changes with the iteration).
+    ``trace``: the calls traced while compiling it, ``[(kind, {argument index: constant})]``."""
     kinds = [k for k, _ in trace]
     for kind in HELPER_KINDS:
         got, want = kinds.count(kind), body.count(kind)
@@ -547,18 +546,17 @@ def _loop_compiles(dtypes=("bf16",), hidden: bool = False) -> Check:
             with fail_on_error(
                 f"the final kernel with your row_blocks does not compile ({dt}, N=1000)"
             ):
-                _TRACE.clear()
-                rep = ctx.report(LOOP_HOLE, 1000, dt, loop_config(1000, dt))
-            judge_trace(_trace_of(ctx, dt), _replayed_body(ctx.answer))
-            loop_protocol(rep.ptx, loop_config(1000, dt).stages)
-            if "mbarrier.try_wait.parity" not in rep.ptx:
+                ptx, registers, trace = _compiled(ctx, dt)
+            judge_trace(trace, _replayed_body(ctx))
+            loop_protocol(ptx, loop_config(1000, dt).stages)
+            if "mbarrier.try_wait.parity" not in ptx:
                 raise CheckFailed(
                     "no mbarrier wait in the PTX",
                     expected="mbarrier.try_wait.parity (wait_peers)",
                     seen="none",
                     hint=L_NO_WAIT,
                 )
-            out.append(f"{dt}: {rep.registers} registers")
+            out.append(f"{dt}: {registers} registers")
         return "; ".join(out)
 
     if hidden:
@@ -650,7 +648,6 @@ ROW_LOOP_MUTANTS = mutants(COMPILE,
 row_loop = register(
     Exercise(
         id="06.row_loop",
-        traced=True,  # its checks still run whole in the learner's process
         lesson=LESSON,
         answer="row_blocks",
         title="the double-buffered loop over a CTA's row blocks: buffers, mbarrier phases, re-arms",
