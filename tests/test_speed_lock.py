@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from quack_edu.grading import CheckFailed, checks, gpu_lock
+from quack_edu.grading import speed as speed_checks
 from quack_edu.tools import bench
 
 #: a child that holds the lock at argv[1] until its stdin closes (the module loaded from its
@@ -125,7 +126,7 @@ def speed(lock, monkeypatch):
     worker times the kernel at each of ``times`` in turn (us; 10 is the copy's rate), and
     ``seen``: what happened, in order, each with whether this process held the lock."""
     seen = []
-    monkeypatch.setattr(checks, "SPEED_PAUSE_S", 0.0)
+    monkeypatch.setattr(speed_checks, "SPEED_PAUSE_S", 0.0)
 
     def copy_bandwidth():
         seen.append(("copy", gpu_lock.held()))

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from . import gpu_lock, hints
+from . import hints
 from .guard import _forbidden_targets, _hook_guard, shortcut_guard  # noqa: F401  (re-exported)
 from .ptx import (  # noqa: F401  (re-exported: the exercises' probes import them from here)
     Ptx,
@@ -49,6 +49,13 @@ from .ptx import (  # noqa: F401  (re-exported: the exercises' probes import the
 )
 from .registry import COMPILE, GPU, MISSING, Check, CheckFailed, Exercise, ShortcutUsed
 from .report import BLOCKED, FAIL, NOT_ATTEMPTED, PASS, SKIP, CheckResult, ExerciseResult
+from .speed import (  # noqa: F401  (re-exported: the exercises' speed checks use them)
+    EPS,
+    launch_speed,
+    launch_time_us,
+    speed_alone,
+    speed_vs_copy,
+)
 
 #: the grader sets this to "1" in the environment of a notebook it runs
 ENV_GRADING = "QUACK_EDU_GRADING"
@@ -59,7 +66,6 @@ VISIBLE_N = (1000,)
 #: ragged row lengths the hidden checks draw from with the grading seed
 HIDDEN_N = (773, 1531, 2047, 3001, 4093, 5119, 6143)
 HIDDEN_M = (3, 131, 1029)
-EPS = 1e-6
 
 
 def is_not_implemented(exc: BaseException | None) -> bool:
@@ -875,19 +881,6 @@ def gpu_values(
     return Check(name or default, GPU, fn, hidden, tuple(needs))
 
 
-def launch_time_us(launch, x, w, out, eps: float) -> float:
-    """Microseconds a call of ``launch(x, w, out, eps)`` (a context's ``launcher``) takes, timed
-    alone on the GPU (``gpu_lock``): where the answer lives in the grader's worker
-    (``judge.RemoteLauncher``), the worker times it on inputs of x's shape and dtype while this
-    process holds the lock (shipping the tensors every call would time the pipe)."""
-    from ..tools.bench import cuda_time_us
-
-    with gpu_lock.timing():
-        if hasattr(launch, "time_us"):
-            return launch.time_us(x.shape[0], eps)
-        return cuda_time_us(lambda: launch(x, w, out, eps))
-
-
 def _right_with(ctx: Context, hole: KernelHole, cfg, x, w, ref, tol) -> bool:
     """Whether the learner's kernel is right on these inputs with another config."""
     import torch
@@ -897,74 +890,6 @@ def _right_with(ctx: Context, hole: KernelHole, cfg, x, w, ref, tol) -> bool:
     launch(x, w, out, EPS)
     torch.cuda.synchronize()
     return bool(torch.isclose(out.float().cpu(), ref.float().cpu(), **tol).all())
-
-
-#: measurements a speed check takes before it fails (one that passes is enough): a kernel of
-#: another process on the GPU, which the lock does not keep away, costs one measurement only
-SPEED_MEASUREMENTS = 3
-#: seconds between two measurements of a speed check
-SPEED_PAUSE_S = 0.5
-
-
-def _vs_copy(nbytes: int, us: float, copy: float, fraction: float, at: str) -> str:
-    from ..tools.bench import gbps
-
-    got = gbps(nbytes, us)
-    if got < fraction * copy:
-        raise CheckFailed(
-            f"{got:.0f} GB/s at {at} = {100 * got / copy:.0f}% of the copy "
-            f"bandwidth measured now ({copy:.0f} GB/s)",
-            expected=f">= {100 * fraction:.0f}% ({fraction * copy:.0f} GB/s)",
-            seen=f"{got:.0f} GB/s ({us:.1f} us)",
-        )
-    return f"{got:.0f} GB/s = {100 * got / copy:.0f}% of copy ({copy:.0f} GB/s)"
-
-
-def speed_vs_copy(nbytes: int, us: float, fraction: float, at: str) -> str:
-    """GB/s of ``nbytes`` moved in ``us`` against ``fraction`` of the copy bandwidth measured
-    now, alone on the GPU (``gpu_lock``): below it the check fails. ``at``: the shape it ran,
-    "32768x4096 bf16". ``speed_alone`` times the kernel and the copy under one hold, again
-    when it fails."""
-    from ..tools.bench import copy_bandwidth
-
-    with gpu_lock.timing():
-        copy = copy_bandwidth()
-    return _vs_copy(nbytes, us, copy, fraction, at)
-
-
-def speed_alone(time_us: Callable[[], float], nbytes: int, fraction: float, at: str) -> str:
-    """``speed_vs_copy`` of the microseconds ``time_us()`` measures, the kernel and the copy
-    timed together while this process holds the GPU's timing lock (``gpu_lock``; compile before:
-    the lock is held while timing only). A measurement below ``fraction`` is taken again, up to
-    ``SPEED_MEASUREMENTS`` in all; one that passes is enough, and a failure reports the best."""
-    from ..tools.bench import copy_bandwidth
-
-    fails = []
-    for i in range(SPEED_MEASUREMENTS):
-        if i:
-            time.sleep(SPEED_PAUSE_S)
-        with gpu_lock.timing() as alone:
-            us, copy = time_us(), copy_bandwidth()
-        try:
-            return _vs_copy(nbytes, us, copy, fraction, at)
-        except CheckFailed as e:
-            fails.append((us * copy, alone, e))  # the least us * copy: the most of the copy's
-    _, alone, e = min(fails, key=lambda f: f[0])
-    how = "each alone on the GPU" if all(f[1] for f in fails) else "not all alone on the GPU"
-    msg = f"{e.message}; the best of {SPEED_MEASUREMENTS} measurements, {how}"
-    raise CheckFailed(msg, expected=e.expected, seen=e.seen, hint=e.hint)
-
-
-def launch_speed(launch, x, w, out, fraction: float, at: str) -> str:
-    """``speed_alone`` of a context's ``launcher`` on (x, w, out), eps = ``EPS``. A kernel in
-    the grader's worker is launched on one row first, outside the lock: the worker compiles it
-    at its first launch."""
-    from ..tools.bench import rmsnorm_bytes
-
-    if hasattr(launch, "time_us"):
-        launch(x[:1], w, out[:1], EPS)
-    nbytes = rmsnorm_bytes(x.shape[0], x.shape[1], x.dtype, w.dtype)
-    return speed_alone(lambda: launch_time_us(launch, x, w, out, EPS), nbytes, fraction, at)
 
 
 def gpu_speed(

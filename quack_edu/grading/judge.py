@@ -18,11 +18,9 @@ learner's code:
    counts, as JSON, never pickled back); the comparison with the reference happens here. What
    the sandbox refused, and the tripwires the answer reached, come back with every reply: any
    of them flags the exercise.
-4. The checks of the exercises marked ``Exercise.traced`` must still trace the learner's function
-   inside its own Python (a DSL layout handed to a grader helper, a learner kernel class the
-   check builds itself): they run whole in the worker, which holds that exercise's module, and
-   send back their verdict as data. That is what remains of the old trust boundary; each is to
-   be rewritten to send data instead.
+4. No check runs in the worker, and no verdict comes from it: a check that needs more than a
+   call, a compile or a launch asks a probe (``Context.probe``, ``probes``): a function run
+   where the answer lives that returns data.
 
 A worker that runs past the time limit is killed; one that dies (``os._exit``, a fault) is
 reported as a crash; neither stops the grader.
@@ -43,7 +41,7 @@ from pathlib import Path
 
 from . import hints
 from .checks import MISSING, Context, run_exercise
-from .registry import Check, CheckFailed, Exercise, ShortcutUsed
+from .registry import Check, CheckFailed, Exercise
 from .report import FAIL, NOT_ATTEMPTED, ExerciseResult
 from .wire import Unencodable, decode, encode  # noqa: F401  (the judge's codec, re-exported)
 
@@ -386,7 +384,6 @@ class Worker:
         self.kind = None
         self.value = None
         self.load_error: dict | None = None
-        self.traced: list[str] = []
         self.incidents: list[str] = []
         self.scratch = None
 
@@ -397,7 +394,6 @@ class Worker:
             "source": self.source,
             "answer": self.ex.answer,
             "exercise": self.ex.id,
-            "checks_module": self.ex.module if self.ex.traced else None,
             "finished": list(self.ex.finished),
             "secrets": secret_paths(self.secrets),
             "scratch": self.scratch,
@@ -619,60 +615,48 @@ class JudgeContext(Context):
         return self.cache[key]
 
 
-def _subseed(seed: int, ex_id: str, name: str) -> int:
-    return random.Random(f"{seed}:{ex_id}:{name}:worker").getrandbits(31)
-
-
-def _in_worker(worker: Worker, c: Check, ctx: Context, gpu: bool):
-    worker.traced.append(c.name)
-    r = worker.ask(
-        ("check", c.name, ctx.hidden, _subseed(ctx.seed, ctx.exercise.id, c.name), gpu),
-        f"the check '{c.name}'",
-    )
-    verdict = r.get("verdict")
-    if verdict == "pass":
-        return str(r.get("message") or "")
-    if verdict == "shortcut":
-        raise ShortcutUsed(str(r.get("message", "")), hint=r.get("hint"))
-    if verdict == "fail":
-        s = lambda k: None if r.get(k) is None else str(r[k])  # noqa: E731
-        raise CheckFailed(
-            str(r.get("message", "")), expected=s("expected"), seen=s("seen"), hint=s("hint")
-        )
-    if verdict == "raised":
-        if r.get("not_implemented"):
-            raise NotImplementedError()
-        raise CheckFailed(f"raised {r.get('short') or r.get('raised')}", hint=r.get("hint"))
-    raise CheckFailed("the worker sent no verdict back")
-
-
-def _judged_checks(ex: Exercise, worker: Worker, answer, gpu: bool) -> Exercise:
-    """``ex`` with each check run here, falling back to the worker for a check that traces."""
+def _judged_checks(ex: Exercise, worker: Worker, answer) -> Exercise:
+    """``ex`` with each check run here. A check that would have to run the answer inside this
+    process (hand it a DSL value, read its globals) fails: no verdict is taken from the
+    learner's process."""
 
     def wrap(c: Check) -> Check:
         def fn(ctx):
+            if worker.kind == "object":  # an object only the learner's process can hold
+                raise CheckFailed(
+                    "the answer is not plain data: a number, a string, a list, a tensor or a "
+                    "function",
+                    hint="return the plain value (a number, a tuple of numbers, a torch tensor)",
+                )
             if not isinstance(answer, RemoteAnswer):
-                if worker.kind == "object":  # an object only the worker can hold
-                    return _in_worker(worker, c, ctx, gpu)
                 return c.fn(ctx)  # plain data, here
             answer.needs_trace = False
             try:
                 out = c.fn(ctx)
             except NeedsTrace:
-                return _in_worker(worker, c, ctx, gpu)
+                raise _untraceable(c) from None
             except JudgeAbort:
                 raise
             except BaseException:
                 if answer.needs_trace:
-                    return _in_worker(worker, c, ctx, gpu)
+                    raise _untraceable(c) from None
                 raise
             if answer.needs_trace:
-                return _in_worker(worker, c, ctx, gpu)
+                raise _untraceable(c)
             return out
 
         return dataclasses.replace(c, fn=fn)
 
     return dataclasses.replace(ex, checks=[wrap(c) for c in ex.checks])
+
+
+def _untraceable(c: Check) -> CheckFailed:
+    return CheckFailed(
+        f"the grader cannot judge '{c.name}' without running your answer in its own process, "
+        "which it never does",
+        hint="the answer must be what the exercise asks: a function the checks call or "
+        "compile, or a plain value",
+    )
 
 
 def _blank(ex: Exercise, hidden: bool, gpu: bool) -> ExerciseResult:
@@ -701,11 +685,9 @@ def _judge_with(worker: Worker, ex: Exercise, source: str, hidden, seed, gpu) ->
     elif worker.kind == "callable":
         answer = RemoteAnswer(worker, ex.answer, source)
     else:
-        answer = object()  # only the worker holds it: every check runs there
-    judged = _judged_checks(ex, worker, answer, gpu)
-    res = run_exercise(judged, answer, hidden=hidden, seed=seed, gpu=gpu, context=JudgeContext)
-    res.judged_in_worker = list(dict.fromkeys(worker.traced))
-    return res
+        answer = object()  # only the worker holds it: no check can judge it
+    judged = _judged_checks(ex, worker, answer)
+    return run_exercise(judged, answer, hidden=hidden, seed=seed, gpu=gpu, context=JudgeContext)
 
 
 def judge_exercise(

@@ -78,7 +78,6 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -197,12 +196,6 @@ class Exercise:
     #: ``quack_edu.stages.warp.WarpRMSNorm.kernel``): in the learner's process each is a
     #: tripwire (``sandbox.tripwire``) that flags the answer reaching it, by any route
     finished: tuple[str, ...] = ()
-    #: its checks still trace the learner's function inside the learner's process (they run
-    #: whole there, with this exercise's module, and send back their verdict): what remains to
-    #: be rewritten as ``Context.probe`` data (see ``judge``)
-    traced: bool = False
-    #: the module that registered the exercise (set by ``register``)
-    module: str = field(default="", compare=False)
 
     def __post_init__(self):
         if not _ID_RE.match(self.id):
@@ -268,8 +261,6 @@ def register(ex: Exercise) -> Exercise:
     if ex.id in _REGISTRY and _REGISTRY[ex.id] is not ex:
         raise ValueError(f"exercise {ex.id} is registered twice")
     _REGISTRY[ex.id] = ex
-    if not ex.module:
-        ex.module = sys._getframe(1).f_globals.get("__name__", "")
     return ex
 
 
@@ -294,11 +285,6 @@ def get(exercise_id: str) -> Exercise:
     except KeyError:
         known = ", ".join(sorted(_REGISTRY)) or "none"
         raise KeyError(f"no exercise {exercise_id!r}; registered: {known}") from None
-
-
-def registered(exercise_id: str) -> Exercise | None:
-    """The exercise if its module is imported already (no module is imported for it)."""
-    return _REGISTRY.get(exercise_id)
 
 
 def all_exercises(lesson: str | None = None) -> list[Exercise]:

@@ -67,7 +67,6 @@ class ExerciseResult:
     mode: str = "compile-only"
     #: checks the judge ran whole in its worker, where they trace the learner's code (the
     #: trust boundary the README's instructor section describes)
-    judged_in_worker: list[str] = field(default_factory=list)
 
     # ---- scoring --------------------------------------------------------------------------
     def tier_status(self, tier: str) -> str:
@@ -150,7 +149,6 @@ class ExerciseResult:
             max_score=self.max_score,
             skipped_points=self.skipped_points,
             flagged=self.flagged,
-            judged_in_worker=list(self.judged_in_worker),
             tiers=self.tiers(),
             failures=self.failures,
             checks=[asdict(c) for c in self.checks],
@@ -164,7 +162,6 @@ class ExerciseResult:
         r.forced_status = d.get("forced_status")
         r.forced_message = d.get("forced_message")
         r.mode = d.get("mode", r.mode)
-        r.judged_in_worker = list(d.get("judged_in_worker", []))
         return r
 
     def to_record(self) -> dict:
@@ -322,16 +319,10 @@ class NotebookResult:
         )
 
     def boundary(self) -> dict:
-        """Which boundary the grade was made behind (``sandbox.BOUNDARY``), and the checks
-        that were still judged in the learner's process."""
+        """Which boundary the grade was made behind (``sandbox.BOUNDARY``)."""
         from .sandbox import BOUNDARY
 
-        inside = {
-            e.id: list(getattr(e, "judged_in_worker", None) or ())
-            for e in self.exercises
-            if getattr(e, "judged_in_worker", None)
-        }
-        return {"learner_processes": BOUNDARY, "checks_judged_in_the_learners_process": inside}
+        return {"learner_processes": BOUNDARY, "verdicts": "computed in the grader's process"}
 
     def table(self, width: int | None = None) -> str:
         width = width or terminal_width()

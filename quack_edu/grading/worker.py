@@ -6,9 +6,8 @@ grader (``judge.Worker``) sends it one job; the worker then
 
 1. leaves the server's process group for a session of its own (the grader kills the whole
    group when it is done: nothing the answer starts outlives the judging);
-2. imports what the job needs and may hold: the library, the holes the answer fills, and, for
-   an exercise whose checks still trace the answer here (``Exercise.traced``), that
-   exercise's module;
+2. imports what the job needs and may hold: the library, the holes the answer fills and the
+   probes a check may ask (``probes``), never an exercise's module;
 3. sets tripwires on the finished versions of what is asked (torch's RMSNorm, the library's
    reference and kernels, the exercise's own pieces: ``job["finished"]``);
 4. locks itself down (``sandbox.lock_down``: no files outside its scratch folder, no
@@ -17,7 +16,7 @@ grader (``judge.Worker``) sends it one job; the worker then
    value of a call, the PTX of a compile, a kernel's output. What the refused and the reached
    tripwires were goes back with every reply (``incidents``).
 
-Verdicts are not made here (but for the exercises the grader names as still traced here).
+No verdict is made here.
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ import pickle
 import sys
 
 from . import hints, sandbox
-from .checks import MISSING, Context, _one_cpu_thread, is_not_implemented
-from .registry import CheckFailed, ShortcutUsed
+from .checks import MISSING, is_not_implemented
 from .wire import Unencodable, encode
 
 #: what a learner process may never reach, in every exercise: torch's RMSNorm (its operators:
@@ -143,17 +141,7 @@ def main(conn) -> None:
     for stage in STAGE_ORDER + BACKWARD_STAGES:  # what a hole is built on
         get_stage(stage)
     from . import holes, probes  # noqa: F401  (the pieces answers fill; a check's questions)
-    from .registry import registered
 
-    ex = None
-    if job.get("checks_module"):  # its checks read their own source (kept: no file is read)
-        import linecache
-
-        importlib.import_module(job["checks_module"])
-        ex = registered(job["exercise"])
-        for name, mod in list(sys.modules.items()):
-            if name.startswith(f"{__package__}.") and getattr(mod, "__file__", None):
-                linecache.getlines(mod.__file__)
     keep: list = []
     _set_tripwires((*FINISHED_EVERYWHERE, *job.get("finished", ())), keep)
     sandbox.lock_down(job["scratch"], secrets=job.get("secrets", ()))
@@ -180,7 +168,7 @@ def main(conn) -> None:
         except (EOFError, OSError):
             return
         try:
-            reply = serve(req, answer, ex, state)
+            reply = serve(req, answer, state)
         except BaseException as e:
             reply = raised(e)
         reply.update(_seen())
@@ -205,7 +193,7 @@ def build(answer, ref, N, dtype, config):
     return hole.build(answer)(dtype, N, config, dtype)
 
 
-def serve(req, answer, ex, state) -> dict:
+def serve(req, answer, state) -> dict:
     from .checks import shortcut_guard
 
     op = req[0]
@@ -269,26 +257,4 @@ def serve(req, answer, ex, state) -> dict:
             return {"value": encode(out)}
         except Unencodable as e:
             return {"unencodable": str(e), "module": type(out).__module__ or ""}
-    if op == "check":
-        _, name, hidden, seed, gpu = req
-        if ex is None:
-            raise RuntimeError("this exercise's checks are not traced in the learner's process")
-        c = next(c for c in ex.checks if c.name == name)
-        ctx = Context(ex, answer, hidden, seed)
-        try:
-            with _one_cpu_thread():
-                detail = c.fn(ctx)
-        except ShortcutUsed as e:
-            return {"verdict": "shortcut", "message": e.message, "hint": e.hint}
-        except CheckFailed as e:
-            return {
-                "verdict": "fail",
-                "message": e.message,
-                "expected": e.expected,
-                "seen": e.seen,
-                "hint": e.hint,
-            }
-        except BaseException as e:
-            return {"verdict": "raised", **raised(e), "hint": hints.diagnose_compile_error(e)}
-        return {"verdict": "pass", "message": str(detail) if detail else ""}
     raise ValueError(f"unknown request {op!r}")
