@@ -188,6 +188,47 @@ ANSWER_CELL_CHEATS = [
         "    f = torch.builtins.getattr(torch.nn.functional, 'rms' + '_norm')\n"
         "    return f(x, (x.shape[-1],), w, eps)\n",
     ),
+    # found by the red team of 2026-12-06 (a helper that had not read the grader)
+    (
+        "torch's RMSNorm decomposition",
+        "00.eager_rmsnorm",
+        "from torch._decomp.decompositions import _fused_rms_norm as _frn\n\n"
+        "def eager_rmsnorm(x, w, eps=1e-6):\n"
+        "    return _frn(x, [x.shape[-1]], w, eps)[0]\n",
+    ),
+    (
+        "the library's byte counter through operator.attrgetter",
+        "00.bytes_moved",
+        "import operator\n"
+        "_g = operator.attrgetter\n"
+        "_il = _g('sys.modules')(torch)['import' + 'lib']\n"
+        "def bytes_moved(M, N, dtype):\n"
+        "    t = _g('import' + '_module')(_il)('quack' + '_edu.tools.timing')\n"
+        "    return _g('rmsnorm' + '_bytes')(t)(M, N, dtype)\n",
+    ),
+    (
+        "the library's thread layout through operator.attrgetter",
+        "02.tv_layout",
+        "import operator\n"
+        "_c = operator.attrgetter('sys.modules')(torch)['quack_edu.primitives.' + 'copy']\n"
+        "def row_tv_layouts(threads_per_row, num_threads, dtype):\n"
+        "    layout = operator.attrgetter('row_thread' + '_layout')(_c)\n"
+        "    thr = layout(threads_per_row, num_threads)\n"
+        "    return thr, cute.make_layout((1, 128 // dtype.width))\n",
+    ),
+    (
+        "the warp stage's source re-run for a fresh kernel",
+        "02.warp_kernel",
+        "import operator\n"
+        "_g = operator.attrgetter\n"
+        "_m = _g('sys.modules')(torch)\n"
+        "_b = _m['built' + 'ins']\n"
+        "_f = _g('__fi' + 'le__')(_m['quack_edu.stages.warp'])\n"
+        "_ns = {'__name__': 'quack_edu.stages.warp'}\n"
+        "_g('ex' + 'ec')(_b)(_g('com' + 'pile')(_b)(_g('op' + 'en')(_b)(_f).read(), _f, 'exec'),"
+        " _ns)\n"
+        "warp_kernel = _ns['WarpRMSNorm'].kernel\n",
+    ),
     (
         "a loop right when replayed, never re-armed when compiled",
         "06.row_loop",
@@ -233,6 +274,10 @@ BOUNDARY_FLAGS = (
     "reading the grader's command line",
     "stopping the grader",
     "switching the shortcut guard off",
+    "torch's RMSNorm decomposition",
+    "the library's byte counter",
+    "the library's thread layout",
+    "the warp stage's source re-run",
 )
 
 
@@ -249,6 +294,27 @@ def test_answer_cell_cheat_scores_zero_without_the_screen(name, ex_id, source):
     shortcut = any(c.shortcut for c in res.checks)  # a library RMSNorm named in the source
     if any(name.startswith(b) for b in BOUNDARY_FLAGS) and not shortcut:
         assert res.flagged and "grader's sandbox" in res.forced_message, res.table()
+
+
+def test_a_classmates_submission_is_out_of_reach(tmp_path):
+    """In class mode the submissions folder is a secret of every learner process: an answer
+    that copies a classmate's answer cell is refused and flagged (red team, 2026-12-06)."""
+    from quack_edu.grading.notebook import write
+
+    ana = tmp_path / "submissions" / "ana" / f"{LESSON}.ipynb"
+    write(read(solutions_dir() / f"{LESSON}.ipynb"), ana)
+    copy = (
+        "import json\n"
+        f"nb = json.load(open({str(ana)!r}))\n"
+        "src = next(''.join(c['source']) for c in nb['cells'] if 'def bytes_moved' in "
+        "''.join(c['source']))\n"
+        "exec(src)\n"
+    )
+    res = judge_exercise(
+        get("00.bytes_moved"), copy, seed=1, timeout=60, screened=False,
+        secrets=[tmp_path / "submissions"],
+    )  # fmt: skip
+    assert res.score == 0 and res.flagged and str(ana) in res.forced_message, res.table()
 
 
 def test_reading_the_seed_finds_nothing_in_the_worker():

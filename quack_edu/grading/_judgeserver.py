@@ -45,6 +45,8 @@ def main(argv=None) -> int:
         for stage in STAGE_ORDER + BACKWARD_STAGES:
             get_stage(stage)
         from quack_edu.grading import holes, nbfiles, worker  # noqa: F401
+
+        worker.preload_library()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped by the kernel
     while True:
         try:

@@ -319,7 +319,7 @@ def _run_seed(out: Path, seed: int | None) -> int:
 
 
 def _jobs(
-    subs: list[Submission], out: Path, opts: ClassOptions, seed: int, grader
+    subs: list[Submission], out: Path, opts: ClassOptions, seed: int, grader, folder: Path
 ) -> tuple[list, int]:
     """The submissions to grade (as ``grade_one`` jobs, each with the ``grader``'s manifest
     to check) and how many are already graded."""
@@ -353,9 +353,9 @@ def _jobs(
                 digest=digest,
                 late=late,
                 grader=grader,
-                # what the submission's cells and answers may not read: the class's other
-                # submissions and the gradebook
-                secrets=[str(sub.path.parent.resolve()), str(out.resolve())],
+                # what the submission's cells and answers may not read: the class's
+                # submissions (its own included: the grader hands it over) and the gradebook
+                secrets=[str(folder.resolve()), str(out.resolve())],
             )
         )
     return todo, skipped
@@ -375,7 +375,7 @@ def grade_class(
     out.mkdir(parents=True, exist_ok=True)
     seed = _run_seed(out, opts.seed)
     subs = find_submissions(folder, opts.lesson, opts.roster)
-    todo, skipped = _jobs(subs, out, opts, seed, grader)
+    todo, skipped = _jobs(subs, out, opts, seed, grader, folder)
     bar = Progress(len(todo), progress_stream)
 
     def done(r: dict) -> None:

@@ -72,7 +72,13 @@ def _kernel_env() -> dict:
     (no seed, no results file, no path to the solutions)."""
     from .checks import ENV_GRADING
 
-    env = child_env({k: v for k, v in os.environ.items() if not k.startswith("QUACK_EDU_GRAD")})
+    env = child_env(
+        {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("QUACK_EDU_GRAD") and k not in ("PWD", "OLDPWD")
+        }
+    )
     env[ENV_GRADING] = "1"
     env.setdefault("MPLBACKEND", "Agg")
     env.pop("JPY_PARENT_PID", None)

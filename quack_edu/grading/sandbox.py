@@ -309,6 +309,40 @@ def lock_down(scratch: str, *, secrets=(), denied_modules=DENIED_MODULES) -> Non
     sys.addaudithook(hook)
 
 
+def hide_sources(root: str) -> int:
+    """Put the source of every module imported from under ``root`` in ``linecache`` (where
+    ``inspect``, and so CuTe DSL, reads a function's source) with the text of each tripwired
+    function blanked (its lines kept, as empty lines), so that ``root`` itself can then be made
+    a secret: a learner process reads no finished function's text, from the cache or the disk.
+    Before ``lock_down``. Returns how many files."""
+    import linecache
+
+    root = os.path.realpath(root)
+    blank: dict[str, list] = {}
+    for filename, first, last in _state.get("hidden", ()):
+        blank.setdefault(os.path.realpath(filename), []).append((first, last))
+    n = 0
+    for mod in list(sys.modules.values()):
+        path = getattr(mod, "__file__", None)
+        if not path or not path.endswith(".py"):
+            continue
+        real = os.path.realpath(path)
+        if not real.startswith(root + "/"):
+            continue
+        try:
+            st = os.stat(path)
+            with open(path, encoding="utf-8") as f:
+                lines = f.readlines()
+        except OSError:
+            continue
+        for first, last in blank.get(real, ()):
+            for i in range(first - 1, min(last, len(lines))):
+                lines[i] = "\n"
+        linecache.cache[path] = (st.st_size, st.st_mtime, lines, path)
+        n += 1
+    return n
+
+
 def incidents() -> list[str]:
     """What the sandbox refused, and the tripwires reached, since ``lock_down`` (a copy)."""
     return list(_state.get("seen", ()))
@@ -352,6 +386,11 @@ def tripwire(fn, name: str) -> None:
     code = getattr(target, "__code__", None)
     if code is None:
         raise TypeError(f"{name}: not a Python function")
+    try:  # where its text is, to leave out of the sources a learner process may read
+        lines, first = inspect.getsourcelines(target)
+        _state.setdefault("hidden", []).append((code.co_filename, first, first + len(lines) - 1))
+    except (OSError, TypeError):
+        pass
     params = _parameters(inspect.signature(target, follow_wrapped=False))
     free = code.co_freevars
     message = f"{REACHED} {name}, the finished version of what is asked: an answer computes it"

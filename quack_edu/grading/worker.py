@@ -35,6 +35,8 @@ from .wire import Unencodable, encode
 #: every Python route, ``torch.rms_norm``, ``F.rms_norm``, ``nn.RMSNorm``,
 #: ``torch.ops.aten...``, ends in one of them), the library's reference and finished kernels
 FINISHED_EVERYWHERE = (
+    "torch._decomp.decompositions._fused_rms_norm",
+    "torch._decomp.decompositions._fused_rms_norm_backward",
     "quack_edu.reference.rmsnorm_ref",
     "quack_edu.reference.rstd_ref",
     "quack_edu.reference.rmsnorm_bwd_ref",
@@ -104,6 +106,22 @@ def _set_tripwires(names, keep: list) -> None:
             sandbox.tripwire(obj, name)
 
 
+def preload_library() -> None:
+    """Import every module of the library (never the exercises): once locked, a worker reads
+    none of the package's files, so nothing of it may be left to import later."""
+    import pkgutil
+
+    import quack_edu
+
+    skip = ("quack_edu.grading.exercises", "quack_edu.__main__")
+    for info in pkgutil.walk_packages(quack_edu.__path__, "quack_edu."):
+        if not info.name.startswith(skip):
+            try:
+                importlib.import_module(info.name)
+            except Exception:  # noqa: BLE001  (a tool whose own dependency is absent here)
+                pass
+
+
 def hole_of(ref):
     return getattr(importlib.import_module(ref[0]), ref[1])
 
@@ -124,8 +142,8 @@ def main(conn) -> None:
     """The worker's life: the job, the lock-down, the answer cell, then the grader's requests."""
     job = pickle.loads(conn.recv_bytes())
     os.setsid()  # a session of its own: the grader kills the group
-    for k in [k for k in os.environ if k.startswith("QUACK_EDU_GRAD")]:
-        del os.environ[k]
+    for k in [k for k in os.environ if k.startswith("QUACK_EDU_GRAD") or k in ("PWD", "OLDPWD")]:
+        del os.environ[k]  # nothing of the grading run, nor where the grader was started
     sys.argv = ["quack-edu-judge"]
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)
@@ -142,9 +160,14 @@ def main(conn) -> None:
         get_stage(stage)
     from . import holes, probes  # noqa: F401  (the pieces answers fill; a check's questions)
 
+    preload_library()
     keep: list = []
     _set_tripwires((*FINISHED_EVERYWHERE, *job.get("finished", ())), keep)
-    sandbox.lock_down(job["scratch"], secrets=job.get("secrets", ()))
+    # the library's text: in the line cache with the finished functions blanked, and its files
+    # out of reach (re-running a module's source would make fresh, untripped functions)
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sandbox.hide_sources(package)
+    sandbox.lock_down(job["scratch"], secrets=[*job.get("secrets", ()), package])
     try:
         answer = answer_from_source(job["source"], job["answer"])
     except BaseException as e:  # SystemExit and KeyboardInterrupt are the learner's too

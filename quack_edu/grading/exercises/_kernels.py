@@ -70,6 +70,19 @@ _PARAM = re.compile(r"_param_(\d+)(?:\+\d+)?\]")
 #: reductions that would stand in for the learner's own (cluster_reduce, row_reduce,
 #: cluster_send) are not given.
 GIVEN_COPY = {"quack_edu.primitives.copy": None}
+#: every stage's finished kernel: a whole-kernel exercise's answer reaches none of them
+#: (``Exercise.finished``: tripwires in the learner's process)
+STAGE_KERNELS = tuple(
+    f"quack_edu.stages.{stage}.kernel"
+    for stage in (
+        "naive.NaiveRMSNorm",
+        "warp.WarpRMSNorm",
+        "cluster.ClusterRMSNorm",
+        "cpasync.CpAsyncRMSNorm",
+        "final.FinalRMSNorm",
+        "final_bwd.FinalBwdRMSNorm",
+    )
+)
 GIVEN_COPY_REDUCE = {
     **GIVEN_COPY,
     "quack_edu.primitives.reduce": frozenset(

@@ -59,6 +59,7 @@ BYTES_MOVED_MUTANTS = mutants(COMPILE,
 bytes_moved = register(
     Exercise(
         id="00.bytes_moved",
+        finished=("quack_edu.tools.timing.rmsnorm_bytes",),
         lesson=LESSON,
         answer="bytes_moved",
         title="bytes a fused RMSNorm must move: bytes_moved(M, N, dtype)",

@@ -28,6 +28,7 @@ from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutant
 from ._kernels import (
     COLUMN_MUTANTS,
     GIVEN_COPY,
+    STAGE_KERNELS,
     STORE_Y,
     VALUE_MUTANTS,
     WHOLE_VARIANTS,
@@ -449,6 +450,7 @@ TV_LAYOUT_MUTANTS = mutants(COMPILE,
 tv_layout = register(
     Exercise(
         id="02.tv_layout",
+        finished=("quack_edu.primitives.copy.row_thread_layout",),
         lesson=LESSON,
         answer="row_tv_layouts",
         title="the TV layout of the row copy: (thr_layout, val_layout) for make_tiled_copy_tv",
@@ -560,9 +562,7 @@ WARP_KERNEL_MUTANTS = [
 warp_kernel = register(
     Exercise(
         id="02.warp_kernel",
-        finished=(
-            "quack_edu.stages.warp.WarpRMSNorm.kernel",
-        ),
+        finished=STAGE_KERNELS,
         given=GIVEN_COPY,
         lesson=LESSON,
         answer="warp_kernel",

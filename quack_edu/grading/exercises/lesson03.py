@@ -32,6 +32,7 @@ from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutant
 from ._kernels import (
     COLUMN_MUTANTS,
     GIVEN_COPY,
+    STAGE_KERNELS,
     STORE_Y,
     VALUE_MUTANTS,
     WHOLE_VARIANTS,
@@ -723,10 +724,7 @@ BLOCK_KERNEL_MUTANTS = [
 block_kernel = register(
     Exercise(
         id="03.block_kernel",
-        finished=(
-            "quack_edu.stages.warp.WarpRMSNorm.kernel",
-            "quack_edu.stages.block.BlockRMSNorm.row_sum",
-        ),
+        finished=(*STAGE_KERNELS, "quack_edu.stages.block.BlockRMSNorm.row_sum"),
         given=GIVEN_COPY,
         lesson=LESSON,
         answer="block_kernel",

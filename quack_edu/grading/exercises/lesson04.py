@@ -47,6 +47,7 @@ from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutant
 from ._kernels import (
     COLUMN_MUTANTS,
     GIVEN_COPY_REDUCE,
+    STAGE_KERNELS,
     STORE_Y,
     VALUE_MUTANTS,
     WHOLE_VARIANTS,
@@ -801,10 +802,7 @@ CLUSTER_KERNEL_MUTANTS = [
 cluster_kernel = register(
     Exercise(
         id="04.cluster_kernel",
-        finished=(
-            "quack_edu.stages.cluster.ClusterRMSNorm.kernel",
-            "quack_edu.stages.cluster.ClusterRMSNorm.row_sum",
-        ),
+        finished=(*STAGE_KERNELS, "quack_edu.stages.cluster.ClusterRMSNorm.row_sum"),
         given=GIVEN_COPY_REDUCE,
         lesson=LESSON,
         answer="cluster_kernel",
