@@ -40,6 +40,15 @@ ATTEMPTS = {
     "start a process": "subprocess.run(['true'])",
     "start a detached process": "subprocess.Popen(['sleep', '60'], start_new_session=True)",
     "os.system": "os.system('true')",
+    "start a process through _posixsubprocess": (
+        "import _posixsubprocess; r, w = os.pipe(); _posixsubprocess.fork_exec("
+        "['/bin/true'], [b'/bin/true'], True, (w,), None, None, -1, -1, -1, -1, -1, -1, r, w, "
+        "False, True, -1, None, None, None, -1, None, False)"
+    ),
+    "a fresh copy of _posixsubprocess": (
+        "import importlib.util as u; u.module_from_spec(u.find_spec('_posixsubprocess'))"
+    ),
+    "make a fifo outside": "os.mkfifo(OUTSIDE + '/fifo')",
     "fork": "os.fork()",
     "signal the parent": "os.kill(os.getppid(), 0)",
     "import a denied module": "import secretpkg",
