@@ -229,6 +229,21 @@ ANSWER_CELL_CHEATS = [
         " _ns)\n"
         "warp_kernel = _ns['WarpRMSNorm'].kernel\n",
     ),
+    # found by the red team that had read the grader (2026-12-06)
+    (
+        "the solutions read through readline (no audit event)",
+        "00.bytes_moved",
+        "S = torch.sys.modules\n"
+        "rl = S['importlib'].import_module('readline')\n"
+        "nbf = S['importlib'].import_module('quack_edu.grading.nbfiles')\n"
+        "rl.read_history_file(str(nbf.solutions_dir()) + '/00_setup_and_roofline.ipynb')\n"
+        + WRONG,
+    ),
+    (
+        "the grader's working directory through readlink (no audit event)",
+        "00.bytes_moved",
+        "where = torch.os.readlink(f'/proc/{torch.os.getppid()}/cwd')\n" + WRONG,
+    ),
     (
         "a loop right when replayed, never re-armed when compiled",
         "06.row_loop",
@@ -278,6 +293,8 @@ BOUNDARY_FLAGS = (
     "the library's byte counter",
     "the library's thread layout",
     "the warp stage's source re-run",
+    "the solutions read through readline",
+    "the grader's working directory through readlink",
 )
 
 

@@ -109,6 +109,19 @@ def _a_rerun_grades_nothing_new_unless_forced(graded, capsys):
     assert grade_main(graded["args"]) == 0
     out = capsys.readouterr().out
     assert "0 graded, 4 already graded" in out, out
+    # a result rewritten behind the grader's back (its digest kept) bears no valid signature:
+    # the next run grades that submission again, and the gradebook says what the grader saw
+    import json
+
+    ben = graded["out"] / "results" / "ben" / f"{LESSON}.json"
+    rec = json.loads(ben.read_text())
+    for e in rec["result"]["exercises"]:
+        e["forced_status"], e["forced_message"] = "pass", None
+    ben.write_text(json.dumps(rec))
+    assert grade_main(graded["args"]) == 0
+    assert "1 graded, 3 already graded" in capsys.readouterr().out
+    rows = {r["student"]: r for r in csv.DictReader(open(graded["out"] / "gradebook.csv"))}
+    assert rows["ben"]["score"] == "0"
     # --force grades again (one exercise, judged without running the notebooks: fast)
     args = [*graded["args"], "--force", "--only", "00.bytes_moved", "-j", "1"]
     assert grade_main(args) == 0

@@ -49,6 +49,13 @@ ATTEMPTS = {
         "import importlib.util as u; u.module_from_spec(u.find_spec('_posixsubprocess'))"
     ),
     "make a fifo outside": "os.mkfifo(OUTSIDE + '/fifo')",
+    "read a secret through readline": (
+        "import readline; readline.read_history_file(SECRET + '/answer.txt')"
+    ),
+    "write through readline": "import readline; readline.write_history_file(OUTSIDE + '/h')",
+    "open an SQLite database": "import sqlite3; sqlite3.connect(':memory:')",
+    "shared memory": "import _posixshmem; _posixshmem.shm_open('/qe_x', os.O_CREAT | os.O_RDWR)",
+    "read the parent's working directory": "os.readlink(f'/proc/{os.getppid()}/cwd')",
     "fork": "os.fork()",
     "signal the parent": "os.kill(os.getppid(), 0)",
     "import a denied module": "import secretpkg",
@@ -68,6 +75,7 @@ ALLOWED = {
     "read this process's status": "open('/proc/self/status').read()",
     "signal itself": "os.kill(os.getpid(), 0)",
     "import an allowed module": "import json, fractions",
+    "resolve a path": "os.path.realpath('/proc/self/status')",
     "call its own functions": "(lambda a: a + 1)(1)",
 }
 

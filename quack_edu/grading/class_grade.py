@@ -29,6 +29,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 import re
 import secrets
 import sys
@@ -188,6 +189,7 @@ def grade_one(job: dict) -> dict:
         "grader_files": grader.summary(),
         "result": notebook_record(res),
     }
+    rec["signature"] = _sign(out, rec)
     rdir = out / "results" / _safe(student)
     rdir.mkdir(parents=True, exist_ok=True)
     (rdir / f"{lesson}.json").write_text(json.dumps(rec, indent=1) + "\n")
@@ -304,6 +306,49 @@ class ClassOptions:
     only: str | None = None
 
 
+class ResultTampered(RuntimeError):
+    """A result file no longer bears the signature the grader gave it."""
+
+    def __init__(self, path: Path):
+        super().__init__(f"the result {path} was changed after the grader wrote it")
+
+
+def _key(out: Path) -> bytes:
+    """The class's signing key (``out/.key``, made on the first run, readable by its owner
+    only; no learner process may read the gradebook folder)."""
+    path = out / ".key"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(32))
+    return path.read_bytes()
+
+
+def _sign(out: Path, rec: dict) -> str:
+    """HMAC-SHA256 of a result record (without its signature) under the class's key."""
+    import hashlib
+    import hmac
+
+    body = json.dumps({k: v for k, v in rec.items() if k != "signature"}, sort_keys=True)
+    return hmac.new(_key(out), body.encode(), hashlib.sha256).hexdigest()
+
+
+def read_result(out: Path, rpath: Path) -> dict | None:
+    """A result record the grader wrote: None if it is missing, unreadable, or not signed by
+    this class's key (written by anything but the grader: it is graded again)."""
+    import hmac
+
+    try:
+        rec = json.loads(rpath.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or not hmac.compare_digest(
+        str(rec.get("signature", "")), _sign(out, rec)
+    ):
+        return None
+    return rec
+
+
 def _run_seed(out: Path, seed: int | None) -> int:
     """The run's seed of the hidden checks: ``seed``, else the one kept in ``run.json`` (a
     resumed run), else a fresh one; kept in ``run.json``."""
@@ -331,12 +376,10 @@ def _jobs(
         digest = _digest(sub.path, sub.lesson, options)
         rpath = out / "results" / _safe(sub.student) / f"{sub.lesson}.json"
         if not opts.force and rpath.exists():
-            try:
-                if json.loads(rpath.read_text()).get("digest") == digest:
-                    skipped += 1
-                    continue
-            except ValueError:
-                pass
+            rec = read_result(out, rpath)
+            if rec is not None and rec.get("digest") == digest:
+                skipped += 1
+                continue
         deadline = opts.deadline
         late = bool(deadline and datetime.fromtimestamp(sub.path.stat().st_mtime) > deadline)
         todo.append(
@@ -405,7 +448,9 @@ def grade_class(
         if sub.path is not None:
             rpath = out / "results" / _safe(sub.student) / f"{sub.lesson}.json"
             if rpath.exists():
-                rec = json.loads(rpath.read_text())
+                rec = read_result(out, rpath)
+                if rec is None:  # changed since the grader wrote it this run: trust nothing
+                    raise ResultTampered(rpath)
         rows.append(_row(sub, rec, cols, out))
     book = out / "gradebook.csv"
     check(grader)

@@ -136,7 +136,8 @@ def run_student(args) -> int:
 
 
 def _refuse(e) -> int:
-    """A grader file changed while grading (``integrity.GraderTampered``): say which, exit 2."""
+    """A grader file or a result changed while grading (``integrity.GraderTampered``,
+    ``class_grade.ResultTampered``): say which, exit 2."""
     print(f"error: {e}", file=sys.stderr)
     return 2
 
@@ -144,7 +145,7 @@ def _refuse(e) -> int:
 def run_class(args) -> int:
     from datetime import datetime
 
-    from .class_grade import ClassOptions, grade_class
+    from .class_grade import ClassOptions, ResultTampered, grade_class
     from .integrity import GraderTampered
 
     if len(args.notebooks) != 1:
@@ -168,7 +169,7 @@ def run_class(args) -> int:
     )
     try:
         s = grade_class(args.notebooks[0], args.out, options)
-    except GraderTampered as e:
+    except (GraderTampered, ResultTampered) as e:
         return _refuse(e)
     print(
         f"{s['submissions']} submissions: {s['graded']} graded, {s['skipped']} already graded "

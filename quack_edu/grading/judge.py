@@ -102,7 +102,17 @@ FORBIDDEN_NAMES = {
     "grading",
     "environ",
     "super",  # a whole-kernel answer sits on a subclass of the stage: super() is its kernel
+    "attrgetter",  # operator.attrgetter("sys.modules")(torch): getattr by another name
+    "methodcaller",
 }
+#: the names above that reach the process or files through any module (``torch.sys``,
+#: ``typing.sys``): flagged as attributes too
+FORBIDDEN_ATTRIBUTES = {
+    "os", "sys", "subprocess", "builtins", "importlib", "ctypes", "signal", "gc", "pickle",
+    "marshal", "shutil", "socket", "multiprocessing", "atexit", "pathlib", "io", "modules",
+    "readline", "sqlite3", "open", "exec", "eval", "globals", "locals", "getattr", "setattr",
+    "attrgetter", "methodcaller",
+}  # fmt: skip
 #: special methods a class in an answer cell may not define (an answer that compares equal to
 #: anything, or converts to whatever is asked)
 FORBIDDEN_METHODS = {"__eq__", "__ne__", "__hash__", "__float__", "__int__", "__index__"}
@@ -212,6 +222,8 @@ def screen(source: str, ex: Exercise) -> list[str]:
                 flag(node, f"uses the attribute `{a}`")
             elif a in ("_record", "run_exercise", "environ", "check", "showtraceback"):
                 flag(node, f"uses the attribute `{a}`")
+            elif a in FORBIDDEN_ATTRIBUTES:  # torch.sys, x.os, torch.builtins: the same reach
+                flag(node, f"uses the attribute `{a}` (the process, files or Python's machinery)")
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             if node.name in FORBIDDEN_METHODS:
                 flag(node, f"defines `{node.name}` (an answer that compares or converts as asked)")

@@ -98,6 +98,18 @@ _REFUSED = {
     "sys.settrace": "switches a tracer on or off",
     "sys.monitoring.register_callback": "switches a profiler on or off",
 }
+#: modules that read or write files (or shared memory) without raising an audit event: not
+#: importable once locked, and their functions replaced where they were imported before
+_UNAUDITED = (
+    "readline",
+    "_posixshmem",
+    "_sqlite3",
+    "_gdbm",
+    "_dbm",
+    "dbm",
+    "_curses",
+    "curses",
+)
 #: programs a learner process may start (from the Python installation only): the lessons show a
 #: kernel's SASS, which ``nvdisasm`` makes; they end with the process group
 _TOOLS = ("nvdisasm",)
@@ -189,7 +201,7 @@ def lock_down(scratch: str, *, secrets=(), denied_modules=DENIED_MODULES) -> Non
     pid = str(getpid())
     # and, once locked, a fresh copy of the modules whose process and file functions are
     # replaced below (``importlib.util.module_from_spec`` would make one)
-    denied = (*denied_modules, "_posixsubprocess", "posix")
+    denied = (*denied_modules, "_posixsubprocess", "posix", *_UNAUDITED)
     seen: list[str] = []  # what was refused or reached, in order: only ever appended to
     _state.update(scratch=home, seen=seen)
     changes, refused, write_flags, proc_ok = _CHANGES, _REFUSED, _WRITE_FLAGS, _PROC_SELF_OK
@@ -295,6 +307,8 @@ def lock_down(scratch: str, *, secrets=(), denied_modules=DENIED_MODULES) -> Non
         elif event in ("os.kill", "os.killpg", "signal.pthread_kill"):
             if event == "signal.pthread_kill" or str(args[0]) != pid:
                 refuse(f"{event} (signals another process)")
+        elif event == "sqlite3.connect":  # its SQL can ATTACH any file, unaudited
+            refuse("opening an SQLite database")
         elif event == "ctypes.dlopen":
             p = as_path(args[0]) if args and args[0] else None
             if p is None or not any(under(p[1], r) for r in installed):
@@ -335,6 +349,27 @@ def lock_down(scratch: str, *, secrets=(), denied_modules=DENIED_MODULES) -> Non
         for mod in (os, sys.modules.get("posix")):
             if mod is not None and hasattr(mod, name):
                 setattr(mod, name, no_special_files)
+
+    def no_unaudited_files(*args, **kwargs):
+        refuse("a module that reads or writes files without an audit event")
+
+    for modname in _UNAUDITED:  # already imported: their file functions go
+        mod = sys.modules.get(modname)
+        for name in [n for n in dir(mod) if callable(getattr(mod, n, None))] if mod else ():
+            if not name.startswith("__") and not isinstance(getattr(mod, name), type):
+                setattr(mod, name, no_unaudited_files)
+
+    readlink = os.readlink
+
+    def guarded_readlink(path, *args, **kwargs):  # no audit event: /proc/<pid>/cwd says where
+        p = as_path(path)
+        if p is not None and p[0].startswith("/proc/") and proc_secret(p[0]):
+            refuse(f"reading the link {p[0]}")
+        return readlink(path, *args, **kwargs)
+
+    for mod in (os, sys.modules.get("posix")):
+        if mod is not None:
+            mod.readlink = guarded_readlink
 
     def spawn_tool(args: tuple, box: list) -> None:
         exes = args[1] if len(args) > 1 and args[1] else args[0]
