@@ -39,12 +39,7 @@ def main(argv=None) -> int:
     if preload == "all":  # the learner side's code and the library, never the exercises
         import tvm_ffi  # noqa: F401
 
-        import quack_edu.tools.inspect  # noqa: F401
-        from quack_edu.stages import BACKWARD_STAGES, STAGE_ORDER, get_stage
-
-        for stage in STAGE_ORDER + BACKWARD_STAGES:
-            get_stage(stage)
-        from quack_edu.grading import holes, nbfiles, worker  # noqa: F401
+        from quack_edu.grading import worker
 
         worker.preload_library()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped by the kernel

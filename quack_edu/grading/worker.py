@@ -153,14 +153,9 @@ def main(conn) -> None:
     matplotlib.use("Agg")
     import tvm_ffi  # noqa: F401  (loaded now: no native library is loaded once locked)
 
-    from ..stages import BACKWARD_STAGES, STAGE_ORDER, get_stage
     from .nbfiles import answer_from_source
 
-    for stage in STAGE_ORDER + BACKWARD_STAGES:  # what a hole is built on
-        get_stage(stage)
-    from . import holes, probes  # noqa: F401  (the pieces answers fill; a check's questions)
-
-    preload_library()
+    preload_library()  # the stages, the holes answers fill, the probes checks ask
     keep: list = []
     _set_tripwires((*FINISHED_EVERYWHERE, *job.get("finished", ())), keep)
     # the library's text: in the line cache with the finished functions blanked, and its files
