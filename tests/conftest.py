@@ -31,7 +31,6 @@ def without_jupyter(monkeypatch):
     """Grade as on the H200 device machine: no Jupyter kernel, no nbformat."""
     from quack_edu.grading import _nblite, executor
 
-    monkeypatch.setattr(executor, "jupyter_available", lambda: False)
     monkeypatch.setattr(executor, "nbformat", _nblite)
 
 

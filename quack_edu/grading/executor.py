@@ -20,7 +20,6 @@ down before the first cell, and it writes its own files.)
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import re
@@ -315,7 +314,3 @@ def child_env(base: dict | None = None) -> dict:
     root = str(repo_root())
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
-
-
-def jupyter_available() -> bool:
-    return all(importlib.util.find_spec(m) for m in ("nbclient", "jupyter_client", "ipykernel"))

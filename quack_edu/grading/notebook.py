@@ -21,12 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from .executor import (  # noqa: F401  (re-exported: notebook.CellEvent, jupyter_available)
+from .executor import (  # noqa: F401  (re-exported: notebook.CellEvent)
     CellEvent,
     ChildEngine,
     Executor,
     child_env,
-    jupyter_available,
 )
 from .nbfiles import (  # noqa: F401  (re-exported: notebook.read ...)
     BEGIN_HIDDEN,

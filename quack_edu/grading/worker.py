@@ -225,18 +225,6 @@ def serve(req, answer, state) -> dict:
             return {"value": encode(out)}
         except Unencodable as e:
             return {"unencodable": str(e), "module": type(out).__module__ or ""}
-    if op == "report":
-        from ..tools.inspect import kernel_report
-
-        _, ref, N, dtype, config, sass, stage = req
-        kernel = build(answer, ref, N, dtype, config)
-        with shortcut_guard() as seen:
-            rep = kernel_report(kernel, stage=stage, sass=sass)
-        if seen:
-            return {"shortcut": seen[0]}
-        keep = ("ptx", "sass", "registers", "stack_bytes", "spill_store_bytes")
-        keep += ("spill_load_bytes", "ptxas_log")
-        return {"value": encode({k: getattr(rep, k) for k in keep})}
     if op in ("launch", "time"):
         import torch
 
