@@ -183,14 +183,16 @@ class Context:
             return self.answer(*args, **kwargs)
 
     # kernels --------------------------------------------------------------------------------
-    def kernel(self, hole: KernelHole, N: int, dtype, config=None):
+    def kernel(self, hole: KernelHole, N: int, dtype, config=None, wdtype=None):
+        """The learner's kernel for x of ``dtype`` and a weight of ``wdtype`` (default: x's)."""
         from ..runtime import torch_dtype
         from ..stages import get_stage
 
         dtype = torch_dtype(dtype)
+        wdtype = torch_dtype(wdtype) if wdtype is not None else dtype
         module = get_stage(hole.stage)
         config = config if config is not None else module.default_config(N, dtype)
-        return hole.build(self.answer)(dtype, N, config, dtype)
+        return hole.build(self.answer)(dtype, N, config, wdtype)
 
     def report(self, hole: KernelHole, N: int, dtype="bf16", config=None, sass=False):
         """Compile the learner's kernel (cached per N, dtype, config) and report on it."""
@@ -207,16 +209,17 @@ class Context:
             self.cache[key] = shared(self.answer, key, make)
         return self.cache[key]
 
-    def launcher(self, hole: KernelHole, N: int, dtype, config=None):
-        """A callable ``(x, w, out, eps)`` running the learner's kernel on the GPU."""
+    def launcher(self, hole: KernelHole, N: int, dtype, config=None, wdtype=None):
+        """(kernel, a callable ``(x, w, out, eps)`` running the learner's kernel on the GPU)."""
         from ..runtime import compile_kernel
 
         def make():
-            kernel = self.kernel(hole, N, dtype, config)
+            kernel = self.kernel(hole, N, dtype, config, wdtype)
             with no_shortcuts():
                 return kernel, compile_kernel(kernel)
 
-        key = ("launch", hole, N, _dtype_key(dtype), config)
+        wkey = _dtype_key(wdtype) if wdtype is not None else None
+        key = ("launch", hole, N, _dtype_key(dtype), config, wkey)
         if key not in self.cache:
             self.cache[key] = shared(self.answer, key, make)
         return self.cache[key]

@@ -341,7 +341,8 @@ class _Server:
                 cwd=tempfile.gettempdir(),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                # a maintainer's view of what a worker printed as it died
+                stderr=None if os.environ.get("QUACK_EDU_JUDGE_STDERR") else subprocess.DEVNULL,
             )
             theirs.close()
             cls._ctl = mine
@@ -546,8 +547,8 @@ class RemoteAnswer:
 
 
 class RemoteLauncher:
-    def __init__(self, worker: Worker, ref, N, dtype, config):
-        self.worker, self.key = worker, (ref, N, dtype, config)
+    def __init__(self, worker: Worker, ref, N, dtype, config, wdtype=None):
+        self.worker, self.key = worker, (ref, N, dtype, config, wdtype)
 
     def __call__(self, x, w, out, eps):
         r = self.worker.ask(("launch", *self.key, (x, w, out, eps)), "launching your kernel")
@@ -579,13 +580,14 @@ class JudgeContext(Context):
     def call(self, *args, **kwargs):
         return self.answer(*args, **kwargs)
 
-    def kernel(self, hole, N: int, dtype, config=None):
+    def kernel(self, hole, N: int, dtype, config=None, wdtype=None):
         from ..runtime import torch_dtype
         from ..stages import get_stage
 
         dtype = torch_dtype(dtype)
+        wdtype = torch_dtype(wdtype) if wdtype is not None else dtype
         config = config if config is not None else get_stage(hole.stage).default_config(N, dtype)
-        return hole.build(_Unused())(dtype, N, config, dtype)
+        return hole.build(_Unused())(dtype, N, config, wdtype)
 
     def report(self, hole, N: int, dtype="bf16", config=None, sass=False):
         """The learner's kernel compiled where the answer lives (``probes.compiled``, for the
@@ -611,15 +613,18 @@ class JudgeContext(Context):
             return super().probe(fn, *args)
         return w.value_of(w.ask(("probe", ref, args), f"the probe {ref[1]}"))
 
-    def launcher(self, hole, N: int, dtype, config=None):
+    def launcher(self, hole, N: int, dtype, config=None, wdtype=None):
         from ..runtime import torch_dtype
         from .checks import _dtype_key
 
-        key = ("launch", hole, N, _dtype_key(dtype), config)
+        wdtype = torch_dtype(wdtype) if wdtype is not None else None
+        key = ("launch", hole, N, _dtype_key(dtype), config, wdtype and _dtype_key(wdtype))
         if key not in self.cache:
-            kernel = self.kernel(hole, N, dtype, config)
+            kernel = self.kernel(hole, N, dtype, config, wdtype)
             worker = self.answer._worker
-            launch = RemoteLauncher(worker, self._ref(hole), N, torch_dtype(dtype), config)
+            launch = RemoteLauncher(
+                worker, self._ref(hole), N, torch_dtype(dtype), config, wdtype
+            )
             self.cache[key] = (kernel, launch)
         return self.cache[key]
 

@@ -156,6 +156,10 @@ def main(conn) -> None:
     from .nbfiles import answer_from_source
 
     preload_library()  # the stages, the holes answers fill, the probes checks ask
+    try:  # torch.compile reads the file of each function it traces: primed by hide_sources
+        import torch._dynamo.pgo  # noqa: F401
+    except ImportError:
+        pass
     keep: list = []
     _set_tripwires((*FINISHED_EVERYWHERE, *job.get("finished", ())), keep)
     # the library's text: in the line cache with the finished functions blanked, and its files
@@ -201,14 +205,15 @@ def _seen() -> dict:
     return {"incidents": sandbox.incidents()}
 
 
-def build(answer, ref, N, dtype, config):
+def build(answer, ref, N, dtype, config, wdtype=None):
     from ..runtime import torch_dtype
     from ..stages import get_stage
 
     hole = hole_of(ref)
     dtype = torch_dtype(dtype)
+    wdtype = torch_dtype(wdtype) if wdtype is not None else dtype
     config = config if config is not None else get_stage(hole.stage).default_config(N, dtype)
-    return hole.build(answer)(dtype, N, config, dtype)
+    return hole.build(answer)(dtype, N, config, wdtype)
 
 
 def serve(req, answer, state) -> dict:
@@ -230,10 +235,10 @@ def serve(req, answer, state) -> dict:
 
         from ..runtime import compile_kernel
 
-        _, ref, N, dtype, config, args = req
-        key = (ref, N, str(dtype), repr(config))
+        _, ref, N, dtype, config, wdtype, args = req
+        key = (ref, N, str(dtype), repr(config), str(wdtype))
         if key not in state["launchers"]:
-            kernel = build(answer, ref, N, dtype, config)
+            kernel = build(answer, ref, N, dtype, config, wdtype)
             with shortcut_guard() as seen:
                 fn = compile_kernel(kernel)
             if seen:

@@ -365,9 +365,8 @@ def mixed_values(
         import torch
 
         from ...reference import TOLERANCES, rmsnorm_ref
-        from ...runtime import compile_kernel, torch_dtype
-        from ...tools.inspect import kernel_report
-        from ..checks import _describe_mismatch, no_shortcuts
+        from ...runtime import torch_dtype
+        from ..checks import _describe_mismatch
 
         gen = ctx.torch_generator(salt="whole" + ("h" if hidden else ""))
         n = 0
@@ -376,15 +375,12 @@ def mixed_values(
                 xdt, wdt = torch_dtype(xd), torch_dtype(wd)
                 cfg = config(N, xdt)
                 key = ("whole", hole, N, xd, wd, cfg)
-                if key not in ctx.cache:
-                    kernel = hole.build(ctx.answer)(xdt, N, cfg, wdt)
-                    with no_shortcuts():
-                        rep = kernel_report(kernel)
-                        _refuse_out_of_bounds(rep, f"x {xd}, weight {wd}, N={N}", kernel)
-                        if guard is not None:
-                            guard(ctx, kernel, rep)
-                        launch = compile_kernel(kernel)
-                    ctx.cache[key] = launch
+                if key not in ctx.cache:  # judged from its report before it is launched
+                    kernel, rep = whole_report(ctx, hole, N, xd, wd, cfg)
+                    _refuse_out_of_bounds(rep, f"x {xd}, weight {wd}, N={N}", kernel)
+                    if guard is not None:
+                        guard(ctx, kernel, rep)
+                    ctx.cache[key] = ctx.launcher(hole, N, xdt, cfg, wdt)[1]
                 launch = ctx.cache[key]
                 tol = TOLERANCES[xdt]
                 for M in HIDDEN_M if hidden else VISIBLE_M:
