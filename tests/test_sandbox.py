@@ -49,11 +49,28 @@ ATTEMPTS = {
         "import importlib.util as u; u.module_from_spec(u.find_spec('_posixsubprocess'))"
     ),
     "make a fifo outside": "os.mkfifo(OUTSIDE + '/fifo')",
+    # a tool the lessons run (nvdisasm; ptxas, for torch.compile's kernels) runs outside the
+    # hook: it may not be given a path outside, a folder outside or a loader variable
+    "a tool given a path outside": "subprocess.run([TOOL, '-o', OUTSIDE + '/x.cubin', 'in.ptx'])",
+    "a tool given a path outside with =": "subprocess.run([TOOL, '--output=' + OUTSIDE + '/x'])",
+    "a tool run in a folder outside": "subprocess.run([TOOL, 'in.ptx'], cwd=OUTSIDE)",
+    "a tool with LD_PRELOAD": "subprocess.run([TOOL], env={'LD_PRELOAD': 'evil.so'})",
+    "LD_PRELOAD set for the tools": "os.environ['LD_PRELOAD'] = 'evil.so'",
+    "hard-link a secret into the scratch folder": "os.link(SECRET + '/answer.txt', 'hl.txt')",
+    "hard-link a file outside": "open('c.txt', 'w').write('1'); os.link('c.txt', OUTSIDE + '/c')",
+    # torch.compile's line-to-name cache reads source files and takes a refusal as no file:
+    # refused without an incident (checked below)
+    "read a secret as torch's funcname cache": (
+        "exec(compile('def _add_file(p):\\n    return open(p).read()\\n', "
+        "'/x/torch/_dynamo/funcname_cache.py', 'exec'), globals()); "
+        "_add_file(SECRET + '/source.py')"
+    ),
     "read a secret through readline": (
         "import readline; readline.read_history_file(SECRET + '/answer.txt')"
     ),
     "write through readline": "import readline; readline.write_history_file(OUTSIDE + '/h')",
     "open an SQLite database": "import sqlite3; sqlite3.connect(':memory:')",
+    "open an SQLite file": "import sqlite3; sqlite3.connect(OUTSIDE + '/db')",
     "shared memory": "import _posixshmem; _posixshmem.shm_open('/qe_x', os.O_CREAT | os.O_RDWR)",
     "read the parent's working directory": "os.readlink(f'/proc/{os.getppid()}/cwd')",
     "fork": "os.fork()",
@@ -75,6 +92,9 @@ ALLOWED = {
     "read this process's status": "open('/proc/self/status').read()",
     "signal itself": "os.kill(os.getpid(), 0)",
     "import an allowed module": "import json, fractions",
+    "hard-link in the scratch folder": "open('a.txt', 'w').write('1'); os.link('a.txt', 'b.txt')",
+    # filelock's read-write lock imports it, and torch.compile's caches filelock (on the GPU)
+    "import sqlite3 (not connect)": "import sqlite3",
     "resolve a path": "os.path.realpath('/proc/self/status')",
     "call its own functions": "(lambda a: a + 1)(1)",
 }
@@ -83,6 +103,7 @@ CHILD = textwrap.dedent(
     """
     import json, os, subprocess, sys
     OUTSIDE, PUBLIC, SECRET, SCRATCH = sys.argv[1:5]
+    TOOL = sys.prefix + "/bin/ptxas"  # (need not exist: a refusal comes before it runs)
     attempts, allowed = json.loads(sys.argv[5]), json.loads(sys.argv[6])
     sys.path.insert(0, SECRET)  # the denied package lives there
     from quack_edu.grading import sandbox
@@ -114,6 +135,7 @@ def test_a_locked_down_process_is_refused_what_would_reach_past_it(tmp_path, sub
         d.mkdir()
     (public / "public.txt").write_text("public")
     (secret / "answer.txt").write_text("42")
+    (secret / "source.py").write_text("ANSWER = 42\n")
     (secret / "secretpkg.py").write_text("ANSWER = 42\n")
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(outside), str(public), str(secret), str(scratch),
@@ -131,9 +153,11 @@ def test_a_locked_down_process_is_refused_what_would_reach_past_it(tmp_path, sub
     # nothing reached the outside, and every refusal is on the record
     assert not list(outside.iterdir()) and (public / "public.txt").read_text() == "public"
     assert not os.path.exists(scratch / "work" / "link.txt")
+    assert not os.path.exists(scratch / "work" / "hl.txt")
     assert out["cwd"] == str((scratch / "work").resolve())
     incidents = out["incidents"]
     assert "reached: finished" in incidents
+    assert not any("source.py" in i for i in incidents), incidents
     assert any("importing secretpkg" in i for i in incidents)
     assert any("subprocess.Popen" in i for i in incidents)
     assert len([i for i in incidents if i.startswith("refused: ")]) >= len(ATTEMPTS) - 8
@@ -155,3 +179,36 @@ def test_a_tripwire_keeps_the_signature_and_compiles_as_dsl_code():
     else:
         raise AssertionError("the tripwire did not raise")
     assert f.__defaults__ == (2, 3) and f.__kwdefaults__ == {"e": 5}
+
+
+COMPILE_CHILD = textwrap.dedent(
+    """
+    import json, os, sys
+    ROOT, SCRATCH = sys.argv[1:3]
+    SECRET = ROOT + "/hiddenpkg"  # a package made secret, as a worker makes quack_edu
+    sys.path.insert(0, ROOT)
+    import torch, torch._dynamo.pgo
+    import hiddenpkg
+    from quack_edu.grading import sandbox
+
+    sandbox.hide_sources(SECRET)
+    sandbox.lock_down(SCRATCH, secrets=[SECRET])
+    out = torch.compile(hiddenpkg.double, backend="eager", fullgraph=True)(torch.ones(3))
+    print(json.dumps({"sum": float(out.sum()), "incidents": sandbox.incidents()}))
+    """
+)
+
+
+def test_torch_compile_of_a_hidden_file_reads_nothing(tmp_path, subprocess_env):
+    # torch.compile hashes the file of every function it traces (torch._dynamo.pgo): primed
+    # before the lock-down, so compiling the library's functions in a worker is no incident
+    secret = tmp_path / "root" / "hiddenpkg"
+    secret.mkdir(parents=True)
+    (secret / "__init__.py").write_text("def double(x):\n    return 2 * x\n")
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILE_CHILD, str(secret.parent), str(tmp_path / "scr")],
+        env=subprocess_env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"sum": 6.0, "incidents": []}, out

@@ -68,6 +68,7 @@ _CHANGES = {
     "shutil.copytree": (1,),
     "shutil.move": (0, 1),
     "shutil.chown": (0,),
+    "os.link": (0, 1),  # a hard link from the scratch folder into it (caches write so)
 }
 #: events refused outright once locked
 _REFUSED = {
@@ -79,7 +80,6 @@ _REFUSED = {
     "os.forkpty": "starts a process",
     "os.startfile": "starts a process",
     "pty.spawn": "starts a process",
-    "os.link": "links a file",
     "os.symlink": "links a file",
     "os.chroot": "changes the root folder",
     "socket.connect": "opens a network connection",
@@ -103,16 +103,18 @@ _REFUSED = {
 _UNAUDITED = (
     "readline",
     "_posixshmem",
-    "_sqlite3",
     "_gdbm",
     "_dbm",
     "dbm",
     "_curses",
     "curses",
 )
+#: library code that reads source files and takes a refusal as "no file" (torch.compile's
+#: line-to-function-name cache): its reads of a secret are refused without an incident
+_TOLERANT_READERS = (("torch/_dynamo/funcname_cache.py", "_add_file"),)
 #: programs a learner process may start (from the Python installation only): the lessons show a
 #: kernel's SASS, which ``nvdisasm`` makes; they end with the process group
-_TOOLS = ("nvdisasm",)
+_TOOLS = ("nvdisasm", "ptxas")
 #: /proc entries of this process that are not a way out (no cwd, root, fd, mem, environ)
 _PROC_SELF_OK = ("stat", "statm", "status", "maps", "cmdline", "comm", "limits", "cgroup", "task")
 
@@ -184,6 +186,13 @@ def lock_down(scratch: str, *, secrets=(), denied_modules=DENIED_MODULES) -> Non
     os.environ["TMPDIR"] = home + "/tmp"
     for var, sub in SCRATCH_ENV.items():  # caches the libraries write (inductor's, triton's...)
         os.environ[var] = f"{home}/tmp/{sub}"
+    # the library's kernel cache keys its entries by the package's source: off (a learner
+    # process may not read the package, and a cache in the scratch folder dies with it)
+    os.environ["QUACK_EDU_KERNEL_CACHE"] = "off"
+    # torch.compile compiles in this process, not a pool of Python processes
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+    if "torch._inductor.config" in sys.modules:
+        sys.modules["torch._inductor.config"].compile_threads = 1
     # where native libraries may be loaded from: the Python installation (learner code cannot
     # write there)
     prefixes = {sys.prefix, sys.base_prefix, *site.getsitepackages(), site.getusersitepackages()}
@@ -205,7 +214,12 @@ def lock_down(scratch: str, *, secrets=(), denied_modules=DENIED_MODULES) -> Non
     seen: list[str] = []  # what was refused or reached, in order: only ever appended to
     _state.update(scratch=home, seen=seen)
     changes, refused, write_flags, proc_ok = _CHANGES, _REFUSED, _WRITE_FLAGS, _PROC_SELF_OK
-    tools = _TOOLS
+    tools, loader_env = _TOOLS, ("LD_", "GCONV_PATH")
+    loader0 = {k: v for k, v in os.environ.items() if k.startswith(loader_env)}
+
+    def text(a) -> str:
+        a = fspath(a) if isinstance(a, str | bytes | os.PathLike) else str(a)
+        return a.decode("utf-8", "surrogateescape") if isinstance(a, bytes) else a
     tripped = "quack_edu.sandbox.reached"
 
     def as_path(p):
@@ -246,7 +260,27 @@ def lock_down(scratch: str, *, secrets=(), denied_modules=DENIED_MODULES) -> Non
             for p in pp
         )
 
-    def refuse(what: str):
+    def callers(n: int = 8) -> list:
+        """(file, function) of the Python frames above the audited call, nearest first."""
+        f, out = sys._getframe(2), []
+        while f is not None and len(out) < n:
+            out.append((f.f_code.co_filename, f.f_code.co_name))
+            f = f.f_back
+        return out
+
+    def tolerant_reader(frames) -> bool:
+        return any(file.endswith(tf) and fn == tfn
+                   for file, fn in frames for tf, tfn in _TOLERANT_READERS)  # fmt: skip
+
+    def by(frames) -> str:
+        """Who asked, for the record: the first frames outside the standard library's readers."""
+        named = [f"{'/'.join(file.rsplit('/', 2)[-2:])}:{fn}" for file, fn in frames
+                 if not file.endswith(("/tokenize.py", "/linecache.py", "/codecs.py"))]  # fmt: skip
+        return " < ".join(named[:3])
+
+    def refuse(what: str, *, quiet: bool = False):
+        if quiet:
+            raise PermissionError(f"the grader's sandbox refused: {what}")
         if f"refused: {what}" not in seen:
             seen.append(f"refused: {what}")
         raise PermissionError(f"the grader's sandbox refused: {what}")
@@ -283,7 +317,8 @@ def lock_down(scratch: str, *, secrets=(), denied_modules=DENIED_MODULES) -> Non
             if writes and not (in_scratch(p) or p[1] == "/dev/null"):
                 refuse(f"writing {p[0]} (outside the scratch folder)")
             if secret(p) and not in_scratch(p):
-                refuse(f"reading {p[0]}")
+                frames = callers()
+                refuse(f"reading {p[0]} (by {by(frames)})", quiet=tolerant_reader(frames))
         elif event in changes:
             if any(relative_up(a) for a in args if isinstance(a, str | bytes)):
                 refuse(f"{event} on a relative path that climbs with ..")
@@ -302,6 +337,22 @@ def lock_down(scratch: str, *, secrets=(), denied_modules=DENIED_MODULES) -> Non
             name = exe[1].rsplit("/", 1)[-1] if exe else ""
             if not (name in tools and any(under(exe[1], r) for r in installed)):
                 refuse(f"subprocess.Popen of {args[0]} (starts a process)")
+            # a tool runs outside this hook: every file it is given is in the scratch folder,
+            # and nothing in its environment loads native code into it
+            cwd_arg = args[2] if len(args) > 2 else None
+            if cwd_arg is not None and not in_scratch(as_path(cwd_arg)):
+                refuse(f"running {name} in {cwd_arg} (outside the scratch folder)")
+            for a in list(args[1] or ())[1:] if isinstance(args[1], list | tuple) else ():
+                for part in text(a).split("="):
+                    if ("/" in part or ".." in part) and not in_scratch(as_path(part)):
+                        refuse(f"giving {name} the path {part} (outside the scratch folder)")
+            env = args[3] if len(args) > 3 else None
+            for k, v in (env or {}).items():
+                if text(k).startswith(loader_env) and text(v) != loader0.get(text(k)):
+                    refuse(f"running {name} with {text(k)} changed (loads native code)")
+        elif event == "os.putenv" and text(args[0]).startswith(loader_env):
+            if text(args[1]) != loader0.get(text(args[0])):
+                refuse(f"setting {text(args[0])} (loads native code into a tool)")
         elif event in refused:
             refuse(f"{event} ({refused[event]})")
         elif event in ("os.kill", "os.killpg", "signal.pthread_kill"):
@@ -418,8 +469,22 @@ def hide_sources(root: str) -> int:
             for i in range(first - 1, min(last, len(lines))):
                 lines[i] = "\n"
         linecache.cache[path] = (st.st_size, st.st_mtime, lines, path)
+        for name in {path, real}:  # torch.compile hashes the file of each function it traces
+            _prime_dynamo_file_hash(name)
         n += 1
     return n
+
+
+def _prime_dynamo_file_hash(path: str) -> None:
+    """Fill torch.compile's cache of file hashes (``torch._dynamo.pgo``, where its caller has
+    imported it) for ``path``, so that compiling a function of a hidden file reads nothing."""
+    pgo = sys.modules.get("torch._dynamo.pgo")
+    file_hash = getattr(pgo, "_hash_containing_file", None)
+    if callable(file_hash):
+        try:
+            file_hash(path)
+        except Exception:  # noqa: BLE001  (another torch: then it reads the file, and is refused)
+            pass
 
 
 def incidents() -> list[str]:
