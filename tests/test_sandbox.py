@@ -122,6 +122,10 @@ CHILD = textwrap.dedent(
             out[name] = "refused: " + str(e)
         except Exception as e:
             out[name] = f"error: {type(e).__name__}: {e}"
+    import time
+    t = time.perf_counter()  # resolving links reads them: once each, not recursively
+    out["resolved"] = os.path.realpath(PUBLIC + "/link3")
+    out["resolve seconds"] = time.perf_counter() - t
     out["incidents"] = sandbox.incidents()
     out["cwd"] = os.getcwd()
     print(json.dumps(out))
@@ -134,6 +138,8 @@ def test_a_locked_down_process_is_refused_what_would_reach_past_it(tmp_path, sub
     for d in (outside, public, secret):
         d.mkdir()
     (public / "public.txt").write_text("public")
+    for i in (1, 2, 3):  # a chain of links, as a venv's python is
+        (public / f"link{i}").symlink_to(public / (f"link{i - 1}" if i > 1 else "public.txt"))
     (secret / "answer.txt").write_text("42")
     (secret / "source.py").write_text("ANSWER = 42\n")
     (secret / "secretpkg.py").write_text("ANSWER = 42\n")
@@ -155,6 +161,10 @@ def test_a_locked_down_process_is_refused_what_would_reach_past_it(tmp_path, sub
     assert not os.path.exists(scratch / "work" / "link.txt")
     assert not os.path.exists(scratch / "work" / "hl.txt")
     assert out["cwd"] == str((scratch / "work").resolve())
+    # (a guard, not a timing: the readlink guard once resolved links recursively, 51 s for a
+    # venv's python in a locked process with torch imported)
+    assert out["resolved"] == str((public / "public.txt").resolve()), out["resolved"]
+    assert out["resolve seconds"] < 5, out["resolve seconds"]
     incidents = out["incidents"]
     assert "reached: finished" in incidents
     assert not any("source.py" in i for i in incidents), incidents

@@ -220,6 +220,7 @@ def lock_down(scratch: str, *, secrets=(), denied_modules=DENIED_MODULES) -> Non
     def text(a) -> str:
         a = fspath(a) if isinstance(a, str | bytes | os.PathLike) else str(a)
         return a.decode("utf-8", "surrogateescape") if isinstance(a, bytes) else a
+
     tripped = "quack_edu.sandbox.reached"
 
     def as_path(p):
@@ -393,6 +394,7 @@ def lock_down(scratch: str, *, secrets=(), denied_modules=DENIED_MODULES) -> Non
         for k, v in list(names.items()) if isinstance(names, dict) else ():
             if v is spawn:
                 names[k] = fork_exec
+
     def no_special_files(*args, **kwargs):
         refuse("making a fifo or a device file")
 
@@ -413,9 +415,11 @@ def lock_down(scratch: str, *, secrets=(), denied_modules=DENIED_MODULES) -> Non
     readlink = os.readlink
 
     def guarded_readlink(path, *args, **kwargs):  # no audit event: /proc/<pid>/cwd says where
-        p = as_path(path)
-        if p is not None and p[0].startswith("/proc/") and proc_secret(p[0]):
-            refuse(f"reading the link {p[0]}")
+        # the path as written, made absolute (not resolved: resolving a link reads it, here)
+        p = text(path)
+        p = _normal(p if p.startswith("/") else cwd + "/" + p, cwd)
+        if p.startswith("/proc/") and proc_secret(p):
+            refuse(f"reading the link {p}")
         return readlink(path, *args, **kwargs)
 
     for mod in (os, sys.modules.get("posix")):
