@@ -52,6 +52,7 @@ def make_class(folder: Path, lesson: str, n: int) -> dict[str, dict]:
     from quack_edu._env import MODE
     from quack_edu.grading import GPU, all_exercises
     from quack_edu.grading.notebook import find_cell, notebooks_dir, read, solutions_dir, write
+    from quack_edu.grading.similarity import fingerprint
 
     exercises = all_exercises(lesson)
     tiers = ("compile", "gpu") if MODE.gpu else ("compile",)
@@ -79,7 +80,13 @@ def make_class(folder: Path, lesson: str, n: int) -> dict[str, dict]:
                 find_cell(nb, e.cell_id).source = CHEAT
             expected = dict.fromkeys(full, 0)
         write(nb, folder / student / f"{lesson}.ipynb")
-        out[student] = {"kind": kind, "expected": expected}
+        # a long answer handed in by several students is named in the gradebook
+        same = (
+            kind == "solution"
+            and n > 4
+            and any(fingerprint(find_cell(nb, e.cell_id).source) for e in exercises)
+        )
+        out[student] = {"kind": kind, "expected": expected, "same": same}
     return out
 
 
@@ -110,8 +117,13 @@ def mismatches(book: Path, students: dict) -> list[str]:
                 bad.append(f"{s} ({want['kind']}): {ex_id} {got} points, expected {pts}")
         if want["kind"] == "cheat" and row["flagged"] != "yes":
             bad.append(f"{s} (cheat): not flagged")
-        if want["kind"] != "cheat" and row["flagged"] == "yes":
-            bad.append(f"{s} ({want['kind']}): flagged: {row['flags'][:300]}")
+        # the class hands in copies of one solution: their long answers are named as the same
+        # answer as others' (no points taken); no other flag
+        other = [f for f in row["flags"].split(" | ") if f and "the same answer as" not in f]
+        if want["kind"] != "cheat" and other:
+            bad.append(f"{s} ({want['kind']}): flagged: {' | '.join(other)[:300]}")
+        if want["same"] and "the same answer as" not in row["flags"]:
+            bad.append(f"{s} (solution): its copies of the solution are not named")
     return bad
 
 

@@ -75,7 +75,14 @@ def _gradebook_rows(graded):
     assert rows["dan"]["flagged"] == "yes" and "00.bytes_moved: flagged" in rows["dan"]["flags"]
     for what in SANDBOX_FLAGS:  # each cell that reached past its process, refused and named
         assert what in rows["dan"]["flags"], (what, rows["dan"]["flags"])
-    assert rows["ana"]["flagged"] == "no" and rows["cat"]["flagged"] == "no"
+    # ana's, cat's and dan's notebooks are one solution (cat's with a mutant, dan's with cheats
+    # in other cells): their long answer is the same, which the gradebook names (no points
+    # taken); nothing else of ana's or cat's is flagged
+    same = "00.eager_bytes: the same answer as "
+    assert rows["ana"]["flags"] == same + "cat, dan", rows["ana"]["flags"]
+    assert rows["cat"]["flags"] == same + "ana, dan", rows["cat"]["flags"]
+    assert same + "ana, cat" in rows["dan"]["flags"]
+    assert rows["ben"]["flagged"] == "no"
 
 
 def _kernel_cheats_ran_and_scored_nothing(graded):

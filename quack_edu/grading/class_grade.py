@@ -200,6 +200,38 @@ def grade_one(job: dict) -> dict:
 
 
 # ---- the class --------------------------------------------------------------------------------
+def same_answer_flags(subs: list[Submission]) -> dict[tuple[str, str], list[str]]:
+    """``{(student, lesson): flags}`` for answers handed in by more than one student (the same
+    tokens; the page's own cell and short answers never count: ``similarity.same_answers``)."""
+    from .nbfiles import find_cell, notebooks_dir, read
+    from .similarity import same_answers
+
+    out: dict[tuple[str, str], list[str]] = {}
+    for lesson in sorted({s.lesson for s in subs if s.path is not None}):
+        books = {}
+        for s in subs:
+            if s.lesson == lesson and s.path is not None:
+                try:
+                    books[s.student] = read(s.path)
+                except Exception:  # noqa: BLE001  (unreadable: its row says so)
+                    continue
+        page = notebooks_dir() / f"{lesson}.ipynb"
+        blank = read(page) if page.exists() else None
+        for ex in all_exercises(lesson):
+            answers = {}
+            for student, nb in books.items():
+                cell = find_cell(nb, ex.cell_id)
+                if cell is not None:
+                    answers[student] = cell.source
+            template = find_cell(blank, ex.cell_id) if blank is not None else None
+            same = same_answers(answers, template.source if template is not None else None)
+            for student, others in same.items():
+                out.setdefault((student, lesson), []).append(
+                    f"{ex.id}: the same answer as {', '.join(others)}"
+                )
+    return out
+
+
 def _columns(lessons_: list[str], only: str | None) -> list[tuple[str, str]]:
     cols = []
     for le in lessons_:
@@ -452,6 +484,11 @@ def grade_class(
                 if rec is None:  # changed since the grader wrote it this run: trust nothing
                     raise ResultTampered(rpath)
         rows.append(_row(sub, rec, cols, out))
+    same = same_answer_flags(subs)
+    for sub, row in zip(subs, rows, strict=True):
+        for flag in same.get((sub.student, sub.lesson), ()):
+            row["flags"] = " | ".join(f for f in (row.get("flags"), flag) if f)
+            row["flagged"] = "yes"
     book = out / "gradebook.csv"
     check(grader)
     write_gradebook(book, rows, cols)

@@ -43,6 +43,7 @@ from . import hints
 from .checks import MISSING, Context, run_exercise
 from .registry import Check, CheckFailed, Exercise
 from .report import FAIL, NOT_ATTEMPTED, ExerciseResult
+from .similarity import copied_from_library
 from .wire import Unencodable, decode, encode  # noqa: F401  (the judge's codec, re-exported)
 
 # ---- the screen -------------------------------------------------------------------------------
@@ -724,6 +725,9 @@ def judge_exercise(
     if source is None:
         return _blank(ex, hidden, gpu)
     flags = screen(source, ex) if screened else []
+    copied = copied_from_library(ex, source) if screened else None
+    if copied:  # the finished version's text, pasted (its functions are tripwired, its text not)
+        flags.append(copied)
     if flags:
         res = _blank(ex, hidden, gpu)
         res.forced_status = FAIL

@@ -1,0 +1,152 @@
+"""Answers that are somebody else's text: the library's finished version pasted into an answer
+cell, and the same answer handed in by several students of a class.
+
+Both are judged on the answer's tokens (comments, blank lines and layout dropped). A paste is
+measured in shingles: runs of ``K`` tokens with every name replaced by one placeholder, so that
+renaming variables does not hide it. Of the finished function's shingles that the lesson page
+does not show (a learner may build on the kernel the page prints), the share found in the
+answer is its *cover*. Honest solutions cover at most 0.49 of any finished function of their
+exercise (``tests/test_similarity.py`` measures them); an answer covering ``COPIED`` or more
+is a copy: it scores 0 and is flagged. Identical answers in a class are only flagged: the
+instructor decides.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import inspect
+import io
+import keyword
+import re
+import textwrap
+import tokenize
+
+#: tokens per shingle
+K = 10
+#: the share of a finished function's shingles (those not on the lesson page) that makes a copy
+COPIED = 0.75
+#: a finished function with fewer shingles off the page is too short to tell a copy from
+#: an honest answer
+MIN_SHINGLES = 15
+#: identical answers shorter than this (in tokens) are not flagged: one-line answers coincide
+MIN_SAME_TOKENS = 120
+
+_SKIP = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+         tokenize.ENDMARKER)  # fmt: skip
+
+
+def tokens(source: str, *, names: bool = True) -> list[str]:
+    """The source's tokens without comments and layout; ``names=False`` replaces every name
+    (not keywords) by ``N`` and every string by ``S``. Text that does not tokenize gives the
+    tokens before the error."""
+    out: list[str] = []
+    try:
+        for t in tokenize.generate_tokens(io.StringIO(source).readline):
+            if t.type in _SKIP:
+                continue
+            if not names and t.type == tokenize.STRING:
+                out.append("S")
+            elif not names and t.type == tokenize.NAME and not keyword.iskeyword(t.string):
+                out.append("N")
+            else:
+                out.append(t.string)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass
+    return out
+
+
+def shingles(source: str) -> set[tuple[str, ...]]:
+    t = tokens(source, names=False)
+    return {tuple(t[i : i + K]) for i in range(len(t) - K + 1)}
+
+
+@functools.cache
+def page_shingles(lesson: str) -> frozenset:
+    """The shingles of the code a lesson's student notebook shows: its code cells and the
+    fenced Python blocks of its text cells."""
+    from .nbfiles import notebooks_dir, read
+
+    path = notebooks_dir() / f"{lesson}.ipynb"
+    if not path.exists():
+        return frozenset()
+    seen: set = set()
+    for cell in read(path).cells:
+        if cell.cell_type == "code":
+            seen |= shingles(cell.source)
+        else:
+            for block in re.findall(r"```(?:python)?\n(.*?)```", cell.source, re.S):
+                seen |= shingles(block)
+    return frozenset(seen)
+
+
+def _resolve(dotted: str):
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for p in parts[i:]:
+            obj = getattr(obj, p)
+        return obj
+    raise ImportError(dotted)
+
+
+@functools.cache
+def finished_shingles(dotted: str) -> frozenset:
+    """The shingles of a library function's source (empty if it has none to read)."""
+    try:
+        obj = inspect.unwrap(_resolve(dotted))
+        return frozenset(shingles(textwrap.dedent(inspect.getsource(obj))))
+    except (ImportError, AttributeError, OSError, TypeError):
+        return frozenset()
+
+
+def cover(source: str, dotted: str, lesson: str) -> float | None:
+    """The share of ``dotted``'s shingles, among those the lesson page does not show, found in
+    ``source``; None when too few are left to tell."""
+    off_page = finished_shingles(dotted) - page_shingles(lesson)
+    if len(off_page) < MIN_SHINGLES:
+        return None
+    return len(shingles(source) & off_page) / len(off_page)
+
+
+def copied_from_library(ex, source: str) -> str | None:
+    """Why ``source`` is a copy of the library's finished version of ``ex`` (a flag's words), or
+    None."""
+    for dotted in ex.finished:
+        c = cover(source, dotted, ex.lesson)
+        if c is not None and c >= COPIED:
+            return (
+                f"copies the library's finished {dotted} ({c:.0%} of its code that the lesson "
+                "does not show)"
+            )
+    return None
+
+
+def fingerprint(source: str) -> str | None:
+    """A digest of the answer's tokens (names kept), or None when it is too short to tell."""
+    t = tokens(source)
+    if len(t) < MIN_SAME_TOKENS:
+        return None
+    return hashlib.sha256("\0".join(t).encode()).hexdigest()
+
+
+def same_answers(answers: dict[str, str], template: str | None) -> dict[str, list[str]]:
+    """``{student: [the other students who handed in the same answer]}`` for one exercise
+    (``answers``: student -> answer cell source); the page's own cell (``template``) and short
+    answers never count."""
+    blank = fingerprint(template) if template is not None else None
+    groups: dict[str, list[str]] = {}
+    for student, source in answers.items():
+        fp = fingerprint(source)
+        if fp is not None and fp != blank:
+            groups.setdefault(fp, []).append(student)
+    out: dict[str, list[str]] = {}
+    for members in groups.values():
+        if len(members) > 1:
+            for s in members:
+                out[s] = sorted(m for m in members if m != s)
+    return out

@@ -1,0 +1,91 @@
+"""Answers that are somebody else's text (``grading.similarity``): the library's finished
+version pasted into an answer cell scores 0 and is flagged, renamed or not; honest solutions
+are far from it; identical answers in a class are flagged in the gradebook."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import textwrap
+
+import pytest
+
+from quack_edu.grading import all_exercises, get
+from quack_edu.grading.nbfiles import find_cell, notebooks_dir, read, solutions_dir
+from quack_edu.grading.similarity import (
+    COPIED,
+    copied_from_library,
+    cover,
+    finished_shingles,
+    same_answers,
+)
+
+FINISHED = [e for e in all_exercises() if e.finished]
+
+
+def _cell(folder, ex) -> str:
+    return find_cell(read(folder / f"{ex.lesson}.ipynb"), ex.cell_id).source
+
+
+def _library_text(dotted: str, answer: str) -> str:
+    """The finished function's text as a learner would paste it: dedented, named as the
+    exercise's answer."""
+    from quack_edu.grading.similarity import _resolve
+
+    src = textwrap.dedent(inspect.getsource(inspect.unwrap(_resolve(dotted))))
+    return re.sub(r"def \w+\(", f"def {answer}(", src, count=1)
+
+
+def _renamed(source: str) -> str:
+    """Every local-looking name renamed (a learner hiding a paste)."""
+    names = set(re.findall(r"\b([a-z_][a-z0-9_]{2,})\s*=", source))
+    for n in sorted(names):
+        source = re.sub(rf"\b{n}\b", n + "_mine", source)
+    return source
+
+
+@pytest.mark.parametrize("ex", FINISHED, ids=lambda e: e.id)
+def test_honest_solutions_and_blanks_are_far_from_the_library(ex):
+    # the margin the threshold stands on: solutions cover at most about half
+    for folder in (solutions_dir(), notebooks_dir()):
+        source = _cell(folder, ex)
+        assert copied_from_library(ex, source) is None, (ex.id, folder)
+        for dotted in ex.finished:
+            c = cover(source, dotted, ex.lesson)
+            assert c is None or c < 0.55 < COPIED, (ex.id, dotted, c)
+
+
+@pytest.mark.parametrize("ex", FINISHED, ids=lambda e: e.id)
+def test_the_library_pasted_is_a_copy_renamed_or_not(ex):
+    tested = 0
+    for dotted in ex.finished:
+        if cover("", dotted, ex.lesson) is None:  # too short to tell: never flagged
+            continue
+        pasted = _library_text(dotted, ex.answer)
+        for text in (pasted, _renamed(pasted)):
+            why = copied_from_library(ex, text)
+            assert why is not None and dotted in why, (ex.id, dotted)
+        tested += 1
+    assert tested or all(len(finished_shingles(d)) < 40 for d in ex.finished), ex.id
+
+
+def test_a_pasted_answer_is_judged_flagged_with_no_points():
+    from quack_edu.grading.judge import judge_exercise
+
+    ex = get("02.warp_reduce")
+    pasted = _library_text("quack_edu.primitives.reduce.warp_reduce", ex.answer)
+    res = judge_exercise(ex, "import cutlass\nimport cutlass.cute as cute\n" + pasted, seed=1)
+    assert res.score == 0 and res.flagged, res.table()
+    assert "copies the library's finished" in res.forced_message
+
+
+def test_identical_long_answers_in_a_class_are_named():
+    kernel = _cell(solutions_dir(), get("02.warp_kernel"))
+    blank = _cell(notebooks_dir(), get("02.warp_kernel"))
+    short = "def f(M, N):\n    return 2 * M * N\n"
+    answers = {"ana": kernel, "ben": kernel + "\n# mine\n", "cy": _renamed(kernel),
+               "dee": blank, "eve": blank, "fay": short, "gus": short}  # fmt: skip
+    same = same_answers(answers, blank)
+    # comments and layout do not make an answer one's own; renaming does; the page's own cell
+    # and a short answer never count
+    assert same == {"ana": ["ben"], "ben": ["ana"]}, same
