@@ -163,6 +163,13 @@ def test_plan(a, stages) -> list[tuple[str, list[str], bool]]:
     """
     gpu, xdist = ["-m", "gpu"], ["-n", str(a.jobs)]
     runs = []
+    if a.part == "boundary":  # 10 processes ran the GPU out of memory (2026-12-06, an H100)
+        grader = [
+            "tests/test_cheats.py",
+            "tests/test_grading_exercises.py",
+            "tests/test_sandbox.py",
+        ]
+        return [("boundary", [*gpu, "-n", "6", *grader], False)]
     timed = [f"--ignore={t}" for t in a.parallel_tests.split()]
     timed += ["--ignore=tests/test_stages_gpu.py", "--ignore=tests/test_fuzz_gpu.py"]
     timed += [f"--ignore={t}" for t in ALONE]
@@ -301,13 +308,17 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--part",
-        choices=("all", "gpu", "timed", "lessons"),
+        choices=("all", "gpu", "timed", "lessons", "boundary"),
         default="all",
         help="gpu: the gpu tests that check values (stage values, fuzz, the others); timed: "
         "the gpu tests that time (the grader's speed tier, the bench's); lessons: the grader "
         "(the solution notebooks top to bottom) and every other (not gpu) test in GPU mode; "
-        "all: the three, one after the other",
+        "all: the three, one after the other; boundary (alone): the grader's boundary on the "
+        "GPU (the cheat, sandbox and exercise tests' gpu tier, 6 processes), then a made-up "
+        "class graded serially and with -j 4 (scripts/class_check.py, --class-students)",
     )
+    p.add_argument("--class-students", type=int, default=30)
+    p.add_argument("--class-lesson", default="00_setup_and_roofline")
     p.add_argument("--skip-bench", action="store_true")
     p.add_argument("--test-timeout", type=int, default=300, help="seconds per pytest process")
     p.add_argument("--bench-timeout", type=int, default=300)
@@ -336,6 +347,12 @@ def main() -> int:
             else [s for s in a.value_stages.split(",") if s != "none"]
         )
         run_tests(test_plan(a, stages), a, out, summary)
+    if a.part == "boundary":
+        cmd = [py, "scripts/class_check.py", "--jobs", "1,4", "--lesson", a.class_lesson,
+               "--students", str(a.class_students), "--out", str(out / "class_check")]  # fmt: skip
+        rc, text, dt = sh(cmd, out / "class_check.log", timeout=560)
+        print(text[-3000:], flush=True)
+        summary.append(("class check", f"rc={rc}", dt))
 
     bench_table = ""
     for name, cmd, result in bench_commands(a, out, py):
