@@ -310,14 +310,24 @@ _counter = itertools.count()
 def answer_from_source(source: str, name: str, prelude: str = PRELUDE):
     """Execute an exercise cell's source as a module (so the DSL can read its source) and return
     the object called ``name`` (or ``MISSING``). Raises what the source raises at import."""
+    import linecache
+    import shutil
+
     d = Path(tempfile.mkdtemp(prefix="quack_edu_answer_"))
     modname = f"quack_edu_answer_{os.getpid()}_{next(_counter)}"
     path = d / f"{modname}.py"
-    path.write_text(prelude + "\n" + source + "\n")
-    spec = importlib.util.spec_from_file_location(modname, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[modname] = module
-    spec.loader.exec_module(module)
+    text = prelude + "\n" + source + "\n"
+    path.write_text(text)
+    # its text stays where inspect (and so the DSL) reads it, the line cache: the file goes
+    # (mtime None: never checked against a file)
+    linecache.cache[str(path)] = (len(text), None, text.splitlines(True), str(path))
+    try:
+        spec = importlib.util.spec_from_file_location(modname, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = module
+        spec.loader.exec_module(module)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
     return getattr(module, name, MISSING)
 
 
