@@ -46,7 +46,7 @@ ANSWER_CELL_CHEATS = [
         "import quack_edu.grading as g\n"
         "g.check = lambda *a, **k: None\n"
         "g._record = lambda *a, **k: None\n"
-        "from quack_edu.grading import checks as C\n"
+        "from quack_edu.grading import runner as C\n"
         "C._run_checks = lambda *a, **k: None\n" + WRONG,
     ),
     (

@@ -43,7 +43,7 @@ def test_a_safe_wrong_exchange_is_not_refused():
     # every CTA receives its bytes (from itself): safe to run, so the guard lets it through
     import torch
 
-    from quack_edu.grading.checks import Context
+    from quack_edu.grading.context import Context
     from quack_edu.grading.exercises.lesson04 import _exchange_guard, exchange_config
 
     ex, answer = _mutant_answer("04.cluster_exchange", "stores only into its own CTA")

@@ -5,7 +5,7 @@ answers (a redefined function is a new object and is compiled again)."""
 from __future__ import annotations
 
 from quack_edu.grading import get
-from quack_edu.grading.checks import _SHARED, Context
+from quack_edu.grading.context import _SHARED, Context
 from quack_edu.grading.exercises.lesson01 import RSTD_HOLE
 from quack_edu.grading.notebook import answer_from_source
 

@@ -12,8 +12,7 @@ import functools
 
 import pytest
 
-from quack_edu.grading import COMPILE, GPU, all_exercises, run_exercise
-from quack_edu.grading.checks import MISSING
+from quack_edu.grading import COMPILE, GPU, MISSING, all_exercises, run_exercise
 from quack_edu.grading.notebook import (
     answer_from_source,
     exercise_source,

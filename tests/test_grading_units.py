@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from quack_edu.grading import COMPILE, GPU, Check, CheckFailed, Exercise, check, hints, run_exercise
-from quack_edu.grading.checks import Ptx, answer_source, f32_hex, scan_source
+from quack_edu.grading.checks import Ptx, f32_hex
+from quack_edu.grading.context import answer_source, scan_source
 from quack_edu.grading.notebook import (
     CODE_STUB,
     answer_from_source,
@@ -390,7 +391,7 @@ def test_shortcut_guard_flags_quack_rmsnorm_but_not_its_dsl_patches():
 
     import torch
 
-    from quack_edu.grading.checks import shortcut_guard
+    from quack_edu.grading.guard import shortcut_guard
 
     def fake_module(name, src):  # as installed: site-packages/quack/...
         mod = types.ModuleType(name)
@@ -422,7 +423,7 @@ def test_shortcut_guard_sees_aliases_builtins_and_a_switched_off_profiler():
     import torch
     from torch import rms_norm as alias
 
-    from quack_edu.grading.checks import shortcut_guard
+    from quack_edu.grading.guard import shortcut_guard
     from quack_edu.reference import rmsnorm_ref
 
     x = torch.randn(3, 8)
@@ -482,12 +483,12 @@ def test_shortcut_guard_under_a_profiler_and_its_fallback_hook():
     import torch
     from torch import rms_norm as alias
 
-    from quack_edu.grading import checks
+    from quack_edu.grading import guard
 
     x = torch.randn(3, 8)
     outside = cProfile.Profile()  # someone profiling the grader: paused, then resumed
     outside.enable()
-    with checks.shortcut_guard() as seen:
+    with guard.shortcut_guard() as seen:
         alias(x, (8,))
     torch.relu(x)
     outside.disable()
@@ -495,7 +496,7 @@ def test_shortcut_guard_under_a_profiler_and_its_fallback_hook():
     assert "<built-in method torch.relu>" in {e.code for e in outside.getstats()}
     # the Python hook a guard falls back to where cProfile cannot be had (Python 3.12+ with
     # another profiler on): the same names
-    with checks._hook_guard(*checks._forbidden_targets()) as seen:
+    with guard._hook_guard(*guard._forbidden_targets()) as seen:
         torch.nn.functional.rms_norm(x, (8,))
     assert seen == ["torch.nn.functional.rms_norm", "torch.rms_norm"]
 

@@ -177,7 +177,7 @@ def test_every_solution_takes_the_arguments_its_stub_requires():
     def must take them, or a right answer would be failed there."""
     import ast
 
-    from quack_edu.grading.checks import _stub_arity
+    from quack_edu.grading.runner import _stub_arity
 
     for ex in all_exercises():
         need = _stub_arity(ex)

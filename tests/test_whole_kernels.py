@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from quack_edu.grading import get
-from quack_edu.grading.checks import Context
+from quack_edu.grading.context import Context
 from quack_edu.grading.exercises import _kernels, lesson04
 from quack_edu.grading.notebook import answer_from_source, exercise_source, read, solutions_dir
 from quack_edu.grading.registry import GPU, CheckFailed

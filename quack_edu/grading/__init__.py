@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import os
 
-from .checks import ENV_GRADING, MISSING, run_exercise
 from .registry import (
     COMPILE,
     GPU,
+    MISSING,
     TIERS,
     Check,
     CheckFailed,
@@ -37,6 +37,7 @@ from .registry import (
     register,
 )
 from .report import ExerciseResult, NotebookResult, RunResult
+from .runner import ENV_GRADING, run_exercise
 
 
 def grading() -> bool:

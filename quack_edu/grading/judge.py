@@ -40,9 +40,10 @@ import time
 from pathlib import Path
 
 from . import hints
-from .checks import MISSING, Context, run_exercise
-from .registry import Check, CheckFailed, Exercise
+from .context import Context
+from .registry import MISSING, Check, CheckFailed, Exercise
 from .report import FAIL, NOT_ATTEMPTED, ExerciseResult
+from .runner import run_exercise
 from .similarity import copied_from_library
 from .wire import Unencodable, decode, encode  # noqa: F401  (the judge's codec, re-exported)
 
@@ -495,7 +496,7 @@ class Worker:
     def value_of(self, reply: dict, call: bool = False):
         """The reply's value, or the learner's exception / shortcut raised here."""
         if "shortcut" in reply:
-            from .checks import shortcut_failure
+            from .context import shortcut_failure
 
             raise shortcut_failure(str(reply["shortcut"]))
         if "raised" in reply:
@@ -593,10 +594,10 @@ class JudgeContext(Context):
     def report(self, hole, N: int, dtype="bf16", config=None, sass=False):
         """The learner's kernel compiled where the answer lives (``probes.compiled``, for the
         config of the grader's own copy), reported on here."""
-        from .checks import _dtype_key
+        from .context import dtype_key
         from .probes import compiled, hole_name, report_of
 
-        key = ("report", hole, N, _dtype_key(dtype), config, sass)
+        key = ("report", hole, N, dtype_key(dtype), config, sass)
         if key not in self.cache:
             kernel = self.kernel(hole, N, dtype, config)
             data = self.probe(compiled, hole_name(hole), N, dtype, None, kernel.config, sass)
@@ -616,10 +617,10 @@ class JudgeContext(Context):
 
     def launcher(self, hole, N: int, dtype, config=None, wdtype=None):
         from ..runtime import torch_dtype
-        from .checks import _dtype_key
+        from .context import dtype_key
 
         wdtype = torch_dtype(wdtype) if wdtype is not None else None
-        key = ("launch", hole, N, _dtype_key(dtype), config, wdtype and _dtype_key(wdtype))
+        key = ("launch", hole, N, dtype_key(dtype), config, wdtype and dtype_key(wdtype))
         if key not in self.cache:
             kernel = self.kernel(hole, N, dtype, config, wdtype)
             worker = self.answer._worker

@@ -69,7 +69,7 @@ from .report import FAIL, NOT_ATTEMPTED, ExerciseResult, NotebookResult, RunResu
 def _kernel_env() -> dict:
     """The notebook kernel's environment: the grading marker, and nothing the grade depends on
     (no seed, no results file, no path to the solutions)."""
-    from .checks import ENV_GRADING
+    from .runner import ENV_GRADING
 
     env = child_env(
         {

@@ -23,7 +23,7 @@ answer or a verdict.
 import itertools
 import os
 
-from ..grading.checks import no_shortcuts, shared
+from ..grading.context import no_shortcuts, shared
 from ..grading.holes import GRAD_IN_HOLE
 from ..grading.ptx import _REG, Ptx, f32_hex
 

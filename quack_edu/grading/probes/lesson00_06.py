@@ -137,7 +137,7 @@ def loop_compiled(answer, N: int, dtype: str, config) -> dict:
     Python int passed}]`` each, in order. Compiled once per (answer, N, dtype, config)
     (``checks.shared``: a check cell's visible and hidden runs)."""
     from .. import holes
-    from ..checks import shared
+    from ..context import shared
     from . import compiled
 
     def make():

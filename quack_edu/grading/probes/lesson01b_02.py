@@ -22,7 +22,7 @@ def scale_kernel_ptx(answer, N: int, dtype: str) -> dict:
     (None when the answer is no kernel), "call": what calling it as plain Python with 3 Nones
     raised ("" when it returned; None when it is a kernel)}``. A kernel's PTX is compiled once
     per (answer, N, dtype) (``checks.shared``: a check cell's visible and hidden runs)."""
-    from ..checks import plain_call, shared
+    from ..context import plain_call, shared
 
     kind = str(getattr(answer, "_decorator_kind", "a plain function"))
     if "kernel" not in kind.lower():  # it cannot be launched: say what calling it does
@@ -50,7 +50,7 @@ def scale_kernel_run(answer, x, y, N: int, dtype: str, factor: float):
     ran on ``x[:N]``, ``y[:N]`` and ``factor`` on the GPU; ``y`` whole, what lies past N too."""
     import torch
 
-    from ..checks import shared
+    from ..context import shared
 
     launch = shared(answer, ("scale_launch", N, dtype), lambda: scale_launcher(answer, N, dtype))
     x, y = x.to("cuda"), y.to("cuda")

@@ -23,7 +23,7 @@ from . import REPORT_FIELDS
 def _epilogue_class(answer):
     """The final kernel class with ``answer`` as its ``scale`` (one per answer object: its
     compiled kernels are kept with it)."""
-    from ..checks import shared
+    from ..context import shared
     from ..holes import EPILOGUE_HOLE
 
     return shared(answer, ("06.epilogue class",), lambda: EPILOGUE_HOLE.build(answer))
@@ -125,7 +125,7 @@ def fake_outputs(answer, cases, device="cuda") -> list:
 def _scratch_op(answer):
     """A custom op around the real kernel with ``answer`` as its fake (one per answer)."""
     from ...lessons.evidence import scratch_op
-    from ..checks import shared
+    from ..context import shared
 
     return shared(answer, ("06.fake_impl scratch op",), lambda: scratch_op(answer))
 

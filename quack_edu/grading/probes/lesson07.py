@@ -12,7 +12,7 @@ No reference, no tolerance, no verdict: the checks (``grading.exercises.lesson07
 
 from __future__ import annotations
 
-from ..checks import plain_call, shared
+from ..context import plain_call, shared
 from ..holes import accumulate_dw_of, dw_partial_class
 from . import REPORT_FIELDS
 
