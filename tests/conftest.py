@@ -29,9 +29,9 @@ def subprocess_env():
 @pytest.fixture
 def without_jupyter(monkeypatch):
     """Grade as on the H200 device machine: no Jupyter kernel, no nbformat."""
-    from quack_edu.grading import _nblite, executor
+    from quack_edu.grading import executor, nblite
 
-    monkeypatch.setattr(executor, "nbformat", _nblite)
+    monkeypatch.setattr(executor, "nbformat", nblite)
 
 
 @pytest.fixture(autouse=True)

@@ -503,12 +503,12 @@ def test_shortcut_guard_under_a_profiler_and_its_fallback_hook():
 
 # ---- error messages without terminal colours --------------------------------------------------
 def test_colour_codes_are_stripped_even_without_their_escape_character():
-    assert hints._ansi_free("\x1b[91m\x1b[1merror\x1b[0m: x") == "error: x"
-    assert hints._ansi_free("[91m[1merror[INTERNAL]:[0m The compiler") == (
+    assert hints.ansi_free("\x1b[91m\x1b[1merror\x1b[0m: x") == "error: x"
+    assert hints.ansi_free("[91m[1merror[INTERNAL]:[0m The compiler") == (
         "error[INTERNAL]: The compiler"
     )
-    assert hints._ansi_free("in `[92mkernel[0m(...)`") == "in `kernel(...)`"
-    assert hints._ansi_free("x[i] = a[0m] [3]") == "x[i] = a[0m] [3]"  # code is left alone
+    assert hints.ansi_free("in `[92mkernel[0m(...)`") == "in `kernel(...)`"
+    assert hints.ansi_free("x[i] = a[0m] [3]") == "x[i] = a[0m] [3]"  # code is left alone
 
 
 def test_a_notebook_cell_error_names_the_rule_without_colours():

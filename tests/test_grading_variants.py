@@ -186,7 +186,7 @@ def test_grad_in_variants_give_their_hints(variant, dtype):
 
     name, g_fn, hint = L.G_VARIANTS[variant]
     g = torch.Generator().manual_seed(variant)
-    x, w, dout, rstd = L._row_inputs(37, 1000, dtype, "bf16", 1.0, g)
+    x, w, dout, rstd = L.row_inputs(37, 1000, dtype, "bf16", 1.0, g)
     scale = L.dx_scale(x, w, dout, rstd, 1.0)
     wrong = L._dx(x, rstd, g_fn(dout.float(), w.float(), 1.0)).to(x.dtype)
     assert L._diagnose_grad(wrong, x, w, dout, rstd, 1.0, scale) == hint, name
@@ -203,7 +203,7 @@ def test_dx_row_tolerance_passes_fp32_orders_and_fails_every_variant():
     g = torch.Generator().manual_seed(0)
     results = []
     for M, N, xdt, wdt, off in L.DX_CASES:
-        x, w, dout, rstd = L._row_inputs(M, N, xdt, wdt, off, g)
+        x, w, dout, rstd = L.row_inputs(M, N, xdt, wdt, off, g)
         ref = autograd_bwd(x, w, dout, EPS, off)[0]
         scale = L.dx_scale(x, w, dout, rstd, off)
         right = L._dx(x, rstd, L._g(dout, w, off))

@@ -119,7 +119,7 @@ def test_the_real_manifest_covers_grading_exercises_library_and_solutions():
 def grader_tree(tree, monkeypatch):
     """``quack-edu grade`` with the tree as its files, and no judge server (nothing judges)."""
     monkeypatch.setattr(integrity, "grader_roots", lambda solutions=None: list(_roots(tree)))
-    monkeypatch.setattr(judge._Server, "start", lambda: None)
+    monkeypatch.setattr(judge.Server, "start", lambda: None)
     return tree
 
 

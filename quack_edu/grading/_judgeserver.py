@@ -5,7 +5,7 @@
 It is started as a file, not with ``-m``, so that importing it does not import ``quack_edu``
 (whose GPU detection initialises CUDA: a process that forks must not have done that). It
 imports what ``QUACK_EDU_JUDGE_PRELOAD`` names once, then waits on a Unix socket for requests from
-the grader (``judge._Server``): each request carries one end of a new socket pair, and the
+the grader (``judge.Server``): each request carries one end of a new socket pair, and the
 server forks a worker (``worker.main``) that talks to the grader over it. A worker is a fresh
 copy of this process, so the learner's code it loads has never run anywhere the grader reads
 from. ``QUACK_EDU_JUDGE_PRELOAD=0`` leaves the imports to each worker (slower; for a machine

@@ -296,7 +296,7 @@ def rmsnorm_inputs(M: int, N: int, dtype, gen, device="cuda"):
     return x.to(device=device, dtype=dtype), w.to(device=device, dtype=dtype)
 
 
-def _describe_mismatch(out, ref, tol):
+def describe_mismatch(out, ref, tol):
     import torch
 
     o, r = out.float().cpu(), ref.float().cpu()
@@ -366,7 +366,7 @@ def gpu_values(
                     o = out.float().cpu()
                     ok = bool(torch.isclose(o, ref.float().cpu(), **tol).all())
                     if not ok:
-                        exp, seen, nbad, row, col = _describe_mismatch(out, ref, tol)
+                        exp, seen, nbad, row, col = describe_mismatch(out, ref, tol)
                         hint = hints.diagnose_rmsnorm(
                             out,
                             ref,

@@ -159,12 +159,12 @@ def feedback_text(student: str, res: NotebookResult, late: bool) -> str:
 def grade_one(job: dict) -> dict:
     """Grade one submission and write its result and feedback (runs in a pool process)."""
     from .integrity import check
-    from .judge import _Server
+    from .judge import Server
     from .notebook import grade_notebook
 
     grader = job["grader"]
     check(grader)  # an earlier submission may have written to the grader: grade no next one
-    _Server.start()  # imports while the notebook runs
+    Server.start()  # imports while the notebook runs
     path, out = Path(job["path"]), Path(job["out"])
     t0 = time.time()
     res = grade_notebook(

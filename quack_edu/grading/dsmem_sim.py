@@ -26,12 +26,12 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .ptx import _split_operands as _split
+from .ptx import split_operands as _split
 
 MASK = (1 << 64) - 1
 
 
-class _Unknown(Exception):
+class Unknown(Exception):
     pass
 
 
@@ -87,7 +87,7 @@ def _signed(v: int, w: int) -> int:
     return v - (1 << w) if v >> (w - 1) else v
 
 
-class _Program:
+class Program:
     """The instructions of a kernel, their labels and where each register is defined."""
 
     def __init__(self, ptx: str):
@@ -101,8 +101,8 @@ class _Program:
                 self.defs.setdefault(reg, []).append(i)
 
 
-class _Machine:
-    def __init__(self, prog: _Program, start: int, tid: int, rank: int):
+class Machine:
+    def __init__(self, prog: Program, start: int, tid: int, rank: int):
         self.prog = prog
         self.instrs = prog.instrs
         self.defs = prog.defs
@@ -116,7 +116,7 @@ class _Machine:
         o = operand.strip()
         if o in self.env:
             if self.env[o] is _UNK:
-                raise _Unknown(f"{o}: a value the interpreter does not model")
+                raise Unknown(f"{o}: a value the interpreter does not model")
             return self.env[o]
         if re.fullmatch(r"-?\d+", o):
             return int(o)
@@ -130,7 +130,7 @@ class _Machine:
             return 0
         if o.startswith("%"):
             return self._before(o)
-        raise _Unknown(o)
+        raise Unknown(o)
 
     def _before(self, reg: str):
         """A register defined before the stretch, from its one definition."""
@@ -138,7 +138,7 @@ class _Machine:
             return self.cache[reg]
         defs = [i for i in self.defs.get(reg, []) if i < self.start]
         if len(defs) != 1:
-            raise _Unknown(reg)
+            raise Unknown(reg)
         saved = self.env
         self.env = {}
         try:
@@ -185,7 +185,7 @@ class _Machine:
             if signed:
                 x, y = _signed(x, w), _signed(y, w)
             if base in ("div", "rem") and y == 0:
-                raise _Unknown("division by zero")
+                raise Unknown("division by zero")
             r = {
                 "div": int(x / y) if signed else x // y,
                 "rem": x - y * int(x / y) if signed else x % y,
@@ -217,9 +217,9 @@ class _Machine:
         if base == "mapa":
             addr = a(1)
             if isinstance(addr, Remote):
-                raise _Unknown("mapa of a mapped address")
+                raise Unknown("mapa of a mapped address")
             return Remote(int(a(2)), int(addr))
-        raise _Unknown(op)
+        raise Unknown(op)
 
     def run(self, end: int, max_steps: int = 20000) -> list[tuple[int, int]]:
         """Execute instrs[start:end] for this thread; the (rank, offset) of each st.async."""
@@ -229,7 +229,7 @@ class _Machine:
         while pc < end:
             steps += 1
             if steps > max_steps:
-                raise _Unknown("too many steps")
+                raise Unknown("too many steps")
             guard, op, ops, _ = self.instrs[pc]
             pc += 1
             if op == "label:":
@@ -238,29 +238,29 @@ class _Machine:
                 neg = guard.startswith("@!")
                 p = self.val(guard.lstrip("@!"))
                 if not isinstance(p, bool):
-                    raise _Unknown(guard)
+                    raise Unknown(guard)
                 if p == neg:
                     continue
             if op.startswith("bra"):
                 target = ops[0]
                 if target not in labels:
-                    raise _Unknown(target)
+                    raise Unknown(target)
                 pc = labels[target]
                 continue
             if op.startswith("st.async"):
                 dest = self.val(ops[0].strip("[] "))
                 mbar = self.val(ops[2].strip("[] ")) if len(ops) > 2 else dest
                 if not isinstance(dest, Remote) or not isinstance(mbar, Remote):
-                    raise _Unknown("st.async to an unmapped address")
+                    raise Unknown("st.async to an unmapped address")
                 if dest.rank != mbar.rank:
-                    raise _Unknown("data and mbarrier in different CTAs")
+                    raise Unknown("data and mbarrier in different CTAs")
                 stores.append((dest.rank, dest.offset))
                 continue
             if op.startswith(("barrier", "bar.", "fence", "membar", "shfl") + ("mbarrier",)):
                 if op.startswith("shfl") and ops:
                     try:
                         self.env[ops[0].split("|")[0]] = self._eval(op, ops)
-                    except _Unknown:
+                    except Unknown:
                         self.env[ops[0].split("|")[0]] = _UNK
                 continue
             if not ops:
@@ -268,7 +268,7 @@ class _Machine:
             dest = ops[0].split("|")[0].strip()
             try:
                 self.env[dest] = self._eval(op, ops)
-            except _Unknown:
+            except Unknown:
                 self.env[dest] = _UNK
         return stores
 
@@ -284,7 +284,7 @@ _UNK = _Unk()
 def exchange_from_ptx(ptx: str, cluster_n: int, num_threads: int) -> Exchange | None:
     """Replay the stretch between the first ``barrier.cluster.wait`` before an ``st.async`` and
     the next ``mbarrier.try_wait``, for every thread and rank. None: cannot tell."""
-    prog = _Program(ptx)
+    prog = Program(ptx)
     instrs = prog.instrs
     first_store = next((i for i, x in enumerate(instrs) if x[1].startswith("st.async")), None)
     if first_store is None:
@@ -303,11 +303,11 @@ def exchange_from_ptx(ptx: str, cluster_n: int, num_threads: int) -> Exchange | 
     ex = Exchange(cluster_n, num_threads)
     for rank in range(cluster_n):
         for tid in range(num_threads):
-            m = _Machine(prog, start, tid, rank)
+            m = Machine(prog, start, tid, rank)
             try:
                 for r, off in m.run(end):
                     ex.stores.append((rank, tid, int(r), int(off)))
-            except (_Unknown, KeyError, TypeError, ValueError, IndexError):
+            except (Unknown, KeyError, TypeError, ValueError, IndexError):
                 return None
     return ex
 

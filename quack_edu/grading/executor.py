@@ -32,7 +32,7 @@ from pathlib import Path
 try:
     import nbformat
 except ImportError:  # a machine without Jupyter packages (the H200 device machine)
-    from . import _nblite as nbformat
+    from . import nblite as nbformat
 
 from .nbfiles import grade_id, repo_root
 
@@ -69,11 +69,11 @@ class CellEvent:
             return f"{where} crashed the notebook's kernel ({self.evalue or 'it died'})"
         if self.ename == "NotImplementedError" and not self.evalue:
             return f"{where} raised NotImplementedError (it uses an exercise not done yet)"
-        from .hints import _ansi_free, diagnose_compile_text, short_text
+        from .hints import ansi_free, diagnose_compile_text, short_text
 
         said = f"{where} raised {self.ename}: {short_text(self.evalue)}"[:400]
         rule = diagnose_compile_text(f"{self.ename}: {self.evalue}")
-        return f"{said} ({rule})" if rule else _ansi_free(said)
+        return f"{said} ({rule})" if rule else ansi_free(said)
 
 
 @dataclass

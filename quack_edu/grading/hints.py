@@ -108,7 +108,7 @@ _SGR = r"(?:\[(?:\d{1,3};)*\d{1,3}m)+"
 _ANSI = re.compile(rf"\x1b\[[0-9;]*m|(?<![\w\]]){_SGR}|{_SGR}(?![\w\]])")
 
 
-def _ansi_free(s: str) -> str:
+def ansi_free(s: str) -> str:
     """Without terminal colour codes (the DSL colours its errors; a report is not a terminal).
     A bare code is one not glued to code on both sides (``a[0m]`` is left alone)."""
     return _ANSI.sub("", s)
@@ -168,7 +168,7 @@ def diagnose_compile_error(exc: BaseException) -> str | None:
 def diagnose_compile_text(text: str) -> str | None:
     """The rule an error message shows was broken (its text, e.g. a notebook cell's error), or
     None when it matches no known mistake."""
-    text = _ansi_free(text)
+    text = ansi_free(text)
     for pattern, hint in _COMPILE_ERRORS:
         if re.search(pattern, text):
             return hint
@@ -179,7 +179,7 @@ def short_text(text: str) -> str:
     """The gist of an error message: the DSL's messages are long and coloured; keep their
     ``error:`` lines (without the ``error[...]:`` tag), drop source excerpts, notes and
     suggestions. Empty when nothing is left."""
-    lines = [ln.strip() for ln in _ansi_free(text).strip().splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in ansi_free(text).strip().splitlines() if ln.strip()]
     keep = [
         ln
         for ln in lines

@@ -300,7 +300,7 @@ def _rebuild(reply: dict) -> BaseException:
     return e
 
 
-class _Server:
+class Server:
     """The grader's handle on its judge server (``_judgeserver``), started on first use."""
 
     _lock = None
@@ -332,7 +332,7 @@ class _Server:
             env.setdefault("MPLBACKEND", "Agg")
             # on a GPU each worker imports the DSL and quack_edu itself: a process that forks
             # must not have initialised CUDA, and quack_edu's GPU detection does
-            from .._env import MODE
+            from .. import MODE
 
             env.setdefault("QUACK_EDU_JUDGE_PRELOAD", "dsl" if MODE.gpu else "all")
             server = str(Path(__file__).with_name("_judgeserver.py"))  # a file: see its doc
@@ -404,7 +404,7 @@ class Worker:
 
     def __enter__(self):
         self.scratch = tempfile.mkdtemp(prefix="quack_edu_judge_")
-        self.pid, self.conn = _Server.fork()
+        self.pid, self.conn = Server.fork()
         job = {
             "source": self.source,
             "answer": self.ex.answer,
@@ -718,7 +718,7 @@ def judge_exercise(
     secrets=(),
 ) -> ExerciseResult:
     """Grade ``ex`` on the answer cell ``source`` (None: the cell is missing), judged here."""
-    from .._env import MODE
+    from .. import MODE
 
     gpu = MODE.gpu if gpu is None else gpu
     seed = random.SystemRandom().getrandbits(31) if seed is None else int(seed)

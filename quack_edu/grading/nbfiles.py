@@ -26,7 +26,7 @@ from pathlib import Path
 try:
     import nbformat
 except ImportError:  # a machine without Jupyter packages (the H200 device machine)
-    from . import _nblite as nbformat
+    from . import nblite as nbformat
 
 from .registry import MISSING, Exercise, all_exercises
 
@@ -130,7 +130,7 @@ def find_cell(nb, gid: str):
 
 
 # ---- solution -> student ----------------------------------------------------------------------
-def _replace_regions(source: str, begin: str, end: str, stub: list[str] | None) -> tuple[str, bool]:
+def replace_regions(source: str, begin: str, end: str, stub: list[str] | None) -> tuple[str, bool]:
     out, inside, found = [], False, False
     for line in source.split("\n"):
         s = line.strip()
@@ -168,8 +168,8 @@ def to_student(nb, source_path: str | None = None):
         where = f"cell {i} ({grade_id(cell) or cell.cell_type})"
         stub = (CODE_STUB if cell.cell_type == "code" else TEXT_STUB).split("\n")
         try:
-            src, replaced = _replace_regions(cell.source, BEGIN_SOLUTION, END_SOLUTION, stub)
-            src, hidden = _replace_regions(src, BEGIN_HIDDEN, END_HIDDEN, None)
+            src, replaced = replace_regions(cell.source, BEGIN_SOLUTION, END_SOLUTION, stub)
+            src, hidden = replace_regions(src, BEGIN_HIDDEN, END_HIDDEN, None)
         except ValueError as e:
             raise ValueError(f"{source_path or 'notebook'}, {where}: {e}") from None
         if replaced and not is_solution_cell(cell):

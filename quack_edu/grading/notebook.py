@@ -37,7 +37,6 @@ from .nbfiles import (  # noqa: F401  (re-exported: notebook.read ...)
     PRELUDE,
     TEXT_STUB,
     VOLATILE_CELL_METADATA,
-    _replace_regions,
     answer_from_source,
     clean_cell,
     comparable,
@@ -54,6 +53,7 @@ from .nbfiles import (  # noqa: F401  (re-exported: notebook.read ...)
     notebooks_dir,
     out_of_date,
     read,
+    replace_regions,
     repo_root,
     solutions_dir,
     student_for,
@@ -108,7 +108,7 @@ def _prepare(nb, lesson: str, solutions: Path | None) -> tuple[object, list[str]
             mine.cell_type = "code"
     for cell in nb.cells:
         if is_test_cell(cell):  # the hidden checks never enter the learner's kernel
-            cell.source = _replace_regions(cell.source, BEGIN_HIDDEN, END_HIDDEN, None)[0]
+            cell.source = replace_regions(cell.source, BEGIN_HIDDEN, END_HIDDEN, None)[0]
         clean_cell(cell)
     return nb, notes
 
@@ -160,7 +160,7 @@ def grade_notebook(
     ``only``: one exercise id, judged without running the notebook (fast feedback).
     ``secrets``: more paths no learner process may read (a class's submissions, its gradebook).
     """
-    from .._env import MODE
+    from .. import MODE
     from .judge import judge_exercise
 
     t0 = time.time()
@@ -296,7 +296,7 @@ def _final_result(
 
 
 def grade_paths(paths, **kwargs) -> RunResult:
-    from .._env import MODE
+    from .. import MODE
 
     seed = kwargs.pop("seed", None)
     seed = secrets.randbits(31) if seed is None else seed

@@ -8,7 +8,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-_REG = re.compile(r"%[A-Za-z_]+\d*")
+#: a register named in a PTX operand (%r12, %rd3, %tid)
+REG = re.compile(r"%[A-Za-z_]+\d*")
 _NO_DEST = (
     "st.",
     "bra",
@@ -65,12 +66,12 @@ class Ptx:
             s = re.sub(r"^@!?%\w+\s+", "", s)
             parts = s.split(None, 1)
             opcode = parts[0]
-            ops = [o.strip() for o in _split_operands(parts[1])] if len(parts) > 1 else []
+            ops = [o.strip() for o in split_operands(parts[1])] if len(parts) > 1 else []
             if opcode.startswith(_NO_DEST) or not ops:
-                dests, srcs = [], [r for o in ops for r in _REG.findall(o)]
+                dests, srcs = [], [r for o in ops for r in REG.findall(o)]
             else:
-                dests = _REG.findall(ops[0])
-                srcs = [r for o in ops[1:] for r in _REG.findall(o)]
+                dests = REG.findall(ops[0])
+                srcs = [r for o in ops[1:] for r in REG.findall(o)]
             self.instrs.append(PtxInstr(len(self.instrs), opcode, dests, srcs, ops, s))
         self.defs: dict[str, list[int]] = {}
         for ins in self.instrs:
@@ -205,7 +206,7 @@ def times_zero(i) -> bool:
     return False
 
 
-def _split_operands(s: str) -> list[str]:
+def split_operands(s: str) -> list[str]:
     out, depth, cur = [], 0, ""
     for ch in s:
         if ch in "{[":

@@ -53,7 +53,7 @@ def run_exercise(
     ``context``: the ``Context`` class the checks get (``judge.JudgeContext`` when the answer
     lives in another process). ``stop_after(check_result)``: True ends the run there, the
     checks left reported as blocked (the mutant tests stop at the failure they look for)."""
-    from .._env import MODE
+    from .. import MODE
 
     gpu = MODE.gpu if gpu is None else gpu
     seed = secrets.randbits(31) if seed is None else int(seed)

@@ -25,7 +25,7 @@ import os
 
 from ..grading.context import no_shortcuts, shared
 from ..grading.holes import GRAD_IN_HOLE
-from ..grading.ptx import _REG, Ptx, f32_hex
+from ..grading.ptx import REG, Ptx, f32_hex
 
 #: Gemma's offset, the one 06.epilogue's and 07.grad_in's kernels are compiled with:
 #: recognisable in their PTX as the fp32 constant 0f3F800000
@@ -96,7 +96,7 @@ def epilogue_flow(ptx_text: str) -> dict:
         if a.opcode.startswith("mul.") and bias_regs & set(a.srcs):
             scaled = True
         if a.opcode.startswith("fma.") and bias_regs & {
-            r for o in a.operands[1:3] for r in _REG.findall(o)
+            r for o in a.operands[1:3] for r in REG.findall(o)
         }:
             scaled = True
     return {

@@ -366,7 +366,7 @@ def mixed_values(
 
         from ...reference import TOLERANCES, rmsnorm_ref
         from ...runtime import torch_dtype
-        from ..checks import _describe_mismatch
+        from ..checks import describe_mismatch
 
         gen = ctx.torch_generator(salt="whole" + ("h" if hidden else ""))
         n = 0
@@ -392,7 +392,7 @@ def mixed_values(
                     torch.cuda.synchronize()
                     ref = rmsnorm_ref(x, w, eps=EPS)
                     if not bool(torch.isclose(out.float().cpu(), ref.float().cpu(), **tol).all()):
-                        exp, got, nbad, row, col = _describe_mismatch(out, ref, tol)
+                        exp, got, nbad, row, col = describe_mismatch(out, ref, tol)
                         raise CheckFailed(
                             f"x {xd}, weight {wd}, M={M} N={N} (seed {ctx.seed}): {nbad} of "
                             f"{M * N} outputs differ from rmsnorm_ref",
@@ -461,13 +461,13 @@ def whole_report(ctx, hole: KernelHole, N: int, xd: str, wd: str, config):
         return ctx.kernel(hole, N, xd, config), ctx.report(hole, N, xd, config)
     key = ("whole report", hole, N, xd, wd, config)
     if key not in ctx.cache:
-        kernel = hole.build(_stand_in)(torch_dtype(xd), N, config, torch_dtype(wd))
+        kernel = hole.build(stand_in)(torch_dtype(xd), N, config, torch_dtype(wd))
         data = ctx.probe(compiled, hole_name(hole), N, xd, wd, config)
         ctx.cache[key] = (kernel, report_of(kernel, f"{hole.stage}+{ctx.exercise.id}", data))
     return ctx.cache[key]
 
 
-def _stand_in(*args, **kwargs):
+def stand_in(*args, **kwargs):
     """What the grader's own copy of a kernel holds in the hole: it is never compiled here."""
     raise RuntimeError("the grader's copy of the kernel is not compiled")
 

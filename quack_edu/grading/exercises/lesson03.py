@@ -88,14 +88,14 @@ class _SharedMachine:
     interpreter: each address register evaluated from its one definition; %laneid added)."""
 
     def __init__(self, ptx: str):
-        from ..dsmem_sim import _Program
+        from ..dsmem_sim import Program
 
-        self.prog = _Program(ptx)
+        self.prog = Program(ptx)
 
     def address(self, index: int, tid: int) -> int:
-        from ..dsmem_sim import _Machine
+        from ..dsmem_sim import Machine
 
-        m = _Machine(self.prog, index, tid, 0)
+        m = Machine(self.prog, index, tid, 0)
         m.env["%laneid"] = tid % 32
         m.env["%warpid"] = tid // 32
         operand = self.prog.instrs[index][2][0 if self._is_store(index) else 1]
@@ -119,7 +119,7 @@ def slots_read(ptx: str, threads_per_row: int, num_threads: int):
     """{thread: the shared-memory words (byte offsets) its ld.shared read} and {first thread
     of a warp: the words its st.shared write}, replayed from the PTX; None when the
     interpreter cannot tell (a loop, a load feeding an address)."""
-    from ..dsmem_sim import _Unknown
+    from ..dsmem_sim import Unknown
 
     sm = _SharedMachine(ptx)
     loads, stores = sm.accesses("ld"), sm.accesses("st")
@@ -135,7 +135,7 @@ def slots_read(ptx: str, threads_per_row: int, num_threads: int):
                 a = sm.address(i, tid)
                 words.update(a + 4 * k for k in range(n))
             reads[tid] = words
-    except (_Unknown, KeyError, TypeError, ValueError, IndexError):
+    except (Unknown, KeyError, TypeError, ValueError, IndexError):
         return None
     return reads, written
 

@@ -47,7 +47,7 @@ from ..probes.lesson06 import (
     outputs_of,
 )
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
-from ._kernels import _stand_in, check_offset_flow
+from ._kernels import check_offset_flow, stand_in
 
 LESSON = "06_final_kernel"
 
@@ -98,7 +98,7 @@ def _epilogue_report(ctx, N: int):
     def make():
         stage = f"final+{ctx.exercise.id}"
         data = ctx.probe(epilogue_compiled, N, X_DTYPE, W_DTYPE, _features(), stage)
-        kernel = EPILOGUE_HOLE.build(_stand_in)(
+        kernel = EPILOGUE_HOLE.build(stand_in)(
             torch_dtype(X_DTYPE), N, None, torch_dtype(W_DTYPE), features=_features()
         )
         return report_of(kernel, stage, data)
@@ -464,7 +464,7 @@ def _run_fake_cases(ctx, hidden: bool, device="cuda"):
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from ...rmsnorm import _fwd_op  # noqa: F401  (importing it registers the op and its fake)
+    from ...rmsnorm import rmsnorm_fwd  # noqa: F401  (importing it registers the op and its fake)
 
     op = torch.ops.quack_edu.rmsnorm_fwd.default
     cases = _fake_cases(ctx, hidden)

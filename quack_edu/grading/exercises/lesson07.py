@@ -181,7 +181,7 @@ def dx_within(got, ref, scale, rtol: float = DX_RTOL):
     return (got.double() - ref.double()).abs() <= rtol * scale.double()
 
 
-def _row_inputs(M, N, xdt, wdt, off, gen, device="cpu"):
+def row_inputs(M, N, xdt, wdt, off, gen, device="cpu"):
     """x with rows at different scales (a zero row when M > 2), dout, a weight (small around 0
     with an offset, as Gemma's; around 1 without), rstd as the forward saves it (fp32)."""
     import torch
@@ -257,7 +257,7 @@ def _check_dx(ctx, cases, device: str):
     results = []
     first_bad = None
     for M, N, xdt, wdt, off in cases:
-        x, w, dout, rstd = _row_inputs(M, N, xdt, wdt, off, gen, device)
+        x, w, dout, rstd = row_inputs(M, N, xdt, wdt, off, gen, device)
         got = ctx.call(x, w, dout, rstd, off)
         what = f"M={M} N={N} x {xdt}, weight {wdt or 'None'}, weight_offset={off}"
         if not torch.is_tensor(got) or tuple(got.shape) != (M, N):
@@ -360,7 +360,7 @@ def _dx_gpu(hidden: bool) -> Check:
         # the same inputs through the kernel: its dx (bf16) is the formula rounded to bf16
         gen = ctx.torch_generator(salt="dx inputs")
         for M, N_, xdt, wdt, off in cases:
-            x, w, dout, rstd = _row_inputs(M, N_, xdt, wdt, off, gen, "cuda")
+            x, w, dout, rstd = row_inputs(M, N_, xdt, wdt, off, gen, "cuda")
             mine = ctx.call(x, w, dout, rstd, off)
             kernel_dx = rmsnorm_bwd(x, w, dout, rstd, weight_offset=off)[0]
             torch.cuda.synchronize()
@@ -572,7 +572,7 @@ def _grad_values(hidden: bool) -> Check:
         for xdt, wdt, off in GRAD_CASES:
             N = ctx.hidden_N(HOLE, xdt) if hidden else 1000
             for M in HIDDEN_M if hidden else VISIBLE_M:
-                x, w, dout, rstd = _row_inputs(M, N, xdt, wdt, off, gen, "cuda")
+                x, w, dout, rstd = row_inputs(M, N, xdt, wdt, off, gen, "cuda")
                 # launched where the answer lives, dx NaN before (probes.lesson07)
                 got = ctx.probe(grad_in_launched, x, w, dout, rstd, off)
                 dx, dw_p = got if isinstance(got, tuple | list) and len(got) == 2 else (None, None)

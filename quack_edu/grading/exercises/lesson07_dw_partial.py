@@ -34,8 +34,8 @@ from ..holes import dw_partial_class
 from ..probes import report_of
 from ..probes.lesson07 import DW_STAGE, dw_compiled, dw_launched, dw_time_us
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
-from ._kernels import _stand_in
-from .lesson07 import HOLE, LESSON, _row_inputs
+from ._kernels import stand_in
+from .lesson07 import HOLE, LESSON, row_inputs
 
 # ---- 07.dw_partial ----------------------------------------------------------------------------
 #: the compile tier's backward: x bf16, dout fp16 (each recognisable by its conversion), the
@@ -146,7 +146,7 @@ def dw_report(ctx, N: int):
                 hint=NO_ACCUMULATE,
             )
         xd, wd, dd = (torch_dtype(d) for d in DW_DTYPES)
-        kernel = dw_partial_class(_stand_in, _stand_in)(
+        kernel = dw_partial_class(stand_in, stand_in)(
             xd, N, None, wd, features=BwdFeatures(dout_dtype=dd)
         )
         ctx.cache[key] = (report_of(kernel, DW_STAGE, data), kernel.tiling)
@@ -381,7 +381,7 @@ def _dw_values(hidden: bool) -> Check:
         if not hidden:
             cases += [("bf16", "bf16", DW_N_ONE, M) for M in (*VISIBLE_M, DW_M_BLOCKS)]
         for xdt, wdt, N, M in cases:
-            x, w, dout, rstd = _row_inputs(M, N, xdt, wdt, 0.0, gen, "cuda")
+            x, w, dout, rstd = row_inputs(M, N, xdt, wdt, 0.0, gen, "cuda")
             # two launches where the answer lives, each on a NaN-poisoned buffer of P + 1 rows:
             # one more row, poisoned too: a store past column N of the last CTA's row lands there
             bufs = ctx.probe(dw_launched, x, w, dout, rstd, 2)
