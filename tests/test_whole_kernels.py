@@ -1,4 +1,4 @@
-"""The whole-kernel exercises of lessons 02-04 (``grading/exercises/_kernels.py``), on a CPU.
+"""The whole-kernel exercises of lessons 02-04 (``grading/exercises/whole_kernel.py``), on a CPU.
 
 The PTX probes accept the stages' own kernels (the library is a right answer too), and the gpu
 tier refuses, before anything reaches a GPU, the mutants whose launch would read or write past
@@ -14,7 +14,7 @@ import torch
 
 from quack_edu.grading import get
 from quack_edu.grading.context import Context
-from quack_edu.grading.exercises import _kernels, lesson04
+from quack_edu.grading.exercises import lesson04, whole_kernel
 from quack_edu.grading.notebook import answer_from_source, exercise_source, read, solutions_dir
 from quack_edu.grading.registry import GPU, CheckFailed
 from quack_edu.stages.block import BlockRMSNorm
@@ -37,7 +37,7 @@ BF16 = torch.bfloat16
 def test_the_stages_own_kernels_pass_the_probes(cls, N, config):
     kernel = cls(BF16, N, config, torch.float32)  # an fp32 weight beside bf16 x
     rep = kernel_report(kernel)
-    msg = _kernels.probe_accesses(
+    msg = whole_kernel.probe_accesses(
         rep, kernel, cluster=config is not None, hint_tile="tile", hint_rank="rank"
     )
     assert "all tiled by the CTA" in msg
@@ -89,8 +89,8 @@ def test_the_gpu_guards_let_the_solutions_through():
         ex = get(ex_id)
         ctx = Context(ex, answer_from_source(_source(ex_id), ex.answer), False, 1)
         for N, cfg in configs:
-            kernel, rep = _kernels.whole_report(ctx, hole, N, "bf16", "fp32", cfg)
-            _kernels._refuse_out_of_bounds(rep, ex_id)
+            kernel, rep = whole_kernel.whole_report(ctx, hole, N, "bf16", "fp32", cfg)
+            whole_kernel._refuse_out_of_bounds(rep, ex_id)
             if ex_id.startswith("03"):
                 assert lesson03.launch_guard(rep) is None
                 lesson03._warps_meet(rep, kernel)

@@ -25,17 +25,13 @@ from ..hints import Variant
 from ..holes import COPY_HOLE, REDUCE_HOLE, WARP
 from ..holes import WARP_KERNEL_HOLE as KERNEL_HOLE
 from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutants, register
-from ._kernels import (
+from .whole_kernel import (
     COLUMN_MUTANTS,
     GIVEN_COPY,
-    STAGE_KERNELS,
     STORE_Y,
     VALUE_MUTANTS,
     WHOLE_VARIANTS,
-    access_check,
-    hidden_cases,
-    mixed_values,
-    ragged_Ns,
+    WholeKernel,
 )
 
 LESSON = "02_warp_reduction"
@@ -478,10 +474,6 @@ tv_layout.add(
 # rstd) and copy_utils (broadcast_rows, predicate_cols).
 # Its hole: ``holes.WARP_KERNEL_HOLE`` (KERNEL_HOLE here).
 
-SAME_ROWS = (
-    "every CTA loads the same rows: the tile of x (and of y) must be chosen by the CTA's index "
-    "(block_idx), so that CTA b works on the b-th block of rows_per_cta rows"
-)
 NO_ROW_SUM = (
     "the lanes of a row never add their partial sums: each lane scales its elements by its own "
     "partial. After the per-thread sum of squares, self.warp_reduce(sum_sq) gives every lane "
@@ -519,10 +511,6 @@ _KERNEL_CASES = (
     (64, "bf16", "bf16", None),  # 8 lanes per row: four rows share a warp
     (1544, "fp32", "fp32", None),  # 13 vectors per thread, past 1000 (a bound fixed at 1000)
 )
-_KERNEL_NS = (64, 1000)
-_KERNEL_HIDDEN_NS = (136, 520, 1544, 2040)
-
-_hidden_kernel_cases = hidden_cases(_KERNEL_HIDDEN_NS)
 
 
 # fmt: off
@@ -559,53 +547,29 @@ WARP_KERNEL_MUTANTS = [
 ]
 # fmt: on
 
-warp_kernel = register(
-    Exercise(
-        id="02.warp_kernel",
-        finished=STAGE_KERNELS,
-        given=GIVEN_COPY,
-        lesson=LESSON,
-        answer="warp_kernel",
-        title="the whole warp kernel: tile, load, reduce, normalise, store",
-        points={COMPILE: 2, GPU: 2},
-        mutants=WARP_KERNEL_MUTANTS,
-    )
-)
-warp_kernel.add(
-    compiles(KERNEL_HOLE, N=1000, dtypes=("bf16", "fp32")),
-    access_check(
-        KERNEL_HOLE,
-        _KERNEL_CASES,
-        name="x read once, the weight read, y written once, tiled by the CTA (x and weight dtypes)",
-        hint_tile=SAME_ROWS,
-        extra=_lanes_combine,
+warp_kernel = WholeKernel(
+    id="02.warp_kernel",
+    lesson=LESSON,
+    answer="warp_kernel",
+    title="the whole warp kernel: tile, load, reduce, normalise, store",
+    mutants=WARP_KERNEL_MUTANTS,
+    given=GIVEN_COPY,
+    hole=KERNEL_HOLE,
+    cases=_KERNEL_CASES,
+    access="x read once, the weight read, y written once, tiled by the CTA (x and weight dtypes)",
+    extra=_lanes_combine,
+    more=(
+        ptx_probe(
+            KERNEL_HOLE,
+            "every global load and store is 16 bytes",
+            _probe_128,
+            dtypes=("bf16", "fp32"),
+        ),
     ),
-    ptx_probe(
-        KERNEL_HOLE, "every global load and store is 16 bytes", _probe_128, dtypes=("bf16", "fp32")
-    ),
-    no_local_memory(KERNEL_HOLE),
-    access_check(
-        KERNEL_HOLE,
-        _hidden_kernel_cases,
-        name="the same at a random N, fp16/fp32 (grading seed)",
-        hint_tile=SAME_ROWS,
-        extra=_lanes_combine,
-        hidden=True,
-    ),
-    mixed_values(
-        KERNEL_HOLE,
-        Ns=ragged_Ns(_KERNEL_NS, _KERNEL_HIDDEN_NS),
-        config=one_pass_config,
-        name="values vs rmsnorm_ref (M in 1/37/199, N in 64/1000, x and weight dtypes)",
-        variants=(ROWS_MIXED_V, *WHOLE_VARIANTS),
-    ),
-    gpu_speed(KERNEL_HOLE, fraction=0.85, N=4096),
-    mixed_values(
-        KERNEL_HOLE,
-        Ns=ragged_Ns(_KERNEL_NS, _KERNEL_HIDDEN_NS),
-        config=one_pass_config,
-        name="values at more shapes and dtype pairs, grading seed",
-        hidden=True,
-        variants=(ROWS_MIXED_V, *WHOLE_VARIANTS),
-    ),
-)
+    Ns=(64, 1000),
+    hidden_Ns=(136, 520, 1544, 2040),
+    config=one_pass_config,
+    values="values vs rmsnorm_ref (M in 1/37/199, N in 64/1000, x and weight dtypes)",
+    variants=(ROWS_MIXED_V, *WHOLE_VARIANTS),
+    speed=gpu_speed(KERNEL_HOLE, fraction=0.85, N=4096),
+).register()

@@ -29,17 +29,13 @@ from ..hints import Variant
 from ..holes import BLOCK_HOLE
 from ..holes import BLOCK_KERNEL_HOLE as KERNEL_HOLE
 from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutants, register
-from ._kernels import (
+from .whole_kernel import (
     COLUMN_MUTANTS,
     GIVEN_COPY,
-    STAGE_KERNELS,
     STORE_Y,
     VALUE_MUTANTS,
     WHOLE_VARIANTS,
-    access_check,
-    hidden_cases,
-    mixed_values,
-    ragged_Ns,
+    WholeKernel,
     warp_total_first,
 )
 
@@ -612,10 +608,6 @@ NEVER_MEET = (
     "After warp_reduce, combine the warps of the row through a shared-memory buffer of one "
     "fp32 slot per (row, warp): self.block_reduce(val, buffer)"
 )
-SAME_ROWS = (
-    "every CTA loads the same rows: the tile of x (and of y) must be chosen by the CTA's index "
-    "(block_idx), so that CTA b works on the b-th block of rows_per_cta rows"
-)
 SHARED_SLOT = (
     "two warps write the same shared-memory slot, so one partial overwrites another: the buffer "
     "needs one fp32 slot per (row of the CTA, warp of the row), shape "
@@ -684,10 +676,6 @@ _KERNEL_CASES = (
     (1000, "fp32", "fp32", None),
     (16384, "bf16", "bf16", None),  # 256 threads per row: 8 warps
 )
-_KERNEL_NS = (1000, 8200)
-_KERNEL_HIDDEN_NS = (1544, 3000, 6136, 12296)
-
-_hidden_kernel_cases = hidden_cases(_KERNEL_HIDDEN_NS)
 
 
 # fmt: off
@@ -721,55 +709,24 @@ BLOCK_KERNEL_MUTANTS = [
 ]
 # fmt: on
 
-block_kernel = register(
-    Exercise(
-        id="03.block_kernel",
-        finished=(*STAGE_KERNELS, "quack_edu.stages.block.BlockRMSNorm.row_sum"),
-        given=GIVEN_COPY,
-        lesson=LESSON,
-        answer="block_kernel",
-        title="the whole block kernel: a shared-memory buffer and two levels of reduction",
-        points={COMPILE: 2, GPU: 2},
-        mutants=BLOCK_KERNEL_MUTANTS,
-    )
-)
-block_kernel.add(
-    compiles(KERNEL_HOLE, N=1000, dtypes=("bf16", "fp32")),
-    access_check(
-        KERNEL_HOLE,
-        _KERNEL_CASES,
-        name="x read once, the weight read, y written once; the warps of a row meet in shared "
-        "memory (2 to 8 warps per row)",
-        hint_tile=SAME_ROWS,
-        extra=_warps_meet,
-    ),
-    no_local_memory(KERNEL_HOLE),
-    access_check(
-        KERNEL_HOLE,
-        _hidden_kernel_cases,
-        name="the same at a random N, fp16/fp32 (grading seed)",
-        hint_tile=SAME_ROWS,
-        extra=_warps_meet,
-        hidden=True,
-    ),
-    _guarded_kernel(
-        mixed_values(
-            KERNEL_HOLE,
-            Ns=ragged_Ns(_KERNEL_NS, _KERNEL_HIDDEN_NS),
-            config=one_pass_config,
-            name="values vs rmsnorm_ref (M in 1/37/199, N in 1000/8200, x and weight dtypes)",
-            variants=(*_VARIANTS, *WHOLE_VARIANTS),
-        )
-    ),
-    _guarded_kernel(gpu_speed(KERNEL_HOLE, fraction=0.85, N=8192)),
-    _guarded_kernel(
-        mixed_values(
-            KERNEL_HOLE,
-            Ns=ragged_Ns(_KERNEL_NS, _KERNEL_HIDDEN_NS),
-            config=one_pass_config,
-            name="values at more shapes and dtype pairs, grading seed",
-            hidden=True,
-            variants=(*_VARIANTS, *WHOLE_VARIANTS),
-        )
-    ),
-)
+block_kernel = WholeKernel(
+    id="03.block_kernel",
+    lesson=LESSON,
+    answer="block_kernel",
+    title="the whole block kernel: a shared-memory buffer and two levels of reduction",
+    mutants=BLOCK_KERNEL_MUTANTS,
+    given=GIVEN_COPY,
+    finished=("quack_edu.stages.block.BlockRMSNorm.row_sum",),
+    hole=KERNEL_HOLE,
+    cases=_KERNEL_CASES,
+    access="x read once, the weight read, y written once; the warps of a row meet in shared "
+    "memory (2 to 8 warps per row)",
+    extra=_warps_meet,
+    Ns=(1000, 8200),
+    hidden_Ns=(1544, 3000, 6136, 12296),
+    config=one_pass_config,
+    values="values vs rmsnorm_ref (M in 1/37/199, N in 1000/8200, x and weight dtypes)",
+    variants=(*_VARIANTS, *WHOLE_VARIANTS),
+    speed=gpu_speed(KERNEL_HOLE, fraction=0.85, N=8192),
+    launch_guard=_guarded_kernel,
+).register()

@@ -44,17 +44,12 @@ from ..hints import Variant
 from ..holes import CLUSTER_KERNEL_HOLE as KERNEL_HOLE
 from ..holes import EXCHANGE_HOLE, EXPECT_HOLE
 from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutants, register
-from ._kernels import (
+from .whole_kernel import (
     COLUMN_MUTANTS,
     GIVEN_COPY_REDUCE,
-    STAGE_KERNELS,
     STORE_Y,
     VALUE_MUTANTS,
-    WHOLE_VARIANTS,
-    access_check,
-    hidden_cases,
-    mixed_values,
-    ragged_Ns,
+    WholeKernel,
     warp_total_first,
 )
 
@@ -749,9 +744,6 @@ _KERNEL_CASES = (
     (1000, "fp32", "fp32", exchange_config),
     (2000, "bf16", "bf16", wide_config),  # 2 CTAs x 2 warps x 2 rows
 )
-_KERNEL_HIDDEN_NS = (1544, 3000, 6136, 12296)
-
-_hidden_kernel_cases = hidden_cases(_KERNEL_HIDDEN_NS, exchange_config)
 
 
 # fmt: off
@@ -799,59 +791,30 @@ CLUSTER_KERNEL_MUTANTS = [
 ]
 # fmt: on
 
-cluster_kernel = register(
-    Exercise(
-        id="04.cluster_kernel",
-        finished=(*STAGE_KERNELS, "quack_edu.stages.cluster.ClusterRMSNorm.row_sum"),
-        given=GIVEN_COPY_REDUCE,
-        lesson=LESSON,
-        answer="cluster_kernel",
-        title="the whole cluster kernel: a slice per CTA, the DSMEM reduction and its barriers",
-        points={COMPILE: 2, GPU: 2},
-        timeout_hint=hints.CLUSTER_SYNC,
-        mutants=CLUSTER_KERNEL_MUTANTS,
-    )
-)
-cluster_kernel.add(
-    compiles(KERNEL_HOLE, N=1000, dtypes=("bf16", "fp32"), config=exchange_config),
-    access_check(
-        KERNEL_HOLE,
-        _KERNEL_CASES,
-        name="x read once, the weight read, y written once, a slice per CTA; cluster wait, "
-        "exchange, mbarrier wait, read (x and weight dtypes)",
-        hint_tile=SAME_ROWS,
-        hint_rank=SAME_SLICE,
-        cluster=True,
-        extra=_protocol,
-    ),
-    exchange_replay_check(KERNEL_HOLE),
-    no_local_memory(KERNEL_HOLE, config=exchange_config),
-    access_check(
-        KERNEL_HOLE,
-        _hidden_kernel_cases,
-        name="the same at a random N, fp16/fp32 (grading seed)",
-        hint_tile=SAME_ROWS,
-        hint_rank=SAME_SLICE,
-        cluster=True,
-        extra=_protocol,
-        hidden=True,
-    ),
-    mixed_values(
-        KERNEL_HOLE,
-        Ns=ragged_Ns((1000,), _KERNEL_HIDDEN_NS),
-        config=exchange_config,
-        guard=_kernel_guard,
-        variants=WHOLE_VARIANTS,
-        name="values with a cluster vs rmsnorm_ref (M in 1/37/199, N=1000, x and weight dtypes)",
-    ),
-    _guarded_speed(gpu_speed(KERNEL_HOLE, fraction=0.75, M=16384, N=65536)),
-    mixed_values(
-        KERNEL_HOLE,
-        Ns=ragged_Ns((1000,), _KERNEL_HIDDEN_NS),
-        config=exchange_config,
-        guard=_kernel_guard,
-        variants=WHOLE_VARIANTS,
-        hidden=True,
-        name="values with a cluster at more shapes and dtype pairs, grading seed",
-    ),
-)
+cluster_kernel = WholeKernel(
+    id="04.cluster_kernel",
+    lesson=LESSON,
+    answer="cluster_kernel",
+    title="the whole cluster kernel: a slice per CTA, the DSMEM reduction and its barriers",
+    mutants=CLUSTER_KERNEL_MUTANTS,
+    given=GIVEN_COPY_REDUCE,
+    finished=("quack_edu.stages.cluster.ClusterRMSNorm.row_sum",),
+    timeout_hint=hints.CLUSTER_SYNC,
+    hole=KERNEL_HOLE,
+    compile_config=exchange_config,
+    cases=_KERNEL_CASES,
+    access="x read once, the weight read, y written once, a slice per CTA; cluster wait, "
+    "exchange, mbarrier wait, read (x and weight dtypes)",
+    hint_tile=SAME_ROWS,
+    hint_rank=SAME_SLICE,
+    cluster=True,
+    extra=_protocol,
+    more=(exchange_replay_check(KERNEL_HOLE),),
+    Ns=(1000,),
+    hidden_Ns=(1544, 3000, 6136, 12296),
+    config=exchange_config,
+    guard=_kernel_guard,
+    values="values with a cluster vs rmsnorm_ref (M in 1/37/199, N=1000, x and weight dtypes)",
+    hidden_values="values with a cluster at more shapes and dtype pairs, grading seed",
+    speed=_guarded_speed(gpu_speed(KERNEL_HOLE, fraction=0.75, M=16384, N=65536)),
+).register()

@@ -52,7 +52,7 @@ from ..checks import (
 from ..holes import GRAD_IN_HOLE as HOLE
 from ..probes.lesson07 import grad_in_compiled, grad_in_launched
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
-from ._kernels import check_offset_flow
+from .whole_kernel import check_offset_flow
 
 LESSON = "07_backward"
 EPS = 1e-6

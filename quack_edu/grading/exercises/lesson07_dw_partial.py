@@ -34,8 +34,8 @@ from ..holes import dw_partial_class
 from ..probes import report_of
 from ..probes.lesson07 import DW_STAGE, dw_compiled, dw_launched, dw_time_us
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
-from ._kernels import stand_in
 from .lesson07 import HOLE, LESSON, row_inputs
+from .whole_kernel import stand_in
 
 # ---- 07.dw_partial ----------------------------------------------------------------------------
 #: the compile tier's backward: x bf16, dout fp16 (each recognisable by its conversion), the

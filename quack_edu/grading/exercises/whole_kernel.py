@@ -14,14 +14,20 @@ tiles and launches it as it does its own, and then reads what the PTX can show:
 
 and on a GPU (``mixed_values``) compares values with ``rmsnorm_ref`` at ragged shapes in every
 dtype, with weights of another dtype than x (an fp32 weight beside bf16 x), the output
-poisoned before each launch. Lessons 06 and 07 share ``check_offset_flow`` (the weight offset
-added to the weight, in the epilogue and in dx) from here too.
+poisoned before each launch. ``WholeKernel`` is the exercise itself: a lesson states its
+kernel's hole, cases, probe, configs, hints and mutants, and ``WholeKernel(...).register()``
+adds the checks every whole kernel gets, in the same order for each.
+
+Lessons 06 and 07 share ``check_offset_flow`` (the weight offset added to the weight, in the
+epilogue and in dx) and ``stand_in`` (what the grader's own copy of a kernel holds in its hole)
+from here too.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .. import hints
 from ..checks import (
@@ -31,12 +37,14 @@ from ..checks import (
     VISIBLE_M,
     KernelHole,
     Ptx,
+    compiles,
     f32_hex,
+    no_local_memory,
     not_launched,
     rmsnorm_inputs,
     thread_guards,
 )
-from ..registry import GPU, TIERS, Check, CheckFailed, mutants
+from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutants, register
 
 X, W, OUT = 0, 1, 2
 _NAMES = {X: "x", W: "the weight", OUT: "y"}
@@ -510,6 +518,116 @@ def access_check(
         return "; ".join(msgs)
 
     return Check(name, "compile", fn, hidden, ("compiles",))
+
+
+# ---- the exercise -----------------------------------------------------------------------------
+#: the hint when every CTA reads the same rows (02, 03: one CTA per block of rows)
+SAME_ROWS = (
+    "every CTA loads the same rows: the tile of x (and of y) must be chosen by the CTA's index "
+    "(block_idx), so that CTA b works on the b-th block of rows_per_cta rows"
+)
+
+
+@dataclass(frozen=True)
+class WholeKernel:
+    """A whole-kernel exercise as its lesson states it; ``register()`` makes the ``Exercise``
+    (2 compile and 2 gpu points, every stage's finished kernel off limits) with the checks
+    every whole kernel gets, in this order:
+
+    * compile tier: it compiles (bf16, fp32; N=1000); ``access_check`` at ``cases`` named
+      ``access``, with the lesson's own probe ``extra``; the lesson's checks ``more``; no local
+      memory; hidden: the accesses again at a row length drawn from ``hidden_Ns``, x fp16 with
+      an fp32 weight and x fp32 with a bf16 weight;
+    * gpu tier: ``mixed_values`` at row lengths ``Ns`` (hidden: two drawn from ``hidden_Ns``)
+      named ``values`` and ``hidden_values``, and the lesson's ``speed`` check between them;
+      each of the three through ``launch_guard`` (the lesson's refusal to launch a kernel that
+      could hang) when there is one.
+
+    ``config(N, dtype)`` is the values' config; ``compile_config`` the one compiled for the
+    compile tier's checks (None: the stage's heuristic).
+    """
+
+    id: str
+    lesson: str
+    answer: str
+    title: str
+    mutants: list
+    given: dict
+    hole: KernelHole
+    #: (N, x dtype, weight dtype, config) of the visible access check, and its name
+    cases: tuple
+    access: str
+    extra: Callable
+    Ns: tuple
+    hidden_Ns: tuple
+    config: Callable
+    values: str
+    speed: Check
+    #: the exercise's finished pieces beyond every stage's kernel (its stage's row_sum)
+    finished: tuple = ()
+    timeout_hint: str | None = None
+    hint_tile: str = SAME_ROWS
+    hint_rank: str = ""
+    cluster: bool = False
+    compile_config: Callable | None = None
+    more: tuple = ()
+    variants: tuple = WHOLE_VARIANTS
+    guard: Callable | None = None
+    launch_guard: Callable | None = None
+    hidden_values: str = "values at more shapes and dtype pairs, grading seed"
+
+    def register(self) -> Exercise:
+        ex = register(
+            Exercise(
+                id=self.id,
+                finished=(*STAGE_KERNELS, *self.finished),
+                given=self.given,
+                lesson=self.lesson,
+                answer=self.answer,
+                title=self.title,
+                points={COMPILE: 2, GPU: 2},
+                timeout_hint=self.timeout_hint,
+                mutants=self.mutants,
+            )
+        )
+        return ex.add(self.compile_checks(), self.gpu_checks())
+
+    def compile_checks(self) -> list[Check]:
+        hole, cfg = self.hole, self.compile_config
+        access = dict(
+            hint_tile=self.hint_tile,
+            hint_rank=self.hint_rank,
+            cluster=self.cluster,
+            extra=self.extra,
+        )
+        return [
+            compiles(hole, N=1000, dtypes=("bf16", "fp32"), config=cfg),
+            access_check(hole, self.cases, name=self.access, **access),
+            *self.more,
+            no_local_memory(hole, config=cfg),
+            access_check(
+                hole,
+                hidden_cases(self.hidden_Ns, cfg),
+                name="the same at a random N, fp16/fp32 (grading seed)",
+                hidden=True,
+                **access,
+            ),
+        ]
+
+    def gpu_checks(self) -> list[Check]:
+        def values(name: str, hidden: bool) -> Check:
+            return mixed_values(
+                self.hole,
+                Ns=ragged_Ns(self.Ns, self.hidden_Ns),
+                config=self.config,
+                name=name,
+                hidden=hidden,
+                guard=self.guard,
+                variants=self.variants,
+            )
+
+        checks = [values(self.values, False), self.speed, values(self.hidden_values, True)]
+        return [self.launch_guard(c) for c in checks] if self.launch_guard else checks
 
 
 def _guards(ptx_text: str, kind: str, arg: int, is_guard: Callable) -> tuple[list, list]:
