@@ -14,7 +14,7 @@ import torch
 
 from quack_edu.grading import get
 from quack_edu.grading.context import Context
-from quack_edu.grading.exercises import lesson04, whole_kernel
+from quack_edu.grading.exercises import lesson04, lesson04_cluster_kernel, whole_kernel
 from quack_edu.grading.notebook import answer_from_source, exercise_source, read, solutions_dir
 from quack_edu.grading.registry import GPU, CheckFailed
 from quack_edu.stages.block import BlockRMSNorm
@@ -41,7 +41,7 @@ def test_the_stages_own_kernels_pass_the_probes(cls, N, config):
         rep, kernel, cluster=config is not None, hint_tile="tile", hint_rank="rank"
     )
     assert "all tiled by the CTA" in msg
-    assert lesson04._protocol(rep, kernel) if config is not None else True
+    assert lesson04_cluster_kernel._protocol(rep, kernel) if config is not None else True
 
 
 @functools.cache
@@ -81,7 +81,7 @@ def test_the_gpu_guards_let_the_solutions_through():
         "02.warp_kernel": (lesson02.KERNEL_HOLE, [(1000, None)]),
         "03.block_kernel": (lesson03.KERNEL_HOLE, [(16384, None)]),
         "04.cluster_kernel": (
-            lesson04.KERNEL_HOLE,
+            lesson04_cluster_kernel.KERNEL_HOLE,
             [(1000, lesson04.exchange_config(1000, BF16)), (65536, None)],
         ),
     }
@@ -95,4 +95,4 @@ def test_the_gpu_guards_let_the_solutions_through():
                 assert lesson03.launch_guard(rep) is None
                 lesson03._warps_meet(rep, kernel)
             if ex_id.startswith("04"):
-                lesson04._kernel_guard(ctx, kernel, rep)
+                lesson04_cluster_kernel._kernel_guard(ctx, kernel, rep)
