@@ -167,8 +167,7 @@ ANSWER_CELL_CHEATS = [
     (
         "a process left running to rewrite the results",
         "00.bytes_moved",
-        "torch.sys.modules['subprocess'].Popen(['sleep', '30'], start_new_session=True)\n"
-        + WRONG,
+        "torch.sys.modules['subprocess'].Popen(['sleep', '30'], start_new_session=True)\n" + WRONG,
     ),
     (
         "reading the grader's command line",
@@ -236,14 +235,43 @@ ANSWER_CELL_CHEATS = [
         "S = torch.sys.modules\n"
         "rl = S['importlib'].import_module('readline')\n"
         "nbf = S['importlib'].import_module('quack_edu.grading.nbfiles')\n"
-        "rl.read_history_file(str(nbf.solutions_dir()) + '/00_setup_and_roofline.ipynb')\n"
-        + WRONG,
+        "rl.read_history_file(str(nbf.solutions_dir()) + '/00_setup_and_roofline.ipynb')\n" + WRONG,
     ),
     (
         "the grader's working directory through readlink (no audit event)",
         "00.bytes_moved",
         "where = torch.os.readlink(f'/proc/{torch.os.getppid()}/cwd')\n" + WRONG,
     ),
+    *[
+        (
+            f"the library's finished {dotted.rsplit('.', 2)[-2]}.{dotted.rsplit('.', 1)[-1]} "
+            "called through importlib",
+            ex_id,
+            f"def {answer}(*args):\n"
+            f"    m = torch.importlib.import_module('{dotted.rsplit('.', 2)[0]}')\n"
+            f"    return getattr(m, '{dotted.rsplit('.', 2)[1]}').{dotted.rsplit('.', 1)[1]}"
+            "(None, *args)\n",
+        )
+        for ex_id, answer, dotted in (  # (methods of the stages' classes: self is None)
+            ("01.rstd", "rstd", "quack_edu.stages.naive.NaiveRMSNorm.rstd"),
+            (
+                "03.block_reduce",
+                "block_reduce_sum",
+                "quack_edu.stages.block.BlockRMSNorm.block_reduce",
+            ),
+            (
+                "04.cluster_exchange",
+                "cluster_exchange",
+                "quack_edu.stages.cluster.ClusterRMSNorm.cluster_exchange",
+            ),
+            (
+                "05.pipeline",
+                "load_and_sum_sq",
+                "quack_edu.stages.cpasync.CpAsyncRMSNorm.load_and_sum_sq",
+            ),
+            ("07.grad_in", "grad_in", "quack_edu.stages.final_bwd.FinalBwdRMSNorm.grad_in"),
+        )  # fmt: skip
+    ],
     (
         "a loop right when replayed, never re-armed when compiled",
         "06.row_loop",

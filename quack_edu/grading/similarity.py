@@ -6,8 +6,11 @@ measured in shingles: runs of ``K`` tokens with every name replaced by one place
 renaming variables does not hide it. Of the finished function's shingles that the lesson page
 does not show (a learner may build on the kernel the page prints), the share found in the
 answer is its *cover*. Honest solutions cover at most 0.49 of any finished function of their
-exercise (``tests/test_similarity.py`` measures them); an answer covering ``COPIED`` or more
-is a copy: it scores 0 and is flagged. Identical answers in a class are only flagged: the
+exercise where they differ from the library at all (``tests/test_similarity.py`` measures
+them); an answer covering ``COPIED`` or more is a copy: it scores 0 and is flagged. Where the
+solution itself covers ``HONEST_MAX`` or more (a small hole with one natural answer, written
+as the library writes it), a copy cannot be told from the work and is not looked for; nor
+where the solutions are not installed. Identical answers in a class are only flagged: the
 instructor decides.
 """
 
@@ -27,6 +30,9 @@ import tokenize
 K = 10
 #: the share of a finished function's shingles (those not on the lesson page) that makes a copy
 COPIED = 0.75
+#: a solution that covers this much of a finished function is written as the library writes
+#: it: that function tells nothing
+HONEST_MAX = 0.55
 #: a finished function with fewer shingles off the page is too short to tell a copy from
 #: an honest answer
 MIN_SHINGLES = 15
@@ -113,10 +119,30 @@ def cover(source: str, dotted: str, lesson: str) -> float | None:
     return len(shingles(source) & off_page) / len(off_page)
 
 
+@functools.cache
+def telling(ex_id: str) -> tuple[str, ...]:
+    """The finished functions of exercise ``ex_id`` that its solution does not resemble (the
+    ones a copy can be told by); none where the solutions are not installed."""
+    from .nbfiles import find_cell, read, solutions_dir
+    from .registry import get
+
+    ex = get(ex_id)
+    path = solutions_dir() / f"{ex.lesson}.ipynb"
+    cell = find_cell(read(path), ex.cell_id) if path.exists() else None
+    if cell is None:
+        return ()
+    out = []
+    for dotted in ex.finished:
+        c = cover(cell.source, dotted, ex.lesson)
+        if c is not None and c < HONEST_MAX:
+            out.append(dotted)
+    return tuple(out)
+
+
 def copied_from_library(ex, source: str) -> str | None:
     """Why ``source`` is a copy of the library's finished version of ``ex`` (a flag's words), or
     None."""
-    for dotted in ex.finished:
+    for dotted in telling(ex.id):
         c = cover(source, dotted, ex.lesson)
         if c is not None and c >= COPIED:
             return (

@@ -98,6 +98,9 @@ SUM_SQUARES_MUTANTS = [
 sum_squares = register(
     Exercise(
         id="01.sum_squares",
+        finished=(
+            "quack_edu.stages.naive.NaiveRMSNorm.sum_squares",
+        ),
         lesson=LESSON,
         answer="sum_squares",
         title="the first pass: sum of x[row, j]**2 in fp32, inside the naive kernel",
@@ -238,6 +241,10 @@ RSTD_MUTANTS = mutants(TIERS,
 rstd = register(
     Exercise(
         id="01.rstd",
+        finished=(
+            "quack_edu.stages.naive.NaiveRMSNorm.rstd",
+            "quack_edu.stages.warp.WarpRMSNorm.rstd",
+        ),
         lesson=LESSON,
         answer="rstd",
         title="rstd = 1/sqrt(sum_sq / N + eps), inside the naive kernel",

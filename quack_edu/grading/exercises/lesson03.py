@@ -354,6 +354,10 @@ BLOCK_REDUCE_MUTANTS = [
 block_reduce = register(
     Exercise(
         id="03.block_reduce",
+        finished=(
+            "quack_edu.stages.block.BlockRMSNorm.block_reduce",
+            "quack_edu.primitives.reduce.block_reduce",
+        ),
         lesson=LESSON,
         answer="block_reduce_sum",
         title="the warps of a row meet in shared memory: store, barrier, load",

@@ -248,6 +248,10 @@ CLUSTER_EXCHANGE_MUTANTS = mutants(TIERS,
 cluster_exchange = register(
     Exercise(
         id="04.cluster_exchange",
+        finished=(
+            "quack_edu.stages.cluster.ClusterRMSNorm.cluster_exchange",
+            "quack_edu.primitives.reduce.cluster_send",
+        ),
         lesson=LESSON,
         answer="cluster_exchange",
         title="the DSMEM exchange: each warp's partial into its slot in every CTA of the cluster",
@@ -483,6 +487,9 @@ EXPECTED_TX_BYTES_MUTANTS = mutants(TIERS,
 expected_tx = register(
     Exercise(
         id="04.expected_tx_bytes",
+        finished=(
+            "quack_edu.stages.cluster.ClusterRMSNorm.expected_tx_bytes",
+        ),
         lesson=LESSON,
         answer="expected_tx_bytes",
         title="the mbarrier's expected transaction bytes for one row reduction",

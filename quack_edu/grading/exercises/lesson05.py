@@ -148,6 +148,10 @@ G2S_ATOM_MUTANTS = mutants(COMPILE,
 g2s_atom = register(
     Exercise(
         id="05.g2s_atom",
+        finished=(
+            "quack_edu.stages.cpasync.CpAsyncRMSNorm.make_g2s_atom",
+            "quack_edu.primitives.copy.g2s_atom",
+        ),
         lesson=LESSON,
         answer="make_g2s_atom",
         title="the copy atom that brings x into shared memory: 16-byte cp.async, L2 only",
@@ -270,6 +274,9 @@ WAIT_GROUPS_MUTANTS = [
 wait_groups = register(
     Exercise(
         id="05.wait_groups",
+        finished=(
+            "quack_edu.stages.cpasync.CpAsyncRMSNorm.wait_groups_pending",
+        ),
         lesson=LESSON,
         answer="wait_groups_pending",
         title="cp.async.wait_group n for part k of S: how many groups may still be in flight",
@@ -634,6 +641,9 @@ PIPELINE_MUTANTS = [
 pipeline = register(
     Exercise(
         id="05.pipeline",
+        finished=(
+            "quack_edu.stages.cpasync.CpAsyncRMSNorm.load_and_sum_sq",
+        ),
         lesson=LESSON,
         answer="load_and_sum_sq",
         title="the pipeline: issue every part in its own commit group, then wait and sum each",

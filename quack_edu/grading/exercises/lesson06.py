@@ -297,6 +297,9 @@ EPILOGUE_MUTANTS = mutants(TIERS,
 epilogue = register(
     Exercise(
         id="06.epilogue",
+        finished=(
+            "quack_edu.stages.final.FinalRMSNorm.scale",
+        ),
         lesson=LESSON,
         answer="scale",
         title="the epilogue of the final kernel: x_hat * (w + weight_offset) + b, in fp32",
@@ -592,6 +595,9 @@ FAKE_IMPL_MUTANTS = mutants(TIERS,
 fake_impl = register(
     Exercise(
         id="06.fake_impl",
+        finished=(
+            "quack_edu.host.forward._fwd_fake",
+        ),
         lesson=LESSON,
         answer="rmsnorm_fwd_fake",
         title="the fake implementation of quack_edu::rmsnorm_fwd: outputs without data",

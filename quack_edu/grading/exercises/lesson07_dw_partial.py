@@ -550,6 +550,9 @@ DW_PARTIAL_MUTANTS = [
 dw_partial = register(
     Exercise(
         id="07.dw_partial",
+        finished=(
+            "quack_edu.stages.final_bwd.FinalBwdRMSNorm.combine_partial",
+        ),
         lesson=LESSON,
         answer="combine_partial",
         title="the persistent CTA's dw: accumulate dout * x_hat, then store one partial row",
