@@ -14,6 +14,12 @@ answer or a verdict.
                         with the checks for the same function object (``checks.shared``)
      ``grad_flow``      what reaches its dx stores
 
+and the PTX readers the grader uses before it launches a learner's kernel, for the lessons'
+cells that launch one themselves (a notebook imports nothing from ``quack_edu.grading``):
+
+03   ``divergent_barriers``                 barriers not every thread reaches (a hang)
+04   ``exchange_from_ptx``, ``judge_exchange``  the cluster exchange replayed from the PTX
+
     ptx = scale_ptx(scale_kernel, 4104)
     print(grad_flow(report_for(grad_in).ptx))
 """
@@ -24,8 +30,9 @@ import itertools
 import os
 
 from ..grading.context import no_shortcuts, shared
+from ..grading.dsmem_sim import exchange_from_ptx, judge_exchange  # noqa: F401  (lesson 04)
 from ..grading.holes import GRAD_IN_HOLE
-from ..grading.ptx import REG, Ptx, f32_hex
+from ..grading.ptx import REG, Ptx, divergent_barriers, f32_hex  # noqa: F401  (lesson 03)
 
 #: Gemma's offset, the one 06.epilogue's and 07.grad_in's kernels are compiled with:
 #: recognisable in their PTX as the fp32 constant 0f3F800000
