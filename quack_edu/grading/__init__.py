@@ -1,6 +1,8 @@
 """Exercises, checks and the grader.
 
-In a lesson notebook::
+A lesson notebook uses ``quack_edu.lessons.check``, which imports nothing of this package and
+has the answer judged by a grader process of its own (``_checkserver``, with ``judge``).
+``check`` here runs the checks in the caller's process, for instructors and tests::
 
     from quack_edu.grading import check
     check("01.rstd", rstd)            # prints a short pass/fail table, returns the result
@@ -58,7 +60,8 @@ def check(
     ``hidden=True`` adds the hidden checks (more shapes, a fresh seed) and raises AssertionError
     unless every check that can run here passes.
 
-    This is feedback for the learner, in the learner's own process. While ``quack-edu grade``
+    This runs the checks in the caller's process (instructors, tests); a lesson's learner
+    uses ``quack_edu.lessons.check``, judged outside the notebook. While ``quack-edu grade``
     runs the notebook it does nothing: the grader judges the answer cell in a process of its
     own (``judge``), and nothing done here changes the grade.
     """
