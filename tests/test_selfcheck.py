@@ -127,16 +127,26 @@ def test_a_function_defined_in_a_file_sends_the_file(tmp_path):
 
 
 def test_the_learner_process_holds_no_grader_module(subprocess_env, tmp_path):
+    # a notebook's process: IPython's own shell where it is installed (each cell registered
+    # in linecache as IPython does), else a cell simulated as in ``in_cell``
     src = solution_cell("00.bytes_moved")
     code = textwrap.dedent(f"""
         import json, linecache, sys
         import torch
         from quack_edu.lessons import check
         src = {src!r}
-        name = "/tmp/ipykernel_0/1.py"
-        linecache.cache[name] = (len(src), None, src.splitlines(True), name)
-        ns = {{"torch": torch}}
-        exec(compile(src, name, "exec"), ns)
+        try:
+            from IPython.core.interactiveshell import InteractiveShell
+        except ImportError:
+            name = "/tmp/ipykernel_0/1.py"
+            linecache.cache[name] = (len(src), None, src.splitlines(True), name)
+            ns = {{"torch": torch}}
+            exec(compile(src, name, "exec"), ns)
+        else:
+            shell = InteractiveShell.instance()
+            shell.run_cell("import torch", store_history=True)
+            shell.run_cell(src, store_history=True).raise_error()
+            ns = shell.user_ns
         res = check("00.bytes_moved", ns["bytes_moved"], quiet=True)
         held = sorted(m for m in sys.modules if m.startswith({GRADER!r}))
         print(json.dumps({{"status": res.status, "held": held}}))
