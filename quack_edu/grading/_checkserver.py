@@ -58,10 +58,10 @@ def judge_request(req: dict) -> dict:
     """One request's reply (see the module's doc)."""
     import dataclasses
 
-    from .checks import MISSING, run_exercise
     from .judge import judge_exercise
-    from .registry import get
+    from .registry import MISSING, get
     from .report import FAIL
+    from .runner import run_exercise
     from .wire import decode
 
     ex = get(str(req["exercise"]))
@@ -108,13 +108,11 @@ def main() -> int:
         raise SystemExit(0)  # through ``finally`` blocks: a worker being judged is killed
 
     signal.signal(signal.SIGTERM, stop)
-    import quack_edu  # noqa: F401  (first: it pins the DSL's target)
-    from quack_edu._env import MODE
-
-    from .judge import _Server
+    from .. import MODE  # (quack_edu first: it pins the DSL's target)
+    from .judge import Server
     from .registry import all_exercises
 
-    _Server.start()  # the judge server imports torch, the DSL and the library meanwhile
+    Server.start()  # the judge server imports torch, the DSL and the library meanwhile
     all_exercises()
     from . import judge  # noqa: F401
 
