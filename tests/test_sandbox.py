@@ -13,6 +13,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 #: each attempt, as the child runs it after ``lock_down``: name -> code (raising is refusal)
 ATTEMPTS = {
     "write outside the scratch folder": "open(OUTSIDE + '/x.txt', 'w').write('1')",
@@ -143,10 +145,11 @@ def test_a_locked_down_process_is_refused_what_would_reach_past_it(tmp_path, sub
     (secret / "answer.txt").write_text("42")
     (secret / "source.py").write_text("ANSWER = 42\n")
     (secret / "secretpkg.py").write_text("ANSWER = 42\n")
+    env = {**subprocess_env, "QUACK_EDU_LANDLOCK": "0"}  # the audit hook's own refusals
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(outside), str(public), str(secret), str(scratch),
          json.dumps(ATTEMPTS), json.dumps(ALLOWED)],
-        env=subprocess_env, capture_output=True, text=True, timeout=120,
+        env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -222,3 +225,59 @@ def test_torch_compile_of_a_hidden_file_reads_nothing(tmp_path, subprocess_env):
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out == {"sum": 6.0, "incidents": []}, out
+
+
+NATIVE_CHILD = textwrap.dedent(
+    """
+    import json, os, sys
+    import torch
+    OUTSIDE, PUBLIC, SECRET, SCRATCH = sys.argv[1:5]
+    from quack_edu.grading import sandbox
+
+    sandbox.lock_down(SCRATCH, secrets=[SECRET])
+
+    def read(p):
+        return bytes(torch.from_file(p, shared=False, size=os.stat(p).st_size,
+                                     dtype=torch.uint8).tolist()).decode()
+
+    def write(p):
+        torch.from_file(p, shared=True, size=4, dtype=torch.uint8)[:] = 65
+
+    out = {}
+    for name, fn in {"read a secret": lambda: read(SECRET + "/answer.txt"),
+                     "write outside": lambda: write(OUTSIDE + "/x.bin"),
+                     "read the library": lambda: read(sandbox.__file__),
+                     "write in the scratch folder": lambda: write("mine.bin")}.items():
+        try:
+            fn()
+            out[name] = "ran"
+        except Exception as e:
+            out[name] = f"{type(e).__name__}: {e}"
+    print(json.dumps(out))
+    """
+)
+
+
+def test_native_code_is_confined_by_landlock(tmp_path, subprocess_env):
+    # torch.from_file opens files in C++ (no audit event): where the kernel has Landlock, the
+    # kernel refuses a secret and a write outside the scratch folder (red team 4's hole)
+    from quack_edu.grading import confine
+
+    if confine.abi() < 1:
+        pytest.skip("this kernel has no Landlock")
+    outside, public, secret, scratch = (tmp_path / n for n in ("out", "pub", "sec", "scr"))
+    for d in (outside, public, secret):
+        d.mkdir()
+    (public / "public.txt").write_text("public")
+    (secret / "answer.txt").write_text("42")
+    env = {**subprocess_env, "QUACK_EDU_LANDLOCK": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", NATIVE_CHILD, str(outside), str(public), str(secret), str(scratch)],
+        env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "Permission denied" in out["read a secret"], out
+    assert "Permission denied" in out["write outside"], out
+    assert out["read the library"] == "ran" and out["write in the scratch folder"] == "ran", out
+    assert not list(outside.iterdir())

@@ -320,9 +320,13 @@ class NotebookResult:
 
     def boundary(self) -> dict:
         """Which boundary the grade was made behind (``sandbox.BOUNDARY``)."""
-        from .sandbox import BOUNDARY
+        from .sandbox import BOUNDARY, files_boundary
 
-        return {"learner_processes": BOUNDARY, "verdicts": "computed in the grader's process"}
+        return {
+            "learner_processes": BOUNDARY,
+            "files": files_boundary(),
+            "verdicts": "computed in the grader's process",
+        }
 
     def table(self, width: int | None = None) -> str:
         width = width or terminal_width()

@@ -42,7 +42,7 @@ import os
 import sys
 
 #: the modules a learner process may not import (prefixes of dotted names)
-DENIED_MODULES = ("quack_edu.grading.exercises", "quack", "solutions")
+DENIED_MODULES = ("quack_edu.grading.exercises", "quack", "torch._vendor.quack", "solutions")
 
 #: ``open`` flags that write
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -162,11 +162,42 @@ def _normal(path: str, cwd: str) -> str:
     return "/" + "/".join(out)
 
 
-def lock_down(scratch: str, *, secrets=(), denied_modules=DENIED_MODULES) -> None:
+def confine_default() -> bool:
+    """Whether learner processes are confined with Landlock (``confine``) when the kernel has
+    it: ``QUACK_EDU_LANDLOCK`` (1 or 0) says; by default yes in compile-only mode, not yet in
+    GPU mode (the CUDA driver's files are not verified on the list of what may be read)."""
+    value = os.environ.get("QUACK_EDU_LANDLOCK", "").strip()
+    if value in ("0", "1"):
+        return value == "1"
+    env = sys.modules.get("quack_edu._env")
+    return not (env is not None and env.MODE.gpu)
+
+
+def files_boundary() -> str:
+    """What confines a learner process's own file access here, in words (a grade's JSON)."""
+    from . import confine
+
+    version = confine.abi()
+    if not confine_default():
+        return "the audit hook (Landlock off: QUACK_EDU_LANDLOCK, or GPU mode)"
+    if version < 1:
+        return "the audit hook (this kernel has no Landlock)"
+    return (
+        f"the audit hook and Landlock (ABI {version}): native code too reads only the system's "
+        "and the Python installation's folders and the repository without its secrets, and "
+        "writes only its scratch folder"
+    )
+
+
+def lock_down(
+    scratch: str, *, secrets=(), denied_modules=DENIED_MODULES, landlock: bool | None = None
+) -> None:
     """Lock this process down (see the module docstring). Call it once, after everything the
     grader's side of the process needs is imported and before any learner code runs; the
     working directory becomes ``scratch/work`` and temporary files go to ``scratch/tmp``.
-    ``secrets``: folders no path under which may be read, or name prefixes (``/tmp/x_*``)."""
+    ``secrets``: folders no path under which may be read, or name prefixes (``/tmp/x_*``).
+    ``landlock``: confine the process's files in the kernel too (``confine``; default
+    ``confine_default()``), where the kernel can."""
     if locked():
         raise RuntimeError("this process is locked down already")
     import site
@@ -207,6 +238,19 @@ def lock_down(scratch: str, *, secrets=(), denied_modules=DENIED_MODULES) -> Non
         for s in secrets
         if s and str(s).endswith("*")
     )
+    # the kernel's own file boundary, for native code that opens files without an audit event
+    # (before the hook: the hook would refuse its opening of the folders it allows)
+    if confine_default() if landlock is None else landlock:
+        from . import confine
+
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        _state["landlock"] = confine.restrict(
+            home,
+            readable=(*confine.SYSTEM, *installed, root),  # root: the folder quack_edu is in
+            # (the tools, and the system's dynamic loader and libraries they are run with)
+            executable=(*installed, *confine.SYSTEM),
+            secrets=hidden,
+        )
     pid = str(getpid())
     # and, once locked, a fresh copy of the modules whose process and file functions are
     # replaced below (``importlib.util.module_from_spec`` would make one)

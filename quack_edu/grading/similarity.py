@@ -145,10 +145,7 @@ def copied_from_library(ex, source: str) -> str | None:
     for dotted in telling(ex.id):
         c = cover(source, dotted, ex.lesson)
         if c is not None and c >= COPIED:
-            return (
-                f"copies the library's finished {dotted} ({c:.0%} of its code that the lesson "
-                "does not show)"
-            )
+            return f"copies the library's finished {dotted}"  # (no share: no target to edit to)
     return None
 
 

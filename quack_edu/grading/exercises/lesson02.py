@@ -205,6 +205,7 @@ warp_reduce = register(
         finished=(
             "quack_edu.stages.warp.WarpRMSNorm.warp_reduce",
             "quack_edu.primitives.reduce.warp_reduce",
+            "cutlass.cute.arch.nvvm_wrappers.warp_reduction",  # the DSL's own butterfly
         ),
         lesson=LESSON,
         answer="warp_reduce_sum",

@@ -1,0 +1,118 @@
+"""The kernel's own file boundary for a learner process: Linux Landlock (5.13 and later, no root).
+
+The audit hook (``sandbox``) sees what Python does; native code that opens files itself
+(``torch.from_file``, a library's C++ writer) raises no audit event. Landlock makes the
+kernel refuse it: once ``restrict`` ran, this process and its children may only read the
+folders it names (the Python installation, the system's, the repository without its
+secrets) and only write in its scratch folder and ``/dev``. A secret folder is carved out of
+a readable one by allowing that folder's other entries one by one (Landlock only ever
+allows). Nothing of it can be undone by the process.
+
+Where the kernel has no Landlock, ``restrict`` returns False and the audit hook is the
+boundary alone (a grade's JSON says which).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+_CREATE, _ADD_RULE, _RESTRICT = 444, 445, 446  # the same numbers on x86_64 and aarch64
+_PATH_BENEATH = 1
+_NO_NEW_PRIVS = 38
+
+EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_CHANGES = sum(1 << b for b in range(4, 13))  # remove, make (dir, file, fifo, symlink, ...)
+REFER, TRUNCATE = 1 << 13, 1 << 14
+_FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE
+
+#: system folders a learner process reads (libraries, certificates, locales, devices' info)
+SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys",
+          "/run", "/var/lib")  # fmt: skip
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def abi() -> int:
+    """The kernel's Landlock ABI version, 0 without Landlock."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        r = _libc().syscall(_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    except (AttributeError, OSError):
+        return 0
+    return max(int(r), 0)
+
+
+def readable_entries(root: str, secrets: tuple[str, ...]) -> list[str]:
+    """``root``, or, where a secret lies under it, its other entries (recursively): what may be
+    read of ``root`` without any secret."""
+    root = os.path.realpath(root)
+    if any(root == s or root.startswith(s + "/") for s in secrets):
+        return []
+    if not any(s.startswith(root + "/") for s in secrets):
+        return [root]
+    out = []
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError:
+        return []
+    for e in entries:
+        out += readable_entries(e.path, secrets)
+    return out
+
+
+def restrict(scratch: str, *, readable, executable, secrets) -> bool:
+    """Confine this process (and what it starts) with Landlock: read ``readable`` (folders or
+    files) less ``secrets`` (folders), execute ``executable``, write ``scratch`` and ``/dev``.
+    Returns whether the kernel enforces it."""
+    version = abi()
+    if version < 1:
+        return False
+    handled = READ_FILE | READ_DIR | WRITE_FILE | EXECUTE | _CHANGES
+    handled |= (REFER if version >= 2 else 0) | (TRUNCATE if version >= 3 else 0)
+    secrets = tuple(os.path.realpath(s) for s in secrets)
+    attr = (ctypes.c_uint64 * 3)(handled, 0, 0)
+    size = 8 if version < 4 else (16 if version < 6 else 24)
+    libc = _libc()
+    fd = libc.syscall(_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if fd < 0:
+        return False
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    def allow(path: str, access: int) -> None:
+        try:
+            pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return  # not on this machine
+        try:
+            if not os.path.isdir(path):
+                access &= _FILE_RIGHTS
+            rule = PathBeneath(access & handled, pfd)
+            if libc.syscall(_ADD_RULE, fd, _PATH_BENEATH, ctypes.byref(rule), 0) < 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"landlock_add_rule({path}): {os.strerror(err)}")
+        finally:
+            os.close(pfd)
+
+    try:
+        runs = tuple(os.path.realpath(p) for p in executable)
+        for root in dict.fromkeys(readable):
+            for path in readable_entries(root, secrets):
+                ex = EXECUTE if any(path == r or path.startswith(r + "/") for r in runs) else 0
+                allow(path, READ_FILE | READ_DIR | ex)
+        allow("/dev", READ_FILE | READ_DIR | WRITE_FILE | TRUNCATE)
+        allow(scratch, handled & ~EXECUTE)  # nothing written here is run
+        if libc.prctl(_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return False
+        if libc.syscall(_RESTRICT, fd, 0) != 0:
+            return False
+        return True
+    finally:
+        os.close(fd)
