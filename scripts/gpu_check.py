@@ -318,6 +318,13 @@ def parser() -> argparse.ArgumentParser:
         "class graded serially and with -j 4 (scripts/class_check.py, --class-students)",
     )
     p.add_argument("--class-students", type=int, default=30)
+    p.add_argument(
+        "--landlock",
+        choices=("default", "on", "off"),
+        default="default",
+        help="QUACK_EDU_LANDLOCK for the learner processes (grading/confine.py; default: off in "
+        "GPU mode until verified there)",
+    )
     p.add_argument("--class-lesson", default="00_setup_and_roofline")
     p.add_argument("--skip-bench", action="store_true")
     p.add_argument("--test-timeout", type=int, default=300, help="seconds per pytest process")
@@ -327,6 +334,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> int:
     a = parser().parse_args()
+    if a.landlock != "default":  # the learner processes the tests and the class start inherit it
+        os.environ["QUACK_EDU_LANDLOCK"] = "1" if a.landlock == "on" else "0"
     out = Path(os.environ.get("OUT", ROOT / "out"))
     out.mkdir(parents=True, exist_ok=True)
     py = sys.executable
