@@ -133,3 +133,35 @@ def _a_rerun_grades_nothing_new_unless_forced(graded, capsys):
     args = [*graded["args"], "--force", "--only", "00.bytes_moved", "-j", "1"]
     assert grade_main(args) == 0
     assert "4 graded" in capsys.readouterr().out
+
+
+#: a cell that rewrites its own submission with native code (no audit event): red team 4's
+#: swap, here one byte of a text cell, so that the notebook stays readable
+REWRITE_SELF = (
+    "import torch\n"
+    "p = {path!r}\n"
+    "t = torch.from_file(p, shared=True, size=torch.os.stat(p).st_size, dtype=torch.uint8)\n"
+    "i = bytes(t[:4000].tolist()).find(b'roofline')\n"
+    "t[i] = ord('R')\n"
+)
+
+
+def test_a_submission_rewritten_while_graded_is_flagged_now_and_later(tmp_path, monkeypatch):
+    # without Landlock (GPU mode today) native code can write the submission; the grader sees
+    # its digest change, flags the row, and a re-run (which grades the rewritten notebook)
+    # keeps the flag
+    from quack_edu.grading.nbfiles import nbformat
+
+    monkeypatch.setenv("QUACK_EDU_LANDLOCK", "0")
+    path = tmp_path / "subs" / "eve" / f"{LESSON}.ipynb"
+    nb = read(notebooks_dir() / f"{LESSON}.ipynb")
+    nb.cells.insert(2, nbformat.v4.new_code_cell(REWRITE_SELF.format(path=str(path))))
+    write(nb, path)
+    out = tmp_path / "grades"
+    args = [str(tmp_path / "subs"), "--lesson", LESSON, "--out", str(out), "--timeout", "60"]
+    for run in (1, 2):
+        assert grade_main(args) == 0
+        rows = {r["student"]: r for r in csv.DictReader(open(out / "gradebook.csv"))}
+        assert rows["eve"]["flagged"] == "yes", (run, rows["eve"])
+        assert "rewritten on disk while it was graded" in rows["eve"]["flags"], (run, rows["eve"])
+    assert b"Roofline" in path.read_bytes() or b"ROOFLINE" in path.read_bytes()

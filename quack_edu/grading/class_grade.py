@@ -166,6 +166,10 @@ def grade_one(job: dict) -> dict:
     check(grader)  # an earlier submission may have written to the grader: grade no next one
     Server.start()  # imports while the notebook runs
     path, out = Path(job["path"]), Path(job["out"])
+    student, lesson = job["student"], job["lesson"]
+    rpath = out / "results" / _safe(student) / f"{lesson}.json"
+    prev = read_result(out, rpath) if rpath.exists() else None
+    rewritten = prev.get("rewritten") if prev else None  # by an earlier run's cells: remembered
     t0 = time.time()
     res = grade_notebook(
         path,
@@ -179,7 +183,15 @@ def grade_one(job: dict) -> dict:
     )
     res.seconds = time.time() - t0
     check(grader)  # before its result and feedback are written
-    student, lesson = job["student"], job["lesson"]
+    options = {"hidden": job["hidden"], "only": job.get("only"), "seed": job["seed"]}
+    after = _digest(path, lesson, options) if path.exists() else None
+    if after != job["digest"]:  # a cell wrote to the notebook (native code past the hook)
+        rewritten = {"graded": job["digest"], "found": after, "at": datetime.now().isoformat()}
+    if rewritten:
+        res.flags.append(
+            "the submission was rewritten on disk while it was graded "
+            f"({rewritten['at'][:16]}): a cell wrote to it"
+        )
     rec = {
         "version": RESULT_VERSION,
         "student": student,
@@ -188,6 +200,7 @@ def grade_one(job: dict) -> dict:
         "late": job["late"],
         "grader_files": grader.summary(),
         "result": notebook_record(res),
+        "rewritten": rewritten,
     }
     rec["signature"] = _sign(out, rec)
     rdir = out / "results" / _safe(student)
