@@ -106,6 +106,11 @@ def _one_feedback_file_per_student_with_hints_and_no_hidden_source(graded):
     ex = get("00.bytes_moved")
     assert ex.mutants[0].hint in " ".join(cat.split())  # the hint, whole
     assert "submitted late" in cat
+    # a hidden check's failure names no input (the class keeps one seed: a resubmission could
+    # special-case them); the visible checks' do
+    from quack_edu.grading.report import HIDDEN_CASE_FAILED
+
+    assert " ".join(HIDDEN_CASE_FAILED.split()) in " ".join(cat.split()), cat
     for p in fb.rglob("*.txt"):
         text = p.read_text()
         assert "BEGIN HIDDEN" not in text and "check(" not in text

@@ -152,7 +152,7 @@ def feedback_text(student: str, res: NotebookResult, late: bool) -> str:
         "",
     ]
     for e in res.exercises:
-        head += [e.table(width=100), ""]
+        head += [e.table(width=100, hidden_inputs=False), ""]
     return "\n".join(head)
 
 

@@ -30,6 +30,13 @@ COMPILE_ONLY_MEANS = (
 )
 
 
+#: a hidden check's failure in a class's feedback: its inputs stay with the grader
+HIDDEN_CASE_FAILED = (
+    "a hidden case failed (its inputs are not shown: the class is graded with one seed, and "
+    "the visible checks above show the same kind of case)"
+)
+
+
 @dataclass
 class CheckResult:
     name: str
@@ -190,7 +197,10 @@ class ExerciseResult:
     def __repr__(self) -> str:
         return f"<{self.summary()}>"
 
-    def table(self, width: int = 96) -> str:
+    def table(self, width: int = 96, *, hidden_inputs: bool = True) -> str:
+        """The exercise's checks, one a line, each failure with why, expected, seen and hint;
+        ``hidden_inputs=False`` (a class's feedback, graded with a seed the class keeps) keeps
+        a hidden check's why, expected and seen out: they name its inputs."""
         lines = [f"{self.id}  {self.title}"]
         if self.forced_message:
             lines.append(f"  FAIL  {self.forced_message}")
@@ -211,7 +221,11 @@ class ExerciseResult:
             elif c.status == PASS and c.message:
                 tail = f"  {c.message}"
             lines.append(_wrap_line(f"  {mark:4}  {c.tier:7}  {name}{tail}", width, 17))
-            if c.status == FAIL:
+            if c.status == FAIL and c.hidden and not hidden_inputs:
+                lines.append(_wrap("why", HIDDEN_CASE_FAILED, width))
+                if c.hint:
+                    lines.append(_wrap("hint", c.hint, width))
+            elif c.status == FAIL:
                 if c.message:
                     lines.append(_wrap("why", c.message, width))
                 if c.expected is not None:
