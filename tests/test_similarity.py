@@ -31,9 +31,9 @@ def _cell(folder, ex) -> str:
 def _library_text(dotted: str, answer: str) -> str:
     """The finished function's text as a learner would paste it: dedented, named as the
     exercise's answer."""
-    from quack_edu.grading.similarity import _resolve
+    from quack_edu.grading.worker import resolve
 
-    src = textwrap.dedent(inspect.getsource(inspect.unwrap(_resolve(dotted))))
+    src = textwrap.dedent(inspect.getsource(inspect.unwrap(resolve(dotted))))
     return re.sub(r"def \w+\(", f"def {answer}(", src, count=1)
 
 

@@ -162,6 +162,23 @@ class KernelHole:
             {self.piece: method, "__module__": __name__, **dict(self.attrs)},
         )
 
+    def kernel(self, answer, N: int, dtype, config=None, wdtype=None):
+        """The stage kernel with ``answer`` in the hole, for x of ``dtype`` and a weight of
+        ``wdtype`` (default: x's); ``config`` None: the stage's heuristic."""
+        from ..runtime import torch_dtype
+        from ..stages import get_stage
+
+        dtype = torch_dtype(dtype)
+        wdtype = torch_dtype(wdtype) if wdtype is not None else dtype
+        config = config if config is not None else get_stage(self.stage).default_config(N, dtype)
+        return self.build(answer)(dtype, N, config, wdtype)
+
+
+def stand_in(*args, **kwargs):
+    """What the grader's own copy of a kernel holds in the hole (built for its tiling and launch
+    shape, never compiled there: the learner's is compiled where the answer lives)."""
+    raise RuntimeError("the grader's copy of the kernel is not compiled")
+
 
 def _config(config: Callable | None, N: int, dtype):
     """``config(N, dtype)`` with dtype as a torch dtype, or None (the stage's heuristic)."""

@@ -183,8 +183,7 @@ def grade_one(job: dict) -> dict:
     )
     res.seconds = time.time() - t0
     check(grader)  # before its result and feedback are written
-    options = {"hidden": job["hidden"], "only": job.get("only"), "seed": job["seed"]}
-    after = _digest(path, lesson, options) if path.exists() else None
+    after = _digest(path, lesson, job["options"]) if path.exists() else None
     if after != job["digest"]:  # a cell wrote to the notebook (native code past the hook)
         rewritten = {"graded": job["digest"], "found": after, "at": datetime.now().isoformat()}
     if rewritten:
@@ -439,6 +438,7 @@ def _jobs(
                 solutions=str(opts.solutions) if opts.solutions else None,
                 only=opts.only,
                 digest=digest,
+                options=options,  # what the digest covers beside the notebook
                 late=late,
                 grader=grader,
                 # what the submission's cells and answers may not read: the class's

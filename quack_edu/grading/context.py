@@ -158,14 +158,7 @@ class Context:
     # kernels --------------------------------------------------------------------------------
     def kernel(self, hole, N: int, dtype, config=None, wdtype=None):
         """The learner's kernel for x of ``dtype`` and a weight of ``wdtype`` (default: x's)."""
-        from ..runtime import torch_dtype
-        from ..stages import get_stage
-
-        dtype = torch_dtype(dtype)
-        wdtype = torch_dtype(wdtype) if wdtype is not None else dtype
-        module = get_stage(hole.stage)
-        config = config if config is not None else module.default_config(N, dtype)
-        return hole.build(self.answer)(dtype, N, config, wdtype)
+        return hole.kernel(self.answer, N, dtype, config, wdtype)
 
     def report(self, hole, N: int, dtype="bf16", config=None, sass=False):
         """Compile the learner's kernel (cached per N, dtype, config) and report on it."""

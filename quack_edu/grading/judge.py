@@ -562,13 +562,6 @@ class RemoteLauncher:
         return float(self.worker.value_of(r))
 
 
-class _Unused:
-    """The piece of a kernel the grader builds only to read its tiling (never traced here)."""
-
-    def __call__(self, *a, **k):
-        raise RuntimeError("the grader's copy of the kernel is not compiled")
-
-
 class JudgeContext(Context):
     """A check's context in the grader: the answer lives in the worker."""
 
@@ -583,13 +576,9 @@ class JudgeContext(Context):
         return self.answer(*args, **kwargs)
 
     def kernel(self, hole, N: int, dtype, config=None, wdtype=None):
-        from ..runtime import torch_dtype
-        from ..stages import get_stage
+        from .checks import stand_in
 
-        dtype = torch_dtype(dtype)
-        wdtype = torch_dtype(wdtype) if wdtype is not None else dtype
-        config = config if config is not None else get_stage(hole.stage).default_config(N, dtype)
-        return hole.build(_Unused())(dtype, N, config, wdtype)
+        return hole.kernel(stand_in, N, dtype, config, wdtype)  # for its tiling: never compiled
 
     def report(self, hole, N: int, dtype="bf16", config=None, sass=False):
         """The learner's kernel compiled where the answer lives (``probes.compiled``, for the
@@ -608,8 +597,10 @@ class JudgeContext(Context):
         """``fn(answer, *args)`` run in the worker; its data comes back (``Context.probe``)."""
         ref = (getattr(fn, "__module__", ""), getattr(fn, "__qualname__", ""))
         if not ref[0].startswith(f"{__package__}.") or ".exercises" in ref[0] or "." in ref[1]:
-            raise ValueError(f"a probe must be a module-level function of a learner-side module: "
-                             f"{ref[0]}.{ref[1]}")
+            raise ValueError(
+                f"a probe must be a module-level function of a learner-side module: "
+                f"{ref[0]}.{ref[1]}"
+            )
         w = self.answer._worker if isinstance(self.answer, RemoteAnswer) else None
         if w is None:
             return super().probe(fn, *args)
@@ -624,9 +615,7 @@ class JudgeContext(Context):
         if key not in self.cache:
             kernel = self.kernel(hole, N, dtype, config, wdtype)
             worker = self.answer._worker
-            launch = RemoteLauncher(
-                worker, self._ref(hole), N, torch_dtype(dtype), config, wdtype
-            )
+            launch = RemoteLauncher(worker, self._ref(hole), N, torch_dtype(dtype), config, wdtype)
             self.cache[key] = (kernel, launch)
         return self.cache[key]
 

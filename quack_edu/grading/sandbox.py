@@ -14,9 +14,9 @@ names the rule:
 * reading the secrets (solutions, the instructor bundle, results) or another process's
   ``/proc`` entries (a command line names the results file);
 * starting a process (``subprocess``, ``os.system``, ``exec*``, ``fork``, ``posix_spawn``; but
-  ``nvdisasm`` from the Python installation, which shows a kernel's SASS), and the grader kills
-  the process group at the end, so nothing outlives the grading run; signalling another
-  process; opening a network connection;
+  ``nvdisasm`` and ``ptxas`` from the Python installation, on files in the scratch folder),
+  and the grader kills the process group at the end, so nothing outlives the grading run;
+  signalling another process; opening a network connection;
 * loading a native library from outside the Python installation, or reading raw memory, through
   ``ctypes``; walking every object the interpreter holds (``gc.get_objects``/``get_referrers``);
   installing or removing a profiler or tracer;
@@ -31,9 +31,10 @@ string, ``importlib``, ``sys.modules``, an alias) ends in the same function obje
 now records the reach and raises. The original code is gone from the process, so a learner who
 silences the record still gets no answer from it.
 
-This is a boundary against Python code. Native code cannot be watched this way; it is kept out
-by refusing new native libraries and raw memory. Stronger isolation (a separate user, Linux
-namespaces) can be stacked on top: see the README's grading section.
+The hook watches Python code. Native code that opens files itself (``torch.from_file``) raises
+no audit event: where the kernel has Landlock, ``lock_down`` also confines the process's files
+in the kernel (``confine``); new native libraries and raw memory are refused. More isolation
+(a separate user, Linux namespaces) can be stacked on top: see the README's grading section.
 """
 
 from __future__ import annotations
@@ -113,7 +114,8 @@ _UNAUDITED = (
 #: line-to-function-name cache): its reads of a secret are refused without an incident
 _TOLERANT_READERS = (("torch/_dynamo/funcname_cache.py", "_add_file"),)
 #: programs a learner process may start (from the Python installation only): the lessons show a
-#: kernel's SASS, which ``nvdisasm`` makes; they end with the process group
+#: kernel's SASS, which ``nvdisasm`` makes, and torch.compile's kernels go through ``ptxas``;
+#: they end with the process group
 _TOOLS = ("nvdisasm", "ptxas")
 #: /proc entries of this process that are not a way out (no cwd, root, fd, mem, environ)
 _PROC_SELF_OK = ("stat", "statm", "status", "maps", "cmdline", "comm", "limits", "cgroup", "task")
@@ -260,21 +262,19 @@ def lock_down(
     changes, refused, write_flags, proc_ok = _CHANGES, _REFUSED, _WRITE_FLAGS, _PROC_SELF_OK
     tools, loader_env = _TOOLS, ("LD_", "GCONV_PATH")
     loader0 = {k: v for k, v in os.environ.items() if k.startswith(loader_env)}
+    tripped = "quack_edu.sandbox.reached"
 
     def text(a) -> str:
+        """A path or argument as a str (bytes decoded as the file system does)."""
         a = fspath(a) if isinstance(a, str | bytes | os.PathLike) else str(a)
         return a.decode("utf-8", "surrogateescape") if isinstance(a, bytes) else a
-
-    tripped = "quack_edu.sandbox.reached"
 
     def as_path(p):
         """(the path made absolute lexically, the path the kernel would open: symlinks and
         ``..`` after them resolved), or None for an open file descriptor (no new access)."""
         if isinstance(p, int):
             return None
-        p = fspath(p)
-        if isinstance(p, bytes):
-            p = p.decode("utf-8", "surrogateescape")
+        p = text(p)
         raw = p if p.startswith("/") else cwd + "/" + p
         try:
             real = realpath(raw)
@@ -324,9 +324,8 @@ def lock_down(
         return " < ".join(named[:3])
 
     def refuse(what: str, *, quiet: bool = False):
-        if quiet:
-            raise PermissionError(f"the grader's sandbox refused: {what}")
-        if f"refused: {what}" not in seen:
+        """Refuse (``quiet``: without an incident, for a reader that takes it as no file)."""
+        if not quiet and f"refused: {what}" not in seen:
             seen.append(f"refused: {what}")
         raise PermissionError(f"the grader's sandbox refused: {what}")
 
@@ -335,9 +334,7 @@ def lock_down(
         (``dir_fd``), which the audit event does not name, not to the working directory."""
         if isinstance(p, int):
             return False
-        p = fspath(p)
-        if isinstance(p, bytes):
-            p = p.decode("utf-8", "surrogateescape")
+        p = text(p)
         return not p.startswith("/") and ".." in p.split("/")
 
     def a_folder(real: str) -> bool:
@@ -460,8 +457,7 @@ def lock_down(
 
     def guarded_readlink(path, *args, **kwargs):  # no audit event: /proc/<pid>/cwd says where
         # the path as written, made absolute (not resolved: resolving a link reads it, here)
-        p = text(path)
-        p = _normal(p if p.startswith("/") else cwd + "/" + p, cwd)
+        p = _normal(text(path), cwd)
         if p.startswith("/proc/") and proc_secret(p):
             refuse(f"reading the link {p}")
         return readlink(path, *args, **kwargs)

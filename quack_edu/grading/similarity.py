@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib
 import inspect
 import io
 import keyword
@@ -87,24 +86,13 @@ def page_shingles(lesson: str) -> frozenset:
     return frozenset(seen)
 
 
-def _resolve(dotted: str):
-    parts = dotted.split(".")
-    for i in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
-        for p in parts[i:]:
-            obj = getattr(obj, p)
-        return obj
-    raise ImportError(dotted)
-
-
 @functools.cache
 def finished_shingles(dotted: str) -> frozenset:
     """The shingles of a library function's source (empty if it has none to read)."""
+    from .worker import resolve  # (how the tripwires find the same function)
+
     try:
-        obj = inspect.unwrap(_resolve(dotted))
+        obj = inspect.unwrap(resolve(dotted))
         return frozenset(shingles(textwrap.dedent(inspect.getsource(obj))))
     except (ImportError, AttributeError, OSError, TypeError):
         return frozenset()

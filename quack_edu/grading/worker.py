@@ -207,14 +207,7 @@ def _seen() -> dict:
 
 
 def build(answer, ref, N, dtype, config, wdtype=None):
-    from ..runtime import torch_dtype
-    from ..stages import get_stage
-
-    hole = hole_of(ref)
-    dtype = torch_dtype(dtype)
-    wdtype = torch_dtype(wdtype) if wdtype is not None else dtype
-    config = config if config is not None else get_stage(hole.stage).default_config(N, dtype)
-    return hole.build(answer)(dtype, N, config, wdtype)
+    return hole_of(ref).kernel(answer, N, dtype, config, wdtype)
 
 
 def serve(req, answer, state) -> dict:

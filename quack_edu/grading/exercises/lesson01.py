@@ -98,9 +98,7 @@ SUM_SQUARES_MUTANTS = [
 sum_squares = register(
     Exercise(
         id="01.sum_squares",
-        finished=(
-            "quack_edu.stages.naive.NaiveRMSNorm.sum_squares",
-        ),
+        finished=("quack_edu.stages.naive.NaiveRMSNorm.sum_squares",),
         lesson=LESSON,
         answer="sum_squares",
         title="the first pass: sum of x[row, j]**2 in fp32, inside the naive kernel",

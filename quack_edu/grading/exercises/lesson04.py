@@ -487,9 +487,7 @@ EXPECTED_TX_BYTES_MUTANTS = mutants(TIERS,
 expected_tx = register(
     Exercise(
         id="04.expected_tx_bytes",
-        finished=(
-            "quack_edu.stages.cluster.ClusterRMSNorm.expected_tx_bytes",
-        ),
+        finished=("quack_edu.stages.cluster.ClusterRMSNorm.expected_tx_bytes",),
         lesson=LESSON,
         answer="expected_tx_bytes",
         title="the mbarrier's expected transaction bytes for one row reduction",

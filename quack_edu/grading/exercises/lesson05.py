@@ -274,9 +274,7 @@ WAIT_GROUPS_MUTANTS = [
 wait_groups = register(
     Exercise(
         id="05.wait_groups",
-        finished=(
-            "quack_edu.stages.cpasync.CpAsyncRMSNorm.wait_groups_pending",
-        ),
+        finished=("quack_edu.stages.cpasync.CpAsyncRMSNorm.wait_groups_pending",),
         lesson=LESSON,
         answer="wait_groups_pending",
         title="cp.async.wait_group n for part k of S: how many groups may still be in flight",
@@ -641,9 +639,7 @@ PIPELINE_MUTANTS = [
 pipeline = register(
     Exercise(
         id="05.pipeline",
-        finished=(
-            "quack_edu.stages.cpasync.CpAsyncRMSNorm.load_and_sum_sq",
-        ),
+        finished=("quack_edu.stages.cpasync.CpAsyncRMSNorm.load_and_sum_sq",),
         lesson=LESSON,
         answer="load_and_sum_sq",
         title="the pipeline: issue every part in its own commit group, then wait and sum each",

@@ -34,6 +34,7 @@ from ..checks import (
     CheckFailed,
     fail_on_error,
     shared,
+    stand_in,
 )  # fmt: skip
 from ..holes import EPILOGUE_HOLE
 from ..probes import report_of
@@ -47,7 +48,7 @@ from ..probes.lesson06 import (
     outputs_of,
 )
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
-from .whole_kernel import check_offset_flow, stand_in
+from .whole_kernel import check_offset_flow
 
 LESSON = "06_final_kernel"
 
@@ -297,9 +298,7 @@ EPILOGUE_MUTANTS = mutants(TIERS,
 epilogue = register(
     Exercise(
         id="06.epilogue",
-        finished=(
-            "quack_edu.stages.final.FinalRMSNorm.scale",
-        ),
+        finished=("quack_edu.stages.final.FinalRMSNorm.scale",),
         lesson=LESSON,
         answer="scale",
         title="the epilogue of the final kernel: x_hat * (w + weight_offset) + b, in fp32",
@@ -595,9 +594,7 @@ FAKE_IMPL_MUTANTS = mutants(TIERS,
 fake_impl = register(
     Exercise(
         id="06.fake_impl",
-        finished=(
-            "quack_edu.host.forward._fwd_fake",
-        ),
+        finished=("quack_edu.host.forward._fwd_fake",),
         lesson=LESSON,
         answer="rmsnorm_fwd_fake",
         title="the fake implementation of quack_edu::rmsnorm_fwd: outputs without data",

@@ -646,9 +646,7 @@ GRAD_IN_MUTANTS = [
 grad_in = register(
     Exercise(
         id="07.grad_in",
-        finished=(
-            "quack_edu.stages.final_bwd.FinalBwdRMSNorm.grad_in",
-        ),
+        finished=("quack_edu.stages.final_bwd.FinalBwdRMSNorm.grad_in",),
         lesson=LESSON,
         answer="grad_in",
         title="the backward kernel's g = dout * (w + weight_offset), in fp32",

@@ -27,6 +27,7 @@ from ..checks import (
     divergent_barriers,
     fail_on_error,
     speed_vs_copy,
+    stand_in,
     thread_guards,
     times_zero,
 )
@@ -35,7 +36,6 @@ from ..probes import report_of
 from ..probes.lesson07 import DW_STAGE, dw_compiled, dw_launched, dw_time_us
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
 from .lesson07 import HOLE, LESSON, row_inputs
-from .whole_kernel import stand_in
 
 # ---- 07.dw_partial ----------------------------------------------------------------------------
 #: the compile tier's backward: x bf16, dout fp16 (each recognisable by its conversion), the
@@ -550,9 +550,7 @@ DW_PARTIAL_MUTANTS = [
 dw_partial = register(
     Exercise(
         id="07.dw_partial",
-        finished=(
-            "quack_edu.stages.final_bwd.FinalBwdRMSNorm.combine_partial",
-        ),
+        finished=("quack_edu.stages.final_bwd.FinalBwdRMSNorm.combine_partial",),
         lesson=LESSON,
         answer="combine_partial",
         title="the persistent CTA's dw: accumulate dout * x_hat, then store one partial row",

@@ -19,8 +19,7 @@ kernel's hole, cases, probe, configs, hints and mutants, and ``WholeKernel(...).
 adds the checks every whole kernel gets, in the same order for each.
 
 Lessons 06 and 07 share ``check_offset_flow`` (the weight offset added to the weight, in the
-epilogue and in dx) and ``stand_in`` (what the grader's own copy of a kernel holds in its hole)
-from here too.
+epilogue and in dx) from here too.
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from ..checks import (
     no_local_memory,
     not_launched,
     rmsnorm_inputs,
+    stand_in,
     thread_guards,
 )
 from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutants, register
@@ -475,9 +475,6 @@ def whole_report(ctx, hole: KernelHole, N: int, xd: str, wd: str, config):
     return ctx.cache[key]
 
 
-def stand_in(*args, **kwargs):
-    """What the grader's own copy of a kernel holds in the hole: it is never compiled here."""
-    raise RuntimeError("the grader's copy of the kernel is not compiled")
 
 
 def access_check(
