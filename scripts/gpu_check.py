@@ -169,7 +169,9 @@ def test_plan(a, stages) -> list[tuple[str, list[str], bool]]:
             "tests/test_grading_exercises.py",
             "tests/test_sandbox.py",
         ]
-        return [("boundary", [*gpu, "-n", "6", *grader], False)]
+        # -v: each test's name and verdict as it ends (a run cut off still names its failures)
+        sel = ["-k", a.grading_k] if a.grading_k else []
+        return [("boundary", [*gpu, "-n", "6", "-v", "-rf", *grader, *sel], False)]
     timed = [f"--ignore={t}" for t in a.parallel_tests.split()]
     timed += ["--ignore=tests/test_stages_gpu.py", "--ignore=tests/test_fuzz_gpu.py"]
     timed += [f"--ignore={t}" for t in ALONE]
@@ -356,7 +358,7 @@ def main() -> int:
             else [s for s in a.value_stages.split(",") if s != "none"]
         )
         run_tests(test_plan(a, stages), a, out, summary)
-    if a.part == "boundary":
+    if a.part == "boundary" and a.class_students > 0:
         cmd = [py, "scripts/class_check.py", "--jobs", "1,4", "--lesson", a.class_lesson,
                "--students", str(a.class_students), "--out", str(out / "class_check")]  # fmt: skip
         rc, text, dt = sh(cmd, out / "class_check.log", timeout=560)
