@@ -559,3 +559,66 @@ def test_a_cell_worker_that_exits_at_once_says_so(tmp_path):
     with pytest.raises(RuntimeError, match="exited with 1 before it started"):
         with ChildEngine(env, str(tmp_path), timeout=5, log=tmp_path / "log"):
             pass
+
+
+def test_a_gpu_check_that_ran_out_of_memory_runs_again(monkeypatch):
+    # another grading's tensors on the same GPU are not the learner's failure (issue 49: same
+    # scores under load); a compile check, or a GPU check that fails for its own reasons, is
+    # not run again
+    import torch
+
+    from quack_edu.grading import runner
+    from quack_edu.grading.registry import COMPILE, GPU, Check, CheckFailed
+
+    monkeypatch.setattr(runner, "OOM_PAUSE_S", 0.0)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    calls = []
+
+    def flaky(ctx):
+        calls.append(1)
+        if len(calls) < 3:
+            try:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            except torch.OutOfMemoryError as e:  # as torch.testing wraps it
+                raise RuntimeError(
+                    "Comparing\n... resulted in the unexpected exception above"
+                ) from e
+        return "ok"
+
+    assert runner._run_check(Check("t", GPU, flaky), None) == "ok" and len(calls) == 3
+    calls.clear()
+    with pytest.raises(RuntimeError):
+        runner._run_check(Check("t", COMPILE, flaky), None)
+    assert len(calls) == 1
+
+    def wrong(ctx):
+        calls.append(1)
+        raise CheckFailed("wrong")
+
+    calls.clear()
+    with pytest.raises(CheckFailed):
+        runner._run_check(Check("t", GPU, wrong), None)
+    assert len(calls) == 1
+
+    def never(ctx):
+        calls.append(1)
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    calls.clear()
+    with pytest.raises(torch.OutOfMemoryError):
+        runner._run_check(Check("t", GPU, never), None)
+    assert len(calls) == runner.OOM_RETRIES + 1
+
+
+def test_short_error_names_the_cause_torch_testing_wrapped():
+    from quack_edu.grading.hints import short_error
+
+    try:
+        try:
+            raise MemoryError("out of memory at 2 GiB")
+        except MemoryError as e:
+            raise RuntimeError(
+                "Comparing\nTensorLikePair(id=(),\nresulted in the unexpected exception above."
+            ) from e
+    except RuntimeError as e:
+        assert short_error(e).startswith("MemoryError: out of memory")

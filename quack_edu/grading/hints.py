@@ -192,7 +192,12 @@ def short_text(text: str) -> str:
 
 
 def short_error(exc: BaseException, limit: int = 300) -> str:
-    """A one-paragraph description of an exception (see ``short_text``)."""
+    """A one-paragraph description of an exception (see ``short_text``); of one that only wraps
+    its cause (torch.testing's "Comparing ... resulted in the unexpected exception above"), the
+    cause's."""
+    cause = exc.__cause__
+    if cause is not None and "unexpected exception above" in str(exc):
+        return short_error(cause, limit)
     body = short_text(str(exc)) or type(exc).__name__
     body = f"{type(exc).__name__}: {body}" if not body.startswith(type(exc).__name__) else body
     return body if len(body) <= limit else body[: limit - 1] + "…"
