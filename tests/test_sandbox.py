@@ -40,6 +40,8 @@ ATTEMPTS = {
         "os.O_WRONLY | os.O_CREAT, dir_fd=os.open('a/b', os.O_RDONLY))"
     ),
     "start a process": "subprocess.run(['true'])",
+    "run ldconfig to change the cache": "subprocess.run(['/sbin/ldconfig', '-p', '-C', 'x'])",
+    "compile with a version flag": "subprocess.run(['nvcc', '--version', 'x.cu'])",
     "start a detached process": "subprocess.Popen(['sleep', '60'], start_new_session=True)",
     "os.system": "os.system('true')",
     "start a process through _posixsubprocess": (
@@ -124,6 +126,19 @@ CHILD = textwrap.dedent(
             out[name] = "refused: " + str(e)
         except Exception as e:
             out[name] = f"error: {type(e).__name__}: {e}"
+    import ctypes  # the CUDA driver (not on a CPU machine: the loader's own error, no refusal)
+    try:
+        ctypes.CDLL("libcuda.so.1").cuInit
+        out["driver"] = "ran"
+    except OSError as e:
+        out["driver"] = "refused" if isinstance(e, PermissionError) else "not here"
+    ld = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True)  # the loader's cache
+    out["ldconfig -p"] = "ran" if ld.returncode == 0 else "failed"
+    try:  # a library asking which compiler is there is told "none", without an incident
+        subprocess.run(["nvcc", "--version"], capture_output=True)
+        out["version probe"] = "ran"
+    except FileNotFoundError:
+        out["version probe"] = "not found"
     import time
     t = time.perf_counter()  # resolving links reads them: once each, not recursively
     out["resolved"] = os.path.realpath(PUBLIC + "/link3")
@@ -173,6 +188,10 @@ def test_a_locked_down_process_is_refused_what_would_reach_past_it(tmp_path, sub
     assert not any("source.py" in i for i in incidents), incidents
     assert any("importing secretpkg" in i for i in incidents)
     assert any("subprocess.Popen" in i for i in incidents)
+    assert out["driver"] in ("ran", "not here") and not any("libcuda" in i for i in incidents)
+    assert out["ldconfig -p"] == "ran" or not os.path.exists("/sbin/ldconfig")
+    assert out["version probe"] == "not found"  # and only the compile is on the record:
+    assert len([i for i in incidents if "Popen of nvcc" in i]) == 1, incidents
     assert len([i for i in incidents if i.startswith("refused: ")]) >= len(ATTEMPTS) - 8
 
 

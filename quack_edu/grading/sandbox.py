@@ -39,6 +39,7 @@ in the kernel (``confine``); new native libraries and raw memory are refused. Mo
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -117,6 +118,17 @@ _TOLERANT_READERS = (("torch/_dynamo/funcname_cache.py", "_add_file"),)
 #: kernel's SASS, which ``nvdisasm`` makes, and torch.compile's kernels go through ``ptxas``;
 #: they end with the process group
 _TOOLS = ("nvdisasm", "ptxas")
+#: the arguments of a version query: any other program asked only this is answered "not
+#: installed" (FileNotFoundError, as a missing program is), without an incident
+_VERSION_PROBES = (["--version"], ["-V"])
+#: the CUDA driver, by the name the loader finds it by: a learner process may load it and look
+#: its functions up through ctypes (``runtime.resident_clusters`` does); the driver's API is in
+#: reach anyway, through the DSL's ``cuda.bindings``, and its files are the kernel's to guard
+_DRIVER = ("libcuda.so.1", "libcuda.so")
+#: system programs a learner process may run with exactly these arguments: they only print
+#: (``ldconfig -p``, the loader's cache: Triton and ``ctypes.util.find_library`` find libcuda
+#: with it)
+_QUERIES = (("ldconfig", "-p"),)
 #: /proc entries of this process that are not a way out (no cwd, root, fd, mem, environ)
 _PROC_SELF_OK = ("stat", "statm", "status", "maps", "cmdline", "comm", "limits", "cgroup", "task")
 
@@ -261,6 +273,7 @@ def lock_down(
     _state.update(scratch=home, seen=seen)
     changes, refused, write_flags, proc_ok = _CHANGES, _REFUSED, _WRITE_FLAGS, _PROC_SELF_OK
     tools, loader_env = _TOOLS, ("LD_", "GCONV_PATH")
+    from .confine import SYSTEM as system_dirs
     loader0 = {k: v for k, v in os.environ.items() if k.startswith(loader_env)}
     tripped = "quack_edu.sandbox.reached"
 
@@ -320,11 +333,14 @@ def lock_down(
     def by(frames) -> str:
         """Who asked, for the record: the first frames outside the standard library's readers."""
         named = [f"{'/'.join(file.rsplit('/', 2)[-2:])}:{fn}" for file, fn in frames
-                 if not file.endswith(("/tokenize.py", "/linecache.py", "/codecs.py"))]  # fmt: skip
+                 if not file.endswith(("/tokenize.py", "/linecache.py", "/codecs.py",
+                                       "grading/sandbox.py"))]  # fmt: skip
         return " < ".join(named[:3])
 
     def refuse(what: str, *, quiet: bool = False):
         """Refuse (``quiet``: without an incident, for a reader that takes it as no file)."""
+        if "(by " not in what and "; by " not in what:  # who asked, for the record
+            what = f"{what} (by {by(callers(12)) or 'the cell'})"
         if not quiet and f"refused: {what}" not in seen:
             seen.append(f"refused: {what}")
         raise PermissionError(f"the grader's sandbox refused: {what}")
@@ -377,8 +393,15 @@ def lock_down(
         elif event == "subprocess.Popen":
             exe = as_path(args[0]) if args and args[0] is not None else None
             name = exe[1].rsplit("/", 1)[-1] if exe else ""
+            argv = list(args[1]) if isinstance(args[1], list | tuple) else []
+            query = (name, *(text(a) for a in argv[1:]))
+            if query in _QUERIES and any(under(exe[1], r) for r in system_dirs):
+                return
             if not (name in tools and any(under(exe[1], r) for r in installed)):
-                refuse(f"subprocess.Popen of {args[0]} (starts a process)")
+                if [text(a) for a in argv[1:]] in _VERSION_PROBES:  # a library asking which
+                    # compiler is there (torch.compile on a GPU asks nvcc) takes "none"
+                    raise FileNotFoundError(errno.ENOENT, "not in the grader's sandbox", name)
+                refuse(f"subprocess.Popen of {args[0]} (starts a process; by {by(callers())})")
             # a tool runs outside this hook: every file it is given is in the scratch folder,
             # and nothing in its environment loads native code into it
             cwd_arg = args[2] if len(args) > 2 else None
@@ -395,6 +418,11 @@ def lock_down(
         elif event == "os.putenv" and text(args[0]).startswith(loader_env):
             if text(args[1]) != loader0.get(text(args[0])):
                 refuse(f"setting {text(args[0])} (loads native code into a tool)")
+        elif event == "ctypes.dlsym" and len(args) > 1:  # (the library, the function's name)
+            lib = getattr(args[0], "_name", args[0])
+            if lib in _DRIVER:  # the CUDA driver: reachable anyway (the DSL's cuda.bindings)
+                return
+            refuse(f"{event} of {text(args[1])} in {lib} ({refused[event]})")
         elif event in refused:
             refuse(f"{event} ({refused[event]})")
         elif event in ("os.kill", "os.killpg", "signal.pthread_kill"):
@@ -404,6 +432,8 @@ def lock_down(
             refuse("opening an SQLite database")
         elif event == "ctypes.dlopen":
             p = as_path(args[0]) if args and args[0] else None
+            if args and args[0] in _DRIVER:
+                return
             if p is None or not any(under(p[1], r) for r in installed):
                 refuse(f"loading the native library {args[0] if args else None}")
         elif event == "import":
@@ -470,7 +500,11 @@ def lock_down(
         exes = args[1] if len(args) > 1 and args[1] else args[0]
         exe = as_path(exes[0]) if exes else None
         name = exe[1].rsplit("/", 1)[-1] if exe else ""
-        if not (name in tools and any(under(exe[1], r) for r in installed)):
+        argv = list(args[0]) if isinstance(args[0], list | tuple) else []
+        query = (name, *(text(a) for a in argv[1:]))
+        if not (query in _QUERIES and any(under(exe[1], r) for r in system_dirs)) and not (
+            name in tools and any(under(exe[1], r) for r in installed)
+        ):
             refuse(f"starting {exes[0] if exes else None!r}")
         box.append(spawn(*args))
 
