@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from . import hints
+from . import answer_key, hints
 from .context import (  # noqa: F401  (re-exported: the exercises' kit)
     HIDDEN_M,
     HIDDEN_N,
@@ -96,9 +96,29 @@ def value_check(
     hint (``hints.diagnose_number``).
     """
     close = close or numbers_close()
+    keyless = isinstance(reference, answer_key.Removed)  # a student's copy: recorded values
+
+    def expected_of(ctx, case):
+        if keyless:
+            return answer_key.as_recorded(
+                answer_key.lookup(ctx.exercise.id, name, case)["expected"]
+            )
+        return reference(*case)
+
+    def variant_of(ctx, var, case):
+        if not isinstance(var.fn, answer_key.Removed):
+            return var.fn(*case)
+        got = answer_key.lookup(ctx.exercise.id, name, case)["variants"].get(var.name)
+        if got is None:
+            raise ValueError(f"variant {var.name} does not apply")
+        return answer_key.as_recorded(got)
 
     def fn(ctx: Context):
         all_cases = list(cases(ctx, hidden))
+        if answer_key.is_recording() and not keyless:  # quack-edu student --release
+            for case in all_cases:
+                wrong = {v.name: answer_key.variant_value(v, case) for v in variants}
+                answer_key.record(ctx.exercise.id, name, case, reference(*case), wrong)
         seen_cache: dict[int, object] = {}
 
         def seen_of(i):
@@ -107,13 +127,14 @@ def value_check(
             return seen_cache[i]
 
         for i, case in enumerate(all_cases):
-            got, exp = seen_of(i), reference(*case)
+            got, exp = seen_of(i), expected_of(ctx, case)
             if not close(got, exp):
                 # a known wrong variant must match in every case, not just this one
                 v = None
                 for var in variants:
                     try:
-                        if all(close(seen_of(j), var.fn(*c)) for j, c in enumerate(all_cases)):
+                        if all(close(seen_of(j), variant_of(ctx, var, c))
+                               for j, c in enumerate(all_cases)):  # fmt: skip
                             v = var
                             break
                     except (Exception, SystemExit) as e:

@@ -32,6 +32,24 @@ _STUDENT_ARGS = [
     ),
     (["--out"], dict(type=Path, help="output folder (default: notebooks/)")),
     (
+        ["--release"],
+        dict(
+            type=Path,
+            metavar="FOLDER",
+            help="write a student's copy of the course into FOLDER (new): the lessons, the "
+            "library and the self-check, without the solutions, the tests, the answer key "
+            "(reference answers, mutants) or the hidden checks",
+        ),
+    ),
+    (
+        ["--partial"],
+        dict(
+            action="store_true",
+            help="with --release: leave out the self-checks of lessons whose exercise modules "
+            "have no answer-key block yet, rather than refuse",
+        ),
+    ),
+    (
         ["--check"],
         dict(
             action="store_true",
@@ -114,6 +132,20 @@ def add_commands(subparsers) -> None:
 def run_student(args) -> int:
     from .nbfiles import generate_students, out_of_date
 
+    if args.release:
+        from .release import ReleaseError, write_release
+
+        try:
+            info = write_release(args.release, partial=args.partial)
+        except ReleaseError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote a student's copy to {args.release}")
+        print(f"  self-checks of lessons {', '.join(info['lessons'])} (public cases, seed "
+              f"{info['seed']})")  # fmt: skip
+        if info["left_out"]:
+            print(f"  left out (no answer key block yet): lessons {', '.join(info['left_out'])}")
+        return 0
     if args.check:
         stale = out_of_date(args.solutions or None, args.out)
         for s in stale:

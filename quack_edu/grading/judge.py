@@ -33,13 +33,12 @@ import dataclasses
 import json
 import os
 import pickle
-import random
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from . import hints
+from . import answer_key, hints
 from .context import Context
 from .registry import MISSING, Check, CheckFailed, Exercise
 from .report import FAIL, NOT_ATTEMPTED, ExerciseResult
@@ -710,7 +709,7 @@ def judge_exercise(
     from .. import MODE
 
     gpu = MODE.gpu if gpu is None else gpu
-    seed = random.SystemRandom().getrandbits(31) if seed is None else int(seed)
+    seed = answer_key.seed_for(seed)
     t0 = time.perf_counter()
     if source is None:
         return _blank(ex, hidden, gpu)

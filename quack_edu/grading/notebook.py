@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import copy
 import os
-import secrets
 import tempfile
 import time
 from pathlib import Path
 
+from . import answer_key
 from .executor import (  # noqa: F401  (re-exported: notebook.CellEvent)
     CellEvent,
     ChildEngine,
@@ -165,7 +165,7 @@ def grade_notebook(
 
     t0 = time.time()
     path = Path(path)
-    seed = secrets.randbits(31) if seed is None else int(seed)
+    seed = answer_key.seed_for(seed)
     solutions = Path(solutions) if solutions else solutions_dir()
     mode = "gpu" if MODE.gpu else "compile-only"
     try:
@@ -299,7 +299,7 @@ def grade_paths(paths, **kwargs) -> RunResult:
     from .. import MODE
 
     seed = kwargs.pop("seed", None)
-    seed = secrets.randbits(31) if seed is None else seed
+    seed = answer_key.seed_for(seed)
     hidden = kwargs.get("hidden", True)
     results = [grade_notebook(p, seed=seed, **kwargs) for p in paths]
     return RunResult(results, "gpu" if MODE.gpu else "compile-only", MODE.reason, hidden, seed)

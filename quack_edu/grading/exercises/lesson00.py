@@ -42,6 +42,7 @@ def _shape_cases(ctx: Context, hidden: bool):
 
 
 # ---- 00.bytes_moved ---------------------------------------------------------------------------
+# BEGIN KEY
 def bytes_moved_ref(M, N, dtype):
     from ...tools.bench import rmsnorm_bytes  # the byte count every GB/s in the project uses
 
@@ -55,6 +56,7 @@ BYTES_MOVED_MUTANTS = mutants(COMPILE,
     ("forgets the weight", "weight", " + N * size", ""),
 )
 # fmt: on
+# END KEY
 
 bytes_moved = register(
     Exercise(
@@ -67,6 +69,7 @@ bytes_moved = register(
         mutants=BYTES_MOVED_MUTANTS,
     )
 )
+# BEGIN KEY
 _BYTES_VARIANTS = [
     Variant(
         "reads only",
@@ -91,6 +94,7 @@ _BYTES_VARIANTS = [
         "count the minimum traffic",
     ),
 ]
+# END KEY
 bytes_moved.add(
     value_check(
         "matches 2*M*N*sizeof(dtype) + N*sizeof(weight)",
@@ -99,6 +103,7 @@ bytes_moved.add(
         variants=_BYTES_VARIANTS,
     )
 )
+# BEGIN HIDDEN
 bytes_moved.add(
     value_check(
         "random shapes (grading seed)",
@@ -108,11 +113,14 @@ bytes_moved.add(
         hidden=True,
     )
 )
+# END HIDDEN
 
 
 # ---- 00.roofline_time_us ----------------------------------------------------------------------
+# BEGIN KEY
 def roofline_ref(nbytes, flops, gbps, tflops):
     return max(nbytes / (gbps * 1e9), flops / (tflops * 1e12)) * 1e6
+# END KEY
 
 
 def _roofline_cases(ctx: Context, hidden: bool):
@@ -137,6 +145,7 @@ def _roofline_cases(ctx: Context, hidden: bool):
     ]
 
 
+# BEGIN KEY
 # fmt: off
 ROOFLINE_TIME_US_MUTANTS = mutants(COMPILE,
     ("min, not max", "larger", "max(", "min("),
@@ -144,6 +153,7 @@ ROOFLINE_TIME_US_MUTANTS = mutants(COMPILE,
     ("adds the two", "overlap", "max(t_memory, t_compute)", "(t_memory + t_compute)"),
 )
 # fmt: on
+# END KEY
 
 roofline = register(
     Exercise(
@@ -155,6 +165,7 @@ roofline = register(
         mutants=ROOFLINE_TIME_US_MUTANTS,
     )
 )
+# BEGIN KEY
 _ROOF_VARIANTS = [
     Variant(
         "sum",
@@ -173,6 +184,7 @@ _ROOF_VARIANTS = [
         "compute can bound too: take the larger of the memory time and flops / peak",
     ),
 ]
+# END KEY
 roofline.add(
     value_check(
         "memory-bound, compute-bound and ridge cases",
@@ -181,6 +193,7 @@ roofline.add(
         variants=_ROOF_VARIANTS,
     )
 )
+# BEGIN HIDDEN
 roofline.add(
     value_check(
         "random cases (grading seed)",
@@ -190,9 +203,11 @@ roofline.add(
         hidden=True,
     )
 )
+# END HIDDEN
 
 
 # ---- 00.eager_rmsnorm -------------------------------------------------------------------------
+# BEGIN KEY
 def eager_rmsnorm_ref(x, w, eps=1e-6):
     """The eager sequence lesson 00 counts: x.float(), pow, mean, add, rsqrt, mul, mul, to."""
     xf = x.float()
@@ -213,6 +228,7 @@ EAGER_RMSNORM_MUTANTS = mutants(COMPILE,
     ("mean over rows", "last dim", "dim=-1", "dim=0"),
 )
 # fmt: on
+# END KEY
 
 eager = register(
     Exercise(
@@ -338,6 +354,7 @@ eager.check("ragged shapes (grading seed)", hidden=True)(
 
 
 # ---- 00.eager_bytes ---------------------------------------------------------------------------
+# BEGIN KEY
 def eager_bytes_ref(M, N, dtype):
     """Measured, not derived: the traffic of eager_rmsnorm_ref on meta tensors."""
     from ...lessons.roofline import traffic
@@ -374,6 +391,7 @@ EAGER_BYTES_MUTANTS = mutants(COMPILE,
     ]),
 )
 # fmt: on
+# END KEY
 
 eager_bytes = register(
     Exercise(
@@ -385,6 +403,7 @@ eager_bytes = register(
         mutants=EAGER_BYTES_MUTANTS,
     )
 )
+# BEGIN KEY
 _EAGER_BYTES_VARIANTS = [
     Variant(
         "input dtype for intermediates",
@@ -409,6 +428,7 @@ _EAGER_BYTES_VARIANTS = [
         "write them, the multiply reads them (small, but count them)",
     ),
 ]
+# END KEY
 eager_bytes.add(
     value_check(
         "matches the traffic of the eager sequence (measured)",
@@ -417,6 +437,7 @@ eager_bytes.add(
         variants=_EAGER_BYTES_VARIANTS,
     )
 )
+# BEGIN HIDDEN
 eager_bytes.add(
     value_check(
         "random shapes (grading seed)",
@@ -426,3 +447,4 @@ eager_bytes.add(
         hidden=True,
     )
 )
+# END HIDDEN

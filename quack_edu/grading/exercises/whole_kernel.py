@@ -317,6 +317,7 @@ def _check_cols(rep, kernel, where: str) -> None:
 #: the store of y in the solutions of 02-04 (a mutant guards it further)
 STORE_Y = "    if row < M:\n        cute.copy(copy_O, tXrO, tXgO, pred=tXpX)"
 
+# BEGIN KEY
 # fmt: off
 #: mutants of every whole kernel, seen in its PTX (the compile tier) and refused a launch
 COLUMN_MUTANTS = mutants(TIERS,
@@ -342,6 +343,7 @@ VALUE_MUTANTS = mutants(GPU,
      "y = x * rstd * tXrW.load().to(Float32)", "y = x * tXrW.load().to(Float32)"),
 )
 # fmt: on
+# END KEY
 
 #: known wrong RMSNorms a whole kernel can compute, checked against its wrong values
 WHOLE_VARIANTS = (hints.SUM_NOT_MEAN_V, hints.NOT_SQUARED_V, hints.NOT_NORMALISED_V)
