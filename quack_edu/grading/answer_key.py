@@ -44,6 +44,9 @@ class Removed:
         self.__name__ = self.name = name
 
     def __call__(self, *args, **kwargs):
+        calls = (public_key() or {}).get("calls", {}).get(self.name, {})
+        if not kwargs and case_key(args) in calls:  # a call recorded by ``keyed``
+            return as_recorded(calls[case_key(args)])
         raise KeyRemoved(f"{self.name} is in the instructor's answer key only")
 
     def __repr__(self) -> str:
@@ -120,9 +123,10 @@ _recording: dict | None = None
 
 @contextmanager
 def recording() -> Iterator[dict]:
-    """While on, every value check records its cases (``quack-edu student --release``)."""
+    """While on, every value check records its cases, and every ``keyed`` reference its calls
+    (``quack-edu student --release``): ``{"checks": ..., "calls": ...}``."""
     global _recording
-    _recording = {}
+    _recording = {"checks": {}, "calls": {}}
     try:
         yield _recording
     finally:
@@ -133,8 +137,25 @@ def is_recording() -> bool:
     return _recording is not None
 
 
+def keyed(fn):
+    """A reference answer that checks call directly (not through ``value_check``): while a
+    release records, its calls are kept, and in a student's copy its stub answers them."""
+
+    @functools.wraps(fn)
+    def wrapper(*args):
+        out = fn(*args)
+        if _recording is not None:
+            try:
+                _recording["calls"].setdefault(fn.__name__, {})[case_key(args)] = _value(out)
+            except KeyRemoved:  # arguments a JSON file cannot keep: not recorded
+                pass
+        return out
+
+    return wrapper
+
+
 def record(ex_id: str, check: str, case, expected, variants: dict) -> None:
-    table = _recording.setdefault(ex_id, {}).setdefault(check, {})
+    table = _recording["checks"].setdefault(ex_id, {}).setdefault(check, {})
     table[case_key(case)] = {
         "expected": _value(expected),
         "variants": {k: (None if v is _FAILED else _value(v)) for k, v in variants.items()},

@@ -109,7 +109,7 @@ def student_module(path: Path, module_name: str) -> str:
         else:
             out.append(lines[i])
             i += 1
-    text = "".join(out)
+    text = _short_docstring("".join(out))
     if keys and "from .. import answer_key" not in text:
         text = _add_import(text, "from .. import answer_key\n")
     _no_telltales(text, path)
@@ -125,6 +125,20 @@ def _no_telltales(text: str, where) -> None:
                 f"{where}:{line}: {m.group(0)!r} would be in the student's copy (put it in a "
                 f"{BEGIN_KEY} or {BEGIN_HIDDEN} block)"
             )
+
+
+def _short_docstring(text: str) -> str:
+    """The module's docstring cut to its first line: the rest describes the checks for the
+    maintainers, in words that can give an answer away (``rstd = rsqrt(...)``)."""
+    tree = ast.parse(text)
+    doc = ast.get_docstring(tree, clean=False)
+    if not doc or "\n" not in doc.strip():
+        return text
+    node = tree.body[0]
+    lines = text.splitlines(keepends=True)
+    first = doc.strip().splitlines()[0].replace('"', "'")
+    short = f'"""{first}\n\n(How the checks work: see the instructor\'s copy.)\n"""\n'
+    return "".join(lines[: node.lineno - 1]) + short + "".join(lines[node.end_lineno :])
 
 
 def _add_import(text: str, line: str) -> str:
@@ -214,7 +228,7 @@ def write_release(out: Path, *, partial: bool = False) -> dict:
     for rel in [r for r in _tracked(root) if r.startswith(EXERCISES)]:
         text = (out / rel).read_text() if (out / rel).exists() else ""
         _no_telltales(text, rel)
-    key = {"format": answer_key.FORMAT, "seed": seed, "checks": recorded}
+    key = {"format": answer_key.FORMAT, "seed": seed, **recorded}
     key_path = out / "quack_edu" / "grading" / answer_key.PUBLIC_KEY.name
     key_path.write_text(json.dumps(key, indent=1, sort_keys=True) + "\n")
     return {"lessons": sorted(lessons), "left_out": sorted(unkeyed), "seed": seed}

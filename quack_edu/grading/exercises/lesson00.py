@@ -120,6 +120,8 @@ bytes_moved.add(
 # BEGIN KEY
 def roofline_ref(nbytes, flops, gbps, tflops):
     return max(nbytes / (gbps * 1e9), flops / (tflops * 1e12)) * 1e6
+
+
 # END KEY
 
 

@@ -77,6 +77,7 @@ def _probe_loop(rep, ctx):
     return f"{n} ld.global in a device loop"
 
 
+# BEGIN KEY
 # fmt: off
 SUM_SQUARES_MUTANTS = [
     *mutants(COMPILE,
@@ -94,6 +95,7 @@ SUM_SQUARES_MUTANTS = [
     ),
 ]
 # fmt: on
+# END KEY
 
 sum_squares = register(
     Exercise(
@@ -228,6 +230,7 @@ def _f32(hexconst: str) -> float:
     return struct.unpack(">f", bytes.fromhex(hexconst[2:]))[0]
 
 
+# BEGIN KEY
 # fmt: off
 RSTD_MUTANTS = mutants(TIERS,
     ("forgets eps", "eps must be added", "sum_sq / N + eps", "sum_sq / N"),
@@ -235,6 +238,7 @@ RSTD_MUTANTS = mutants(TIERS,
     ("sqrt, not rsqrt", "RMS itself", "cute.math.rsqrt(", "cute.math.sqrt("),
 )
 # fmt: on
+# END KEY
 
 rstd = register(
     Exercise(
@@ -270,12 +274,16 @@ rstd.add(
 # ---- 01.sectors_per_request -------------------------------------------------------------------
 
 
+# BEGIN KEY
 def sectors_ref(stride_bytes, elem_bytes=2, threads=32):
     sectors = set()
     for t in range(threads):
         first = t * stride_bytes
         sectors.update(range(first // 32, (first + elem_bytes - 1) // 32 + 1))
     return len(sectors)
+
+
+# END KEY
 
 
 def _lines_128(stride_bytes, elem_bytes=2, threads=32):
@@ -303,12 +311,14 @@ def _sector_cases(ctx, hidden):
     ] + cases
 
 
+# BEGIN KEY
 # fmt: off
 SECTORS_PER_REQUEST_MUTANTS = mutants(COMPILE,
     ("counts 128-byte lines", "sector is 32 bytes", "// 32", "// 128"),
     ("ignores the stride", "stride", "first = t * stride_bytes", "first = t * elem_bytes"),
 )
 # fmt: on
+# END KEY
 
 sectors = register(
     Exercise(
@@ -322,6 +332,7 @@ sectors = register(
         mutants=SECTORS_PER_REQUEST_MUTANTS,
     )
 )
+# BEGIN KEY
 _SECTOR_VARIANTS = [
     Variant(
         "128-byte lines",
@@ -339,11 +350,13 @@ _SECTOR_VARIANTS = [
         "threads close together share a sector: count distinct sectors, not threads",
     ),
 ]
+# END KEY
 sectors.add(
     value_check(
         "naive, coalesced and vector strides", sectors_ref, _sector_cases, variants=_SECTOR_VARIANTS
     )
 )
+# BEGIN HIDDEN
 sectors.add(
     value_check(
         "random strides (grading seed)",
@@ -353,3 +366,4 @@ sectors.add(
         hidden=True,
     )
 )
+# END HIDDEN

@@ -176,6 +176,7 @@ ROWS_MIXED_V = Variant("rows of a warp summed together", _rows_mixed, WIDTH)
 
 NARROW_CFG = RowConfig(threads_per_row=8, num_threads=128)
 
+# BEGIN KEY
 # fmt: off
 WARP_REDUCE_MUTANTS = [
     *mutants(TIERS,
@@ -198,6 +199,7 @@ WARP_REDUCE_MUTANTS = [
     ),
 ]
 # fmt: on
+# END KEY
 
 warp_reduce = register(
     Exercise(
@@ -428,6 +430,7 @@ def _probe_128(rep, ctx):
     return ", ".join(f"{n} x {op}.128" for (op, _), n in sorted(acc.items()))
 
 
+# BEGIN KEY
 # fmt: off
 TV_LAYOUT_MUTANTS = mutants(COMPILE,
     ("64-bit accesses", "fewer than 16 bytes", "128 // dtype.width", "64 // dtype.width"),
@@ -443,6 +446,7 @@ TV_LAYOUT_MUTANTS = mutants(COMPILE,
      "cute.make_layout((1, vec))", "cute.make_layout((vec, 1))"),
 )
 # fmt: on
+# END KEY
 
 tv_layout = register(
     Exercise(
@@ -514,6 +518,7 @@ _KERNEL_CASES = (
 )
 
 
+# BEGIN KEY
 # fmt: off
 WARP_KERNEL_MUTANTS = [
     *mutants(COMPILE,
@@ -547,6 +552,7 @@ WARP_KERNEL_MUTANTS = [
     ),
 ]
 # fmt: on
+# END KEY
 
 warp_kernel = WholeKernel(
     id="02.warp_kernel",

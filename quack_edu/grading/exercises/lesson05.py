@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from .. import answer_key
 from ..checks import (
     Ptx,
     compiles,
@@ -133,6 +134,7 @@ def _probe_atom(rep, ctx):
     return f"{len(copies)} x cp.async.cg ... 16 (one per vector)"
 
 
+# BEGIN KEY
 # fmt: off
 G2S_ATOM_MUTANTS = mutants(COMPILE,
     ("64-bit copies", "exactly 16 bytes", "num_bits_per_copy=128", "num_bits_per_copy=64"),
@@ -144,6 +146,7 @@ G2S_ATOM_MUTANTS = mutants(COMPILE,
      "LoadCacheMode.GLOBAL", "LoadCacheMode.ALWAYS"),
 )
 # fmt: on
+# END KEY
 
 g2s_atom = register(
     Exercise(
@@ -182,8 +185,13 @@ g2s_atom.add(
 
 
 # ---- 05.wait_groups --------------------------------------------------------------------------
+# BEGIN KEY
+@answer_key.keyed  # (the PTX probes ask it too)
 def wait_groups_ref(stage, stages):
     return stages - 1 - stage
+
+
+# END KEY
 
 
 NO_OVERLAP = (
@@ -203,12 +211,14 @@ REVERSED = (
     "last part needs every group, so it waits for them all (wait_group 0)"
 )
 
+# BEGIN KEY
 _WAIT_VARIANTS = [
     Variant("always 0", lambda s, n: 0, NO_OVERLAP),
     Variant("one too many in flight", lambda s, n: n - s, TOO_FEW),
     Variant("reversed", lambda s, n: s, REVERSED),
     Variant("never waits for the rest", lambda s, n: n - 1, TOO_FEW),
 ]
+# END KEY
 
 
 def _wait_cases(ctx, hidden: bool):
@@ -255,6 +265,7 @@ def _probe_waits(rep, ctx):
     return f"{stages} groups: wait_group {', '.join(map(str, got))}"
 
 
+# BEGIN KEY
 # fmt: off
 WAIT_GROUPS_MUTANTS = [
     *mutants(COMPILE,
@@ -270,6 +281,7 @@ WAIT_GROUPS_MUTANTS = [
     ),
 ]
 # fmt: on
+# END KEY
 
 wait_groups = register(
     Exercise(
@@ -334,13 +346,6 @@ wait_groups.add(
         dtypes=("bf16", "fp32"),
         config=four_stages,
     ),
-    value_check(
-        "random parts and stage counts (grading seed)",
-        wait_groups_ref,
-        _wait_cases,
-        variants=_WAIT_VARIANTS,
-        hidden=True,
-    ),
     ptx_probe(
         WAIT_HOLE,
         "wait_group immediates at a random N (grading seed)",
@@ -363,6 +368,17 @@ wait_groups.add(
         "values with 4 commit groups at more shapes, grading seed", four_stages, hidden=True
     ),
 )
+# BEGIN HIDDEN
+wait_groups.add(
+    value_check(
+        "random parts and stage counts (grading seed)",
+        wait_groups_ref,
+        _wait_cases,
+        variants=_WAIT_VARIANTS,
+        hidden=True,
+    )
+)
+# END HIDDEN
 
 
 # ---- 05.pipeline -------------------------------------------------------------------------------
@@ -591,6 +607,7 @@ def _probe_pipeline(rep, ctx):
     return f"{stages} groups of {per} copies issued first; wait_group {got}; part s summed after"
 
 
+# BEGIN KEY
 # fmt: off
 PIPELINE_MUTANTS = [
     *mutants(COMPILE,
@@ -635,6 +652,7 @@ PIPELINE_MUTANTS = [
     ),
 ]
 # fmt: on
+# END KEY
 
 pipeline = register(
     Exercise(

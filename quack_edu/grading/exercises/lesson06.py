@@ -282,6 +282,7 @@ def _diagnose_epilogue(o, x, w, b, off, tol):
     return None
 
 
+# BEGIN KEY
 # fmt: off
 EPILOGUE_MUTANTS = mutants(TIERS,
     ("offset added after the multiply", "added after the multiply",
@@ -294,6 +295,7 @@ EPILOGUE_MUTANTS = mutants(TIERS,
      "if w is not None:", "if w is not None and b is None:"),
 )
 # fmt: on
+# END KEY
 
 epilogue = register(
     Exercise(
@@ -579,6 +581,7 @@ def _fake_gpu_check(hidden: bool) -> Check:
     return Check(name, GPU, fn, hidden)
 
 
+# BEGIN KEY
 # fmt: off
 FAKE_IMPL_MUTANTS = mutants(TIERS,
     ("rstd in bf16", "rstd is float32",
@@ -590,6 +593,7 @@ FAKE_IMPL_MUTANTS = mutants(TIERS,
      "[x.new_empty(x.shape, dtype=out_dtype)]", "[x.new_empty(x.shape, dtype=x.dtype)]"),
 )
 # fmt: on
+# END KEY
 
 fake_impl = register(
     Exercise(

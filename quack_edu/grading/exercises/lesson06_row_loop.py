@@ -603,6 +603,7 @@ INTROSPECTION = (
 )
 WHY_NOT_INTROSPECT = "the loop does not ask what its arguments are: one loop, run as it is written"
 
+# BEGIN KEY
 # fmt: off
 ROW_LOOP_MUTANTS = mutants(COMPILE,
     ("one exchange buffer", "it % 2", "parity = it % 2", "parity = 0"),
@@ -644,6 +645,7 @@ ROW_LOOP_MUTANTS = mutants(COMPILE,
      "if cutlass.Int32 is int:\n            wait_peers(parity, (it // 2) % 2)"),
 )
 # fmt: on
+# END KEY
 
 row_loop = register(
     Exercise(

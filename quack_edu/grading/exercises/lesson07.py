@@ -385,6 +385,7 @@ def _dx_gpu(hidden: bool) -> Check:
     return Check(name, GPU, run, hidden)
 
 
+# BEGIN KEY
 # fmt: off
 DX_ROW_MUTANTS = mutants(TIERS,
     ("no projection term", "only the direct term", "rstd * (g - x_hat * c)", "rstd * g"),
@@ -398,6 +399,7 @@ DX_ROW_MUTANTS = mutants(TIERS,
     ]),
 )
 # fmt: on
+# END KEY
 
 dx_row = register(
     Exercise(
@@ -624,6 +626,7 @@ def _grad_values(hidden: bool) -> Check:
     return Check(name, GPU, fn, hidden, (COMPILES,))
 
 
+# BEGIN KEY
 # fmt: off
 GRAD_IN_MUTANTS = [
     *mutants(TIERS,
@@ -642,6 +645,7 @@ GRAD_IN_MUTANTS = [
     ),
 ]
 # fmt: on
+# END KEY
 
 grad_in = register(
     Exercise(

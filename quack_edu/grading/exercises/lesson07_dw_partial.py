@@ -484,6 +484,7 @@ def _dedent(text: str, by: int = 4) -> str:
     return "".join(line[by:] if line.strip() else line for line in text.splitlines(True))
 
 
+# BEGIN KEY
 # fmt: off
 DW_PARTIAL_MUTANTS = [
     *mutants(TIERS,
@@ -546,6 +547,7 @@ DW_PARTIAL_MUTANTS = [
     ),
 ]
 # fmt: on
+# END KEY
 
 dw_partial = register(
     Exercise(

@@ -33,11 +33,15 @@ def _size(dtype) -> int:
     return torch.tensor([], dtype=dtype).element_size()
 
 
+# BEGIN KEY
 def predict_ref(M, N, dtype, weight_dtype, copy_gbps, pass_="fwd"):
     from ...tools.bench import rmsnorm_bwd_bytes, rmsnorm_bytes
 
     count = rmsnorm_bytes if pass_ == "fwd" else rmsnorm_bwd_bytes
     return count(M, N, dtype, weight_dtype) / (copy_gbps * 1e9) * 1e6
+
+
+# END KEY
 
 
 def _cases(ctx: Context, hidden: bool):
@@ -69,6 +73,7 @@ def _cases(ctx: Context, hidden: bool):
     return fixed + drawn
 
 
+# BEGIN KEY
 def _fwd_bwd(fwd, bwd):
     """A variant's time from its own byte counts of either pass."""
 
@@ -150,6 +155,7 @@ PREDICT_US_MUTANTS = [
     ),
 ]
 # fmt: on
+# END KEY
 
 predict = register(
     Exercise(
@@ -170,6 +176,7 @@ predict.add(
         variants=VARIANTS,
     )
 )
+# BEGIN HIDDEN
 predict.add(
     value_check(
         "random cases (grading seed)",
@@ -179,6 +186,7 @@ predict.add(
         hidden=True,
     )
 )
+# END HIDDEN
 
 
 @predict.check("within 10% of the library timed now at 32768 x 16384, both passes", tier=GPU)

@@ -53,8 +53,12 @@ def gpu_us(M, N, dtype, weight_dtype, gbps) -> float:
     return rmsnorm_bytes(M, N, dtype, weight_dtype) / (gbps * 1e9) * 1e6
 
 
+# BEGIN KEY
 def call_us_ref(M, N, dtype, weight_dtype, host_us, gbps):
     return max(host_us, gpu_us(M, N, dtype, weight_dtype, gbps))
+
+
+# END KEY
 
 
 def _call_cases(ctx: Context, hidden: bool):
@@ -90,6 +94,7 @@ def _call_cases(ctx: Context, hidden: bool):
     ] + drawn
 
 
+# BEGIN KEY
 _CALL_VARIANTS = [
     Variant(
         "sum",
@@ -142,6 +147,7 @@ CALL_US_MUTANTS = mutants(COMPILE,
     ("milliseconds", "microseconds", "* 1e6", "* 1e3"),
 )
 # fmt: on
+# END KEY
 
 call = register(
     Exercise(
@@ -163,6 +169,7 @@ call.add(
         close=_close,
     )
 )
+# BEGIN HIDDEN
 call.add(
     value_check(
         "random calls (grading seed)",
@@ -173,11 +180,16 @@ call.add(
         hidden=True,
     )
 )
+# END HIDDEN
 
 
 # ---- 09.step_speedup --------------------------------------------------------------------------
+# BEGIN KEY
 def step_speedup_ref(norm_share, norm_speedup):
     return 1.0 / ((1.0 - norm_share) + norm_share / norm_speedup)
+
+
+# END KEY
 
 
 def _speedup_cases(ctx: Context, hidden: bool):
@@ -206,6 +218,7 @@ def _time(s, k):
     return (1.0 - s) + s / k
 
 
+# BEGIN KEY
 _SPEEDUP_VARIANTS = [
     Variant(
         "new time",
@@ -256,6 +269,7 @@ STEP_SPEEDUP_MUTANTS = mutants(COMPILE,
      "return 1.0 / (rest + norms)", "return 1.0 + norm_share - norms"),
 )
 # fmt: on
+# END KEY
 
 speedup = register(
     Exercise(
@@ -276,6 +290,7 @@ speedup.add(
         close=_close,
     )
 )
+# BEGIN HIDDEN
 speedup.add(
     value_check(
         "random cases (grading seed)",
@@ -286,3 +301,4 @@ speedup.add(
         hidden=True,
     )
 )
+# END HIDDEN

@@ -477,8 +477,6 @@ def whole_report(ctx, hole: KernelHole, N: int, xd: str, wd: str, config):
     return ctx.cache[key]
 
 
-
-
 def access_check(
     hole: KernelHole,
     cases: tuple,
