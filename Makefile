@@ -49,6 +49,7 @@ grade: venv
 
 lint: venv
 	$(PY) -m ruff check quack_edu tests scripts
+	$(PY) -m ruff format --check quack_edu tests scripts
 
 # Stage the CuTe DSL (+ QuACK and Liger to measure against) for the device machine; see README.
 gpu-stage:

@@ -274,6 +274,7 @@ def lock_down(
     changes, refused, write_flags, proc_ok = _CHANGES, _REFUSED, _WRITE_FLAGS, _PROC_SELF_OK
     tools, loader_env = _TOOLS, ("LD_", "GCONV_PATH")
     from .confine import SYSTEM as system_dirs
+
     loader0 = {k: v for k, v in os.environ.items() if k.startswith(loader_env)}
     tripped = "quack_edu.sandbox.reached"
 

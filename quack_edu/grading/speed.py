@@ -17,6 +17,7 @@ from .registry import CheckFailed
 #: eps of every kernel a check launches
 EPS = 1e-6
 
+
 def launch_time_us(launch, x, w, out, eps: float) -> float:
     """Microseconds a call of ``launch(x, w, out, eps)`` (a context's ``launcher``) takes, timed
     alone on the GPU (``gpu_lock``): where the answer lives in the grader's worker
@@ -96,5 +97,3 @@ def launch_speed(launch, x, w, out, fraction: float, at: str) -> str:
         launch(x[:1], w, out[:1], EPS)
     nbytes = rmsnorm_bytes(x.shape[0], x.shape[1], x.dtype, w.dtype)
     return speed_alone(lambda: launch_time_us(launch, x, w, out, EPS), nbytes, fraction, at)
-
-

@@ -105,5 +105,3 @@ def decode(d, device_ok: bool = True):
             out = out.cuda()
         return out
     raise ValueError(f"unknown encoded type {t!r}")
-
-
