@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from quack_edu.grading import COMPILE, GPU, Check, CheckFailed, Exercise, check, hints, run_exercise
-from quack_edu.grading.checks import Ptx, f32_hex
+from quack_edu.grading.checks import Ptx, bounds, f32_hex
 from quack_edu.grading.context import answer_source, scan_source
 from quack_edu.grading.notebook import (
     CODE_STUB,
@@ -121,6 +121,37 @@ def test_ptx_def_use():
     assert {"ld.param.b32", "add.f32", "div.rn.f32", "fma.rn.f32", "ld.global.b16"} <= ops
     assert ptx.find("st.global")[0].dests == []
     assert f32_hex(1000.0) == "0f447A0000"
+
+
+#: tail guards as the DSL compiles them (01.scale_kernel, N = 4104): a branch over the copies
+#: when the coordinate is past the end, copies predicated on the test, the constant first, and
+#: a loop's backward branch (no guard)
+GUARDS = """
+	setp.gt.u32 	%p1, %r6, 4103;
+	@%p1 bra 	$L__BB0_2;
+	ld.global.v4.b32 	{%r1, %r2, %r3, %r4}, [%rd1];
+$L__BB0_2:
+	setp.lt.s32 	%p2, %r7, 4104;
+	@%p2 st.global.v4.b32 	[%rd2], {%r1, %r2, %r3, %r4};
+	setp.gt.s32 	%p3, 4104, %r8;
+	@!%p3 bra 	$L__BB0_3;
+	st.global.v4.b32 	[%rd2], {%r1, %r2, %r3, %r4};
+$L__BB0_3:
+$L__BB0_4:
+	setp.lt.u32 	%p4, %r9, 4104;
+	@%p4 bra 	$L__BB0_4;
+"""
+
+
+def test_bounds_read_which_side_of_a_tail_guard_runs():
+    got = {b.text.split()[1].rstrip(","): b for b in bounds(GUARDS, range(4096, 4105))}
+    assert set(got) == {"%p1", "%p2", "%p3"}  # %p4 closes a loop: not a guard
+    for b in got.values():  # each lets in the last vector (4096) and shuts out 4104
+        assert b.admits(4096) and b.admits(4103) and not b.admits(4104), b
+    assert not got["%p1"].runs_if and got["%p2"].runs_if and got["%p3"].runs_if
+    # the same branch over the copies with the bound one higher: 4104 gets in (a <= guard)
+    le = bounds(GUARDS.replace("%r6, 4103", "%r6, 4104"), [4104])
+    assert [b.admits(4104) for b in le if "%p1" in b.text] == [True]
 
 
 # ---- scoring ----------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from .context import (  # noqa: F401  (re-exported: the exercises' kit)
 from .ptx import (  # noqa: F401  (re-exported: the exercises' probes import them from here)
     Ptx,
     PtxInstr,
+    bounds,
     divergent_barriers,
     f32_hex,
     thread_guards,

@@ -1,9 +1,11 @@
 """A small def-use view of PTX for the probes of the compile tier (``Ptx``: "eps reaches the
 rsqrt"), and the facts read from it: barriers not every thread reaches, the thread-dependent
-branches an instruction is under, multiplies by zero, fp32 constants as PTX writes them."""
+branches an instruction is under, the bounds a tail guard compares with and which side of them
+it lets through, multiplies by zero, fp32 constants as PTX writes them."""
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -188,6 +190,83 @@ def thread_guards(
         out[len(out)] = frozenset(preds)
         if branch and branch.group(2) not in seen and counts(branch.group(1)):
             open_.append((branch.group(2), branch.group(1)))
+    return out
+
+
+#: a setp's comparison, register first, as Python compares (unsigned and signed alike)
+_COMPARE = {
+    "lt": operator.lt,
+    "lo": operator.lt,
+    "le": operator.le,
+    "ls": operator.le,
+    "gt": operator.gt,
+    "hi": operator.gt,
+    "ge": operator.ge,
+    "hs": operator.ge,
+    "eq": operator.eq,
+    "ne": operator.ne,
+}
+#: the same comparison with its operands swapped (``K < r`` is ``r > K``)
+_SWAPPED = {"lt": "gt", "lo": "hi", "le": "ge", "ls": "hs", "gt": "lt", "hi": "lo", "ge": "le"}
+_SWAPPED |= {v: k for k, v in _SWAPPED.items()} | {"eq": "eq", "ne": "ne"}
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A comparison of a register with a constant that decides whether some code runs (a tail
+    guard): that code runs when the comparison holds (``runs_if``) or when it fails."""
+
+    text: str
+    compare: str  # the setp's comparison with the register first: "lt", "gt", ...
+    constant: int
+    runs_if: bool
+
+    def admits(self, value: int) -> bool:
+        """Whether the guarded code runs for a register holding ``value``."""
+        return _COMPARE[self.compare](value, self.constant) == self.runs_if
+
+
+def bounds(ptx_text: str, constants) -> list[Bound]:
+    """Each ``setp`` of a register against an immediate of ``constants`` whose predicate guards
+    code, with the way it guards: an instruction predicated on it (``@%p st``) runs when it
+    holds, a forward branch on it (``@%p bra``) skips code when it holds (``@!%p``: the other
+    way). A predicate used both ways, by a loop's backward branch, or only in other
+    instructions (``and.pred``, ``selp``) gives no ``Bound``: it cannot be judged here."""
+    ptx = Ptx(ptx_text)
+    wanted = {str(c) for c in constants}
+    uses: dict[str, set[bool | None]] = {}
+    seen: set[str] = set()
+    for line in ptx_text.splitlines():
+        s = line.split("//")[0].strip()
+        label = re.match(r"^(\$[\w.$]+):$", s)
+        if label:
+            seen.add(label.group(1))
+            continue
+        m = re.match(r"^@(!?)(%\w+)\s+(\S+)\s*([^,;]*)", s)
+        if not m:
+            continue
+        negated, pred, op, target = m.group(1) == "!", m.group(2), m.group(3), m.group(4)
+        if op.startswith("bra"):
+            runs_if = negated if target.strip() not in seen else None  # backward: a loop
+        else:
+            runs_if = not negated
+        uses.setdefault(pred, set()).add(runs_if)
+    out = []
+    for ins in ptx.find("setp"):
+        parts = ins.opcode.split(".")
+        if len(parts) < 3 or parts[1] not in _COMPARE or len(ins.operands) != 3:
+            continue
+        dest, a, b = (o.strip() for o in ins.operands)
+        ways = uses.get(dest, set())
+        if len(ways) != 1 or None in ways:
+            continue
+        if b in wanted and a.startswith("%"):
+            compare, constant = parts[1], int(b)
+        elif a in wanted and b.startswith("%"):
+            compare, constant = _SWAPPED[parts[1]], int(a)
+        else:
+            continue
+        out.append(Bound(ins.text, compare, constant, next(iter(ways))))
     return out
 
 

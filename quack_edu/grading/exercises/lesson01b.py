@@ -15,7 +15,7 @@ import math
 
 from ...lessons.evidence import SCALE_THREADS, SCALE_TILE
 from .. import checks
-from ..checks import Ptx, numbers_close, value_check
+from ..checks import Ptx, bounds, numbers_close, value_check
 from ..hints import Variant
 from ..registry import COMPILE, GPU, TIERS, CheckFailed, Exercise, mutants, register
 
@@ -264,6 +264,7 @@ thread_elements.add(
 #: the launch the exercise states: a CTA of 128 threads owns a tile of 1024 elements, 8 a thread
 #: (``lessons.evidence``, where the lesson's cell after the check compiles the same launch)
 TILE, THREADS = SCALE_TILE, SCALE_THREADS
+VEC = TILE // THREADS  # elements a thread copies: 8 (16 bytes of bf16/fp16)
 RAGGED_N = 4104  # 4 full tiles and 8 elements: the fifth CTA must not run past the end
 
 
@@ -357,10 +358,31 @@ def _check_tile(ptx: Ptx, N: int) -> str:
     )
 
 
+OFF_BY_ONE = (
+    "the tail guard is off by one: it lets in a thread whose first element is at index N, one "
+    "past the last (x holds indices 0 .. N - 1), and that thread loads and stores its 8 "
+    "elements past the end"
+)
+
+
 def _check_guard(ptx: Ptx, N: int) -> str:
-    bounds = {str(v) for v in range(N - 8, N + 1)}
+    """Some comparison of a coordinate with N (or with N - 8 .. N - 1: the same test on a
+    thread's first element, a multiple of 8) guards the tail, and none whose use the PTX shows
+    (``bounds``: a branch over the copies, or copies predicated on it) lets in the thread whose
+    first element is N, past the end. (A guard that shuts out the last vector leaves outputs
+    unwritten: the gpu tier's values show it.)"""
+    near = range(N - VEC, N + 1)
+    for b in bounds(ptx.text, near):
+        if b.admits(N):
+            raise CheckFailed(
+                f"`{b.text}` lets a thread whose first element is at {N} copy",
+                expected=f"the thread at {N - VEC} (the last 8 elements) in, the one at {N} out",
+                seen=f"`{b.text}` {'holds' if b.runs_if else 'fails'} for {N}, and the copies "
+                "run then",
+                hint=OFF_BY_ONE,
+            )
     for s in ptx.find("setp"):
-        if any(o.strip() in bounds for o in s.operands):
+        if any(o.strip() in {str(v) for v in near} for o in s.operands):
             return f"`{s.text}` guards the tail"
     raise CheckFailed(
         f"nothing keeps the last CTA inside the {N} elements",
@@ -449,6 +471,10 @@ SCALE_KERNEL_MUTANTS = [
     *mutants(TIERS,
         ("no guard for the tail", "the last tile runs past the end",
          "if cute.elem_less(tXcX[0], mX.shape):", "if True:"),
+    ),
+    *mutants(COMPILE,
+        ("a <= tail guard", "the tail guard is off by one",
+         "if cute.elem_less(tXcX[0], mX.shape):", "if tXcX[0][0] <= mX.shape[0]:"),
     ),
     *mutants(COMPILE,
         ("not a kernel", "@cute.kernel", "@cute.kernel\n", ""),
