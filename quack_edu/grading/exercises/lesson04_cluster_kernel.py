@@ -14,6 +14,7 @@ from __future__ import annotations
 from .. import hints
 from ..checks import gpu_speed, not_launched
 from ..holes import CLUSTER_KERNEL_HOLE as KERNEL_HOLE
+from ..ptx import split_operands
 from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, mutants
 from .lesson04 import LESSON, VERDICT_HINTS, exchange_config, exchange_replay_check, wide_config
 from .whole_kernel import (
@@ -51,6 +52,12 @@ READ_TOO_EARLY = (
     "the slots are read before the peers' partials have landed: wait on this CTA's mbarrier "
     "(cute.arch.mbarrier_wait(mbar_ptr, phase=0)) after the exchange and before combining the "
     "buffer; the phase completes when every expected byte has arrived"
+)
+WRONG_PARITY = (
+    "the mbarrier wait asks for phase parity 1: this mbarrier is in its first phase, phase 0, "
+    "until the peers' bytes complete it, and a wait on the other parity takes that phase for "
+    "one already completed (the one before), so it returns at once and the slots are read "
+    "before the peers' partials have landed"
 )
 NO_COMBINE = (
     "the buffer is never read: after the mbarrier wait, every thread adds its row's slots "
@@ -106,10 +113,26 @@ def _pairing(ops: list[str]) -> str:
     return " -> ".join(seq)
 
 
+def _first_phase(wait: str) -> None:
+    """``wait`` (``mbarrier.try_wait.parity ... [mbar], parity, ...``) waits for the phase the
+    exchange completes, the mbarrier's first (parity 0). A parity in a register is left to the
+    gpu tier (this kernel has no loop that would change it)."""
+    ops = split_operands(wait.split(None, 1)[1].rstrip(";")) if " " in wait else []
+    parity = ops[2].strip() if ".parity" in wait and len(ops) > 2 else "0"
+    if not parity.startswith("%") and parity != "0":
+        raise CheckFailed(
+            f"the mbarrier wait is for phase parity {parity}",
+            expected="a wait for the phase the exchange completes: this mbarrier's first",
+            seen=f"`{wait.rstrip(';').strip()}`",
+            hint=WRONG_PARITY,
+        )
+
+
 def _protocol(rep, kernel):
     """The order the PTX shows: cluster wait < first st.async; mbarrier wait between the last
     st.async and the first read of the buffer."""
-    ops = [ln.split()[0].rstrip(";") for ln in rep.instructions()]
+    lines = rep.instructions()
+    ops = [ln.split()[0].rstrip(";") for ln in lines]
     sends = [i for i, o in enumerate(ops) if o.startswith("st.async")]
     if not sends:
         return "no st.async (the exchange replay reports it)"
@@ -139,6 +162,8 @@ def _protocol(rep, kernel):
             seen=f"{len(mwaits)} mbarrier.try_wait, none between the exchange and the first read",
             hint=READ_TOO_EARLY,
         )
+    for i in (i for i in mwaits if sends[-1] < i < reads[0]):
+        _first_phase(lines[i])
     _pairing(ops)
     warp_total_first(rep, kernel, "st.async", "exchange", WARP_FIRST)
     return "cluster wait -> st.async -> mbarrier wait -> ld.shared; arrive/wait paired"
@@ -208,6 +233,8 @@ CLUSTER_KERNEL_MUTANTS = [
     ),
     *COLUMN_MUTANTS,
     *mutants(TIERS,
+        ("waits on parity 1", "the mbarrier wait asks for phase parity 1",
+         "mbarrier_wait(mbar_ptr, phase=0)", "mbarrier_wait(mbar_ptr, phase=1)"),
         ("the final wait with no arrive",
          "a cluster_wait with no cluster_arrive of its own before it",
          "    cute.arch.cluster_arrive()  # done reading the buffer\n", ""),
