@@ -54,6 +54,7 @@ REFUSED = [
     ("02.warp_kernel", "stores rows past M", "runs past the end of the tensor"),
     ("03.block_kernel", "stores rows past M", "runs past the end of the tensor"),
     ("03.block_kernel", "one slot per row", "one fp32 slot per (row of the CTA, warp of the row)"),
+    ("03.block_kernel", "the block reduction under `if row < M:`", "a branch on the thread's row"),
     ("04.cluster_kernel", "sends before the peers are ready", "not behind a cluster wait"),
     ("04.cluster_kernel", "reads the slots before they land", "read before the peers' partials"),
     ("04.cluster_kernel", "no exchange", "peers never receive"),
@@ -75,12 +76,13 @@ def test_the_gpu_tier_refuses_what_it_must_not_launch(ex_id, mutant, hint):
 
 def test_the_gpu_guards_let_the_solutions_through():
     # the part of the gpu tier that runs before a launch, on each solution at the configs the
-    # gpu tier uses (the guards' shapes: 04's speed at 65536, 03's 8 warps per row)
+    # gpu tier uses (the guards' shapes: 04's speed at 65536, 03's 8 warps per row and its
+    # values' 2 rows per CTA)
     from quack_edu.grading.exercises import lesson02, lesson03
 
     cases = {
         "02.warp_kernel": (lesson02.KERNEL_HOLE, [(1000, None)]),
-        "03.block_kernel": (lesson03.KERNEL_HOLE, [(16384, None)]),
+        "03.block_kernel": (lesson03.KERNEL_HOLE, [(16384, None), (1000, None)]),
         "04.cluster_kernel": (
             lesson04_cluster_kernel.KERNEL_HOLE,
             [(1000, lesson04.exchange_config(1000, BF16)), (65536, None)],

@@ -17,13 +17,13 @@ from ..checks import (
     EPS,
     Ptx,
     compiles,
-    divergent_barriers,
     gpu_speed,
     gpu_values,
     no_local_memory,
     not_launched,
     ptx_probe,
     rmsnorm_inputs,
+    thread_guards,
 )
 from ..hints import Variant
 from ..holes import BLOCK_HOLE
@@ -36,6 +36,7 @@ from .whole_kernel import (
     VALUE_MUTANTS,
     WHOLE_VARIANTS,
     WholeKernel,
+    shape_pred,
     warp_total_first,
 )
 
@@ -60,6 +61,12 @@ DIVERGENT_BARRIER = (
     "a barrier inside a branch that depends on the thread (e.g. under `if lane == 0:`): the "
     "threads that skip it never arrive, and the ones that reach it wait forever; call "
     "cute.arch.barrier() where every thread of the CTA runs it"
+)
+ROW_BRANCH_BARRIER = (
+    "the block reduction's barrier (bar.sync) is inside a branch on the thread's row (a test "
+    "of row against M): in the last CTA the threads whose row lies past M skip it, and the "
+    "threads that reach it wait for them forever. A CTA barrier is reached by every thread of "
+    "the CTA, whatever its row"
 )
 BUFFER_ROW = (
     "rows of one CTA share the same slots: index the buffer with the row this warp works on "
@@ -162,21 +169,34 @@ def _probe_slots(rep, ctx):
     return "each warp reads all of its row's slots (replayed per thread)"
 
 
+def _divergent_barrier(rep) -> tuple[str, str] | None:
+    """(the first CTA barrier not every thread reaches, the hint for the branch it is under:
+    a test of the row against M, or another test of the thread index), or None."""
+    ptx = Ptx(rep.ptx)
+    guards = thread_guards(rep.ptx)
+    for k, ins in enumerate(ptx.instrs):
+        if re.match(r"(bar|barrier)(\.cta)?\.sync", ins.opcode) and guards[k]:
+            on_row = any(shape_pred(ptx, p) for p in guards[k])
+            return ins.text, ROW_BRANCH_BARRIER if on_row else DIVERGENT_BARRIER
+    return None
+
+
 def _no_divergent_barrier(rep):
-    bad = divergent_barriers(rep.ptx)
+    bad = _divergent_barrier(rep)
     if bad:
         raise CheckFailed(
             f"`{bad[0]}` is reached only by the threads of a branch",
             expected="a barrier that every thread of the CTA executes",
-            seen=f"{len(bad)} bar.sync under a condition on the thread index",
-            hint=DIVERGENT_BARRIER,
+            seen="bar.sync under a condition on the thread index",
+            hint=bad[1],
         )
 
 
 def launch_guard(rep) -> str | None:
     """Why the learner's block kernel (a ``kernel_report``) must not be launched (it would
-    hang), or None: what the gpu tier and the lesson's own cell check before a launch."""
-    bad = divergent_barriers(rep.ptx)
+    hang), or None: what the gpu tier checks before a launch (the lesson's own cell asks
+    ``ptx.divergent_barriers``, the same scan)."""
+    bad = _divergent_barrier(rep)
     return f"`{bad[0]}` is inside a branch on the thread index" if bad else None
 
 
@@ -371,13 +391,14 @@ _VARIANTS = (own_warp_variant(), first_row_variant())
 def _refuse_divergent(rep) -> None:
     """Fail, before a launch, when not every thread reaches the kernel's barrier: a hung kernel
     cannot be interrupted inside the process that launched it."""
-    why = launch_guard(rep)
-    if why:
+    bad = _divergent_barrier(rep)
+    if bad:
+        why = launch_guard(rep)
         raise CheckFailed(
             f"not launched: {why}; it would wait forever",
             expected="a barrier that every thread of the CTA executes",
             seen=why,
-            hint=DIVERGENT_BARRIER,
+            hint=bad[1],
         )
 
 
@@ -390,6 +411,12 @@ def _guarded(check: Check) -> Check:
         return check.fn(ctx)
 
     return Check(check.name, check.tier, fn, check.hidden, check.needs)
+
+
+def _refuse_to_hang(ctx, kernel, rep) -> None:
+    """The values' guard (``mixed_values(guard=)``): each config they launch is refused when
+    a barrier is divergent there (a branch on the row diverges only with 2 rows per CTA)."""
+    _refuse_divergent(rep)
 
 
 def _guarded_kernel(check: Check) -> Check:
@@ -642,6 +669,7 @@ def _warps_meet(rep, kernel):
             seen="no st.shared, no bar.sync",
             hint=NEVER_MEET,
         )
+    _no_divergent_barrier(rep)
     warp_total_first(rep, kernel, "st.shared", "shared-memory store", WARP_FIRST)
     cfg = kernel.config
     got = slots_read(ptx, cfg.threads_per_row, cfg.num_threads)
@@ -682,6 +710,12 @@ _KERNEL_CASES = (
 )
 
 
+#: the solution's two levels of reduction (a mutant moves them)
+TWO_LEVELS = (
+    "    sum_sq = self.warp_reduce(sum_sq)  # the warp's sum, in every lane\n"
+    "    sum_sq = self.block_reduce(sum_sq, buffer)  # the row's sum, in every thread of the row\n"
+)
+
 # fmt: off
 BLOCK_KERNEL_MUTANTS = [
     *mutants(COMPILE,
@@ -699,6 +733,8 @@ BLOCK_KERNEL_MUTANTS = [
     ),
     *COLUMN_MUTANTS,
     *mutants(TIERS,
+        ("the block reduction under `if row < M:`", "inside a branch on the thread's row",
+         TWO_LEVELS, "    if row < M:\n" + TWO_LEVELS.replace("    sum_sq", "        sum_sq")),
         ("block_reduce without warp_reduce",
          "the lanes of a warp are not summed before the shared-memory step",
          "    sum_sq = self.warp_reduce(sum_sq)  # the warp's sum, in every lane\n", ""),
@@ -724,7 +760,7 @@ block_kernel = WholeKernel(
     hole=KERNEL_HOLE,
     cases=_KERNEL_CASES,
     access="x read once, the weight read, y written once; the warps of a row meet in shared "
-    "memory (2 to 8 warps per row)",
+    "memory (2 to 8 warps per row) at a barrier every thread reaches",
     extra=_warps_meet,
     Ns=(1000, 8200),
     hidden_Ns=(1544, 3000, 6136, 12296),
@@ -732,5 +768,6 @@ block_kernel = WholeKernel(
     values="values vs rmsnorm_ref (M in 1/37/199, N in 1000/8200, x and weight dtypes)",
     variants=(*_VARIANTS, *WHOLE_VARIANTS),
     speed=gpu_speed(KERNEL_HOLE, fraction=0.85, N=8192),
+    guard=_refuse_to_hang,
     launch_guard=_guarded_kernel,
 ).register()

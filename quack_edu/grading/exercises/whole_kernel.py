@@ -652,7 +652,7 @@ def _reads_shape(chain) -> bool:
     return False
 
 
-def _shape_pred(ptx: Ptx, pred: str) -> bool:
+def shape_pred(ptx: Ptx, pred: str) -> bool:
     """``pred`` is computed from a tensor's shape (M)."""
     return any(
         _reads_shape([ptx.instrs[j], *ptx.ancestors(ptx.instrs[j])]) for j in ptx.defs.get(pred, [])
@@ -679,7 +679,7 @@ def unguarded_by_rows(ptx_text: str, kind: str, arg: int) -> list[str]:
     from a tensor's shape (``mX.shape[0]``, a 32-bit kernel parameter of x or y). A tile of
     rows_per_cta rows runs past M in the last CTA; such an access reads or writes past the end
     of the tensor."""
-    return _guards(ptx_text, kind, arg, _shape_pred)[1]
+    return _guards(ptx_text, kind, arg, shape_pred)[1]
 
 
 def guarded_by_cols(ptx_text: str, kind: str, arg: int) -> tuple[list[str], list[str]]:
