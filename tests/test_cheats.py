@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from quack_edu.grading import get
+from quack_edu.grading.exercises.lesson03 import OWN_BUFFER
 from quack_edu.grading.judge import judge_exercise, screen
 from quack_edu.grading.notebook import find_cell, read, solutions_dir
 
@@ -272,6 +273,15 @@ ANSWER_CELL_CHEATS = [
             ("07.grad_in", "grad_in", "quack_edu.stages.final_bwd.FinalBwdRMSNorm.grad_in"),
         )  # fmt: skip
     ],
+    (  # the hole takes self.reduction_buffer away (a hint); the class's own is a tripwire
+        "the block stage's buffer by its class's name",
+        "03.block_kernel",
+        solution("03.block_kernel").replace(
+            OWN_BUFFER,
+            "    block = torch.sys.modules['quack_edu.stages.block']\n"
+            "    buffer = block.BlockRMSNorm.reduction_buffer(self)\n",
+        ),
+    ),
     (
         "a loop right when replayed, never re-armed when compiled",
         "06.row_loop",
@@ -323,6 +333,7 @@ BOUNDARY_FLAGS = (
     "the warp stage's source re-run",
     "the solutions read through readline",
     "the grader's working directory through readlink",
+    "the block stage's buffer by its class's name",
 )
 
 

@@ -97,6 +97,12 @@ MISSING_BARRIER = (
     "other warps' writes had landed; a barrier (cute.arch.barrier(), bar.sync in PTX) must sit "
     "between the writes and the reads"
 )
+NOT_GIVEN = (
+    "your kernel calls a method of the stage that this exercise does not give you (the error "
+    "names it): the library's own version of the part the exercise asks you to write, such as "
+    "the shared-memory buffer and the reduction of a row. Write that part in your kernel with "
+    "the pieces the exercise gives"
+)
 FULL_MASK = (
     "every lane of the warp executes this shuffle, so the member mask must name all 32 "
     "(0xFFFFFFFF); a lane missing from the mask makes the result undefined"
@@ -116,6 +122,7 @@ def ansi_free(s: str) -> str:
 
 # ---- compile errors ---------------------------------------------------------------------------
 _COMPILE_ERRORS: list[tuple[str, str]] = [
+    (r"is not given in this exercise", NOT_GIVEN),
     (r"dynamic range should be always preprocessed", NOT_JIT),
     (
         r"must be Tensor, not (Float32|Int32|BFloat16|Float16)",

@@ -25,6 +25,23 @@ def kernel_hole(stage: str, attrs: tuple = ()) -> KernelHole:
     return KernelHole(stage=stage, piece="kernel", adapt=lambda answer: answer, attrs=attrs)
 
 
+class NotGiven(RuntimeError):
+    """A whole-kernel answer called a method of the stage that its exercise does not give."""
+
+
+def not_given(name: str, what: str) -> tuple:
+    """The ``(name, method)`` attribute of a kernel hole that takes the stage's method ``name``
+    out of the learner's reach: ``what`` it is, the part of the kernel the exercise asks for.
+    Called while the kernel is traced, it fails the compile with that message (the hint:
+    ``hints.NOT_GIVEN``). An answer that calls the library's method by its class's name reaches
+    its tripwire instead (``Exercise.finished``)."""
+
+    def method(self, *args, **kwargs):
+        raise NotGiven(f"self.{name} is not given in this exercise: it is {what}")
+
+    return (name, method)
+
+
 # ---- 01_naive ----------------------------------------------------------------------------------
 #: 01.sum_squares: the naive kernel's first pass, answer(mX, row, N)
 SUM_HOLE = KernelHole(
@@ -88,8 +105,23 @@ BLOCK_HOLE = KernelHole(
     adapt=lambda answer: lambda self, val, buffer: answer(val, buffer),
 )
 
-#: 03.block_kernel: the block stage's whole @cute.kernel
-BLOCK_KERNEL_HOLE = kernel_hole("block")
+#: 03.block_kernel: the block stage's whole @cute.kernel, written without the stage's own
+#: buffer and row reduction (the warp stage's kernel calls both: pasted, it compiles to the
+#: right PTX without the shared-memory step the exercise is about)
+BLOCK_KERNEL_HOLE = kernel_hole(
+    "block",
+    (
+        not_given(
+            "reduction_buffer",
+            "the block stage's own shared-memory buffer, which this kernel allocates itself",
+        ),
+        not_given(
+            "row_sum",
+            "the block stage's own row reduction, the two levels (warp, then block) this kernel "
+            "makes itself",
+        ),
+    ),
+)
 
 
 # ---- 04_cluster_reduction ----------------------------------------------------------------------

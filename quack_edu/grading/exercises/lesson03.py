@@ -710,7 +710,11 @@ _KERNEL_CASES = (
 )
 
 
-#: the solution's two levels of reduction (a mutant moves them)
+#: the solution's shared-memory buffer and its two levels of reduction (mutants replace them)
+OWN_BUFFER = (
+    "    layout = cute.make_ordered_layout((t.rows_per_cta, t.warps_per_row), order=(1, 0))\n"
+    "    buffer = SmemAllocator().allocate_tensor(Float32, layout, byte_alignment=16)\n"
+)
 TWO_LEVELS = (
     "    sum_sq = self.warp_reduce(sum_sq)  # the warp's sum, in every lane\n"
     "    sum_sq = self.block_reduce(sum_sq, buffer)  # the row's sum, in every thread of the row\n"
@@ -732,6 +736,14 @@ BLOCK_KERNEL_MUTANTS = [
          "y = x * rstd * tXrW.load().to(Float32)", "y = x * rstd"),
     ),
     *COLUMN_MUTANTS,
+    *mutants(COMPILE,  # the warp stage's kernel pasted: the stage's own buffer and row_sum
+        ("the stage's buffer and row_sum", "self.reduction_buffer is not given", [
+            (OWN_BUFFER, "    buffer = self.reduction_buffer()\n"),
+            (TWO_LEVELS, "    sum_sq = self.row_sum(sum_sq, buffer)\n"),
+        ]),
+        ("its own buffer, the stage's row_sum", "the block stage's own row reduction",
+         TWO_LEVELS, "    sum_sq = self.row_sum(sum_sq, buffer)\n"),
+    ),
     *mutants(TIERS,
         ("the block reduction under `if row < M:`", "inside a branch on the thread's row",
          TWO_LEVELS, "    if row < M:\n" + TWO_LEVELS.replace("    sum_sq", "        sum_sq")),
@@ -756,7 +768,10 @@ block_kernel = WholeKernel(
     title="the whole block kernel: a shared-memory buffer and two levels of reduction",
     mutants=BLOCK_KERNEL_MUTANTS,
     given=GIVEN_COPY,
-    finished=("quack_edu.stages.block.BlockRMSNorm.row_sum",),
+    finished=(
+        "quack_edu.stages.block.BlockRMSNorm.row_sum",
+        "quack_edu.stages.block.BlockRMSNorm.reduction_buffer",
+    ),
     hole=KERNEL_HOLE,
     cases=_KERNEL_CASES,
     access="x read once, the weight read, y written once; the warps of a row meet in shared "
