@@ -8,6 +8,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+from collections import Counter  # noqa: E402
+
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.colors import to_rgb  # noqa: E402
+from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
+from matplotlib.text import Annotation  # noqa: E402
+
 from quack_edu.lessons.viz_cluster import (  # noqa: E402
     MBarrier,
     exchange_slots,
@@ -83,9 +90,42 @@ def test_a_count_too_small_reads_slots_before_they_are_written():
     assert simulate_exchange(4, SKEW, expect_bytes=4 * 4 * 2).hung  # too large: never completes
 
 
-def test_plots_draw():
-    plot_cluster_exchange(4, 2)
-    plot_exchange(simulate_exchange(4, SKEW, wait_before_send=False))
-    import matplotlib.pyplot as plt
+def _rgb(colour) -> tuple:
+    return tuple(round(c, 3) for c in to_rgb(colour))
 
-    plt.close("all")
+
+def test_the_slots_figure_draws_every_slot_and_one_senders_stores():
+    ax = plot_cluster_exchange(4, 2, sender=1)
+    slots = [p for p in ax.patches if type(p) is Rectangle and p.get_alpha() == 0.45]
+    assert len(slots) == 4 * 2 * 4  # (warp, sender) slots in each of 4 CTAs
+    arrows = [p for p in ax.patches if isinstance(p, FancyArrowPatch)]
+    assert len(arrows) == 2 * 4  # CTA 1's 2 warps store into each of the 4 CTAs
+    assert {_rgb(p.get_edgecolor()) for p in arrows} == {_rgb("C1")}
+    assert "32 st.async per row, 32 B into each CTA" in ax.get_title()
+    plt.close(ax.figure)
+
+
+def _arrows(ax) -> Counter:
+    """How many arrows of each colour the timeline draws: red (C3) for a store lost, stale or
+    late and for a CTA waiting forever, grey for the others."""
+    return Counter(
+        "red" if _rgb(a.arrow_patch.get_edgecolor()) == _rgb("C3") else "grey"
+        for a in ax.texts
+        if isinstance(a, Annotation)
+    )
+
+
+def test_the_timeline_shows_the_lost_stores_and_the_hang():
+    run = simulate_exchange(4, SKEW, wait_before_send=False)
+    ax = plot_exchange(run)
+    waits = [t for t in ax.texts if t.get_text() == "waits forever"]
+    assert sorted(round(t.get_position()[1] - 0.25) for t in waits) == run.hung == [0, 1, 2, 3]
+    lost = len(run.lost)  # CTA 3's stores from the three CTAs that sent before it had an init
+    assert lost == 3 and _arrows(ax) == {"red": 4 + lost, "grey": len(run.landings) - lost}
+    assert ax.get_title() == run.verdict()
+    plt.close(ax.figure)
+    good = simulate_exchange(4, SKEW)
+    ax = plot_exchange(good)
+    assert not [t for t in ax.texts if t.get_text() == "waits forever"]
+    assert _arrows(ax) == {"grey": len(good.landings)} and len(good.landings) == 16
+    plt.close(ax.figure)
