@@ -32,8 +32,9 @@ answer = answer_from_source(exercise_source(nb, ex), ex.answer)
 t = time.perf_counter()
 res = check(ex.id, answer, quiet=True)
 s = time.perf_counter() - t
+ran = [c.name for c in res.checks if c.status != "skip"]  # the checks timed (a test reads them)
 print("@@" + json.dumps({"id": ex.id, "seconds": s, "status": res.status,
-                          "score": res.score, "max": res.max_score}))
+                          "score": res.score, "max": res.max_score, "checks": ran}))
 """
 
 
