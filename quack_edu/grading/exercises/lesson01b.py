@@ -27,6 +27,7 @@ def layout_size(shape) -> int:
     return shape if isinstance(shape, int) else math.prod(layout_size(s) for s in shape)
 
 
+# BEGIN KEY
 def layout_offset_ref(shape, stride, coord, *, order=1, nested=True, by="stride"):
     """The offset of ``coord`` under ``shape:stride`` (CuTe's layout function). The keyword
     arguments make the known wrong versions: ``order=-1`` splits a 1-D index rightmost mode
@@ -45,6 +46,9 @@ def layout_offset_ref(shape, stride, coord, *, order=1, nested=True, by="stride"
         layout_offset_ref(s, d, c, order=order, nested=nested, by=by)
         for s, d, c in zip(shape, stride, coord, strict=True)
     )
+
+
+# END KEY
 
 
 def _layout_cases(ctx, hidden):
@@ -89,6 +93,7 @@ def _layout_cases(ctx, hidden):
     return cases
 
 
+# BEGIN KEY
 _LAYOUT_VARIANTS = [
     Variant(
         "row-major split",
@@ -122,6 +127,7 @@ LAYOUT_OFFSET_MUTANTS = mutants(COMPILE,
      "n = layout_size(s)", "n = s if isinstance(s, int) else s[0]"),
 )
 # fmt: on
+# END KEY
 
 layout_offset = register(
     Exercise(
@@ -141,6 +147,9 @@ layout_offset.add(
         variants=_LAYOUT_VARIANTS,
         close=numbers_close(0),
     ),
+)
+# BEGIN HIDDEN
+layout_offset.add(
     value_check(
         "random layouts (grading seed)",
         layout_offset_ref,
@@ -148,11 +157,13 @@ layout_offset.add(
         variants=_LAYOUT_VARIANTS,
         close=numbers_close(0),
         hidden=True,
-    ),
+    )
 )
+# END HIDDEN
 
 
 # ---- 01.thread_elements -----------------------------------------------------------------------
+# BEGIN KEY
 def thread_elements_ref(t, thr_shape, thr_stride, vec, *, thread_order="layout", vals="blocked"):
     """(row, col) of each value thread ``t`` moves in one tile of
     ``make_tiled_copy_tv(atom, make_layout(thr_shape, stride=thr_stride), make_layout((1, vec)))``.
@@ -171,6 +182,9 @@ def thread_elements_ref(t, thr_shape, thr_stride, vec, *, thread_order="layout",
                     return [(c * vec + j, r) for j in range(vec)]
                 return [(r, c + j * cols) for j in range(vec)]
     return []
+
+
+# END KEY
 
 
 def _same_list(a, b) -> bool:
@@ -202,6 +216,7 @@ def _thread_cases(ctx, hidden):
     return cases
 
 
+# BEGIN KEY
 _THREAD_VARIANTS = [
     Variant(
         "row-major threads",
@@ -230,6 +245,7 @@ THREAD_ELEMENTS_MUTANTS = mutants(COMPILE,
     ("swaps row and column", "(row, column)", "(r, c * vec + j)", "(c * vec + j, r)"),
 )
 # fmt: on
+# END KEY
 
 thread_elements = register(
     Exercise(
@@ -249,6 +265,9 @@ thread_elements.add(
         variants=_THREAD_VARIANTS,
         close=_same_list,
     ),
+)
+# BEGIN HIDDEN
+thread_elements.add(
     value_check(
         "random tiled copies (grading seed)",
         thread_elements_ref,
@@ -256,8 +275,9 @@ thread_elements.add(
         variants=_THREAD_VARIANTS,
         close=_same_list,
         hidden=True,
-    ),
+    )
 )
+# END HIDDEN
 
 
 # ---- 01.scale_kernel --------------------------------------------------------------------------
@@ -456,6 +476,7 @@ def _gpu_values(hidden: bool):
     return checks.Check(name, GPU, fn, hidden)
 
 
+# BEGIN KEY
 # fmt: off
 SCALE_KERNEL_MUTANTS = [
     *mutants(COMPILE,
@@ -481,6 +502,7 @@ SCALE_KERNEL_MUTANTS = [
     ),
 ]
 # fmt: on
+# END KEY
 
 scale_kernel = register(
     Exercise(

@@ -12,7 +12,7 @@ import re
 import torch
 
 from ...config import RowConfig, block_config, vector_elems
-from .. import hints
+from .. import answer_key, hints
 from ..checks import (
     EPS,
     Ptx,
@@ -330,6 +330,7 @@ def _same_every_run(ctx):
     return "5 runs bit-identical (2 configs, up to 16 warps per row)"
 
 
+# BEGIN KEY
 # fmt: off
 BLOCK_REDUCE_MUTANTS = [
     *mutants(COMPILE,
@@ -370,6 +371,7 @@ BLOCK_REDUCE_MUTANTS = [
     ),
 ]
 # fmt: on
+# END KEY
 
 block_reduce = register(
     Exercise(
@@ -482,16 +484,13 @@ block_reduce.add(
 
 
 # ---- 03.threads_per_row -----------------------------------------------------------------------
+# BEGIN KEY
+@answer_key.keyed  # (the check calls it directly)
 def tpr_ref(N, dtype):
     return block_config(N, dtype).threads_per_row
 
 
-def _tpr(N, elems, *, lo=64, hi=512, per=8):
-    vectors = -(-N // elems)
-    t = lo
-    while t < hi and t * per < vectors:
-        t *= 2
-    return t
+# END KEY
 
 
 def _elems(dtype) -> int:
@@ -525,28 +524,27 @@ POW2 = (
 )
 NOT_INT = "return the number of threads as an int"
 
+
+# BEGIN KEY
+def _tpr(N, elems, *, lo=64, hi=512, per=8):
+    vectors = -(-N // elems)
+    t = lo
+    while t < hi and t * per < vectors:
+        t *= 2
+    return t
+
+
 _TPR_VARIANTS = [
     Variant("8 elements per vector for every dtype", lambda N, dt: _tpr(N, 8), VEC_BYTES),
     Variant("no upper limit", lambda N, dt: _tpr(N, _elems(dt), hi=1 << 20), MAX_512),
     Variant("one warp minimum", lambda N, dt: _tpr(N, _elems(dt), lo=32), MIN_64),
     Variant("16 vectors per thread", lambda N, dt: _tpr(N, _elems(dt), per=16), AT_MOST_8),
 ]
+# END KEY
 _DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-_TPR_CASES = [
-    (256, "bf16"),
-    (1000, "bf16"),
-    (4096, "bf16"),
-    (4104, "bf16"),
-    (8192, "fp16"),
-    (16384, "bf16"),
-    (32768, "bf16"),
-    (65536, "bf16"),
-    (1024, "fp32"),
-    (2048, "fp32"),
-    (8192, "fp32"),
-    (16384, "fp32"),
-    (40000, "fp32"),
-]
+_TPR_CASES = [(256, "bf16"), (1000, "bf16"), (4096, "bf16"), (4104, "bf16"), (8192, "fp16"),
+              (16384, "bf16"), (32768, "bf16"), (65536, "bf16"), (1024, "fp32"), (2048, "fp32"),
+              (8192, "fp32"), (16384, "fp32"), (40000, "fp32")]  # fmt: skip
 
 
 def _constraint_hint(got, N, dtype) -> tuple[str, str]:
@@ -577,8 +575,12 @@ def _tpr_cases(ctx, hidden):
 
 
 def _explains(variant: Variant, cases, got) -> bool:
-    """A known wrong answer explains the learner's only if it agrees on every case."""
-    return all(variant.fn(*c) == g for c, g in zip(cases, got, strict=True))
+    """A known wrong answer explains the learner's only if it agrees on every case (one that
+    cannot be evaluated, as in a student's copy without the answer key, explains nothing)."""
+    try:
+        return all(variant.fn(*c) == g for c, g in zip(cases, got, strict=True))
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def _tpr_check(hidden: bool) -> Check:
@@ -605,6 +607,7 @@ def _tpr_check(hidden: bool) -> Check:
     return Check(name, COMPILE, fn, hidden)
 
 
+# BEGIN KEY
 # fmt: off
 THREADS_PER_ROW_MUTANTS = mutants(COMPILE,
     ("8 elements per vector for every dtype", "count 16-byte vectors",
@@ -615,6 +618,7 @@ THREADS_PER_ROW_MUTANTS = mutants(COMPILE,
     ("16 vectors per thread", "more than 8 vectors", "tpr * 8 < vectors", "tpr * 16 < vectors"),
 )
 # fmt: on
+# END KEY
 
 threads_per_row = register(
     Exercise(
@@ -720,6 +724,7 @@ TWO_LEVELS = (
     "    sum_sq = self.block_reduce(sum_sq, buffer)  # the row's sum, in every thread of the row\n"
 )
 
+# BEGIN KEY
 # fmt: off
 BLOCK_KERNEL_MUTANTS = [
     *mutants(COMPILE,
@@ -760,6 +765,7 @@ BLOCK_KERNEL_MUTANTS = [
     ),
 ]
 # fmt: on
+# END KEY
 
 block_kernel = WholeKernel(
     id="03.block_kernel",

@@ -218,6 +218,7 @@ _KERNEL_CASES = (
 )
 
 
+# BEGIN KEY
 # fmt: off
 CLUSTER_KERNEL_MUTANTS = [
     *mutants(COMPILE,
@@ -264,6 +265,7 @@ CLUSTER_KERNEL_MUTANTS = [
     ),
 ]
 # fmt: on
+# END KEY
 
 cluster_kernel = WholeKernel(
     id="04.cluster_kernel",
