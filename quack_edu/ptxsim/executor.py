@@ -27,51 +27,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .instructions import HANDLERS
 from .parser import Address, Instruction, Kernel, parse
+from .values import (
+    SINT,
+    TYPED,
+    UINT,
+    WARP,
+    SimError,
+    UnsupportedInstruction,
+    as_type,
+    immediate,
+    width_of,
+)
 
-UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
-SINT = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
-#: the NumPy dtype a PTX type is computed in (bf16 has none: its bits, converted by hand)
-TYPED = {
-    "pred": np.bool_,
-    "b8": np.uint8,
-    "u8": np.uint8,
-    "s8": np.int8,
-    "b16": np.uint16,
-    "u16": np.uint16,
-    "s16": np.int16,
-    "f16": np.float16,
-    "bf16": np.uint16,
-    "b32": np.uint32,
-    "u32": np.uint32,
-    "s32": np.int32,
-    "f32": np.float32,
-    "f16x2": np.uint32,
-    "bf16x2": np.uint32,
-    "b64": np.uint64,
-    "u64": np.uint64,
-    "s64": np.int64,
-    "f64": np.float64,
-}
-WARP = 32
 #: where the first global tensor lives (any address far from 0: a null pointer faults)
 GLOBAL_BASE = 1 << 40
 #: the shared-memory address of the first shared variable (sm_90 reserves the first 1 KiB)
 SHARED_BASE = 1024
-
-
-class SimError(RuntimeError):
-    """The kernel did something the simulator refuses: an access out of bounds, a shuffle
-    between lanes at different instructions, a branch to nowhere."""
-
-
-class UnsupportedInstruction(SimError):
-    """An instruction (or a form of it) the simulator does not implement."""
-
-
-def width_of(typ: str) -> int:
-    """Bits of a PTX type ("f32" -> 32, "pred" -> 1)."""
-    return 1 if typ == "pred" else np.dtype(TYPED[typ]).itemsize * 8
 
 
 class Memory:
@@ -143,8 +116,6 @@ class Program:
     resolved to instruction indices."""
 
     def __init__(self, kernel: Kernel):
-        from .instructions import HANDLERS
-
         self.kernel = kernel
         self.handlers = []
         for ins in kernel.instructions:
@@ -207,16 +178,14 @@ class CTA:
 
     def read(self, op: str, typ: str, ins: Instruction):
         """Operand ``op`` as PTX type ``typ``: an array over the threads, or a NumPy scalar."""
-        from .instructions import immediate
-
         if op.startswith("!"):
             return ~self.read(op[1:], "pred", ins)
         if op.startswith("%"):
             if op in self.special:
-                return _as_type(self.special[op], typ)
-            return _as_type(self.reg(op, ins), typ)
+                return as_type(self.special[op], typ)
+            return as_type(self.reg(op, ins), typ)
         if op in self.program.shared_offsets:
-            return _as_type(np.uint32(SHARED_BASE + self.program.shared_offsets[op]), typ)
+            return as_type(np.uint32(SHARED_BASE + self.program.shared_offsets[op]), typ)
         return immediate(op, typ, ins)
 
     def write(self, name: str, value, typ: str, mask: np.ndarray, ins: Instruction) -> None:
@@ -274,19 +243,6 @@ class CTA:
         if target is None:
             raise SimError(f"branch to an unknown label {label} ({ins.where()})")
         self.pc[mask] = target
-
-
-def _as_type(value, typ: str):
-    """Raw bits (or a special register's uint32) viewed as ``typ``: reinterpreted when the
-    widths match, zero-extended or truncated first when they do not."""
-    dtype = TYPED[typ]
-    value = np.asarray(value)
-    if value.dtype == np.bool_ or typ == "pred":
-        return value.astype(dtype)
-    width = width_of(typ)
-    if value.dtype.itemsize * 8 != width:
-        value = value.astype(UINT[value.dtype.itemsize * 8]).astype(UINT[width])
-    return value.view(dtype)
 
 
 # ---- the launch -------------------------------------------------------------------------------

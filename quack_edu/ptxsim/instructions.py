@@ -18,11 +18,11 @@ zero. Only round-to-nearest (``.rn``, the default) float arithmetic is implement
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
-from .executor import (
+from .parser import Address
+from .values import (
+    FLOAT_TYPES,
     SINT,
     TYPED,
     UINT,
@@ -31,9 +31,7 @@ from .executor import (
     UnsupportedInstruction,
     width_of,
 )
-from .parser import Address
 
-FLOAT_TYPES = {"f16", "f32", "f64"}
 #: qualifiers of ld/st that change nothing here (caching, ordering, scope)
 _MEMORY_HINTS = {"nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt", "volatile", "weak", "relaxed"}
 _MEMORY_HINTS |= {"acquire", "release", "cta", "gpu", "sys", "cluster"}
@@ -45,35 +43,6 @@ def unsupported(ins, what: str = "") -> UnsupportedInstruction:
 
 
 # ---- operands ------------------------------------------------------------------------------------
-_INT = re.compile(r"^-?(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9]\d*)U?$")
-
-
-def immediate(text: str, typ: str, ins):
-    """A literal operand as a NumPy scalar of ``typ``: 12, -1, 0x1F, 0f3F800000 (f32 bits),
-    0d3FF0000000000000 (f64 bits)."""
-    if text[:2] in ("0f", "0F") and len(text) == 10:
-        value = np.array(int(text[2:], 16), np.uint32).view(np.float32)[()]
-    elif text[:2] in ("0d", "0D") and len(text) == 18:
-        value = np.array(int(text[2:], 16), np.uint64).view(np.float64)[()]
-    elif _INT.match(text):
-        digits = text.rstrip("U")
-        neg = digits.startswith("-")
-        digits = digits.lstrip("-")
-        base = 16 if digits[:2].lower() == "0x" else 8 if digits[:1] == "0" else 10
-        value = int(digits, base) * (-1 if neg else 1)
-        if typ == "pred":
-            return np.bool_(value != 0)
-        if typ in FLOAT_TYPES:
-            return TYPED[typ](value)
-        width = width_of(typ)
-        return np.array(value & ((1 << width) - 1), UINT[width]).view(TYPED[typ])[()]
-    else:
-        raise SimError(f"cannot read the operand {text!r} ({ins.where()})")
-    if typ in FLOAT_TYPES:
-        return TYPED[typ](value)
-    return np.asarray(value).view(UINT[np.asarray(value).itemsize * 8]).astype(TYPED[typ])[()]
-
-
 def _type(ins) -> str:
     """The instruction's operand type: its last opcode word."""
     typ = ins.parts[-1]

@@ -21,8 +21,9 @@ import functools
 import numpy as np
 import torch
 
-from .executor import SimError, TensorArg, launch
+from .executor import TensorArg, launch
 from .parser import Kernel, parse
+from .values import SimError
 
 #: the stages whose kernels this simulator runs (no clusters, mbarriers or cp.async yet)
 SIMULATED_STAGES = ("naive", "warp", "block")
