@@ -127,14 +127,11 @@ def parse(ptx: str, entry: str | None = None) -> Kernel:
         reqntid=tuple(int(v) for v in reqntid.group(1).split(",")) if reqntid else None,
     )
     # Shared variables declared at module level, before the kernel (``__dynamic_shmem__0``).
-    line_no = 1
     for line in text[: match.start()].split("\n"):
         _read_module_line(kernel, line.strip().rstrip(";").strip())
-        line_no += 1
-    line_no = text.count("\n", 0, body_start) + 1
-    for line in text[body_start:body_end].split("\n"):
-        _read_body_line(kernel, line.strip(), line_no, ptx)
-        line_no += 1
+    first_line = text.count("\n", 0, body_start) + 1
+    for line_no, line in enumerate(text[body_start:body_end].split("\n"), first_line):
+        _read_body_line(kernel, line.strip(), line_no)
     return kernel
 
 
@@ -162,7 +159,7 @@ def _add_shared(kernel: Kernel, m: re.Match) -> None:
     kernel.shared.append(SharedVar(name, int(align or _TYPE_BYTES[typ]), size))
 
 
-def _read_body_line(kernel: Kernel, line: str, line_no: int, source: str) -> None:
+def _read_body_line(kernel: Kernel, line: str, line_no: int) -> None:
     # A line holds a label, a directive or one instruction (NVVM writes one per line); braces
     # around a scope (inline PTX) are dropped: its registers join the kernel's.
     line = line.strip("{} \t")
