@@ -10,6 +10,8 @@ test (``tests/test_class_grade.py``).
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from quack_edu.grading import get
@@ -151,6 +153,19 @@ ANSWER_CELL_CHEATS = [
         "src = next(''.join(c['source']) for c in nb['cells'] if 'def warp_reduce_sum' in "
         "''.join(c['source']))\n"
         "torch.builtins.exec(src)\n",
+    ),
+    (
+        "the solutions read from the checkout's git history",
+        "00.bytes_moved",
+        "root = torch.os.path.dirname(torch.os.path.dirname(quack_edu.__file__))\n"
+        "head = torch.builtins.open(root + '/.git/HEAD').read()\n"
+        "torch.os.listdir(root + '/.git/objects')\n" + WRONG,
+    ),
+    (
+        "a test's copy of an answer read",
+        "00.bytes_moved",
+        "root = torch.os.path.dirname(torch.os.path.dirname(quack_edu.__file__))\n"
+        "torch.builtins.open(root + '/tests/test_cheats.py').read()\n" + WRONG,
     ),
     (
         "the worker's request handler replaced",
@@ -334,6 +349,8 @@ BOUNDARY_FLAGS = (
     "the solutions read through readline",
     "the grader's working directory through readlink",
     "the block stage's buffer by its class's name",
+    "the solutions read from the checkout's git history",
+    "a test's copy of an answer read",
 )
 
 
@@ -411,6 +428,28 @@ def test_a_hang_and_a_crash_in_the_worker_are_reported():
     crash = "import os\ndef bytes_moved(M, N, dtype):\n    os._exit(3)\n"
     res = judge_exercise(get("00.bytes_moved"), crash, seed=1, timeout=30, screened=False)
     assert res.score == 0 and "crashed" in res.failures[0], res.table()
+
+
+HALF_A_REPLY = (  # (red team 5) a length header promising 1000 bytes, one sent, then a sleep
+    "import os, stat, time\n"
+    "for fd in range(3, 256):\n"
+    "    try:\n"
+    "        if stat.S_ISSOCK(os.fstat(fd).st_mode):\n"
+    "            os.write(fd, (1000).to_bytes(4, 'big') + b'{')\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "time.sleep(600)\n"
+)
+
+
+def test_half_a_reply_cannot_hang_the_grader(monkeypatch):
+    from quack_edu.grading import deadline
+
+    monkeypatch.setattr(deadline, "READ_S", 3.0)
+    t0 = time.monotonic()
+    res = judge_exercise(get("00.bytes_moved"), HALF_A_REPLY, seed=1, timeout=20, screened=False)
+    assert res.score == 0 and "did not finish" in " ".join(res.failures), res.table()
+    assert time.monotonic() - t0 < 60
 
 
 def test_solutions_and_blanks_judged_outside_the_learners_process():

@@ -34,6 +34,8 @@ try:
 except ImportError:  # a machine without Jupyter packages (the H200 device machine)
     from . import nblite as nbformat
 
+from . import deadline
+from .deadline import MAX_REPLY, killed_after
 from .nbfiles import grade_id, repo_root
 
 #: the CUDA errors after which a process's context cannot launch anything again
@@ -265,7 +267,11 @@ class ChildEngine:
         if not ready:
             self._kill()
             return CellEvent(index, grade_id(cell), "timeout")
-        line = self._replies.readline()
+        with killed_after(deadline.READ_S, self._kill) as cut:  # a reply begun must end
+            line = self._replies.readline(MAX_REPLY)
+        if cut.is_set() or (line and not line.endswith("\n")):
+            self._kill()  # (a line cut short, or longer than MAX_REPLY)
+            return CellEvent(index, grade_id(cell), "timeout")
         if not line:
             return self._died(cell, index)
         out = json.loads(line)

@@ -38,8 +38,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import answer_key, hints
+from . import answer_key, deadline, hints
 from .context import Context
+from .deadline import MAX_REPLY, killed_after
 from .registry import MISSING, Check, CheckFailed, Exercise
 from .report import FAIL, NOT_ATTEMPTED, ExerciseResult
 from .runner import run_exercise
@@ -371,16 +372,39 @@ class Server:
         return pid, Connection(a.detach())
 
 
+def _git_dirs(root: Path) -> list[Path]:
+    """The git folders of a checkout at ``root``: ``.git``, and where ``.git`` is a file (a
+    worktree, a submodule) the folders it points to (its own and the repository's shared one)."""
+    dot = root / ".git"
+    if dot.is_dir():
+        return [dot]
+    if not dot.is_file():
+        return []
+    out = [dot]
+    text = dot.read_text(errors="replace").strip()
+    if text.startswith("gitdir:"):
+        gitdir = (root / text.removeprefix("gitdir:").strip()).resolve()
+        out.append(gitdir)
+        common = gitdir / "commondir"
+        if common.is_file():
+            out.append((gitdir / common.read_text().strip()).resolve())
+    return out
+
+
 def secret_paths(extra=()) -> list[str]:
     """What no learner process may read: the exercises (reference answers, hidden checks,
     mutants), the solutions, other judging runs' folders, and ``extra`` (a class's
     submissions, the gradebook)."""
     from . import exercises
-    from .nbfiles import solutions_dir
+    from .nbfiles import repo_root, solutions_dir
 
+    root = repo_root()
     return [
         str(Path(exercises.__file__).parent),
         str(solutions_dir()),
+        # a checkout's history holds every solution and check; its tests and scripts pieces of them
+        *map(str, _git_dirs(root)),
+        *(str(root / d) for d in ("tests", "scripts", ".ci") if (root / d).is_dir()),
         # other judging runs' folders (another submission's cells and answers)
         str(Path(tempfile.gettempdir()) / "quack_edu_*"),
         *map(str, extra),
@@ -462,10 +486,19 @@ class Worker:
                 f"{what} ran past the time limit of {timeout:g} s (timeout) and was stopped. "
                 f"hint: {self.ex.timeout_hint or hints.TIMEOUT}",
             )
-        try:
-            data = self.conn.recv_bytes()
-        except (EOFError, OSError):
+        with killed_after(deadline.READ_S, self._kill) as cut:
+            try:
+                data = self.conn.recv_bytes(MAX_REPLY)
+            except (EOFError, OSError) as e:
+                data, error = None, e
+        if data is None:
             self._kill()
+            if cut.is_set() or "too long" in str(error).lower() or "bad message" in str(error):
+                raise JudgeAbort(
+                    "timeout",
+                    f"{what}: the worker began a reply and did not finish it within "
+                    f"{deadline.READ_S:g} s, or sent more than {MAX_REPLY >> 20} MiB: stopped",
+                ) from None
             raise JudgeAbort(
                 "died",
                 f"{what} crashed the grader's worker process (it exited). hint: {hints.DIED}",

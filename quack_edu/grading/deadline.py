@@ -1,0 +1,37 @@
+"""A read from a learner's process that cannot hang the grader.
+
+``poll``/``select`` say that a reply has begun, not that it will end: a learner's process can
+write part of one and stop (red team 5: a 4-byte length header, then sleep). ``killed_after``
+kills that process if the read has not returned by the deadline; the read then ends (the pipe
+closes) and the caller reports a timeout.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+#: seconds a reply may take to arrive once it has begun
+READ_S = 30.0
+#: the largest reply a learner's process may send (a value's tensors, a cell's output)
+MAX_REPLY = 512 << 20
+
+
+@contextmanager
+def killed_after(seconds: float, kill: Callable[[], None]) -> Iterator[threading.Event]:
+    """Run the block; call ``kill`` if it is still running after ``seconds``. The event
+    yielded is set when it was killed."""
+    fired = threading.Event()
+
+    def fire():
+        fired.set()
+        kill()
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield fired
+    finally:
+        timer.cancel()
