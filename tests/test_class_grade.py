@@ -170,3 +170,30 @@ def test_a_submission_rewritten_while_graded_is_flagged_now_and_later(tmp_path, 
         assert rows["eve"]["flagged"] == "yes", (run, rows["eve"])
         assert "rewritten on disk while it was graded" in rows["eve"]["flags"], (run, rows["eve"])
     assert b"Roofline" in path.read_bytes() or b"ROOFLINE" in path.read_bytes()
+
+
+def test_students_whose_results_would_collide_are_refused(tmp_path, capsys):
+    # (red team 5) "ana!" and "ana" share a results folder: a blank overwrote an honest grade
+    from quack_edu.grading.class_grade import ClassLayoutError, find_submissions
+
+    blank = read(notebooks_dir() / f"{LESSON}.ipynb")
+    for name in ("ana", "ana!"):
+        write(blank, tmp_path / "subs" / f"{name}.ipynb")
+    with pytest.raises(ClassLayoutError, match="share a folder: 'ana!' and 'ana'"):
+        find_submissions(tmp_path / "subs", LESSON)
+    assert (
+        grade_main([str(tmp_path / "subs"), "--lesson", LESSON, "--out", str(tmp_path / "g")]) == 2
+    )
+    assert "share a folder" in capsys.readouterr().err
+
+
+def test_a_second_notebook_for_the_lesson_is_named_not_dropped(tmp_path):
+    # (red team 5) cat.ipynb and cat_<lesson>.ipynb: one was graded, the other silently ignored
+    from quack_edu.grading.class_grade import find_submissions
+
+    blank = read(notebooks_dir() / f"{LESSON}.ipynb")
+    write(blank, tmp_path / "subs" / "cat.ipynb")
+    write(blank, tmp_path / "subs" / f"cat_{LESSON}.ipynb")
+    (sub,) = find_submissions(tmp_path / "subs", LESSON)
+    assert sub.student == "cat" and sub.path is not None and len(sub.also) == 1
+    assert {sub.path.name, sub.also[0].name} == {"cat.ipynb", f"cat_{LESSON}.ipynb"}

@@ -49,6 +49,12 @@ class Submission:
     student: str
     lesson: str
     path: Path | None  # None: missing
+    #: other notebooks of the student for the same lesson, not graded (the grade is flagged)
+    also: tuple[Path, ...] = ()
+
+
+class ClassLayoutError(ValueError):
+    """A folder of submissions the grader cannot map one-to-one onto students."""
 
 
 def _safe(name: str) -> str:
@@ -94,23 +100,33 @@ def find_submissions(
             found.setdefault(_student_of_file(entry.stem), []).append(entry)
     for s in roster or []:
         found.setdefault(s, [])
+    by_folder: dict[str, list[str]] = {}  # (red team 5: "ana!" overwrote ana's results)
+    for student in found:
+        by_folder.setdefault(_safe(student), []).append(student)
+    clashes = [names for names in by_folder.values() if len(names) > 1]
+    if clashes:
+        raise ClassLayoutError(
+            "students whose results would share a folder: "
+            + "; ".join(" and ".join(repr(n) for n in names) for names in clashes)
+            + " (rename their submissions: letters, digits and _.@+- only)"
+        )
     subs = []
     for student, paths in sorted(found.items()):
-        by_lesson: dict[str, Path] = {}
+        by_lesson: dict[str, list[Path]] = {}
         for p in paths:
             le = _cells_lesson(p) or (lesson if lesson and lesson in p.name else None)
             if le is None and lesson and len(paths) == 1:
                 le = lesson  # the one notebook handed in: graded (and flagged) as the lesson
             if le:
-                by_lesson.setdefault(le, p)
+                by_lesson.setdefault(le, []).append(p)
         if lesson:
-            path = by_lesson.get(lesson)
+            path, *also = by_lesson.get(lesson) or [None]
             if path is None and len(paths) == 1:
                 path = paths[0]  # another lesson's notebook: graded as this one, flagged
-            subs.append(Submission(student, lesson, path))
+            subs.append(Submission(student, lesson, path, tuple(also)))
         else:
-            for le, p in sorted(by_lesson.items()):
-                subs.append(Submission(student, le, p))
+            for le, (p, *also) in sorted(by_lesson.items()):
+                subs.append(Submission(student, le, p, tuple(also)))
             if not by_lesson:
                 subs.append(Submission(student, "?", None))
     return subs
@@ -186,6 +202,12 @@ def grade_one(job: dict) -> dict:
     after = _digest(path, lesson, job["options"]) if path.exists() else None
     if after != job["digest"]:  # a cell wrote to the notebook (native code past the hook)
         rewritten = {"graded": job["digest"], "found": after, "at": datetime.now().isoformat()}
+    if job.get("also"):  # the digest covers the graded notebook only: say what was left
+        names = ", ".join(Path(p).name for p in job["also"])
+        res.flags.append(
+            f"more than one notebook for this lesson was handed in: {path.name} was graded, "
+            f"not {names}"
+        )
     if rewritten:
         res.flags.append(
             "the submission was rewritten on disk while it was graded "
@@ -440,6 +462,7 @@ def _jobs(
                 digest=digest,
                 options=options,  # what the digest covers beside the notebook
                 late=late,
+                also=[str(p) for p in sub.also],
                 grader=grader,
                 # what the submission's cells and answers may not read: the class's
                 # submissions (its own included: the grader hands it over) and the gradebook

@@ -177,7 +177,7 @@ def _refuse(e) -> int:
 def run_class(args) -> int:
     from datetime import datetime
 
-    from .class_grade import ClassOptions, ResultTampered, grade_class
+    from .class_grade import ClassLayoutError, ClassOptions, ResultTampered, grade_class
     from .integrity import GraderTampered
 
     if len(args.notebooks) != 1:
@@ -201,7 +201,7 @@ def run_class(args) -> int:
     )
     try:
         s = grade_class(args.notebooks[0], args.out, options)
-    except (GraderTampered, ResultTampered) as e:
+    except (GraderTampered, ResultTampered, ClassLayoutError) as e:
         return _refuse(e)
     print(
         f"{s['submissions']} submissions: {s['graded']} graded, {s['skipped']} already graded "
