@@ -155,6 +155,36 @@ ANSWER_CELL_CHEATS = [
         "torch.builtins.exec(src)\n",
     ),
     (
+        "the library's eager RMSNorm through a generator's frame",
+        "00.eager_rmsnorm",
+        "def eager_rmsnorm(x, w, eps=1e-6):\n"
+        "    def g():\n        yield\n"
+        "    lib = g().gi_frame.f_globals['quack_edu']\n"
+        "    return lib.tools.kernels._composed(x, w)\n",
+    ),
+    (
+        "the library's float64 backward by names built from strings",
+        "07.dx_row",
+        "def dx_row(x, w, dout, rstd, weight_offset):\n"
+        "    def g():\n        yield\n"
+        "    lib = g().gi_frame.f_globals['quack_edu']\n"
+        "    b = g().gi_frame.f_globals['__builtins__']\n"
+        "    s = b['getattr'](lib.lessons, 'bwd_' + 'strategies')\n"
+        "    bwd = b['getattr'](s, 'auto' + 'grad_bwd')\n"
+        "    return bwd(x, w, dout, 1e-6, weight_offset)[0].float()\n",
+    ),
+    (
+        "autograd by a name built from a string",
+        "07.dx_row",
+        "def dx_row(x, w, dout, rstd, weight_offset):\n"
+        "    xx = x.float().clone()\n"
+        "    getattr(xx, 'requires' + '_grad_')()\n"
+        "    h = xx * torch.rsqrt(xx.pow(2).mean(-1, keepdim=True) + 1e-6)\n"
+        "    y = h * (w.float() + weight_offset) if w is not None else h\n"
+        "    (gx,) = getattr(torch, 'auto' + 'grad').grad(y, xx, dout.float())\n"
+        "    return gx\n",
+    ),
+    (
         "the solutions read from the checkout's git history",
         "00.bytes_moved",
         "root = torch.os.path.dirname(torch.os.path.dirname(quack_edu.__file__))\n"
@@ -351,6 +381,9 @@ BOUNDARY_FLAGS = (
     "the block stage's buffer by its class's name",
     "the solutions read from the checkout's git history",
     "a test's copy of an answer read",
+    "the library's eager RMSNorm through",
+    "the library's float64 backward",
+    "autograd by a name built",
 )
 
 

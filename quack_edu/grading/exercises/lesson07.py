@@ -404,6 +404,17 @@ DX_ROW_MUTANTS = mutants(TIERS,
 dx_row = register(
     Exercise(
         id="07.dx_row",
+        # derived by hand: differentiating is reaching the finished backward (at run time, by
+        # whatever name: the screen's _FORBIDDEN only reads the names the cell spells)
+        finished=(
+            "torch.autograd.grad",
+            "torch.autograd.backward",
+            "torch.Tensor.backward",
+            "torch.func.vjp",
+            "torch.func.grad",
+            "torch.func.jacrev",
+            "torch.func.jacfwd",
+        ),
         lesson=LESSON,
         answer="dx_row",
         title="dx of RMSNorm rows by hand: rstd * (g - x_hat * mean(x_hat * g)), in fp32",
