@@ -16,6 +16,7 @@ instructor decides.
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import inspect
@@ -42,13 +43,42 @@ _SKIP = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, token
          tokenize.ENDMARKER)  # fmt: skip
 
 
+def compiler_view(source: str) -> str:
+    """The source as the compiler reads it, written out again (``ast.unparse``: one layout
+    for the answer and the library alike): identifiers NFKC-normalised and, where they are not
+    ASCII, renamed ``u0``, ``u1``, ... (Python 3.11's ``tokenize`` splits a name holding a
+    character such as U+00B7 into pieces: a paste renamed so covered 0.10 for 1.00, red team
+    5); text that does not parse is left as it is."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return source
+    renamed: dict[str, str] = {}
+
+    def fix(name):
+        if name is None or name.isascii():
+            return name
+        return renamed.setdefault(name, f"u{len(renamed)}")
+
+    for node in ast.walk(tree):
+        for field in ("id", "arg", "attr", "name"):
+            value = getattr(node, field, None)
+            if isinstance(value, str):
+                setattr(node, field, fix(value))
+        if isinstance(node, ast.alias):
+            node.asname = fix(node.asname)
+        if isinstance(node, ast.Global | ast.Nonlocal):
+            node.names = [fix(n) for n in node.names]
+    return ast.unparse(tree)
+
+
 def tokens(source: str, *, names: bool = True) -> list[str]:
-    """The source's tokens without comments and layout; ``names=False`` replaces every name
-    (not keywords) by ``N`` and every string by ``S``. Text that does not tokenize gives the
-    tokens before the error."""
+    """The source's tokens without comments and layout (``compiler_view``); ``names=False``
+    replaces every name (not keywords) by ``N`` and every string by ``S``. Text that does not
+    tokenize gives the tokens before the error."""
     out: list[str] = []
     try:
-        for t in tokenize.generate_tokens(io.StringIO(source).readline):
+        for t in tokenize.generate_tokens(io.StringIO(compiler_view(source)).readline):
             if t.type in _SKIP:
                 continue
             if not names and t.type == tokenize.STRING:
