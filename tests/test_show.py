@@ -1,6 +1,12 @@
 """show_kernel: a stage's kernel printed with the lines new since an earlier stage marked (CPU)."""
 
-from quack_edu.lessons.show import kernel_diff, render_html, render_text, show_kernel
+from quack_edu.lessons.show import (
+    excerpt_text,
+    kernel_diff,
+    render_html,
+    render_text,
+    show_kernel,
+)
 
 
 def _changed(shown):
@@ -75,3 +81,14 @@ def test_decorators_are_shown_after_the_kernel_was_compiled():
     compile_report("naive", 256, torch.float32)
     (shown,) = kernel_diff("naive")
     assert shown.lines[0][1] == "@cute.kernel"
+
+
+def test_an_excerpt_is_the_lines_between_two_markers_numbered_as_the_kernel():
+    text = excerpt_text("cluster", "tXrX = [cute.make_rmem_tensor_like", "sum_sq = self.row_sum")
+    head, *body = text.splitlines()
+    assert head.startswith("cluster: ClusterRMSNorm.kernel, lines ")
+    assert "tXrX = [cute.make_rmem_tensor_like" in body[0] and "row_sum" not in text
+    first, last = map(int, head.rsplit(" ", 1)[1].split("-"))
+    assert len(body) == last - first + 1
+    numbered = {int(ln.split()[0]): ln for ln in render_text("cluster").splitlines()[1:] if ln.strip()}
+    assert body[0].split(maxsplit=1)[1].strip() == numbered[first].split(maxsplit=1)[1].strip()

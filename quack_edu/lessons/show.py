@@ -3,6 +3,7 @@
     show_kernel("warp", prev="naive")           # the warp stage's @cute.kernel, '+' on new lines
     show_kernel("final_bwd", prev="final")      # the backward kernel (and its dw partial sum)
     show_kernel("block", prev="warp", fn="row_sum")   # one method instead of the kernel
+    show_excerpt("final", "# -- the weight", "seq = ")  # a few lines of the kernel, numbered
 
 Lines are compared without their indentation, so a line that only moved into an ``if`` counts
 as unchanged. In Jupyter the changed lines are highlighted; elsewhere (and in the plain-text
@@ -145,6 +146,25 @@ def render_html(stage: str, prev: str | None = None, *, fn=None) -> str:
             f"<code>{html.escape(', '.join(_overrides(stage)))}</code></p>"
         )
     return "\n".join(parts)
+
+
+def excerpt_text(stage: str, start: str, end: str, *, fn=None) -> str:
+    """The lines of ``stage``'s kernel (or method ``fn``) from the first that holds ``start``
+    up to, not including, the next that holds ``end``, numbered as ``show_kernel`` numbers
+    them. A lesson prints a part of a kernel with it, and a test reads what the part shows."""
+    ((title, obj, owner),) = _functions(stage, fn)[:1]
+    lines = _source(obj, owner)
+    first = next(i for i, line in enumerate(lines) if start in line)
+    last = next(i for i in range(first + 1, len(lines)) if end in lines[i])
+    body = textwrap.dedent("\n".join(lines[first:last])).rstrip().splitlines()
+    out = [f"{stage}: {title}, lines {first + 1}-{first + len(body)}"]
+    out += [f" {i:4d}  {line}" for i, line in enumerate(body, first + 1)]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def show_excerpt(stage: str, start: str, end: str, *, fn=None) -> None:
+    """Print ``excerpt_text(stage, start, end, fn=fn)``."""
+    print(excerpt_text(stage, start, end, fn=fn), end="")
 
 
 def _in_jupyter() -> bool:
