@@ -1,5 +1,7 @@
 """show_kernel: a stage's kernel printed with the lines new since an earlier stage marked (CPU)."""
 
+import re
+
 from quack_edu.lessons.show import (
     excerpt_text,
     kernel_diff,
@@ -90,5 +92,8 @@ def test_an_excerpt_is_the_lines_between_two_markers_numbered_as_the_kernel():
     assert "tXrX = [cute.make_rmem_tensor_like" in body[0] and "row_sum" not in text
     first, last = map(int, head.rsplit(" ", 1)[1].split("-"))
     assert len(body) == last - first + 1
-    numbered = {int(ln.split()[0]): ln for ln in render_text("cluster").splitlines()[1:] if ln.strip()}
-    assert body[0].split(maxsplit=1)[1].strip() == numbered[first].split(maxsplit=1)[1].strip()
+    numbered = dict(
+        (int(n), code.strip())
+        for n, code in re.findall(r"^[ +]\s*(\d+)  (.*)$", render_text("cluster"), re.M)
+    )
+    assert body[0].split(maxsplit=1)[1].strip() == numbered[first]
