@@ -143,8 +143,8 @@ def _own_00() -> list[str]:
         # the roofline
         f"RMSNorm does about {flops} flops per element (an FMA for the square and the sum, two "
         f"multiplies for `x · rstd · w`) and moves {nbytes} bytes per element in bf16 "
-        f"({nbytes // 2} in, {nbytes // 2} out): an intensity of about **{intensity:.0f} "
-        "FLOP/byte**.",
+        f"({nbytes // 2} in, {nbytes // 2} out).",
+        f"An intensity of about **{intensity:.0f} FLOP/byte**.",  # after the learner's guess
         f"The ridge of the H200 is {s.bf16_tensor_tflops:.0f} TFLOP/s / {hbm} ≈ "
         f"**{ridge(s):.0f} FLOP/byte** for bf16 tensor cores, and {s.fp32_tflops:.0f} / "
         f"{s.hbm_gbps / 1e3:.1f} ≈ **{ridge(s, s.fp32_tflops):.0f} FLOP/byte** for fp32",
