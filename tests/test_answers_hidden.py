@@ -35,7 +35,7 @@ HELPERS: dict[str, tuple[str, ...]] = {
     "05.g2s_atom": ("make_g2s_atom",),
     "05.wait_groups": ("wait_groups_pending",),
     "06.epilogue": ("scale",),
-    "06.fake_impl": ("_fake", "rmsnorm_fwd_fake"),
+    "06.fake_impl": ("_fake", "_fwd_fake", "rmsnorm_fwd_fake"),
     "07.dx_row": ("dx_row",),
     "07.grad_in": ("grad_in",),
 }

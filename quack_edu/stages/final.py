@@ -28,14 +28,14 @@ choice: docs/06_design_notes.md and the records it names):
   whole number of 16-byte vectors (or a stride or pointer that is not 16-byte aligned) takes
   narrower accesses (``vec`` elements, a power of two), through registers under 4 bytes.
 
-The exchange is the cluster stage's, repeated: two reduction buffers and two mbarriers used
-alternately (block ``it`` uses ``it % 2``, waits on phase ``(it // 2) % 2``, and thread 0
-re-arms the barrier for block ``it + 2`` once it has passed the wait). A peer cannot reach
-block ``it + 2``'s exchange before every warp here sent block ``it + 1``'s partial, which each
-warp does only after reading block ``it``'s slots: so a slot is never overwritten before it
-is read, and the re-arm never races a phase it could complete. Without a cluster the block
-level uses the same two buffers for the same reason (a fast warp's next write would land in
-a slot a slow warp has not read yet).
+The exchange is the cluster stage's, repeated over the CTA's row blocks with two reduction
+buffers and two mbarriers that consecutive blocks use in turn; a barrier is armed again after
+its wait, for the block that uses it next (the loop in ``kernel`` is the protocol). Two are
+enough: a peer cannot reach the exchange two blocks ahead before every warp here has sent the
+next block's partial, which each warp does only after reading this block's slots; so a slot is
+never overwritten before it is read, and a re-arm never races a phase it could complete.
+Without a cluster the block level uses the same two buffers for the same reason (a fast warp's
+next write would land in a slot a slow warp has not read yet).
 Unlike the cluster stage, a CTA leaves without a last cluster barrier (``exit_sync=False``):
 the peers of a cluster walk the same blocks, and every store into a CTA's shared memory is one
 that CTA waits for (its mbarrier counts the bytes) before it stores its last block, so none can
