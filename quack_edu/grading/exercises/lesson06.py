@@ -67,17 +67,13 @@ NO_OFFSET = (
     "weight_offset never reaches the output: the weight the layer multiplies by is "
     "(w + weight_offset), in fp32 (the kernel passes the offset as a Python float)"
 )
-NO_BIAS = (
-    "the bias never reaches the output: when b is not None it is added last, "
-    "y = x_hat * (w + weight_offset) + b"
-)
+NO_BIAS = "the bias never reaches the output: when b is not None, the output leaves it out"
 NO_WEIGHT_WITH_BIAS = (
     "the weight never reaches the output when there is a bias: the bias comes on top of the "
     "weight, not instead of it; handle w and b independently (either may be None)"
 )
 BIAS_SCALED = (
-    "the bias is multiplied (by x_hat or the weight): it is added after the multiply, "
-    "y = x_hat * (w + weight_offset) + b"
+    "the bias is multiplied (by x_hat or the weight): it comes on top of the product, not inside it"
 )
 
 
@@ -324,8 +320,8 @@ FAKE_ALIAS = (
     "mutates_args=() returns fresh tensors, never an input or an alias of one (the library makes "
     "the 'residual_out is x' case outside the op); allocate it with x.new_empty"
 )
-FAKE_RSTD_DTYPE = "rstd is float32 whatever the input dtypes: x.new_empty(..., dtype=torch.float32)"
-FAKE_RSTD_SHAPE = "rstd has one value per row: x.shape[:-1] (every dim but the last), not x's shape"
+FAKE_RSTD_DTYPE = "rstd is float32 whatever the input dtypes: yours is another dtype"
+FAKE_RSTD_SHAPE = "rstd has one value per row (every dim of x but the last): yours has x's shape"
 FAKE_OUT_DTYPE = (
     "out is in out_dtype (the op always receives it, e.g. fp32 out of bf16 x), not x.dtype"
 )

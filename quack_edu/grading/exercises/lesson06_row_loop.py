@@ -38,59 +38,54 @@ REPLAY = "the loop replayed on the CPU: buffers, exchange parity, mbarrier phase
 LOOP_COMPILES = "compiles (cluster of 2, two buffers, 4 row blocks a CTA)"
 
 L_BLOCK = (
-    "iteration it works on row block blk0 + it (the CTA's blocks are consecutive): pass that "
-    "block to first_pass and second_pass"
+    "first_pass or second_pass gets another block than the iteration's own: the CTA's blocks "
+    "are consecutive, from blk0, one an iteration"
 )
 L_BUFFER = (
     "the block read is not the one in that buffer: block blk0 was copied into buffer 0 before "
-    "the loop, and each iteration copies the next block into the other buffer, so block it is "
-    "in buffer it % 2"
+    "the loop, and each iteration copies the next block into the other buffer"
 )
 L_OVERWRITE = (
     "the next block's copies go into the buffer this iteration still reads: with two buffers, "
-    "block it + 1 goes into 1 - (it % 2) while block it is summed and stored from it % 2"
+    "they belong in the other one"
 )
 L_NO_OVERLAP = (
-    "the next block is issued only after this block's first pass: issue(blk + 1, ...) first, so "
-    "that its copies are in flight while this block is summed (that is what two buffers are for)"
+    "the next block is issued only after this block's first pass: its copies are not in flight "
+    "while this block is summed (that is what two buffers are for)"
 )
 L_PARITY = (
-    "the exchange of block it must use buffer and mbarrier it % 2: with one of each, a fast peer's "
-    "partials for the next block could land while this CTA still reads this block's (the two "
-    "alternate, so that a buffer is reused only two blocks later)"
+    "consecutive blocks exchange through the same buffer and mbarrier: a fast peer's partials "
+    "for the next block could land while this CTA still reads this block's (with two of each, "
+    "used alternately, a buffer is reused only two blocks later)"
 )
 L_SEND = "send this block's own sum of squares, the value first_pass returned, to the peers"
 L_PHASE = (
-    "wrong mbarrier phase: barrier p = it % 2 serves blocks p, p + 2, p + 4, ...; its k-th use "
-    "(k = it // 2) completes phase k, and mbarrier_wait takes that phase's parity, (it // 2) % 2. "
-    "A wrong parity returns at once (garbage) or never (a hang)"
+    "wrong mbarrier phase: each barrier serves every other block, each use of it completes one "
+    "more phase (0, 1, 2, ...), and the wait names the parity of the phase it waits for. A wrong "
+    "parity returns at once (garbage) or never (a hang)"
 )
 L_NOT_ARMED = (
     "a wait on a barrier that was not armed again after its last phase: its peers' bytes can "
-    "never complete it, a hang. After the wait, re-arm barrier it % 2 for block it + 2"
+    "never complete it, a hang"
 )
 L_REARM_EARLY = (
     "the barrier is re-armed before this block's wait on it completed: the arm belongs to its "
     "next phase (block it + 2), so it comes after wait_peers"
 )
 L_REARM_EXTRA = (
-    "the barrier is re-armed for a block that does not exist (it + 2 >= n_iter): it would wait "
-    "for bytes no peer sends, and the CTA may exit with it armed. Re-arm only if it + 2 < n_iter"
+    "the barrier is re-armed for a block that does not exist (past the CTA's last one): it "
+    "would wait for bytes no peer sends, and the CTA may exit with it armed"
 )
-L_REARM_ONE = (
-    "more than one thread re-arms: the mbarrier counts one arrival (the arming thread's), so "
-    "only thread 0 (tidx == 0) arms it"
-)
+L_REARM_ONE = "more than one thread re-arms: the mbarrier counts one arrival, the arming thread's"
 L_COMBINE = "combine(p) reads the peers' partials: only after wait_peers(p, ...) has returned"
 L_SECOND = "second_pass gets the row's total, the value combine returned for this block"
 L_MISSING = (
-    "iterations are missing: the loop runs it = 0, 1, ..., n_iter - 1 "
-    "(cutlass.range(n_iter, unroll=1)), and every iteration calls first_pass and second_pass "
-    "for its block blk0 + it; a block left out is never normalized"
+    "iterations are missing: the CTA has n_iter blocks, and a block whose iteration never calls "
+    "first_pass and second_pass is never normalized"
 )
 L_ITERS = (
-    "first_pass and second_pass take the loop's own counter: it, blk0 + it, in order, once each "
-    "an iteration"
+    "first_pass and second_pass are not called once each an iteration, in order, with the "
+    "loop's own counter and block"
 )
 L_LAST_ISSUE = (
     "the last iteration issues no next block: issue it anyway. issue(blk, b) copies nothing "
@@ -100,8 +95,7 @@ L_LAST_ISSUE = (
 )
 L_NO_WAIT = (
     "no wait: the compiled loop never calls wait_peers, so combine reads the exchange buffer "
-    "before the peers' partials have landed. Every iteration waits on barrier it % 2 for phase "
-    "parity (it // 2) % 2 before combine"
+    "before the peers' partials have landed"
 )
 L_COMPILED = (
     "the compiled loop does not make the calls the replayed one makes. The kernel runs the "
@@ -606,7 +600,7 @@ WHY_NOT_INTROSPECT = "the loop does not ask what its arguments are: one loop, ru
 # BEGIN KEY
 # fmt: off
 ROW_LOOP_MUTANTS = mutants(COMPILE,
-    ("one exchange buffer", "it % 2", "parity = it % 2", "parity = 0"),
+    ("one exchange buffer", "the same buffer and mbarrier", "parity = it % 2", "parity = 0"),
     ("the phase from it % 2", "wrong mbarrier phase",
      "wait_peers(parity, (it // 2) % 2)", "wait_peers(parity, it % 2)"),
     ("re-armed for the last blocks too", "a block that does not exist",
