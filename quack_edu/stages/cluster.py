@@ -13,9 +13,9 @@ threads x 8 vectors x 16 B = 64 KiB of it per pass, so it walks the row in 4 chu
 it twice: 512 KiB of loads + 256 KiB of stores, up to 1.5 x the minimum in DRAM bytes (the
 second read hits L2 only while the row is still there), and a dependent second pass. Here 8
 CTAs x 256 threads x 8 vectors x 16 B hold the whole row at once: 256 KiB read + 256 KiB
-written, in one pass. The exchange adds cluster_n x warps x 4 bytes per CTA over the
-SM-to-SM network and about a microsecond per row (a cluster barrier, one st.async round
-trip), which does not grow with N.
+written, in one pass. The exchange adds well under a KiB per CTA over the SM-to-SM network
+and about a microsecond per row (a cluster barrier, one st.async round trip), which does not
+grow with N.
 
 Registers are bytes in flight. That microsecond is the catch. A CTA that loads its slice,
 then waits for its peers, then scales and stores, has nothing in flight for half its life:
@@ -37,9 +37,8 @@ is the one-row protocol, repeated.
 
 What makes it safe (a mistake here is a hang or a read of freed memory, not a wrong number):
 1. Thread 0 initialises the mbarriers (arrival count 1; one per row block) and arms each
-   with ``expected_tx_bytes()``: every CTA receives one 4-byte slot per (row, warp, sender)
-   of a block, i.e. ``rows_per_cta x warps_per_row x cluster_n x 4`` bytes. Rows past M
-   still send their (zero) partials so that count never depends on M.
+   with ``expected_tx_bytes()``, the bytes the peers' ``st.async`` stores of one block deliver
+   to this CTA. Rows past M still send their (zero) partials so that count never depends on M.
 2. ``mbarrier_init_fence`` + ``cluster_arrive_relaxed`` after the init, ``cluster_wait``
    before the first remote store: no CTA writes into a peer whose barrier is not initialised.
    The wait is issued after this CTA's loads, so it overlaps their latency.
