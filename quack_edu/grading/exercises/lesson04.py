@@ -84,23 +84,20 @@ def _dt(dtype):
 # ---- hints -----------------------------------------------------------------------------------
 PEERS_NEVER = (
     "garbage only with cluster_n > 1: peers never receive this CTA's partials. Each warp's "
-    "partial must reach every CTA of the cluster, its own included: lane p < cluster_n stores to "
-    "CTA p (or one lane loops over the peers)"
+    "partial must reach every CTA of the cluster, its own included"
 )
 HANG_NOT_RUN = (
     "on the GPU that CTA's mbarrier wait never completes and the kernel hangs, so the grader did "
     "not launch it"
 )
 WRONG_SLOT = (
-    "the right number of bytes reach every CTA, but into the wrong slots: a partial goes into "
-    "slot [row, (warp_in_row, rank)] where rank is the *sender's* (block_idx_in_cluster()), so "
-    "that every CTA ends up with one slot per sending CTA; any other index overwrites some slots "
-    "and leaves others holding garbage"
+    "the right number of bytes reach every CTA, but into the wrong slots: every CTA must end "
+    "up with one slot per sending CTA, and this index overwrites some slots and leaves others "
+    "holding garbage"
 )
 OUT_OF_CLUSTER = (
     "a store to a rank outside the cluster (ranks 0..cluster_n-1): mapa into a CTA that does "
-    "not exist is an illegal address on the GPU (the grader did not launch it); only lanes "
-    "0..cluster_n-1 store"
+    "not exist is an illegal address on the GPU (the grader did not launch it)"
 )
 TOO_MANY = (
     "a CTA receives more stores than its mbarrier expects: its wait completes before the last "
@@ -108,9 +105,8 @@ TOO_MANY = (
     "send each warp's partial to each CTA exactly once"
 )
 NO_REMOTE_STORE = (
-    "no st.async in the kernel: the partial must travel to the peers with "
-    "cute.arch.store_async_dsmem(slot_pointer, f32_bits(val), mbar_ptr, peer_rank), which maps "
-    "the slot and the mbarrier into the peer (mapa) and stores with st.async ... complete_tx"
+    "no st.async in the kernel: the partial never travels to the peers (store_async_dsmem is the "
+    "store that maps a slot and an mbarrier into a peer, mapa, and completes its bytes there)"
 )
 EXCHANGE_GPU = (
     "right without a cluster (cluster_n = 1: the exchange is not used), wrong with one: the "
@@ -386,12 +382,14 @@ _TX_VARIANTS = [
     Variant(
         "no rows",
         lambda r, w, c: w * c * 4,
-        "a CTA holds rows_per_cta rows and each row has its own slots: multiply by rows_per_cta",
+        "a CTA holds rows_per_cta rows and each row has its own slots: your count leaves the "
+        "rows out",
     ),
     Variant(
         "no warps",
         lambda r, w, c: r * c * 4,
-        "each warp of a row sends its own partial (one slot per warp): multiply by warps_per_row",
+        "each warp of a row sends its own partial (one slot per warp): your count leaves the "
+        "warps out",
     ),
 ]
 # END KEY
@@ -529,7 +527,7 @@ def _tx_guard(ctx, N, dt, cfg):
 
 expected_tx.add(
     value_check(
-        "rows x warps x cluster_n x 4 for the stage's configs",
+        "the byte count at the stage's configs",
         expected_tx_ref,
         _tx_cases,
         variants=_TX_VARIANTS,

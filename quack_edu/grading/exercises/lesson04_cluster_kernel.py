@@ -39,19 +39,17 @@ SAME_ROWS = (
 )
 SAME_SLICE = (
     "every CTA of the cluster loads the same columns: CTA rank r of the cluster owns the r-th "
-    "slice of the row (tile_cols columns), so the column coordinate of its tiles (x, the weight, "
-    "y) is its rank, cute.arch.block_idx_in_cluster()"
+    "slice of the row (tile_cols columns), for x, the weight and y"
 )
 SEND_TOO_EARLY = (
     "the first remote store is not behind a cluster wait: a peer that started late may not have "
     "initialised its mbarrier yet, and a store that lands before the init is lost (that peer "
-    "then waits forever). cute.arch.cluster_wait() before cluster_exchange pairs with the "
-    "relaxed arrive exchange_smem made after the init"
+    "then waits forever)"
 )
 READ_TOO_EARLY = (
-    "the slots are read before the peers' partials have landed: wait on this CTA's mbarrier "
-    "(cute.arch.mbarrier_wait(mbar_ptr, phase=0)) after the exchange and before combining the "
-    "buffer; the phase completes when every expected byte has arrived"
+    "the slots are read before the peers' partials have landed: nothing waits on this CTA's "
+    "mbarrier between the exchange and the combine (its phase completes only when every "
+    "expected byte has arrived)"
 )
 WRONG_PARITY = (
     "the mbarrier wait asks for phase parity 1: this mbarrier is in its first phase, phase 0, "
@@ -60,27 +58,22 @@ WRONG_PARITY = (
     "before the peers' partials have landed"
 )
 NO_COMBINE = (
-    "the buffer is never read: after the mbarrier wait, every thread adds its row's slots "
-    "(reduce_utils.combine_buffer) to get the row's total"
+    "the buffer is never read: the row's total is the sum of its slots, which the peers filled"
 )
 
 
 WARP_FIRST = (
     "the lanes of a warp are not summed before the exchange: cluster_exchange sends one value "
     "per warp (per row group), so it must already be the warp's total; the other lanes' squares "
-    "are lost. self.warp_reduce(sum_sq) first, then the exchange"
+    "are lost"
 )
 UNPAIRED_WAIT = (
     "a cluster_wait with no cluster_arrive of its own before it: a wait completes when every "
-    "CTA of the cluster has arrived, and that arrive never comes, so the kernel hangs. Each "
-    "cluster_wait pairs with the cluster_arrive before it: after combining the buffer, "
-    "cute.arch.cluster_arrive() (done reading), and last, cute.arch.cluster_wait() (no CTA "
-    "exits while a peer may still write into it)"
+    "CTA of the cluster has arrived, and that arrive never comes, so the kernel hangs"
 )
 UNWAITED_ARRIVE = (
     "a cluster_arrive with no cluster_wait after it: this CTA may exit while a peer still "
-    "stores into its shared memory. End the kernel with cute.arch.cluster_wait(), after the "
-    "cluster_arrive that follows the combine"
+    "stores into its shared memory"
 )
 
 
