@@ -129,7 +129,8 @@ def test_the_rule_sees_what_the_lessons_did():
     assert reveals("04.cluster_kernel", "cluster_kernel", loop)
     assert reveals("03.block_kernel", "block_kernel", 'show_kernel("block", prev="warp")')
     assert reveals("03.block_kernel", "block_kernel", 'show_kernel("block", fn="row_sum")')
-    # the previous stage's kernel, a docstring, a worked example: allowed
+    # the previous stage's kernel, a docstring, a worked example: not the helper's name (what
+    # they print is compared with the answer, line by line, in test_no_answer_above)
     assert not reveals("03.block_kernel", "block_kernel", 'show_kernel("warp")')
     assert not reveals("02.warp_reduce", "warp_reduce_sum", "print(warp.__doc__)")
     assert not reveals("02.warp_kernel", "warp_kernel", 'show_kernel("naive")')
