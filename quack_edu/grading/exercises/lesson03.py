@@ -54,31 +54,23 @@ BARRIER_FIRST = (
 )
 OWN_PARTIAL = (
     "the result is off by about the number of warps per row: each warp used only its own "
-    "partial; the cross-warp sum is missing (write your slot, barrier, then add every slot of "
-    "the row)"
+    "partial; the cross-warp sum is missing"
 )
 DIVERGENT_BARRIER = (
-    "a barrier inside a branch that depends on the thread (e.g. under `if lane == 0:`): the "
-    "threads that skip it never arrive, and the ones that reach it wait forever; call "
-    "cute.arch.barrier() where every thread of the CTA runs it"
+    "a barrier inside a branch that depends on the thread: the threads that skip it never "
+    "arrive, and the ones that reach it wait forever"
 )
 ROW_BRANCH_BARRIER = (
     "the block reduction's barrier (bar.sync) is inside a branch on the thread's row (a test "
     "of row against M): in the last CTA the threads whose row lies past M skip it, and the "
-    "threads that reach it wait for them forever. A CTA barrier is reached by every thread of "
-    "the CTA, whatever its row"
+    "threads that reach it wait for them forever"
 )
-BUFFER_ROW = (
-    "rows of one CTA share the same slots: index the buffer with the row this warp works on "
-    "(warp // warps_per_row), so that each row adds its own warps' partials"
-)
+BUFFER_ROW = "rows of one CTA share the same slots: a row adds partials of another row's warps"
 
 
 OWN_SLOT = (
     "each warp reads back only the slot it wrote itself, its own partial: the other warps' "
-    "partials of the row are never added. After the barrier, add every slot of the row "
-    "(buffer[row, 0] + ... + buffer[row, warps_per_row - 1]) so that each warp ends with the "
-    "row's total"
+    "partials of the row are never added, and no warp ends with the row's total"
 )
 SOME_SLOTS = (
     "a warp reads back only some of its row's slots: the partials of the other warps of the "
@@ -639,9 +631,8 @@ threads_per_row.add(_tpr_check(hidden=False), _tpr_check(hidden=True))
 # Its hole: ``holes.BLOCK_KERNEL_HOLE`` (KERNEL_HOLE here).
 
 NEVER_MEET = (
-    "the warps of a row never meet: each warp scales its elements with its own warp's sum. "
-    "After warp_reduce, combine the warps of the row through a shared-memory buffer of one "
-    "fp32 slot per (row, warp): self.block_reduce(val, buffer)"
+    "the warps of a row never meet: each warp scales its elements with its own warp's sum, "
+    "and the row's other warps never add theirs"
 )
 SHARED_SLOT = (
     "two warps write the same shared-memory slot, so one partial overwrites another: the buffer "
