@@ -1,8 +1,9 @@
 """Stage 0, naive: one thread per row, scalar loads, two passes over the row.
 
 The starting point of the ladder. Thread ``i`` of the grid owns row ``i``: it walks the row once
-to sum the squares (in fp32), computes ``rstd = rsqrt(sum / N + eps)``, then walks it again to
-write ``x * rstd * w``. It is correct for any M and any N, and it is slow on purpose:
+to sum the squares (in fp32), takes the reciprocal of the root mean square (``rstd``), then
+walks it again to write ``x * rstd * w``. It is correct for any M and any N, and it is slow on
+purpose:
 
 * Uncoalesced. In one load instruction the 32 threads of a warp touch 32 different rows, N
   elements apart: 32 memory sectors for 64 useful bytes (bf16). The L1 cache rescues part of it
