@@ -92,9 +92,8 @@ NARROW = (
     "the widest cp.async there is"
 )
 NO_CP_ASYNC = (
-    "no cp.async in the PTX: x still goes through registers. The atom must be a "
-    "cute.nvgpu.cpasync.CopyG2SOp (global -> shared, asynchronous), made with "
-    "cute.make_copy_atom(op, dtype, num_bits_per_copy=128)"
+    "no cp.async in the PTX: x still goes through registers; the atom's operation is not the "
+    "asynchronous global-to-shared copy"
 )
 
 
@@ -196,19 +195,18 @@ def wait_groups_ref(stage, stages):
 
 NO_OVERLAP = (
     "correct values, but no overlap: wait_group 0 before every part waits for the whole row "
-    "before summing the first part. Part s was committed as group s, so only groups 0..s must "
-    "have landed: stages - 1 - s may stay in flight while part s is summed"
+    "before summing the first part, though part s was committed as group s and needs only "
+    "the groups up to its own"
 )
 TOO_FEW = (
     "garbage in the later parts of the row: you waited for too few groups. "
-    "cp.async.wait_group n returns while n groups are still in flight; part s was committed as "
-    "group s, so it has surely landed only once at most stages - 1 - s groups remain"
+    "cp.async.wait_group n returns while n groups are still in flight, and part s (group s) "
+    "had not surely landed when yours returned"
 )
 REVERSED = (
     "the counts run the wrong way: the answer is how many groups may still be in flight, the "
     "most for the first part and none for the last. Part 0 needs only group 0 to have landed, "
-    "so it waits for the fewest: stages - 1 groups may fly on (wait_group stages - 1); the "
-    "last part needs every group, so it waits for them all (wait_group 0)"
+    "so it waits for the fewest; the last part needs every group"
 )
 
 # BEGIN KEY
@@ -383,37 +381,31 @@ wait_groups.add(
 
 # ---- 05.pipeline -------------------------------------------------------------------------------
 PIPE_COPIES = (
-    "each of the thread's vectors of x is copied exactly once, by cute.copy(g2s, tXgX[None, "
-    "None, v], tXsX[None, None, v]): part s is vectors s * per_stage .. (s + 1) * per_stage - 1, "
-    "and every part goes out"
+    "not every vector of x is copied exactly once from global to shared memory: each part's "
+    "vectors, every part, once each"
 )
 COMMIT_PER_PART = (
     "cp.async.commit_group closes a group: every copy since the last commit. wait_group counts "
-    "groups, so each part needs a group of its own: commit once per part, after its copies "
-    "(outside `if in_row`, so that every thread counts its groups the same way)"
+    "groups, so each part needs a group of its own"
 )
 ISSUE_FIRST = (
     "a copy goes out after the first wait: the later parts are issued only once an earlier one "
-    "has landed, so they are never in flight together. Issue every part first (one loop: copy, "
-    "commit), then wait and sum part by part (a second loop)"
+    "has landed, so they are never in flight together. Issue every part first: waiting comes "
+    "after the last commit"
 )
 GROUP_SIZES = (
-    "the commit groups do not hold one part each: commit right after part s's copies, so that "
-    "group s is exactly part s (wait_group counts groups, not vectors)"
+    "the commit groups do not hold one part each: group s must be exactly part s (wait_group "
+    "counts groups, not vectors)"
 )
 SUM_AFTER_WAIT = (
-    "part s must be read from shared memory after its wait and before the next one: wait, then "
-    "load and sum that part's vectors (tXsX[None, None, v].load()), for every part"
+    "part s is not read from shared memory between its wait and the next one: a part read "
+    "before its wait is garbage, one read later loses the overlap"
 )
-NOT_SQUARES = (
-    "no square in the sum: the row's sum is of x * x (in fp32: "
-    "xv = tXsX[None, None, v].load().to(Float32); (xv * xv).reduce(cute.ReductionOp.ADD, ...))"
-)
+NOT_SQUARES = "no square in the sum: the row's sum is of x * x, in fp32, and yours adds x itself"
 COMMIT_IN_ROW = (
     "cp.async.commit_group inside `if in_row`: a thread whose row is past M then commits no "
     "groups, and wait_group n counts the groups of each thread, so the threads of the CTA no "
-    "longer count theirs the same way. Commit each part outside `if in_row`, after its "
-    "copies (a group with no copies in it is fine)"
+    "longer count theirs the same way (a group with no copies in it is fine)"
 )
 NO_AFTER_ISSUE = (
     "the weight is not loaded while x's copies fly: after_issue() issues the weight's loads "
@@ -427,12 +419,11 @@ AFTER_ISSUE_EARLY = (
 )
 MASKED_SUMMED = (
     "vectors past column N are summed: they were never copied (tXpX masks them), so their "
-    "shared memory holds garbage. Add a vector's squares only where tXpX[0, 0, v], as its copy"
+    "shared memory holds garbage"
 )
 SUM_NOT_FROM_X = (
     "the value returned does not carry the sum of the squares of x: it is multiplied by 0 on "
-    "the way (or built without x). Return sum_sq itself, the fp32 sum of x * x of the "
-    "thread's vectors"
+    "the way (or built without x)"
 )
 
 
