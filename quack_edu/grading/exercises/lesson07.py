@@ -60,29 +60,27 @@ EPS = 1e-6
 # ---- hints shared by both exercises -------------------------------------------------------------
 OFFSET_AFTER = (
     "weight_offset is added after the multiply (dout * w + offset): the offset belongs to the "
-    "weight, the layer's factor is (w + weight_offset); add it to w first, then multiply dout "
-    "by the sum"
+    "weight, the layer's factor is (w + weight_offset)"
 )
 NO_OFFSET = (
     "weight_offset never reaches the gradient: the forward multiplied by (w + weight_offset), "
-    "so g = dout * (w + weight_offset), in fp32"
+    "and your g leaves the offset out"
 )
 NO_WEIGHT_IN_G = (
-    "the weight never reaches dx: the forward multiplied x_hat by (w + weight_offset), so the "
-    "gradient flowing back into x_hat is g = dout * (w + weight_offset)"
+    "the weight never reaches dx: the forward multiplied x_hat by (w + weight_offset), and the "
+    "gradient you send back into x_hat leaves the weight out"
 )
 NO_DOUT_IN_G = (
-    "dout never reaches dx: g is the gradient of the loss with respect to x_hat, "
-    "dout * (w + weight_offset); without dout it is not a gradient of anything"
+    "dout never reaches dx: g is the gradient of the loss with respect to x_hat, and without "
+    "dout it is not a gradient of anything"
 )
 OFFSET_WITHOUT_WEIGHT = (
     "w is None there, and your g still carries weight_offset: the offset belongs to the weight "
     "(the layer's factor is w + weight_offset), so a layer without a weight has no factor at "
-    "all and g is dout itself, whatever weight_offset says"
+    "all, whatever weight_offset says"
 )
 NO_WEIGHT_CASE = (
-    "the kernel without a weight (weight=None) does not compile with your code: w is None "
-    "there, and g is dout itself; handle `w is None` first"
+    "the kernel without a weight (weight=None) does not compile with your code: w is None there"
 )
 
 # ---- 07.dx_row --------------------------------------------------------------------------------
@@ -95,19 +93,19 @@ NO_WEIGHT_CASE = (
 DX_RTOL = 1e-4
 NO_PROJECTION = (
     "dx has only the direct term rstd * g: rstd depends on every x_j of the row too, and its "
-    "derivative adds - rstd * x_hat * mean(x_hat * g) (the projection of g on x_hat)"
+    "derivative adds a second term (the projection of g on x_hat) that yours leaves out"
 )
 SUM_NOT_MEAN_BWD = (
     "the projection uses the sum of x_hat * g over the row; d rstd / d x_j carries a 1/N (rstd "
     "is of the *mean* of squares): it is the mean, sum / N"
 )
 X_NOT_XHAT = (
-    "the projection is along x (or rstd is missing from it): it is along x_hat = x * rstd, "
-    "the normalised row, in both places"
+    "the projection is along x (or rstd is missing from it): it is along the normalised row, "
+    "x_hat, in both places"
 )
 NO_OUTER_RSTD = (
-    "dx misses the factor rstd in front: x_hat = x * rstd, so every path from x to the output "
-    "carries one rstd"
+    "dx misses the factor rstd in front: every path from x to the output goes through x_hat, "
+    "which carries one rstd"
 )
 NOT_FP32 = (
     "dx is right only to bf16/fp16 precision: compute in fp32 (the kernel's arithmetic), "

@@ -44,73 +44,64 @@ DW_N_ROWS, DW_N_ONE = 1000, 4096  # 8 rows a CTA (bf16, fp32 weight); one row a 
 DW_M_BLOCKS = 20000  # 2500 row blocks of 8 rows at N=1000: more than one wave's CTAs
 DW_COMPILES = "compiles: several rows a CTA (N=1000)"
 DW_ATOMICS = (
-    "no atomics: each CTA stores its own partial row with plain stores (write(value, v)), and "
-    "adds its rows in row order itself: every row stores acc into `mine`, a barrier, then row "
-    "0 adds slots(1) .. slots(rows - 1) to its acc. An atomic add (into shared or global "
-    "memory) lands in an order that changes from run to run, and fp32 addition is not "
-    "associative, so dw's low bits would change too"
+    "no atomics: each CTA stores its own partial row with plain stores, and adds its rows in "
+    "row order itself. An atomic add (into shared or global memory) lands in an order that "
+    "changes from run to run, and fp32 addition is not associative, so dw's low bits would "
+    "change too"
 )
 DW_TERM = (
     "the stored partial sums do not come from dout * x_hat: dw_j is the sum over rows of "
     "dout_j * x_hat_j (the weight multiplies x_hat in the forward, so its gradient is what "
-    "arrives at the output times x_hat); accumulate dy * x_hat, in fp32"
+    "arrives at the output times x_hat)"
 )
 DW_VECTORS = (
-    "not every vector of the thread's columns reaches the partial row: write(value, v) once for "
-    "each v in range(vecs) that lies in the row (in_cols(v))"
+    "not every vector of the thread's columns reaches the partial row: some that lie in the row "
+    "are never written"
 )
 DW_TILES_BARRIER = (
     "the accumulators go to shared memory (`mine`) with no barrier after the last block's "
     "dx: `mine` overlays the x and dout tiles, which other rows of the CTA may still be "
-    "reading. cute.arch.barrier() first, then store"
+    "reading"
 )
 DW_ROWS_BARRIER = (
     "row 0 reads the other rows' sums (slots(r)) with no barrier after they were stored: a "
-    "row's threads may not have written them yet. cute.arch.barrier() between the stores into "
-    "`mine` and the reads of slots(r)"
+    "row's threads may not have written them yet"
 )
 DW_OTHER_ROWS = (
-    "the partial row holds only the first row's sums: the CTA's other rows never reach it. "
-    "Row 0 adds slots(r) for r = 1 .. rows - 1 (in that order) to its own before it writes"
+    "the partial row holds only the first row's sums: the CTA's other rows never reach it"
 )
 DW_ROWS_MISSING = (
     "row 0 adds the sums of {got} of the CTA's {others} other rows, so {missing} of them "
-    "never reach the partial row: add slots(r) for every r in 1 .. rows - 1, "
-    "range_constexpr(1, rows) (a range stops before its end)"
+    "never reach the partial row (a range stops before its end)"
 )
 DW_ROW0_TWICE = (
     "row 0 reads {got} rows' sums from shared memory where {others} other rows hold them: "
-    "slots(0) is row 0's own, already in its acc, so its sums count twice. Start at "
-    "r = 1: range_constexpr(1, rows)"
+    "slots(0) is row 0's own, already in its acc, so its sums count twice"
 )
 DW_ZERO = (
     "the other rows' sums are read and then multiplied by 0 before they are added: the "
-    "partial row must be the sum of every row's acc as it is (tot = tot + slots(r)[...].load())"
+    "partial row must be the sum of every row's acc as it is"
 )
 DW_ONE_WRITER = (
     "every row's threads store the partial row: the CTA has one partial row, so they all write "
-    "the same columns and whichever lands last wins. Only the threads of row 0 (`if row == "
-    "0:`), which add the other rows' sums to their own, write it"
+    "the same columns and whichever lands last wins"
 )
 DW_OVERWRITE = (
     "acc is overwritten, not added to: each row block the CTA walks replaces the sums of the "
-    "blocks before it, so only its last block counts. Add: acc[None, None, v].store("
-    "acc[None, None, v].load() + dy * x_hat)"
+    "blocks before it, so only its last block counts"
 )
 DW_DRAIN = (
     "`mine` overlays the x and dout tiles, and cp.async copies (the empty ones issued past "
-    "the last row block) may still be landing there: call drain() (cp.async.wait_group 0) "
-    "before the barrier, then store into `mine`"
+    "the last row block) may still be landing there when the accumulators are stored"
 )
 DW_COLS = (
     "a vector past column N is written: the tiles are wider than a ragged row, and the "
     "partial row of a CTA ends at column N, so a store there lands in the next CTA's row (or "
-    "past the buffer). Write vector v only where in_cols(v)"
+    "past the buffer)"
 )
 DW_DIVERGENT = (
-    "a barrier inside `if row == 0:`: cute.arch.barrier() waits for every thread of the CTA, "
-    "and the other rows' threads never reach it, so the kernel hangs. Put both barriers "
-    "where every thread passes, before the `if`"
+    "a barrier inside the branch only row 0's threads take: cute.arch.barrier() waits for "
+    "every thread of the CTA, and the other rows' threads never reach it, so the kernel hangs"
 )
 DW_NOT_DETERMINISTIC = (
     "two runs on the same inputs gave different partial sums: the order of the additions into "
@@ -513,11 +504,11 @@ DW_PARTIAL_MUTANTS = [
          "acc[None, None, v].load() + dy * x_hat", "dy * x_hat"),
     ),
     *mutants(COMPILE,
-        ("no drain() before the barrier", "call drain() (cp.async.wait_group 0)",
+        ("no drain() before the barrier", "may still be landing there",
          "        drain()\n", ""),
     ),
     *mutants(TIERS,
-        ("in_cols ignored", "Write vector v only where in_cols(v)",
+        ("in_cols ignored", "a vector past column N is written",
          "                if in_cols(v):\n                    tot",
          "                if True:\n                    tot"),
         ("the second barrier inside if row == 0",
