@@ -325,7 +325,7 @@ def _values_then_race(name, config, hidden: bool) -> Check:
 
 wait_groups.add(
     value_check(
-        "stages - 1 - k groups may be in flight for part k",
+        "every part at 1, 2, 4 and 8 stages, two at 3",
         wait_groups_ref,
         _wait_cases,
         variants=_WAIT_VARIANTS,
@@ -686,7 +686,7 @@ pipeline.add(
     compiles(PIPE_HOLE, N=1000, dtypes=("bf16",), config=four_stages),
     ptx_probe(
         PIPE_HOLE,
-        "4 parts: issued first, one group each, wait_group 3, 2, 1, 0, each part summed after",
+        "4 parts: the order of the copies, commits, waits and sums in the PTX",
         _probe_pipeline,
         config=four_stages,
     ),
