@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
@@ -300,3 +302,36 @@ def test_native_code_is_confined_by_landlock(tmp_path, subprocess_env):
     assert "Permission denied" in out["write outside"], out
     assert out["read the library"] == "ran" and out["write in the scratch folder"] == "ran", out
     assert not list(outside.iterdir())
+
+
+def test_a_locked_down_process_dies_with_its_parent(tmp_path, subprocess_env):
+    # (red team 5) a learner's process that outlives a grader killed from outside: the kernel
+    # kills it when its parent ends (PR_SET_PDEATHSIG, set by lock_down)
+    if not sys.platform.startswith("linux"):
+        pytest.skip("prctl is Linux's")
+    child = (
+        "import time\nfrom quack_edu.grading import sandbox\n"
+        f"sandbox.lock_down({str(tmp_path / 'scr')!r}, landlock=False)\ntime.sleep(120)\n"
+    )
+    parent = (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-c', {child!r}], stdout=subprocess.DEVNULL, "
+        "stderr=subprocess.DEVNULL)\n"
+        "time.sleep(8)\nprint(p.pid, flush=True)\n"  # (the child has locked down by then)
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", parent], env=subprocess_env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    pid = int(done.stdout.split()[0])
+
+    def alive() -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] not in "ZX"
+        except (FileNotFoundError, IndexError):
+            return False
+
+    deadline = time.monotonic() + 10
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(), f"process {pid} outlived its parent"
