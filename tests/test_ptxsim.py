@@ -23,7 +23,9 @@ from cutlass import Float32
 from quack_edu.config import RowConfig
 from quack_edu.primitives import reduce as reduce_utils
 from quack_edu.ptxsim import (
+    MemoryFault,
     SimError,
+    StepLimit,
     TensorArg,
     UnsupportedInstruction,
     launch,
@@ -257,7 +259,7 @@ def test_unsupported_form_names_its_line():
 
 def test_out_of_bounds_and_divergent_shuffle_are_errors():
     store = "    st.global.b32 [%rd3], %r1;"  # 16 bytes apart: thread 4 is past 64 bytes
-    with pytest.raises(SimError, match="outside every buffer"):
+    with pytest.raises(MemoryFault, match="outside every buffer"):
         launch(_ptx(store), (1,), (8,), [TensorArg(np.zeros(16, np.uint32))])
     divergent = """
     setp.lt.u32 %p1, %r1, 16;
@@ -267,3 +269,82 @@ $END:
 """
     with pytest.raises(SimError, match="member mask"):
         launch(_ptx(divergent), (1,), (32,), [TensorArg(np.zeros((32, 4), np.uint32))])
+
+
+def test_an_endless_loop_spends_the_launch_budget_not_more():
+    """max_steps bounds the whole launch: 3 CTAs of a 10-step kernel fit in 40 steps, not in
+    25; a loop that never ends raises StepLimit."""
+    ten = "    add.s32 %r2, %r1, 1;\n" * 5
+    args = [TensorArg(np.zeros((32, 4), np.uint32))]
+    launch(_ptx(ten), (3,), (32,), args, max_steps=40)
+    with pytest.raises(StepLimit, match="no end after 25 steps in all"):
+        launch(_ptx(ten), (3,), (32,), args, max_steps=25)
+    with pytest.raises(StepLimit, match="endless loop"):
+        launch(_ptx("$LOOP:\n    bra $LOOP;"), (1,), (32,), args, max_steps=1000)
+
+
+def _halves_in_out(body: str, a, b, c, out_dtype):
+    """Thread t runs ``body`` on the 32-bit words a[t], b[t], c[t] (%r2, %r3, %r4; result in
+    %r5, or %rs5 for a 16-bit one); returns the results viewed as ``out_dtype``."""
+    load = """
+    mul.wide.u32 %rd4, %r1, 4;
+    add.s64 %rd5, %rd6, %rd4;
+    ld.global.b32 %r2, [%rd5];
+    ld.global.b32 %r3, [%rd5+128];
+    ld.global.b32 %r4, [%rd5+256];
+"""
+    store = """
+    mul.wide.u32 %rd4, %r1, 4;
+    add.s64 %rd5, %rd1, %rd4;
+    st.global.b32 [%rd5], %r5;
+"""
+    regs = ".reg .b16 %rs<8>;"
+    ptx = _ptx(load + body + store, regs=regs, params=".param .u64 out, .param .u64 inp")
+    ptx = ptx.replace(
+        "ld.param.u64 %rd1, [out];", "ld.param.u64 %rd1, [out];\n    ld.param.u64 %rd6, [inp];"
+    )
+    words = np.stack([np.asarray(v).view(np.uint32) for v in (a, b, c)])
+    out, _ = launch(ptx, (1,), (32,), [TensorArg(np.zeros(32, np.uint32)), TensorArg(words)])
+    return torch.from_numpy(out.view(np.int32)).view(out_dtype)
+
+
+@pytest.mark.parametrize("half", [BF16, FP16])
+def test_half_pairs_are_floats_not_integers(half):
+    """NVVM computes a product of two 16-bit values rounded to 16 bits as mul.bf16x2 (the warp
+    kernel's y = x * w): each half is multiplied as a float and rounded once."""
+    g = torch.Generator().manual_seed(5)
+    a, b, c = (torch.randn(64, generator=g).to(half) for _ in range(3))
+    words = [t.view(torch.int32).numpy() for t in (a, b, c)]
+    name = "bf16x2" if half == BF16 else "f16x2"
+    for body, want in [
+        (f"    mul.rn.{name} %r5, %r2, %r3;", a.float() * b.float()),
+        (f"    add.{name} %r5, %r2, %r3;", a.float() + b.float()),
+        (f"    fma.rn.{name} %r5, %r2, %r3, %r4;", a.double() * b.double() + c.double()),
+        (f"    max.{name} %r5, %r2, %r3;", torch.maximum(a.float(), b.float())),
+    ]:
+        got = _halves_in_out(body, *words, half)
+        assert torch.equal(got, want.to(half)), body
+
+
+def test_scalar_half_compare_and_sub():
+    a = torch.tensor([1.5, -2.0, 0.25] * 22, dtype=BF16)[:64]
+    b = torch.tensor([1.0, -1.0, 0.5] * 22, dtype=BF16)[:64]
+    body = """
+    mov.b32 {%rs1, %rs2}, %r2;
+    mov.b32 {%rs3, %rs4}, %r3;
+    sub.bf16 %rs5, %rs1, %rs3;
+    setp.lt.bf16 %p1, %rs1, %rs3;
+    selp.b16 %rs6, %rs5, %rs1, %p1;
+    mov.b32 %r5, {%rs6, %rs2};
+"""
+    words = [t.view(torch.int32).numpy() for t in (a, b, b)]
+    got = _halves_in_out(body, *words, BF16)
+    lo_a, lo_b = a[0::2].float(), b[0::2].float()
+    want_lo = torch.where(lo_a < lo_b, lo_a - lo_b, lo_a).to(BF16)
+    assert torch.equal(got[0::2], want_lo) and torch.equal(got[1::2], a[1::2])
+
+
+def test_other_half_arithmetic_is_refused():
+    ptx = _ptx("    mul.rz.bf16x2 %r3, %r1, %r1;")
+    with pytest.raises(UnsupportedInstruction, match=r"half-precision \.bf16x2"):
+        launch(ptx, (1,), (32,), [TensorArg(np.zeros((32, 4), np.uint32))])

@@ -18,18 +18,21 @@ values in float32. Neither runs PTX, so this package is written from the PTX ISA
 
 from .executor import TensorArg, launch
 from .parser import PtxSyntaxError, parse
-from .stages import SIMULATED_STAGES, run_kernel, run_stage, stage_kernel
-from .values import SimError, UnsupportedInstruction
+from .stages import SIMULATED_STAGES, run_kernel, run_ptx, run_stage, stage_kernel
+from .values import MemoryFault, SimError, StepLimit, UnsupportedInstruction
 
 __all__ = [
     "SIMULATED_STAGES",
+    "MemoryFault",
     "PtxSyntaxError",
     "SimError",
+    "StepLimit",
     "TensorArg",
     "UnsupportedInstruction",
     "launch",
     "parse",
     "run_kernel",
+    "run_ptx",
     "run_stage",
     "stage_kernel",
 ]

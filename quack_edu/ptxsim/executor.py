@@ -34,7 +34,9 @@ from .values import (
     TYPED,
     UINT,
     WARP,
+    MemoryFault,
     SimError,
+    StepLimit,
     UnsupportedInstruction,
     as_type,
     immediate,
@@ -76,13 +78,13 @@ class Memory:
         ok &= addresses + nbytes <= ends
         if not ok.all():
             i = int(np.argmin(ok))
-            raise SimError(
+            raise MemoryFault(
                 f"thread {int(threads[i])} accesses {nbytes} bytes of {self.space} memory at "
                 f"{int(addresses[i]):#x}, outside every buffer ({ins.where()})"
             )
         if (addresses % nbytes).any():
             i = int(np.argmax(addresses % nbytes != 0))
-            raise SimError(
+            raise MemoryFault(
                 f"thread {int(threads[i])}: {nbytes}-byte access at {int(addresses[i]):#x} is not "
                 f"aligned to {nbytes} bytes ({ins.where()})"
             )
@@ -213,14 +215,15 @@ class CTA:
         return np.broadcast_to(np.asarray(base, np.int64), (self.n,)) + addr.offset
 
     # -- running ---------------------------------------------------------------------------
-    def run(self, max_steps: int) -> None:
+    def run(self, max_steps: int) -> int:
+        """Run the CTA to its end within ``max_steps`` steps; return the steps it took."""
         instructions = self.program.kernel.instructions
         handlers = self.program.handlers
-        for _ in range(max_steps):
+        for step in range(max_steps):
             live = ~(self.done | self.waiting)
             if not live.any():
                 if not self.waiting.any():
-                    return
+                    return step
                 self.waiting[:] = False  # every thread still running reached a barrier
                 continue
             pc = int(self.pc[live].min())
@@ -236,7 +239,7 @@ class CTA:
             self.full = bool(mask.all())
             if self.full or mask.any():
                 handlers[pc](self, ins, mask)
-        raise SimError(f"no end after {max_steps} steps: an endless loop? (raise max_steps)")
+        raise StepLimit(f"no end after {max_steps} steps: an endless loop? (raise max_steps)")
 
     def jump(self, label: str, mask: np.ndarray, ins: Instruction) -> None:
         target = self.program.kernel.labels.get(label)
@@ -281,7 +284,9 @@ def launch(
 
     ``ptx``: PTX text (or a parsed ``Kernel``); ``grid``, ``block``: up to three dims; ``args``:
     one per ``.param`` of the kernel, a ``TensorArg`` or a NumPy scalar (``np.float32(eps)``).
-    The inputs are copied: the arrays given are not modified.
+    The inputs are copied: the arrays given are not modified. ``max_steps`` bounds the steps of
+    the whole launch (a step: one instruction for the threads of a CTA at it; about 30 us): a
+    kernel that does not end within them raises ``StepLimit``.
     """
     kernel = parse(ptx, entry) if isinstance(ptx, str) else ptx
     program = Program(kernel)
@@ -309,10 +314,17 @@ def launch(
             )
         params[param.name] = blob
 
+    left = max_steps  # the budget of the whole launch, spent CTA after CTA
     for z, y, x in itertools.product(*(range(n) for n in reversed(grid))):
         cta = CTA(program, (x, y, z), grid, block, params, memory, dynamic_smem)
         with np.errstate(all="ignore"):  # integer wrap-around and inf/NaN are PTX's semantics
-            cta.run(max_steps)
+            try:
+                left -= cta.run(left)
+            except StepLimit:
+                raise StepLimit(
+                    f"no end after {max_steps} steps in all (CTA {(x, y, z)} of a {grid} grid "
+                    "still running): an endless loop? (raise max_steps)"
+                ) from None
 
     return [
         memory.buffers[b][: data.nbytes].view(data.dtype).reshape(data.shape).copy()

@@ -13,7 +13,11 @@ exactly then rounded (``rsqrt.approx`` = 1/sqrt in float32, ``div.approx``/``div
 ``rcp.approx``, ``ex2.approx``, ``lg2.approx``): the GPU's results differ from these by at most
 2 ulp (PTX ISA: rsqrt.approx.f32 max relative error 2^-22.9), far below a bf16/fp16 output's
 rounding and about 1e-7 relative in fp32. ``.ftz`` flushes subnormal inputs and results to
-zero. Only round-to-nearest (``.rn``, the default) float arithmetic is implemented.
+zero. Only round-to-nearest (``.rn``, the default) float arithmetic is implemented. The half
+types (``.f16``, ``.bf16`` and the pairs ``.f16x2``, ``.bf16x2``, which NVVM emits for a product
+of two 16-bit values rounded to 16 bits) have add, sub, mul, fma, min, max, neg, abs and scalar
+setp, each half computed exactly in float64 and rounded to nearest even; any other instruction
+on them is refused, never computed on their bits as integers.
 """
 
 from __future__ import annotations
@@ -525,18 +529,87 @@ def op_ret(cta, ins, mask):
     cta.done[mask] = True
 
 
+# ---- half precision: .f16, .bf16 and their pairs .f16x2, .bf16x2 ---------------------------------
+#: PTX type -> (the half type, halves per register)
+HALF_TYPES = {"f16": ("f16", 1), "bf16": ("bf16", 1), "f16x2": ("f16", 2), "bf16x2": ("bf16", 2)}
+_HALF_OPS = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "fma": lambda a, b, c: a * b + c,
+    "min": np.fmin,
+    "max": np.fmax,
+    "neg": np.negative,
+    "abs": np.abs,
+}
+
+
+def _halves(bits, half: str, count: int) -> list[np.ndarray]:
+    """The halves of 16- or 32-bit registers as float64 (exact), the low half first."""
+    bits = np.asarray(bits).astype(np.uint32)
+    out = []
+    for i in range(count):
+        h = ((bits >> np.uint32(16 * i)) & np.uint32(0xFFFF)).astype(np.uint16)
+        f32 = (
+            h.view(np.float16).astype(np.float32)
+            if half == "f16"
+            else (h.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        )
+        out.append(f32.astype(np.float64))
+    return out
+
+
+def half_arithmetic(handler):
+    """``handler`` for 32/64-bit types; for the half types, each half computed exactly in
+    float64 and rounded to nearest even (through float32: off by one ulp of the half in rare
+    ties, far below the tolerances its users compare with). Only the default rounding (.rn)."""
+
+    def wrapped(cta, ins, mask):
+        typ = ins.parts[-1]
+        if typ not in HALF_TYPES:
+            return handler(cta, ins, mask)
+        half, count = HALF_TYPES[typ]
+        op, mods = ins.parts[0], set(ins.parts[1:-1])
+        if op not in _HALF_OPS or mods - {"rn"}:
+            raise unsupported(ins, f"half-precision .{typ}")
+        d, *srcs = ins.operands
+        reg = "b16" if count == 1 else "b32"
+        args = [_halves(cta.read(a, reg, ins), half, count) for a in srcs]
+        bits = np.zeros(cta.n, np.uint32)
+        for i in range(count):
+            value = np.asarray(_HALF_OPS[op](*(a[i] for a in args)), np.float64)
+            piece = _to_half(np.broadcast_to(value, (cta.n,)).astype(np.float32), half, set(), ins)
+            bits |= piece.astype(np.uint32) << np.uint32(16 * i)
+        cta.write(d, bits.astype(np.uint16) if count == 1 else bits, reg, mask, ins)
+
+    return wrapped
+
+
+def op_setp_half(cta, ins, mask):
+    """setp on a scalar half: compared as float32 (exact); pairs are not simulated."""
+    typ = ins.parts[-1]
+    if typ not in HALF_TYPES:
+        return op_setp(cta, ins, mask)
+    half, count = HALF_TYPES[typ]
+    if count != 1 or len(ins.operands) != 3:
+        raise unsupported(ins, f"comparison of .{typ}")
+    dest, a, b = ins.operands
+    x, y = (_halves(cta.read(o, "b16", ins), half, 1)[0] for o in (a, b))
+    cta.write(dest, compare(ins.parts[1], x, y, "f64"), "pred", mask, ins)
+
+
 HANDLERS = {
-    "add": _binary(np.add, np.add),
-    "sub": _binary(np.subtract, np.subtract),
-    "mul": op_mul,
+    "add": half_arithmetic(_binary(np.add, np.add)),
+    "sub": half_arithmetic(_binary(np.subtract, np.subtract)),
+    "mul": half_arithmetic(op_mul),
     "mad": op_mad,
-    "fma": op_fma,
+    "fma": half_arithmetic(op_fma),
     "div": op_div,
     "rem": op_rem,
-    "min": op_minmax,
-    "max": op_minmax,
-    "neg": _neg_or_abs(np.negative),
-    "abs": _neg_or_abs(np.abs),
+    "min": half_arithmetic(op_minmax),
+    "max": half_arithmetic(op_minmax),
+    "neg": half_arithmetic(_neg_or_abs(np.negative)),
+    "abs": half_arithmetic(_neg_or_abs(np.abs)),
     "and": _logic(np.bitwise_and),
     "or": _logic(np.bitwise_or),
     "xor": _logic(np.bitwise_xor),
@@ -548,7 +621,7 @@ HANDLERS = {
     "rsqrt": _unary_float(lambda x: 1 / np.sqrt(x)),
     "ex2": _unary_float(np.exp2),
     "lg2": _unary_float(np.log2),
-    "setp": op_setp,
+    "setp": op_setp_half,
     "selp": op_selp,
     "mov": op_mov,
     "cvt": op_cvt,

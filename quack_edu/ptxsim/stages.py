@@ -60,6 +60,27 @@ def compiled_kernel(kernel) -> Kernel:
 def run_kernel(kernel, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
     """Simulate a compiled stage kernel object (a stage's, or a subclass with a piece
     replaced) on x (M, N) and weight (N,); return y, a new CPU tensor of x's dtype."""
+    return run_ptx(compiled_kernel(kernel), kernel, x, weight, eps)
+
+
+def run_ptx(
+    ptx,
+    kernel,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    out: torch.Tensor | None = None,
+    max_steps: int = 5_000_000,
+) -> torch.Tensor:
+    """Simulate ``ptx`` (text or a parsed ``Kernel``), compiled elsewhere for ``kernel``, on x
+    (M, N) and weight (N,); return y, a new CPU tensor of x's dtype.
+
+    Only ``kernel``'s host side is used: its launch shape for M rows (grid, block, dynamic shared
+    memory), which the stage computes from its config alone, so a copy of the kernel built
+    around anything in its hole (never compiled) launches the PTX as the compiled one would.
+    ``out``: y's contents before the launch (default: NaN bits, 0xFF bytes); ``max_steps``:
+    the launch's budget (``executor.launch``)."""
     M, N = x.shape
     if N != kernel.N:
         raise ValueError(f"the kernel was built for N={kernel.N}, x has N={N}")
@@ -67,10 +88,10 @@ def run_kernel(kernel, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6)
     if tuple(shape.cluster) != (1, 1, 1):
         raise SimError("ptxsim does not simulate clusters yet")
     x_bits = _bits(x.contiguous())
-    y_bits = np.full_like(x_bits, 0xFF)  # poison: NaN in every float type
+    y_bits = np.full_like(x_bits, 0xFF) if out is None else _bits(out.contiguous())
     row = (np.int32(M), np.int64(N))  # the dynamic M and row stride of an (M, N) tensor
     _, _, y_bits = launch(
-        compiled_kernel(kernel),
+        ptx if isinstance(ptx, Kernel) else parse(ptx),
         shape.grid,
         shape.block,
         [
@@ -80,6 +101,7 @@ def run_kernel(kernel, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6)
             np.float32(eps),
         ],
         dynamic_smem=shape.smem_bytes,
+        max_steps=max_steps,
     )
     return torch.from_numpy(y_bits).view(x.dtype)
 

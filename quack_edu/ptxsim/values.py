@@ -47,6 +47,17 @@ class UnsupportedInstruction(SimError):
     """An instruction (or a form of it) the simulator does not implement."""
 
 
+class MemoryFault(SimError):
+    """An access outside every buffer of its memory (global: the launch's tensors; shared: the
+    CTA's static and dynamic shared memory), or misaligned for its width: on a GPU, an illegal
+    address or another tensor's bytes."""
+
+
+class StepLimit(SimError):
+    """The launch ran out of its step budget (``launch(max_steps=...)``): an endless loop, or
+    more work than the budget allows."""
+
+
 def width_of(typ: str) -> int:
     """Bits of a PTX type ("f32" -> 32, "pred" -> 1)."""
     return 1 if typ == "pred" else np.dtype(TYPED[typ]).itemsize * 8
