@@ -6,8 +6,9 @@ Three kinds of evidence, three kinds of classifier:
   RMSNorm without eps, with sum instead of mean, ...; an exercise passes the ones that fit it):
   when the learner's output matches one of them, its hint is exact. Then generic signatures:
   outputs never written (the poison value is still there), errors only in the tail columns
-  (missing predication), every row off by one factor (a power of two: a reduction that combined
-  only part of the lanes; sqrt(N): sum instead of mean).
+  (missing predication), every element off by the same factor, a row at eps's scale included
+  (the output scaled: the weight or y), every row off by one factor (a power of two: a
+  reduction that combined only part of the lanes; sqrt(N): sum instead of mean).
 * numbers from a host function (compile tier): ``diagnose_number`` looks at the ratio seen /
   expected (8: bits instead of bytes; 1000: a unit prefix; ...).
 * a compile error (compile tier): ``diagnose_compile_error`` maps known DSL messages to the fix.
@@ -68,6 +69,11 @@ NO_WEIGHT = "the output is not multiplied by the weight vector w"
 NOT_NORMALISED = (
     "the output is x * w: the row is never normalised; multiply by rstd = rsqrt(mean of "
     "squares + eps), the row's own factor"
+)
+SCALED = (
+    "every output is {k:.3g} times rmsnorm_ref's, by the same factor in every row (a row at "
+    "eps's scale too, whose factor a wrong sum of squares would change differently): each "
+    "row's rstd is right, and something scales every element (the weight or y itself)"
 )
 ALL_ZERO = (
     "every output is 0 where rmsnorm_ref is not: the kernel stores zeros (a product with 0, "
@@ -374,6 +380,9 @@ def diagnose_rmsnorm(
         return TAIL_COLUMNS
     if tail_start is None and first_bad > 0 and N - first_bad <= max(1, N // 4):
         return TAIL_COLUMNS
+    k = _uniform_factor(o, r, x, eps, tol)
+    if k is not None:
+        return SCALED.format(k=k)
     ss_ratio = _sum_of_squares_ratio(o, r, x, eps)
     if ss_ratio is not None:
         for k in range(1, 6):
@@ -384,6 +393,22 @@ def diagnose_rmsnorm(
         if abs(ss_ratio * N - 1) < 0.05 or abs(ss_ratio / N - 1) < 0.05:
             return SUM_NOT_MEAN
     return None
+
+
+def _uniform_factor(o, r, x, eps: float, tol: dict) -> float | None:
+    """The factor k with out = k * ref in every element, when the rows include one at eps's
+    scale (mean square at most 4 eps) and one far above it (over 100 eps), where a wrong row
+    statistic would give two different factors; else None."""
+    ms = x.float().cpu().pow(2).mean(-1)
+    if not (bool(((ms > 0) & (ms <= 4 * eps)).any()) and bool((ms > 100 * eps).any())):
+        return None
+    nz = (r != 0) & torch.isfinite(o)
+    if not bool(nz.any()):
+        return None
+    k = float((o[nz] / r[nz]).median().item())
+    if k == 0 or not math.isfinite(k) or abs(k - 1) < 0.05:
+        return None
+    return k if bool(_close(o, k * r, tol).all()) else None
 
 
 def _sum_of_squares_ratio(o, r, x, eps: float) -> float | None:

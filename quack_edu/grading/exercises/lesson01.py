@@ -24,8 +24,12 @@ from ..checks import (
 from ..hints import Variant
 from ..holes import RSTD_HOLE, SUM_HOLE
 from ..registry import COMPILE, GPU, TIERS, CheckFailed, Exercise, mutants, register
+from ..sim_values import sim_values
 
 LESSON = "01_naive"
+#: the naive kernel's values on the CPU: a thread loops over its row, so a short ragged one
+#: (37 columns, not a multiple of the loop's unroll of 4) keeps the simulation short
+NAIVE_SIM = ((37, "fp32", "fp32", None), (37, "bf16", "bf16", None))
 
 # ---- 01.sum_squares ---------------------------------------------------------------------------
 FP32_HINT = (
@@ -89,7 +93,7 @@ SUM_SQUARES_MUTANTS = [
     *mutants(COMPILE,
         ("no @cute.jit", "@cute.jit", "@cute.jit\n", ""),
     ),
-    *mutants(GPU,
+    *mutants(TIERS,
         ("skips the last column", "misses a column",
          "cutlass.range(N, unroll=4)", "cutlass.range(N - 1, unroll=4)"),
     ),
@@ -113,6 +117,7 @@ sum_squares.add(
     ptx_probe(SUM_HOLE, "squares x", _probe_squares),
     ptx_probe(SUM_HOLE, "squares and sums in fp32", _probe_fp32, dtypes=("bf16", "fp16")),
     ptx_probe(SUM_HOLE, "a device loop, not N copies", _probe_loop),
+    sim_values(SUM_HOLE, NAIVE_SIM, variants=hints.SUM_VARIANTS),
     no_local_memory(SUM_HOLE),
     compiles(SUM_HOLE, dtypes=("fp16",), hidden=True),
     gpu_values(SUM_HOLE, variants=hints.SUM_VARIANTS),
@@ -259,6 +264,7 @@ rstd.add(
     ptx_probe(RSTD_HOLE, "one rsqrt instruction", _probe_rsqrt),
     ptx_probe(RSTD_HOLE, "eps is added before the rsqrt", _probe_eps),
     ptx_probe(RSTD_HOLE, "the sum is divided by N (a mean)", _probe_mean),
+    sim_values(RSTD_HOLE, NAIVE_SIM, variants=hints.RSTD_VARIANTS),
     compiles(RSTD_HOLE, dtypes=("fp16",), hidden=True),
     ptx_probe(RSTD_HOLE, "divides by N at a random N", _probe_mean, dtypes=("fp16",), hidden=True),
     gpu_values(RSTD_HOLE, variants=hints.RSTD_VARIANTS),

@@ -25,11 +25,12 @@ from ..hints import Variant
 from ..holes import COPY_HOLE, REDUCE_HOLE, WARP
 from ..holes import WARP_KERNEL_HOLE as KERNEL_HOLE
 from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutants, register
+from ..sim_values import sim_values
 from .whole_kernel import (
     COLUMN_MUTANTS,
     GIVEN_COPY,
+    SIM_VALUE_MUTANTS,
     STORE_Y,
-    VALUE_MUTANTS,
     WHOLE_VARIANTS,
     WholeKernel,
 )
@@ -224,6 +225,12 @@ warp_reduce.add(
     ),
     ptx_probe(REDUCE_HOLE, "every shuffle names all 32 lanes", _probe_mask),
     ptx_probe(REDUCE_HOLE, "each round adds what the lane receives", _probe_adds),
+    sim_values(
+        REDUCE_HOLE,
+        ((1000, "bf16", "bf16", None), (64, "bf16", "bf16", NARROW_CFG)),
+        name="values on the CPU (the PTX simulated, M in 1/3/7, N=1000, N=64 at 8 lanes a row)",
+        variants=(ROWS_MIXED_V,),
+    ),
     no_local_memory(REDUCE_HOLE),
     compiles(REDUCE_HOLE, dtypes=("fp16",), hidden=True),
     _reduce_check(
@@ -465,6 +472,7 @@ tv_layout.add(
     ptx_probe(
         COPY_HOLE, "every global load and store is 16 bytes", _probe_128, dtypes=("bf16", "fp32")
     ),
+    sim_values(COPY_HOLE, ((1000, "bf16", "bf16", None), (1000, "fp32", "fp32", None))),
     no_local_memory(COPY_HOLE),
     _layout_check(hidden=True),
     compiles(COPY_HOLE, dtypes=("fp16",), hidden=True),
@@ -544,8 +552,8 @@ WARP_KERNEL_MUTANTS = [
          "predicate_cols(thr_W.partition_S(cX), self.N)", "predicate_cols(tXcX, self.N)"),
         ("the weight's fragment not retiled", "thr_W.retile(tXrW)", "thr_W.retile(tXrW)", "tXrW"),
     ),
-    *VALUE_MUTANTS,
-    *mutants(GPU,
+    *SIM_VALUE_MUTANTS,
+    *mutants(TIERS,
         ("y stored by lane 0 of each warp only", "some outputs were never written",
          STORE_Y,
          STORE_Y.replace("    cute.copy", "    if tidx % 32 == 0:\n            cute.copy")),

@@ -29,11 +29,12 @@ from ..hints import Variant
 from ..holes import BLOCK_HOLE
 from ..holes import BLOCK_KERNEL_HOLE as KERNEL_HOLE
 from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutants, register
+from ..sim_values import sim_values
 from .whole_kernel import (
     COLUMN_MUTANTS,
     GIVEN_COPY,
+    SIM_VALUE_MUTANTS,
     STORE_Y,
-    VALUE_MUTANTS,
     WHOLE_VARIANTS,
     WholeKernel,
     shape_pred,
@@ -380,6 +381,7 @@ block_reduce = register(
     )
 )
 _VARIANTS = (own_warp_variant(), first_row_variant())
+BLOCK_SIM = ((1000, "bf16", "bf16", None), (16384, "bf16", "bf16", WIDE_CFG))
 
 
 def _refuse_divergent(rep) -> None:
@@ -446,6 +448,7 @@ block_reduce.add(
         needs=("compiles",),
     ),
     ptx_probe(BLOCK_HOLE, "each row of the CTA uses its own slots", _probe_rows),
+    sim_values(BLOCK_HOLE, BLOCK_SIM, variants=_VARIANTS),
     no_local_memory(BLOCK_HOLE),
     compiles(BLOCK_HOLE, dtypes=("fp16",), hidden=True),
     ptx_probe(
@@ -747,8 +750,8 @@ BLOCK_KERNEL_MUTANTS = [
          "the lanes of a warp are not summed before the shared-memory step",
          "    sum_sq = self.warp_reduce(sum_sq)  # the warp's sum, in every lane\n", ""),
     ),
-    *VALUE_MUTANTS,
-    *mutants(GPU,
+    *SIM_VALUE_MUTANTS,
+    *mutants(TIERS,
         ("only the first row of each CTA stored", "some outputs were never written",
          STORE_Y,
          STORE_Y.replace("    cute.copy",

@@ -12,11 +12,13 @@ tiles and launches it as it does its own, and then reads what the PTX can show:
   written once, all 16 bytes wide, and x's tile chosen by the CTA's index (``%ctaid``), and
   in a cluster by its rank too;
 
-and on a GPU (``mixed_values``) compares values with ``rmsnorm_ref`` at ragged shapes in every
-dtype, with weights of another dtype than x (an fp32 weight beside bf16 x), the output
-poisoned before each launch. ``WholeKernel`` is the exercise itself: a lesson states its
-kernel's hole, cases, probe, configs, hints and mutants, and ``WholeKernel(...).register()``
-adds the checks every whole kernel gets, in the same order for each.
+where ptxsim runs the stage (warp, block), it runs that PTX on the CPU and compares the values
+with ``rmsnorm_ref`` (``sim_values``); and on a GPU (``mixed_values``) it compares values with
+``rmsnorm_ref`` at ragged shapes in every dtype, with weights of another dtype than x (an fp32
+weight beside bf16 x), the output poisoned before each launch. ``WholeKernel`` is the exercise
+itself: a lesson states its kernel's hole, cases, probe, configs, hints and mutants, and
+``WholeKernel(...).register()`` adds the checks every whole kernel gets, in the same order for
+each.
 
 Lessons 06 and 07 share ``check_offset_flow`` (the weight offset added to the weight, in the
 epilogue and in dx) from here too.
@@ -24,10 +26,12 @@ epilogue and in dx) from here too.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ...ptxsim import SIMULATED_STAGES
 from .. import hints
 from ..checks import (
     EPS,
@@ -45,6 +49,7 @@ from ..checks import (
     thread_guards,
 )
 from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutants, register
+from ..sim_values import sim_values
 
 X, W, OUT = 0, 1, 2
 _NAMES = {X: "x", W: "the weight", OUT: "y"}
@@ -331,8 +336,9 @@ COLUMN_MUTANTS = mutants(TIERS,
 # fmt: on
 
 # fmt: off
-#: wrong values that compile to the right instructions: only the gpu tier sees them, as known
-#: wrong RMSNorms (``WHOLE_VARIANTS``), zeros or outputs never written.
+#: wrong values that compile to the right instructions: the gpu tier sees them, as known wrong
+#: RMSNorms (``WHOLE_VARIANTS``), zeros or outputs never written; the compile tier too where
+#: the stage's PTX is run on the CPU (``SIM_VALUE_MUTANTS``: the warp and block kernels).
 VALUE_MUTANTS = mutants(GPU,
     ("rsqrt of the sum, not the mean", "the mean of squares is sum / N",
      "rstd = self.rstd(sum_sq, eps)", "rstd = cute.math.rsqrt(sum_sq + eps)"),
@@ -342,11 +348,24 @@ VALUE_MUTANTS = mutants(GPU,
     ("y = x * w, not normalised", "the row is never normalised",
      "y = x * rstd * tXrW.load().to(Float32)", "y = x * tXrW.load().to(Float32)"),
 )
+#: the same, and more wrong values the PTX cannot show, in both tiers where it is simulated
+SIM_VALUE_MUTANTS = [dataclasses.replace(m, tiers=TIERS) for m in VALUE_MUTANTS] + mutants(TIERS,
+    ("x * x + x * x summed", "the sum seen is about 2x the true one",
+     "(x * x).reduce(", "(x * x + x * x).reduce("),
+    ("the weight added to itself", "by the same factor in every row",
+     "y = x * rstd * tXrW.load().to(Float32)",
+     "y = x * rstd * (tXrW.load().to(Float32) + tXrW.load().to(Float32))"),
+)
 # fmt: on
 # END KEY
 
 #: known wrong RMSNorms a whole kernel can compute, checked against its wrong values
-WHOLE_VARIANTS = (hints.SUM_NOT_MEAN_V, hints.NOT_SQUARED_V, hints.NOT_NORMALISED_V)
+WHOLE_VARIANTS = (
+    hints.SUM_NOT_MEAN_V,
+    hints.NOT_SQUARED_V,
+    hints.NOT_NORMALISED_V,
+    hints.NO_WEIGHT_V,
+)
 
 #: (x dtype, weight dtype) pairs the values are checked in: every dtype, and weights kept in
 #: fp32 beside 16-bit activations (a model in mixed precision)
@@ -532,9 +551,11 @@ class WholeKernel:
     every whole kernel gets, in this order:
 
     * compile tier: it compiles (bf16, fp32; N=1000); ``access_check`` at ``cases`` named
-      ``access``, with the lesson's own probe ``extra``; the lesson's checks ``more``; no local
-      memory; hidden: the accesses again at a row length drawn from ``hidden_Ns``, x fp16 with
-      an fp32 weight and x fp32 with a bf16 weight;
+      ``access``, with the lesson's own probe ``extra``; the lesson's checks ``more``; where
+      ptxsim runs the stage (warp, block), the values at ``cases`` from the PTX run on the CPU
+      (``sim_values``); no local memory; hidden: the accesses again at a row length drawn from
+      ``hidden_Ns``, x fp16 with an fp32 weight and x fp32 with a bf16 weight, and their values
+      on the CPU;
     * gpu tier: ``mixed_values`` at row lengths ``Ns`` (hidden: two drawn from ``hidden_Ns``)
       named ``values`` and ``hidden_values``, and the lesson's ``speed`` check between them;
       each of the three through ``launch_guard`` (the lesson's refusal to launch a kernel that
@@ -597,10 +618,13 @@ class WholeKernel:
             cluster=self.cluster,
             extra=self.extra,
         )
+        simulated = hole.stage in SIMULATED_STAGES
+        sim = dict(report=whole_report, variants=self.variants)
         return [
             compiles(hole, N=1000, dtypes=("bf16", "fp32"), config=cfg),
             access_check(hole, self.cases, name=self.access, **access),
             *self.more,
+            *([sim_values(hole, self.cases, **sim)] if simulated else []),
             no_local_memory(hole, config=cfg),
             access_check(
                 hole,
@@ -608,6 +632,19 @@ class WholeKernel:
                 name="the same at a random N, fp16/fp32 (grading seed)",
                 hidden=True,
                 **access,
+            ),
+            *(
+                [
+                    sim_values(
+                        hole,
+                        hidden_cases(self.hidden_Ns, cfg),
+                        name="values on the CPU at that N, fp16/fp32 (grading seed)",
+                        hidden=True,
+                        **sim,
+                    )
+                ]
+                if simulated
+                else []
             ),
         ]
 

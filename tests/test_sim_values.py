@@ -1,0 +1,74 @@
+"""The compile tier's values on the CPU (``grading.sim_values``): the learner's PTX run by ptxsim.
+
+What the exercises' own tests do not show (tests/test_grading_exercises.py runs every solution
+and every mutant, the ones this check catches included): a kernel that never ends fails within
+the step budget, named an endless loop; a right kernel with an instruction the simulator does
+not know passes, the check saying what it could not run; and the hint for an output scaled as a
+whole (the weight added to itself) is told apart from a wrong sum of squares by the row at
+eps's scale the inputs hold. Each kernel is 01.rstd's naive kernel at N=37 (about 0.3 s to
+compile).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from quack_edu.grading import CheckFailed, get, hints
+from quack_edu.grading.context import Context
+from quack_edu.grading.nbfiles import answer_from_source
+from quack_edu.grading.sim_values import ENDLESS, cpu_inputs
+from quack_edu.reference import TOLERANCES, rmsnorm_ref
+
+EPS = 1e-6
+
+
+def _sim_check(ex_id: str):
+    (check,) = [c for c in get(ex_id).checks if c.name.startswith("values on the CPU")]
+    return check
+
+
+def _run(ex_id: str, source: str):
+    ex = get(ex_id)
+    answer = answer_from_source(source, ex.answer)
+    return _sim_check(ex_id).fn(Context(ex, answer, hidden=False, seed=1))
+
+
+RSTD = """
+@cute.jit
+def rstd(sum_sq, eps, N):
+    r = cute.math.rsqrt(sum_sq / N + eps)
+{body}
+    return r
+"""
+
+
+def test_a_kernel_that_never_ends_fails_as_an_endless_loop():
+    # a loop of 2**30 dependent multiplies: a GPU would take seconds, the simulator years
+    body = "    for i in cutlass.range(1 << 30, unroll=1):\n        r = r * 1.0000001"
+    with pytest.raises(CheckFailed) as e:
+        _run("01.rstd", RSTD.format(body=body))
+    assert "did not end within" in e.value.message and e.value.hint == ENDLESS
+
+
+def test_an_instruction_the_simulator_does_not_know_is_a_note_not_a_failure():
+    # right values (0 * sin(r) adds 0); sin's range reduction has madc, which ptxsim does not run
+    msg = _run("01.rstd", RSTD.format(body="    r = r + 0.0 * cute.math.sin(r)"))
+    assert msg.startswith("not simulated (ptxsim does not know the instruction `madc.hi.u32`")
+
+
+def _diagnose(out, x, w):
+    ref = rmsnorm_ref(x, w, eps=EPS)
+    tol = TOLERANCES[x.dtype]
+    return hints.diagnose_rmsnorm(out, ref, x, w, EPS, tol=tol, poison=None)
+
+
+def test_a_scaled_output_and_a_doubled_sum_get_their_own_hints():
+    x, w = cpu_inputs(7, 256, torch.float32, torch.float32, torch.Generator().manual_seed(2))
+    ref = rmsnorm_ref(x, w, eps=EPS)
+    assert "2 times rmsnorm_ref's, by the same factor in every row" in _diagnose(2 * ref, x, w)
+    doubled = x * torch.rsqrt(2 * x.pow(2).mean(-1, keepdim=True) + EPS) * w
+    assert "about 2x the true one" in _diagnose(doubled, x, w)
+    # without a row at eps's scale the two look alike: no claim of a uniform factor
+    big = torch.randn(4, 256, generator=torch.Generator().manual_seed(3))
+    assert "same factor" not in (_diagnose(2 * rmsnorm_ref(big, w, eps=EPS), big, w) or "")
