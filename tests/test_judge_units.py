@@ -131,7 +131,7 @@ def test_a_compile_tier_pass_without_a_gpu_says_values_were_not_checked():
     assert words not in " ".join(result("pass", "pass").table(width=90).split())
     assert words not in " ".join(result("fail", "skip").table(width=90).split())
     nb = NotebookResult("nb.ipynb", "02_x", exercises=[result("pass", "skip")])
-    assert "values and speed not checked" in nb.table(width=90)
+    assert "values on the GPU and speed not checked" in nb.table(width=90)
     run = RunResult([nb], "compile-only", "no GPU", hidden=True, seed=0)
     assert words in " ".join(run.table(width=90).split())
 

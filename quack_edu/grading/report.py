@@ -23,7 +23,7 @@ PASS, FAIL, SKIP, NOT_ATTEMPTED, BLOCKED = "pass", "fail", "skip", "not attempte
 
 #: what a skipped GPU tier leaves unchecked, in the report's words: a compile-tier pass is about
 #: the compiled code, and a kernel can compile to the right instructions and compute wrong values
-SKIPPED_GPU = "skipped (needs a Hopper GPU): values and speed not checked"
+SKIPPED_GPU = "skipped (needs a Hopper GPU): values on the GPU and speed not checked"
 COMPILE_ONLY_MEANS = (
     "the compile tier checks what your code compiles to (the PTX: loads, shuffles, barriers, "
     "registers), not the values it computes: a kernel can pass it and still be wrong; the GPU "
