@@ -335,3 +335,28 @@ def test_a_locked_down_process_dies_with_its_parent(tmp_path, subprocess_env):
     while alive() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(), f"process {pid} outlived its parent"
+
+
+def test_a_run_may_list_its_own_folder_not_another_runs(tmp_path, subprocess_env):
+    # the scratch folder's parent (this run's folder) lists its names; another run's folder,
+    # matched by the same secret pattern, stays out of reach
+    run, other = tmp_path / "quack_edu_grade_a", tmp_path / "quack_edu_grade_b"
+    (run / "scratch").mkdir(parents=True)
+    other.mkdir()
+    (other / "cells.log").write_text("another student's cells")
+    code = (
+        "import json, os\nfrom quack_edu.grading import sandbox\n"
+        f"sandbox.lock_down({str(run / 'scratch')!r}, secrets=[{str(tmp_path / 'quack_edu_')!r}"
+        " + '*'], landlock=False)\nout = {}\n"
+        f"for name, path in (('own', {str(run)!r}), ('other', {str(other)!r})):\n"
+        "    try:\n        out[name] = sorted(os.listdir(path))\n"
+        "    except PermissionError:\n        out[name] = 'refused'\n"
+        "print(json.dumps(out))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=subprocess_env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"own": ["scratch"], "other": "refused"}, out

@@ -281,6 +281,7 @@ def lock_down(
             secrets=hidden,
         )
     pid = str(getpid())
+    run_folder = os.path.dirname(home)
     # and, once locked, a fresh copy of the modules whose process and file functions are
     # replaced below (``importlib.util.module_from_spec`` would make one)
     denied = (*denied_modules, "_posixsubprocess", "posix", *_UNAUDITED)
@@ -402,7 +403,9 @@ def lock_down(
                     refuse(f"{event} on {p[0]} (outside the scratch folder)")
         elif event in ("os.listdir", "os.scandir"):
             p = as_path(args[0]) if args and args[0] is not None else None
-            if p is not None and secret(p) and not in_scratch(p):
+            # (the scratch folder's own parent, this run's folder, lists its names: something
+            # on a GPU machine lists it in every lesson-00 notebook, 2026-12-06, an H100)
+            if p is not None and secret(p) and not in_scratch(p) and p[1] != run_folder:
                 refuse(f"listing {p[0]}")
         elif event in ("os.chdir", "os.fchdir"):
             refuse("changing the working directory")
