@@ -335,6 +335,16 @@ def lock_down(
             for p in pp
         )
 
+    def program(exe, argv) -> str | None:
+        """What a learner process may run: "tool" (``_TOOLS``, from the Python installation),
+        "query" (``_QUERIES``, from the system's folders, exactly those arguments), or None."""
+        if exe is None:
+            return None
+        name = exe[1].rsplit("/", 1)[-1]
+        if (name, *(text(a) for a in argv[1:])) in _QUERIES:
+            return "query" if any(under(exe[1], r) for r in system_dirs) else None
+        return "tool" if name in tools and any(under(exe[1], r) for r in installed) else None
+
     def callers(n: int = 8) -> list:
         """(file, function) of the Python frames above the audited call, nearest first."""
         f, out = sys._getframe(2), []
@@ -413,10 +423,10 @@ def lock_down(
             exe = as_path(args[0]) if args and args[0] is not None else None
             name = exe[1].rsplit("/", 1)[-1] if exe else ""
             argv = list(args[1]) if isinstance(args[1], list | tuple) else []
-            query = (name, *(text(a) for a in argv[1:]))
-            if query in _QUERIES and any(under(exe[1], r) for r in system_dirs):
+            kind = program(exe, argv)
+            if kind == "query":
                 return
-            if not (name in tools and any(under(exe[1], r) for r in installed)):
+            if kind is None:
                 if [text(a) for a in argv[1:]] in _VERSION_PROBES:  # a library asking which
                     # compiler is there (torch.compile on a GPU asks nvcc) takes "none"
                     raise FileNotFoundError(errno.ENOENT, "not in the grader's sandbox", name)
@@ -518,12 +528,8 @@ def lock_down(
     def spawn_tool(args: tuple, box: list) -> None:
         exes = args[1] if len(args) > 1 and args[1] else args[0]
         exe = as_path(exes[0]) if exes else None
-        name = exe[1].rsplit("/", 1)[-1] if exe else ""
         argv = list(args[0]) if isinstance(args[0], list | tuple) else []
-        query = (name, *(text(a) for a in argv[1:]))
-        if not (query in _QUERIES and any(under(exe[1], r) for r in system_dirs)) and not (
-            name in tools and any(under(exe[1], r) for r in installed)
-        ):
+        if program(exe, argv) is None:
             refuse(f"starting {exes[0] if exes else None!r}")
         box.append(spawn(*args))
 
