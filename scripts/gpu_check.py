@@ -328,6 +328,13 @@ def parser() -> argparse.ArgumentParser:
         "GPU mode until verified there)",
     )
     p.add_argument("--class-lesson", default="00_setup_and_roofline")
+    p.add_argument(
+        "--class-jobs",
+        default="1,4",
+        help="the class's -j values, graded in turn (30 students of lesson 00 on an H100: "
+        "-j 1 needs most of a device call alone)",
+    )
+    p.add_argument("--class-timeout", type=int, default=560, help="seconds for the class")
     p.add_argument("--skip-bench", action="store_true")
     p.add_argument("--test-timeout", type=int, default=300, help="seconds per pytest process")
     p.add_argument("--bench-timeout", type=int, default=300)
@@ -359,9 +366,9 @@ def main() -> int:
         )
         run_tests(test_plan(a, stages), a, out, summary)
     if a.part == "boundary" and a.class_students > 0:
-        cmd = [py, "scripts/class_check.py", "--jobs", "1,4", "--lesson", a.class_lesson,
+        cmd = [py, "scripts/class_check.py", "--jobs", a.class_jobs, "--lesson", a.class_lesson,
                "--students", str(a.class_students), "--out", str(out / "class_check")]  # fmt: skip
-        rc, text, dt = sh(cmd, out / "class_check.log", timeout=560)
+        rc, text, dt = sh(cmd, out / "class_check.log", timeout=a.class_timeout)
         print(text[-3000:], flush=True)
         summary.append(("class check", f"rc={rc}", dt))
 

@@ -412,7 +412,10 @@ def mixed_values(
                     ctx.cache[key] = ctx.launcher(hole, N, xdt, cfg, wdt)[1]
                 launch = ctx.cache[key]
                 tol = TOLERANCES[xdt]
-                for M in HIDDEN_M if hidden else VISIBLE_M:
+                # the most rows first: a wrong kernel's first failure then has rows at eps's
+                # scale and far above it, which tell a scaled output from a wrong sum of
+                # squares (at M = 1 both read as "the output doubled": hints.diagnose_rmsnorm)
+                for M in sorted(HIDDEN_M if hidden else VISIBLE_M, reverse=True):
                     x, w = rmsnorm_inputs(M, N, xdt, gen)
                     w = w.to(wdt)
                     out = torch.full_like(x, POISON)
