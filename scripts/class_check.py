@@ -157,7 +157,8 @@ def main(argv=None) -> int:
         failed |= bool(bad)
         record["runs"].append({"jobs": j, "seconds": round(seconds, 1), "mismatches": bad})
         print(f"-j {j}: {seconds:.0f} s, {len(bad)} mismatches" + "".join(f"\n  {b}" for b in bad))
-    (args.out / "class_check.json").write_text(json.dumps(record, indent=1) + "\n")
+        # after every run: a device call cut off mid-class keeps the runs it finished
+        (args.out / "class_check.json").write_text(json.dumps(record, indent=1) + "\n")
     return 1 if failed else 0
 
 
