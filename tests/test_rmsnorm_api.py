@@ -169,8 +169,9 @@ def _reference_launch(calls):
                    config=None):  # fmt: skip
         calls.append(dict(x=x, weight=weight, out=out, rstd=rstd, eps=eps, config=config))
         p = weight if weight is not None else bias  # a per-head weight or bias: (M, H, D)
+        assert x.dim() == 3 or p is None or p.dim() == 1  # else rows (M, N) or (M, H, N)
         for t in (x, out, residual, residual_out):
-            assert t is None or (t.dim() == (3 if p is not None and p.dim() == 2 else 2))
+            assert t is None or (t.dim() == x.dim() in (2, 3) and t.stride(-1) == 1)
         assert rstd is None or rstd.shape == x.shape[:-1]
         w = None if weight is None else weight.float() + weight_offset
         got = ref32(x, w, bias, residual, eps)
@@ -189,9 +190,9 @@ def _reference_launch(calls):
 def _reference_launch_bwd(calls):
     def launch_bwd(x, weight, dout, dres_out, rstd, dx, dres, db, weight_offset=0.0, config=None):
         calls.append(dict(x=x, weight=weight, dout=dout, rstd=rstd, dx=dx, config=config))
-        for t in (x, dout, dres_out, dx, dres):
-            assert t is None or (t.dim() == 2 and t.stride(-1) == 1)
-        assert rstd.shape == x.shape[:1] and rstd.is_contiguous()
+        for t in (x, dout, dres_out, dx, dres):  # rows (M, N), or (M, H, N) (two row modes)
+            assert t is None or (t.dim() == x.dim() in (2, 3) and t.stride(-1) == 1)
+        assert rstd.shape == x.shape[:-1] and rstd.is_contiguous()
         gx, gw, gb = bwd_ref32(x, weight, dout, rstd, dres_out, db, weight_offset=weight_offset)
         dx.copy_(gx)
         if dres is not None:
@@ -233,7 +234,7 @@ def _reference_bwd_kernel_for(launch_bwd):
 
     def kernel_for(x, weight, dout, dres_out, dx, dres, db, weight_offset=0.0, config=None):
         def fn(x, w, dout, dres_out, rstd, dx, dres, dw_p, db_p, P):
-            assert P == min(-(-x.shape[0] // FAKE_BWD_ROWS), FAKE_BWD_CTAS)
+            assert P == min(-(-(x.numel() // x.shape[-1]) // FAKE_BWD_ROWS), FAKE_BWD_CTAS)
             parts = launch_bwd(x, w, dout, dres_out, rstd, dx, dres, db_p is not None,
                                weight_offset, config)  # fmt: skip
             for got, buf in zip(parts, (dw_p, db_p), strict=True):

@@ -160,6 +160,31 @@ def test_strided_rows_leading_shapes_and_no_rows():
     assert torch.equal(db, torch.zeros_like(db))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("D", [128, 72])
+def test_rows_in_two_modes_through_autograd(dtype, D):
+    """A Qwen3-style QK norm: q and k views of a fused projection normalised in place, forward
+    and backward; the gradients of the projection and the weight against float64 autograd of
+    the reference, dx bit for bit the contiguous rows' (dw summed in another grouping: close)."""
+    B, S, H = 3, 37, 5
+    qkv = torch.randn(B, S, 3 * H * D, device="cuda", dtype=dtype, requires_grad=True)
+    w = torch.randn(D, device="cuda", dtype=torch.float32, requires_grad=True)
+    q, k, _ = qkv.view(B, S, 3, H, D).unbind(2)
+    for x in (q, k.transpose(1, 2)):
+        y = R.rmsnorm(x, w)
+        dy = torch.randn_like(y)
+        dx, dw = torch.autograd.grad(y, (x, w), dy)
+        x64 = x.detach().double().requires_grad_()
+        w64 = w.detach().double().requires_grad_()
+        y64 = R.rmsnorm_ref(x64, w64)
+        ex, ew = torch.autograd.grad(y64, (x64, w64), dy.double())
+        torch.testing.assert_close(dx.double(), ex, **TOLERANCES[dtype])
+        torch.testing.assert_close(dw.double(), ew, rtol=1e-3, atol=1e-3 * math.sqrt(B * S * H))
+        xc = x.detach().contiguous().requires_grad_()
+        dxc, _ = torch.autograd.grad(R.rmsnorm(xc, w), (xc, w), dy.contiguous())
+        assert torch.equal(dx, dxc)
+
+
 @pytest.mark.parametrize("N", [4096, 262144])
 def test_dw_is_bitwise_deterministic(N):
     x, w, dout, rstd = _inputs(4096 if N == 4096 else 256, N, torch.bfloat16, torch.float32)

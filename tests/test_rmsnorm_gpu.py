@@ -118,6 +118,24 @@ def test_strided_rows_empty_batches_and_leading_shapes():
         assert out.shape == shape and rstd.shape == shape[:-1]
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("D", [128, 72])
+def test_rows_in_two_modes_are_read_in_place(dtype, D):
+    """q and k of a fused projection (``.view(B, S, 3, H, D).unbind(2)``), a transposed head
+    view of one and rows of every other batch: the kernel reads them in place (rows (M, H, D)
+    or one strided mode), its values the float64 reference's and, row for row, the bits of the
+    same rows made contiguous."""
+    B, S, H = 3, 37, 5
+    qkv = torch.randn(B, S, 3 * H * D, device="cuda", dtype=dtype)
+    q, k, _ = qkv.view(B, S, 3, H, D).unbind(2)
+    w = torch.randn(D, device="cuda", dtype=torch.float32)
+    for x in (q, k, k.transpose(1, 2), torch.randn(6, 7, D, device="cuda", dtype=dtype)[::2]):
+        out, _, rstd = _run(x, w, store_rstd=True)
+        assert out.shape == x.shape and rstd.shape == x.shape[:-1]
+        flat, _, flat_rstd = R.rmsnorm_fwd(x.contiguous(), w, store_rstd=True)
+        assert torch.equal(out, flat) and torch.equal(rstd, flat_rstd)
+
+
 def test_plain_call_fast_path_matches_and_still_checks():
     """The plain call (x, weight) goes through the checked path once, then through the cached
     fast path (a dictionary hit and the TVM-FFI function called directly): the same values at

@@ -20,6 +20,7 @@ from .ops import (
     the_tuner,
     through_op,
 )
+from .rows import layout
 
 _final_bwd_mod = None
 
@@ -35,10 +36,39 @@ def _final_bwd():
     return _final_bwd_mod
 
 
+def _row_layout(x, weight):
+    """``rows.layout(x)`` where a strided x's rows are read in place (None: x contiguous, a
+    per-head weight, or rows no view reaches: then flattened, a copy), as the forward's."""
+    if x.dim() < 2 or x.is_contiguous() or (weight is not None and weight.dim() == 2):
+        return None
+    return layout(x)
+
+
+def _backward_strided(lay, x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo, config):
+    """``_backward`` of a strided x whose rows are read in place (``lay``): dx and dres dense
+    in x's dim order, dout, dres_out and rstd read in place where their strides allow."""
+    fb = _final_bwd()
+    dx = lay.empty(x)
+    dres = None if dres_dtype is None else lay.empty(x, dres_dtype)
+    parts = fb.launch_bwd(
+        lay.view(x), weight, lay.like(dout, x),
+        None if dres_out is None else lay.like(dres_out, x), lay.like_rows(rstd, x),
+        lay.view(dx), None if dres is None else lay.view(dres), has_bias, wo, config,
+    )  # fmt: skip
+    pdtype = weight.dtype if weight is not None else torch.float32
+    outs = [dx, *(fb.sum_partials(p, pdtype) for p in parts if p is not None)]
+    return outs if dres is None else [*outs, dres]
+
+
 def _backward(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, weight_offset, config):
     """A first call's run (and the tuner's): dx (and dres) in x's shape, dense; dw, db summed
     from the kernel's fp32 partials. Returns [dx, dw if weight, db if has_bias, dresidual if
     dres_dtype]."""
+    lay = _row_layout(x, weight)
+    if lay is not None:
+        return _backward_strided(
+            lay, x, weight, dout, rstd, dres_out, has_bias, dres_dtype, weight_offset, config
+        )
     fb = _final_bwd()
     dx = torch.empty_like(x, memory_format=DENSE)
     dres = None
@@ -111,9 +141,17 @@ _BWD_PLANS: dict = {}
 
 
 def _bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
-    """The backward call's plan key, or None (see ``_fwd_key``)."""
-    if type(x) not in PLAIN_TYPES or not x.is_contiguous() or not x.numel():
+    """The backward call's plan key, or None (see ``_fwd_key``). A strided x's key ends with
+    the shapes and strides of x, dout, rstd and dresidual_out (a contiguous x's with None)."""
+    if type(x) not in PLAIN_TYPES or not x.numel():
         return None
+    strided = None
+    if not x.is_contiguous():
+        if _row_layout(x, weight) is None or type(dout) not in PLAIN_TYPES:
+            return None
+        if type(rstd) not in PLAIN_TYPES or dres_out is not None:
+            return None
+        strided = (x.shape, x.stride(), dout.stride(), rstd.stride())
     if type(has_bias) is not bool or type(wo) is not float:
         return None
     if dres_dtype is not None and type(dres_dtype) is not torch.dtype:
@@ -124,15 +162,18 @@ def _bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
         if t is None:
             parts.append(None)
             continue
-        if type(t) not in PLAIN_TYPES or not t.is_contiguous():
+        if type(t) not in PLAIN_TYPES or not (strided or t.is_contiguous()):
             return None
         bits |= t.data_ptr()
         parts.append((t.dtype, t.get_device()))
     if weight is not None:
-        if weight.dim() != 1:
+        if weight.dim() != 1 or not weight.is_contiguous():
             return None
         parts.append(weight.shape[0])
-    return (x.dtype, x.shape[-1], x.get_device(), *parts, has_bias, dres_dtype, wo, bits & 15)
+    return (
+        x.dtype, x.shape[-1], x.get_device(), *parts, has_bias, dres_dtype, wo, bits & 15,
+        strided,
+    )  # fmt: skip
 
 
 def _plain_bwd_key(x, w, dout, rstd):
@@ -142,13 +183,14 @@ def _plain_bwd_key(x, w, dout, rstd):
     if w is None:
         return (x.dtype, x.shape[-1], x.get_device(), None, (dout.dtype, dout.get_device()),
                 (rstd.dtype, rstd.get_device()), None, False, None, 0.0,
-                (x.data_ptr() | dout.data_ptr() | rstd.data_ptr()) & 15)  # fmt: skip
+                (x.data_ptr() | dout.data_ptr() | rstd.data_ptr()) & 15, None)  # fmt: skip
     if type(w) not in PLAIN_TYPES or w.dim() != 1 or not w.is_contiguous():
         return None
     return (
         x.dtype, x.shape[-1], x.get_device(), (w.dtype, w.get_device()),
         (dout.dtype, dout.get_device()), (rstd.dtype, rstd.get_device()), None, w.shape[0],
         False, None, 0.0, (x.data_ptr() | w.data_ptr() | dout.data_ptr() | rstd.data_ptr()) & 15,
+        None,
     )  # fmt: skip
 
 
@@ -166,14 +208,38 @@ class _BwdPlan:
     """A backward key's launch: the compiled kernel's call, its rows a CTA and the most CTAs
     (P = the rows of the partials), the dtype the partials are summed into, the outputs."""
 
-    __slots__ = ("fn", "N", "rows", "most", "pdtype", "dw", "db", "dres_dtype")
+    __slots__ = ("fn", "N", "rows", "most", "pdtype", "dw", "db", "dres_dtype", "lay")
 
-    def __init__(self, fn, N, rows, most, pdtype, dw, db, dres_dtype):
+    def __init__(self, fn, N, rows, most, pdtype, dw, db, dres_dtype, lay=None):
         self.fn, self.N, self.rows, self.most, self.pdtype = fn, N, rows, most, pdtype
-        self.dw, self.db, self.dres_dtype = dw, db, dres_dtype
+        self.dw, self.db, self.dres_dtype, self.lay = dw, db, dres_dtype, lay
+
+    def run_strided(self, x, weight, dout, rstd):
+        """``run`` of a strided x's plan (rows read in place; no dresidual_out: its key has
+        none)."""
+        lay, N = self.lay, self.N
+        M = x.numel() // N
+        P = min(-(-M // self.rows), self.most)
+        dx = lay.empty(x)
+        f32 = torch.float32
+        dw_p = x.new_empty((P, N), dtype=f32) if self.dw else None
+        db_p = x.new_empty((P, N), dtype=f32) if self.db else None
+        self.fn(
+            lay.view(x), weight, lay.like(dout, x), None, lay.like_rows(rstd, x), lay.view(dx),
+            None, dw_p, db_p, P,
+        )  # fmt: skip
+        outs = [dx]
+        fb = _final_bwd()
+        if self.dw:
+            outs.append(fb.sum_partials(dw_p, self.pdtype))
+        if self.db:
+            outs.append(fb.sum_partials(db_p, self.pdtype))
+        return outs
 
     def run(self, x, weight, dout, rstd, dres_out):
         """[dx, dw if a weight, db if a bias, dresidual if its own dtype], as ``_backward``."""
+        if self.lay is not None:
+            return self.run_strided(x, weight, dout, rstd)
         N = self.N
         M = x.numel() // N
         P = min(-(-M // self.rows), self.most)
@@ -217,17 +283,26 @@ def _bwd_plan(x, weight, dout, dres_out, outs, has_bias, dres_dtype, wo, config)
     from ..runtime import direct_call
 
     fb, N, dev = _final_bwd(), x.shape[-1], x.get_device()
-    rows = (-1, N)
-    dres = outs[-1].view(rows) if dres_dtype is not None else None
-    dro = None if dres_out is None else dres_out.view(rows)
+    lay = _row_layout(x, weight)
+    if lay is None:
+        rows = (-1, N)
+
+        def view(t):
+            return None if t is None else t.view(rows)
+    else:
+
+        def view(t):
+            return None if t is None else lay.like(t, x)
+
+    dres = view(outs[-1]) if dres_dtype is not None else None
     kernel, fn = fb.kernel_for(  # the kernel the call above ran
-        x.view(rows), weight, dout.view(rows), dro, outs[0].view(rows), dres, has_bias, wo, config
+        view(x), weight, view(dout), view(dres_out), view(outs[0]), dres, has_bias, wo, config
     )
     most = kernel.grid_on(1 << 40, dev)
     pdtype = weight.dtype if weight is not None else torch.float32
     return _BwdPlan(
         direct_call(fn), N, kernel.tiling.rows_per_cta, most, pdtype, weight is not None,
-        has_bias, dres_dtype,
+        has_bias, dres_dtype, lay,
     )  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from .ops import (
     the_tuner,
     through_op,
 )
+from .rows import layout
 
 _final_mod = None
 
@@ -41,9 +42,31 @@ def _rows_shape(x, weight, bias) -> tuple:
     return (-1, *x.shape[-2:]) if p is not None and p.dim() == 2 else (-1, x.shape[-1])
 
 
+def _row_layout(x, weight, bias):
+    """``rows.layout(x)`` where the rows are read in place of a strided x (None: x is
+    contiguous, or has a per-head weight or bias, or rows no view can reach: then flattened)."""
+    if x.dim() < 2 or x.is_contiguous():
+        return None
+    if any(p is not None and p.dim() == 2 for p in (weight, bias)):
+        return None
+    return layout(x)
+
+
 def _launch(x, weight, bias, residual, out, res_out, rstd, eps, weight_offset, config):
     """Launch on x's rows: (M, N), or (M, H, D) with a per-head weight; other leading shapes
-    are flattened (a view when x's strides allow it, else a copy)."""
+    are flattened (a view when x's strides allow it, else a copy). A strided x whose rows
+    ``rows.layout`` reaches (one or two row modes) is read in place, its outputs made by
+    ``_forward`` in its layout."""
+    lay = _row_layout(x, weight, bias)
+    if lay is not None:
+        x, out = lay.view(x), lay.view(out)
+        residual = None if residual is None else lay.like(residual, x)
+        res_out = None if res_out is None else lay.view(res_out)
+        rstd = None if rstd is None else lay.view_rows(rstd)
+        _final().launch_fwd(
+            x, weight, bias, residual, out, res_out, rstd, eps, weight_offset, config
+        )
+        return
     rows = _rows_shape(x, weight, bias)
     if x.dim() != len(rows):
         x, out = x.reshape(rows), out.view(rows)
@@ -57,14 +80,23 @@ def _forward(
     x, weight, bias, residual, out_dtype, residual_out_dtype, eps, store_rstd, weight_offset, config
 ):
     """Allocate the outputs in x's shape and launch the kernel on x's rows (a first call's
-    run, and the tuner's). Returns [out, residual_out if residual_out_dtype, rstd if store_rstd]."""
-    outs = [torch.empty_like(x, dtype=out_dtype, memory_format=DENSE)]
+    run, and the tuner's). Returns [out, residual_out if residual_out_dtype, rstd if store_rstd].
+    The outputs are dense: contiguous, or for rows read in place (``_row_layout``) dense in x's
+    dim order (``torch.empty_like``'s for a dense x)."""
+    lay = _row_layout(x, weight, bias)
+    if lay is not None:
+        outs = [lay.empty(x, out_dtype)]
+    else:
+        outs = [torch.empty_like(x, dtype=out_dtype, memory_format=DENSE)]
     res_out = rstd = None
     if residual_out_dtype is not None:
-        res_out = torch.empty_like(x, dtype=residual_out_dtype, memory_format=DENSE)
+        if lay is not None:
+            res_out = lay.empty(x, residual_out_dtype)
+        else:
+            res_out = torch.empty_like(x, dtype=residual_out_dtype, memory_format=DENSE)
         outs.append(res_out)
     if store_rstd:
-        rstd = x.new_empty(x.shape[:-1], dtype=torch.float32)
+        rstd = x.new_empty(x.shape[:-1], dtype=torch.float32) if lay is None else lay.empty_rows(x)
         outs.append(rstd)
     if x.numel():
         _launch(x, weight, bias, residual, outs[0], res_out, rstd, eps, weight_offset, config)
@@ -108,9 +140,16 @@ _FWD_PLANS: dict = {}
 
 def _fwd_key(x, weight, bias, residual, out_dtype, res_out_dtype, store_rstd, wo):
     """The call's plan key, or None when the call cannot have a plan (a tensor subclass, a
-    strided tensor, an argument of an unexpected type): then every call is checked."""
-    if type(x) not in PLAIN_TYPES or not x.is_contiguous() or not x.dim():
+    strided tensor whose rows are not read in place or with a residual, an argument of an
+    unexpected type): then every call is checked. A strided x's key ends with its shape and
+    strides (its ``rows.layout``), a contiguous one's with None."""
+    if type(x) not in PLAIN_TYPES or not x.dim():
         return None
+    strided = None
+    if not x.is_contiguous():
+        if residual is not None or _row_layout(x, weight, bias) is None:
+            return None
+        strided = (x.shape, x.stride())
     if type(out_dtype) is not torch.dtype or type(wo) is not float or type(store_rstd) is not bool:
         return None
     if res_out_dtype is not None and type(res_out_dtype) is not torch.dtype:
@@ -133,7 +172,7 @@ def _fwd_key(x, weight, bias, residual, out_dtype, res_out_dtype, store_rstd, wo
         head = x.shape[-2]
     return (
         x.dtype, x.shape[-1], head, x.get_device(), *parts, out_dtype, res_out_dtype,
-        store_rstd, wo, bits & 15,
+        store_rstd, wo, bits & 15, strided,
     )  # fmt: skip
 
 
@@ -146,23 +185,44 @@ def _plain_key(x, w):
         return None
     if w is None:
         return (x.dtype, x.shape[-1], 0, x.get_device(), None, None, None, x.dtype, None,
-                False, 0.0, x.data_ptr() & 15)  # fmt: skip
+                False, 0.0, x.data_ptr() & 15, None)  # fmt: skip
     if not w.is_contiguous():
         return None
     return (
         x.dtype, x.shape[-1], 0, x.get_device(), (w.dtype, w.shape, w.get_device()), None, None,
-        x.dtype, None, False, 0.0, (x.data_ptr() | w.data_ptr()) & 15,
+        x.dtype, None, False, 0.0, (x.data_ptr() | w.data_ptr()) & 15, None,
     )  # fmt: skip
 
 
 class _FwdPlan:
-    """A key's launch: the compiled kernel's call, the rows' shape, the outputs to allocate."""
+    """A key's launch: the compiled kernel's call, the rows' shape, the outputs to allocate;
+    ``lay``: a strided x's ``rows.RowLayout`` (None: x contiguous)."""
 
-    __slots__ = ("fn", "rows", "out_dtype", "res_out_dtype", "store_rstd")
+    __slots__ = ("fn", "rows", "out_dtype", "res_out_dtype", "store_rstd", "lay")
 
-    def __init__(self, fn, rows, out_dtype, res_out_dtype, store_rstd):
+    def __init__(self, fn, rows, out_dtype, res_out_dtype, store_rstd, lay=None):
         self.fn, self.rows, self.out_dtype = fn, rows, out_dtype
-        self.res_out_dtype, self.store_rstd = res_out_dtype, store_rstd
+        self.res_out_dtype, self.store_rstd, self.lay = res_out_dtype, store_rstd, lay
+
+    def run_strided(self, x, weight, bias, eps):
+        """``run`` of a strided x's plan (no residual: its key has none)."""
+        lay = self.lay
+        out = lay.empty(x, self.out_dtype)
+        outs = [out]
+        res_out = rstd = None
+        if self.res_out_dtype is not None:
+            res_out = lay.empty(x, self.res_out_dtype)
+            outs.append(res_out)
+        if self.store_rstd:
+            rstd = lay.empty_rows(x)
+            outs.append(rstd)
+        if x.numel():
+            self.fn(
+                lay.view(x), weight, bias, None, lay.view(out),
+                None if res_out is None else lay.view(res_out),
+                None if rstd is None else lay.view_rows(rstd), eps,
+            )  # fmt: skip
+        return outs
 
     def run_plain(self, x, weight, eps):
         """``out`` of a plain call's plan (``_plain_key``): ``run`` with nothing to decide."""
@@ -176,7 +236,9 @@ class _FwdPlan:
         return out
 
     def run(self, x, weight, bias, residual, eps):
-        """[out, residual_out if asked, rstd if asked], as ``_forward``; x contiguous."""
+        """[out, residual_out if asked, rstd if asked], as ``_forward``."""
+        if self.lay is not None:
+            return self.run_strided(x, weight, bias, eps)
         out = torch.empty_like(x, dtype=self.out_dtype)
         outs = [out]
         res_out = rstd = None
@@ -219,17 +281,20 @@ def _fwd_first(tuned, x, weight, bias, residual, out_dtype, res_out_dtype, eps, 
 
 def _fwd_plan(x, weight, bias, residual, outs, res_out_dtype, store_rstd, wo, config):
     """The plan of a call that ran the kernel (``_fwd_first``) on these tensors and ``outs``."""
-    rows = _rows_shape(x, weight, bias)
+    lay = _row_layout(x, weight, bias)
+    rows = _rows_shape(x, weight, bias) if lay is None else lay.rows
 
     def view(t):
-        return None if t is None else t.view(rows)
+        return None if t is None else t.view(rows) if lay is None else lay.view(t)
 
     res_out = outs[1] if res_out_dtype is not None else None
-    rstd = outs[-1].view(rows[:-1]) if store_rstd else None
+    rstd = None
+    if store_rstd:
+        rstd = outs[-1].view(rows[:-1]) if lay is None else lay.view_rows(outs[-1])
     kernel = _final().kernel_for(
         view(x), weight, bias, view(residual), view(outs[0]), view(res_out), rstd, wo, config
     )  # the kernel the call above ran
-    return _FwdPlan(kernel.call, rows, outs[0].dtype, res_out_dtype, store_rstd)
+    return _FwdPlan(kernel.call, rows, outs[0].dtype, res_out_dtype, store_rstd, lay)
 
 
 def _fwd_fake(

@@ -91,8 +91,17 @@ class Features:
     residual_out_dtype: object = None
     out_dtype: object = None
     rstd: bool = False
+    #: the weight and bias are (H, N), one row a head of x (M, H, N)
     per_head: bool = False
     weight_offset: float = 0.0
+    #: x, the residual and the outputs are (M, H, N), rows in two modes with a stride each
+    #: (a view of a fused projection's heads), the weight shared; one grid z a head
+    head_rows: bool = False
+
+    @property
+    def two_modes(self) -> bool:
+        """Rows in two modes (M, H): per-head parameters, or ``head_rows``."""
+        return self.per_head or self.head_rows
 
 
 class WeightPlan(enum.Enum):
@@ -337,7 +346,8 @@ class FinalRMSNorm(SliceStaging, LearnerLoop, FinalBase):
     ):  # fmt: skip
         """Run this kernel class on these tensors (compiled on first use; a subclass, such as
         a lesson's, compiles its own). x, residual, out, residual_out: (M, N), or (M, H, N)
-        with a per-head weight/bias (H, N); rstd: fp32, x.shape[:-1]. Last dims contiguous;
+        (rows in two modes: a per-head weight/bias (H, N), or the weight (N,) shared by the
+        heads); rstd: fp32, x.shape[:-1], compact. Last dims contiguous;
         any other strides. Nothing is checked here beyond what picks the compiled kernel (the
         library's ``quack_edu.rmsnorm`` checks the user's arguments)."""
         if x.numel() == 0:
@@ -405,8 +415,8 @@ class FinalRMSNorm(SliceStaging, LearnerLoop, FinalBase):
         """Fake tensors for every argument of ``__call__`` (None where a feature is off)."""
         f, vec = self.features, self.vec
         M = cute.sym_int()
-        H = cute.sym_int() if f.per_head else None
-        rows = (M, H) if f.per_head else (M,)
+        H = cute.sym_int() if f.two_modes else None
+        rows = (M, H) if f.two_modes else (M,)
 
         def stride(dt):  # in elements: a 16-byte access (or the whole narrow one) stays aligned
             div = max(1, min(vec, VECTOR_BYTES * 8 // dt.width))
@@ -479,7 +489,7 @@ class FinalRMSNorm(SliceStaging, LearnerLoop, FinalBase):
         stream,
     ):
         t = self.tiling
-        heads = mX.shape[1] if cutlass.const_expr(self.features.per_head) else 1
+        heads = mX.shape[1] if cutlass.const_expr(self.features.two_modes) else 1
         grid_x = cute.ceil_div(
             cute.ceil_div(mX.shape[0], t.rows_per_cta), self.config.blocks_per_cta
         )
@@ -513,15 +523,16 @@ class FinalRMSNorm(SliceStaging, LearnerLoop, FinalBase):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, head = cute.arch.block_idx()
         rank = cute.arch.block_idx_in_cluster() if clustered else 0
-        if cutlass.const_expr(self.features.per_head):
+        if cutlass.const_expr(self.features.two_modes):
             mX, mRes, mO, mResO = [
                 m[None, head, None] if cutlass.const_expr(m is not None) else None
                 for m in (mX, mRes, mO, mResO)
             ]
+            mRstd = mRstd[None, head] if cutlass.const_expr(mRstd is not None) else None
+        if cutlass.const_expr(self.features.per_head):
             mW, mB = [
                 m[head, None] if cutlass.const_expr(m is not None) else None for m in (mW, mB)
             ]
-            mRstd = mRstd[None, head] if cutlass.const_expr(mRstd is not None) else None
         M = mX.shape[0]
 
         # -- shared memory: x (+ residual) x buffers, the weight and bias slices, the exchange
@@ -819,6 +830,7 @@ def kernel_for(
     cost matters for short rows: it is found with one dictionary lookup on a tuple of cheap
     facts (dtypes, N, rank, features, 16-byte alignment)."""
     tensors = (x, weight, bias, residual, out, residual_out)
+    per_head = (weight is not None and weight.dim() == 2) or (bias is not None and bias.dim() == 2)
     key = (
         x.dtype,
         x.shape[-1],
@@ -829,6 +841,7 @@ def kernel_for(
         _dt(out),
         _dt(residual_out),
         rstd is not None,
+        per_head,
         weight_offset,
         _misaligned(*tensors),
         config,
@@ -844,14 +857,15 @@ def kernel_for(
             residual_out_dtype=_dt(residual_out),
             out_dtype=out.dtype if out.dtype != x.dtype else None,
             rstd=rstd is not None,
-            per_head=x.dim() == 3,
+            per_head=per_head,
             weight_offset=float(weight_offset),
+            head_rows=x.dim() == 3 and not per_head,
         )
         vec = access_vec(N, x.dtype, tensors)
         fn = compiled_for(x.dtype, N, _dt(weight), features, vec, config, kernel_cls)
         # the key's alignment bits stand for vec only while they are a 16-byte fact; a
         # narrower access is decided per tensor, so only the common case is cached by bits
-        if key[10] == 0:
+        if key[11] == 0:
             cache_put(_BY_CALL, key, fn, FinalRMSNorm)
     return fn
 

@@ -86,6 +86,9 @@ class BwdFeatures:
     #: dresidual written as a tensor of its own in this dtype (QuACK's when ``dresidual_out``
     #: has another dtype than x), from the same fp32 value as dx
     dres_dtype: object = None
+    #: x, dout, dres_out, dx and dres are (M, H, N) and rstd (M, H): rows in two modes with a
+    #: stride each (a view of a fused projection's heads); the weight (N,) shared
+    head_rows: bool = False
 
 
 def bwd_config(N: int, dtype, weight_dtype=None, features: BwdFeatures | None = None, vec=None):
@@ -239,7 +242,8 @@ class FinalBwdRMSNorm(FinalBase):
         checked here: the library's ``quack_edu.rmsnorm.rmsnorm_bwd`` checks the arguments."""
         import torch
 
-        M, N = x.shape
+        N = x.shape[-1]
+        M = x.numel() // N  # rows, of every head with rows in two modes (x (M, H, N))
         kernel, fn = kernel_for(x, weight, dout, dres_out, dx, dres, db, weight_offset, config,
                                 cls)  # fmt: skip
         features = kernel.features
@@ -347,27 +351,32 @@ class FinalBwdRMSNorm(FinalBase):
         stream; M and P symbolic, row strides keeping the vector's accesses aligned."""
         f, vec, N = self.features, self.vec, self.N
         M, P = cute.sym_int(), cute.sym_int()
+        rows = (M, cute.sym_int()) if f.head_rows else (M,)
 
         def rows_tensor(dt, rows):
             if dt is None:
                 return None
             div = max(1, min(vec, VECTOR_BYTES * 8 // dt.width))
             align = min(VECTOR_BYTES, vec * dt.width // 8)
-            stride = cute.sym_int64(divisibility=div) if div > 1 else cute.sym_int64()
-            return cute.runtime.make_fake_tensor(dt, (rows, N), (stride, 1), assumed_align=align)
+            strides = tuple(
+                cute.sym_int64(divisibility=div) if div > 1 else cute.sym_int64() for _ in rows
+            )
+            return cute.runtime.make_fake_tensor(dt, (*rows, N), (*strides, 1), assumed_align=align)
 
-        x = rows_tensor(self.dtype, M)
-        dout = rows_tensor(self.dout_dtype, M)
-        dres_out = rows_tensor(self.dres_out_dtype, M)
-        dx = rows_tensor(self.dtype, M)
-        dres = rows_tensor(self.dres_dtype, M)
+        x = rows_tensor(self.dtype, rows)
+        dout = rows_tensor(self.dout_dtype, rows)
+        dres_out = rows_tensor(self.dres_out_dtype, rows)
+        dx = rows_tensor(self.dtype, rows)
+        dres = rows_tensor(self.dres_dtype, rows)
         w = None
         if f.weight:
             align = min(VECTOR_BYTES, vec * self.weight_dtype.width // 8)
             w = cute.runtime.make_fake_compact_tensor(self.weight_dtype, (N,), assumed_align=align)
-        dw = rows_tensor(Float32, P) if f.dw else None
-        db = rows_tensor(Float32, P) if f.db else None
-        rstd = cute.runtime.make_fake_compact_tensor(Float32, (M,), assumed_align=4)
+        dw = rows_tensor(Float32, (P,)) if f.dw else None
+        db = rows_tensor(Float32, (P,)) if f.db else None
+        rstd = cute.runtime.make_fake_compact_tensor(
+            Float32, rows, stride_order=tuple(reversed(range(len(rows)))), assumed_align=4
+        )
         stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
         return (x, w, dout, dres_out, rstd, dx, dres, dw, db, Int32(SM_COUNT), stream)
 
@@ -516,6 +525,30 @@ class FinalBwdRMSNorm(FinalBase):
         if cutlass.const_expr(self.use_async):
             cute.arch.cp_async_wait_group(0)
 
+    # -- rows in two modes (``head_rows``): the launch's row block g is block g % n_head of head
+    # g // n_head; without heads, block g of the rows
+    def head_block(self, g, n_head, H):
+        """(head, block of that head) of the launch's row block ``g``. A block past the last
+        is a block past the last head's rows (its rows past M: nothing is read or written)."""
+        if not self.features.head_rows:
+            return 0, g
+        head = cutlass.min(g // n_head, H - 1)
+        return head, g - head * n_head
+
+    def in_head(self, m, head):
+        """Tensor ``m`` of one head: (M, H, N) -> (M, N), rstd's (M, H) -> (M,); itself
+        without heads."""
+        if m is None or not self.features.head_rows:
+            return m
+        return m[None, head] if cute.rank(m) == 2 else m[None, head, None]
+
+    def issue_rows(self, mX, mdO, sX, sdO, g, buf, rank, M, n_head, H):
+        """``issue_block`` of the launch's row block ``g``."""
+        head, blk = self.head_block(g, n_head, H)
+        self.issue_block(
+            self.in_head(mX, head), self.in_head(mdO, head), sX, sdO, blk, buf, rank, M
+        )
+
     @cute.jit
     def __call__(
         self,
@@ -563,7 +596,9 @@ class FinalBwdRMSNorm(FinalBase):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         rank = cute.arch.block_idx_in_cluster() if clustered else 0
-        M = mX.shape[0]
+        M = mX.shape[0]  # rows (of a head, with rows in two modes)
+        H = mX.shape[1] if cutlass.const_expr(self.features.head_rows) else 1
+        n_head = (M + t.rows_per_cta - 1) // t.rows_per_cta  # row blocks of a head
 
         # -- shared memory: x and dout x buffers, the weight slice, the rows' accumulators,
         # the exchange
@@ -585,7 +620,9 @@ class FinalBwdRMSNorm(FinalBase):
 
         copy_X = self.stage_copy(mX.element_type, True)
         thr_X = copy_X.get_slice(tidx)
-        cX = cute.local_tile(cute.make_identity_tensor(mX.shape), t.tiler, (0, rank))
+        cX = cute.local_tile(
+            cute.make_identity_tensor(self.in_head(mX, 0).shape), t.tiler, (0, rank)
+        )
         tXcX = thr_X.partition_S(cX)  # ((vec, 1), 1, vecs) -> (row, col)
         row_in_cta = tXcX[0][0]
         even = cutlass.const_expr(t.even_cols)
@@ -603,11 +640,11 @@ class FinalBwdRMSNorm(FinalBase):
             if cutlass.const_expr(self.use_async):
                 cute.arch.cp_async_commit_group()
 
-        n_blocks = (M + t.rows_per_cta - 1) // t.rows_per_cta
+        n_blocks = n_head * H
         n_iter = (cutlass.max(n_blocks - bidx, 0) + grid_x - 1) // grid_x
-        self.issue_block(mX, mdO, sX, sdO, bidx, 0, rank, M)
+        self.issue_rows(mX, mdO, sX, sdO, bidx, 0, rank, M, n_head, H)
         for k in cutlass.range_constexpr(1, nbuf - 1):  # a deeper pipeline: more blocks ahead
-            self.issue_block(mX, mdO, sX, sdO, bidx + k * grid_x, k, rank, M)
+            self.issue_rows(mX, mdO, sX, sdO, bidx + k * grid_x, k, rank, M, n_head, H)
         if cutlass.const_expr(clustered):
             cute.arch.cluster_wait()  # every peer's mbarriers are initialised and armed
 
@@ -642,20 +679,23 @@ class FinalBwdRMSNorm(FinalBase):
         ahead = nbuf - 1  # the groups of the next blocks, in flight while this one is used
         inv_n = Float32(1.0 / self.N)
         for it in cutlass.range(n_iter, unroll=1):
-            blk = bidx + it * grid_x
+            gblk = bidx + it * grid_x  # the launch's row block; block blk of its head
+            head, blk = self.head_block(gblk, n_head, H)
             buf = it % nbuf
             row = blk * t.rows_per_cta + row_in_cta
             if cutlass.const_expr(nbuf == 2):  # the next block goes out before this one lands
-                self.issue_block(mX, mdO, sX, sdO, blk + grid_x, 1 - buf, rank, M)
+                self.issue_rows(mX, mdO, sX, sdO, gblk + grid_x, 1 - buf, rank, M, n_head, H)
             elif cutlass.const_expr(nbuf > 2):  # into the buffer the last iteration read
-                ahead_blk = blk + (nbuf - 1) * grid_x
-                self.issue_block(mX, mdO, sX, sdO, ahead_blk, (it + nbuf - 1) % nbuf, rank, M)
+                g_ahead = gblk + (nbuf - 1) * grid_x
+                self.issue_rows(
+                    mX, mdO, sX, sdO, g_ahead, (it + nbuf - 1) % nbuf, rank, M, n_head, H
+                )
             if cutlass.const_expr(self.use_async):
                 cute.arch.cp_async_wait_group(ahead)
             if cutlass.const_expr(t.rows_per_cta > 1 and sW is not None):
                 if it == 0:
                     cute.arch.barrier()  # the weight slice, copied by the first row, landed
-            rstd = mRstd[cutlass.min(row, M - 1)]
+            rstd = self.in_head(mRstd, head)[cutlass.min(row, M - 1)]
 
             # first pass: sum(x_hat * g) for c, and dw, db
             dot = Float32(0.0)
@@ -695,11 +735,14 @@ class FinalBwdRMSNorm(FinalBase):
             refill = cutlass.const_expr(nbuf == 1 and cfg.refill_early and self.use_async)
             more = it + 1 < n_iter
             if row < M:
-                tXgdX = thr_dX.partition_D(cute.local_tile(mdX, t.tiler, (blk, rank)))
+                gdX = cute.local_tile(self.in_head(mdX, head), t.tiler, (blk, rank))
+                tXgdX = thr_dX.partition_D(gdX)
                 if cutlass.const_expr(mdResO is not None):
-                    tRgdR = thr_dR.partition_S(cute.local_tile(mdResO, t.tiler, (blk, rank)))
+                    gdR = cute.local_tile(self.in_head(mdResO, head), t.tiler, (blk, rank))
+                    tRgdR = thr_dR.partition_S(gdR)
                 if cutlass.const_expr(mdRes is not None):
-                    tSgdS = thr_dS.partition_D(cute.local_tile(mdRes, t.tiler, (blk, rank)))
+                    gdS = cute.local_tile(self.in_head(mdRes, head), t.tiler, (blk, rank))
+                    tSgdS = thr_dS.partition_D(gdS)
                 for v in cutlass.range_constexpr(t.vecs):
                     if cutlass.const_expr(even) or self.in_cols(tXcX, v):
                         x_hat = tXsX[None, None, v, buf].load().to(Float32) * rstd
@@ -719,13 +762,17 @@ class FinalBwdRMSNorm(FinalBase):
                             store_as(copy_dS, dx, like, tSgdS[None, None, v])
                     if cutlass.const_expr(refill):  # a thread reads back only what it copied
                         if more:
-                            self.issue_vectors(mX, mdO, sX, sdO, blk + grid_x, 0, rank, M, v, v + 1)
+                            nh, nb = self.head_block(gblk + grid_x, n_head, H)
+                            self.issue_vectors(
+                                self.in_head(mX, nh), self.in_head(mdO, nh), sX, sdO, nb, 0,
+                                rank, M, v, v + 1,
+                            )  # fmt: skip
             if cutlass.const_expr(refill):
                 if more:
                     cute.arch.cp_async_commit_group()
             elif cutlass.const_expr(nbuf == 1):  # the next block, into the buffer just read
                 if more:
-                    self.issue_block(mX, mdO, sX, sdO, blk + grid_x, 0, rank, M)
+                    self.issue_rows(mX, mdO, sX, sdO, gblk + grid_x, 0, rank, M, n_head, H)
 
         # -- the partial sums of this CTA's columns, row bidx of dw_partial / db_partial
         if cutlass.const_expr(mdW is not None):
@@ -765,6 +812,7 @@ def compiled_for(
 def features_for(x, weight, dout, dres_out, dres_dtype, db: bool, weight_offset=0.0):
     """The ``BwdFeatures`` of a backward call: what its tensors (dres as its dtype) ask for."""
     return BwdFeatures(
+        head_rows=x.dim() == 3,
         weight=weight is not None,
         dout_dtype=dout.dtype if dout.dtype != x.dtype else None,
         dres_out_dtype=None if dres_out is None else dres_out.dtype,
