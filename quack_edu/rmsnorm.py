@@ -106,14 +106,22 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 
-def _contiguous_last(t):
-    """The kernel reads rows with unit stride; ``rmsnorm`` (like QuACK's) accepts any strides.
-    Under torch.compile strides of fake tensors are not final, so always ask."""
+_is_compiling = torch.compiler.is_compiling
+
+
+def _contiguous_last(t, compiling=None):
+    """The kernel reads rows with unit stride; ``rmsnorm`` (like QuACK's) accepts any strides
+    (rows themselves may sit anywhere: ``host.rows``). Under torch.compile strides of fake
+    tensors are not final, so always ask. ``compiling``: ``is_compiling()``, when known."""
     if not isinstance(t, Tensor) or t.dim() == 0:
         return t  # rmsnorm_fwd's checks say what is wrong with it
-    if torch.compiler.is_compiling():
+    if _is_compiling() if compiling is None else compiling:
         return t.contiguous()
     return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _grad_of(t) -> bool:
+    return isinstance(t, Tensor) and t.requires_grad
 
 
 class RMSNormFunction(torch.autograd.Function):
@@ -155,7 +163,10 @@ class RMSNormFunction(torch.autograd.Function):
         # prenorm: residual_out's gradient flows into x's (and the residual's): residual_out is
         # x + residual, or x itself without a residual
         dres_out = rest[0] if ctx.prenorm and rest else None
-        dout, dres_out = _contiguous_last(dout), _contiguous_last(dres_out)
+        compiling = _is_compiling()
+        dout = _contiguous_last(dout, compiling)
+        if dres_out is not None:
+            dres_out = _contiguous_last(dres_out, compiling)
         has_bias = ctx.has_bias and ctx.head_bias is None
         dx, dw, db, dres = rmsnorm_bwd(
             x, weight, dout, rstd, dres_out, has_bias, ctx.has_residual, ctx.weight_offset
@@ -191,11 +202,14 @@ def rmsnorm(
     Differentiable in x, weight, bias and residual (``rmsnorm_bwd``). Without a gradient to
     record (grad mode off, or no input requiring grad) the autograd.Function is skipped.
     """
-    x, residual = _contiguous_last(x), _contiguous_last(residual)
-    grad = torch.is_grad_enabled() and any(
-        isinstance(t, Tensor) and t.requires_grad for t in (x, weight, bias, residual)
+    compiling = _is_compiling()
+    x = _contiguous_last(x, compiling)
+    if residual is not None:
+        residual = _contiguous_last(residual, compiling)
+    grad = torch.is_grad_enabled() and (
+        _grad_of(x) or _grad_of(weight) or _grad_of(bias) or _grad_of(residual)
     )
-    if torch.compiler.is_compiling() and compile_policy().path(x, grad) == "inductor":
+    if compiling and compile_policy().path(x, grad) == "inductor":
         return inductor_rmsnorm(
             x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm, weight_offset
         )

@@ -494,3 +494,20 @@ def test_the_tuning_key_buckets_the_rows(monkeypatch):
     assert key(2, 4, 1024)["M"] == 8  # rows of a 3-D x
     assert key(32768, 1024)["M"] == 32768 != key(8, 1024)["M"]
     assert key(8, 1024)["N"] == 1024 and key(8, 1024)["gpu"] == "Fake H200"
+
+
+def test_plumbing_autograd_forward_takes_the_plain_path(fake_kernel, monkeypatch):
+    """A forward that saves rstd (autograd's, in every training step) is a plain call: after
+    its key's first call it builds no full key and runs no check (issue 47)."""
+    x, w = torch.randn(3, 5, 64, dtype=torch.bfloat16), torch.randn(64)
+    R.rmsnorm_fwd(x, w, store_rstd=True)
+
+    def full_key(*args):
+        raise AssertionError("the plain call built the full key")
+
+    monkeypatch.setattr(F, "_fwd_key", full_key)
+    monkeypatch.setattr(F, "check_args", full_key)
+    out, res_out, rstd = R.rmsnorm_fwd(x, w, store_rstd=True)
+    assert res_out is x and rstd.shape == (3, 5) and rstd.dtype == torch.float32
+    assert torch.equal(out, R.rmsnorm_ref(x, w))
+    torch.testing.assert_close(rstd, rstd_ref(x))

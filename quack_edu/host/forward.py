@@ -176,21 +176,22 @@ def _fwd_key(x, weight, bias, residual, out_dtype, res_out_dtype, store_rstd, wo
     )  # fmt: skip
 
 
-def _plain_key(x, w):
-    """``_fwd_key`` of the plain call ``(x, w)`` (nothing else, out in x's dtype): the same
-    tuple, with less work, for the module's inference call."""
+def _plain_key(x, w, store_rstd=False):
+    """``_fwd_key`` of the plain call ``(x, w)`` (nothing else, out in x's dtype; rstd saved
+    or not: autograd's forward saves it): the same tuple, with less work, for the module's
+    call and autograd's."""
     if not x.dim() or not x.is_contiguous():
         return None
     if w is not None and (type(w) not in PLAIN_TYPES or w.dim() != 1):
         return None
     if w is None:
         return (x.dtype, x.shape[-1], 0, x.get_device(), None, None, None, x.dtype, None,
-                False, 0.0, x.data_ptr() & 15, None)  # fmt: skip
+                store_rstd, 0.0, x.data_ptr() & 15, None)  # fmt: skip
     if not w.is_contiguous():
         return None
     return (
         x.dtype, x.shape[-1], 0, x.get_device(), (w.dtype, w.shape, w.get_device()), None, None,
-        x.dtype, None, False, 0.0, (x.data_ptr() | w.data_ptr()) & 15, None,
+        x.dtype, None, store_rstd, 0.0, (x.data_ptr() | w.data_ptr()) & 15, None,
     )  # fmt: skip
 
 
@@ -234,6 +235,18 @@ class _FwdPlan:
             rows = self.rows
             self.fn(x.view(rows), weight, None, None, out.view(rows), None, None, eps)
         return out
+
+    def run_plain_rstd(self, x, weight, eps):
+        """``(out, rstd)`` of a plain call that saves rstd (``_plain_key(x, w, True)``)."""
+        out = torch.empty_like(x)
+        rstd = x.new_empty(x.shape[:-1], dtype=torch.float32)
+        if x.dim() == 2:
+            if x.shape[0]:
+                self.fn(x, weight, None, None, out, None, rstd, eps)
+        elif x.numel():
+            rows = self.rows
+            self.fn(x.view(rows), weight, None, None, out.view(rows), None, rstd.view(-1), eps)
+        return out, rstd
 
     def run(self, x, weight, bias, residual, eps):
         """[out, residual_out if asked, rstd if asked], as ``_forward``."""
@@ -384,15 +397,18 @@ def rmsnorm_fwd(
         and residual is None
         and out_dtype is None
         and residual_dtype is None
-        and store_rstd is False
+        and type(store_rstd) is bool
         and type(x) in PLAIN_TYPES
         and type(eps) is float
         and type(weight_offset) is float
         and not weight_offset
         and not through_op(x)
-    ):  # the plain call, a model's in every layer
-        plan = _FWD_PLANS.get(_plain_key(x, weight))
+    ):  # the plain call, a model's in every layer (autograd's saves rstd)
+        plan = _FWD_PLANS.get(_plain_key(x, weight, store_rstd))
         if plan is not None:
+            if store_rstd:
+                out, rstd = plan.run_plain_rstd(x, weight, eps)
+                return out, x, rstd
             return plan.run_plain(x, weight, eps), x, None
     got = _planned(
         x, weight, bias, residual, out_dtype, residual_dtype, eps, store_rstd, weight_offset

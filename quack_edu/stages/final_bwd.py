@@ -927,8 +927,6 @@ def sum_partials(partial, dtype, out=None):
     one launch, rows added in a fixed order. ``partial``: (P, N) fp32 on the GPU, unit column
     stride; ``out``: where to write it (N contiguous elements of ``dtype``), else a new
     tensor."""
-    import torch
-
     groups = PartialSum.plan(partial.shape[0])
     key = (dtype, groups)
     fn = _SUMS.get(key)
@@ -937,7 +935,7 @@ def sum_partials(partial, dtype, out=None):
 
         fn = _SUMS[key] = direct_call(compile_kernel(PartialSum(dtype, groups)))
     if out is None:
-        out = torch.empty(partial.shape[1], dtype=dtype, device=partial.device)
+        out = partial.new_empty(partial.shape[1], dtype=dtype)
     if partial.shape[1]:
         if partial.shape[0]:
             fn(partial, out)
