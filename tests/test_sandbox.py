@@ -43,6 +43,10 @@ ATTEMPTS = {
     ),
     "start a process": "subprocess.run(['true'])",
     "run ldconfig to change the cache": "subprocess.run(['/sbin/ldconfig', '-p', '-C', 'x'])",
+    "a query with a loader variable": (
+        "subprocess.run(['/sbin/ldconfig', '-p'], env={'LD_PRELOAD': SCRATCH + '/evil.so'})"
+    ),
+    "a query run outside": "subprocess.run(['/sbin/ldconfig', '-p'], cwd=OUTSIDE)",
     "compile with a version flag": "subprocess.run(['nvcc', '--version', 'x.cu'])",
     "start a detached process": "subprocess.Popen(['sleep', '60'], start_new_session=True)",
     "os.system": "os.system('true')",

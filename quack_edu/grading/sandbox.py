@@ -424,19 +424,18 @@ def lock_down(
             name = exe[1].rsplit("/", 1)[-1] if exe else ""
             argv = list(args[1]) if isinstance(args[1], list | tuple) else []
             kind = program(exe, argv)
-            if kind == "query":
-                return
             if kind is None:
                 if [text(a) for a in argv[1:]] in _VERSION_PROBES:  # a library asking which
                     # compiler is there (torch.compile on a GPU asks nvcc) takes "none"
                     raise FileNotFoundError(errno.ENOENT, "not in the grader's sandbox", name)
                 refuse(f"subprocess.Popen of {args[0]} (starts a process; by {by(callers())})")
-            # a tool runs outside this hook: every file it is given is in the scratch folder,
-            # and nothing in its environment loads native code into it
+            # a tool or a query runs outside this hook: it runs in the scratch folder, every
+            # file a tool is given is in it (a query's arguments are fixed), and nothing in
+            # its environment loads native code into it
             cwd_arg = args[2] if len(args) > 2 else None
             if cwd_arg is not None and not in_scratch(as_path(cwd_arg)):
                 refuse(f"running {name} in {cwd_arg} (outside the scratch folder)")
-            for a in list(args[1] or ())[1:] if isinstance(args[1], list | tuple) else ():
+            for a in argv[1:] if kind == "tool" else ():
                 for part in text(a).split("="):
                     if ("/" in part or ".." in part) and not in_scratch(as_path(part)):
                         refuse(f"giving {name} the path {part} (outside the scratch folder)")
