@@ -1,4 +1,5 @@
-"""The kernel's own file boundary for a learner process: Linux Landlock (5.13 and later, no root).
+"""The kernel's own boundary for a learner process: Linux Landlock (5.13 and later, no root),
+and the death signal that ends it with its parent (``die_with_parent``).
 
 The audit hook (``sandbox``) sees what Python does; native code that opens files itself
 (``torch.from_file``, a library's C++ writer) raises no audit event. Landlock makes the
@@ -34,6 +35,21 @@ SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "
 
 def _libc():
     return ctypes.CDLL(None, use_errno=True)
+
+
+def die_with_parent() -> None:
+    """Linux: the kernel kills this process (SIGKILL) when the one that started it ends, so a
+    grader killed from outside leaves no learner process behind (red team 5: a cell that ignored
+    its alarm outlived the grader). Without ``prctl`` (another OS), nothing."""
+    import signal
+
+    parent = os.getppid()
+    try:
+        _libc().prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent ended before the request: end now
+        os._exit(1)
 
 
 def abi() -> int:

@@ -200,23 +200,6 @@ def files_boundary() -> str:
     )
 
 
-def die_with_parent() -> None:
-    """Linux: the kernel kills this process (SIGKILL) when the one that started it ends, so a
-    grader killed from outside leaves no learner process behind (red team 5: a cell that ignored
-    its alarm outlived the grader). Without ``prctl`` (another OS), nothing."""
-    import ctypes
-    import signal
-
-    parent = os.getppid()
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent ended before the request: end now
-        os._exit(1)
-
-
 def lock_down(
     scratch: str, *, secrets=(), denied_modules=DENIED_MODULES, landlock: bool | None = None
 ) -> None:
@@ -228,7 +211,9 @@ def lock_down(
     ``confine_default()``), where the kernel can."""
     if locked():
         raise RuntimeError("this process is locked down already")
-    die_with_parent()
+    from . import confine
+
+    confine.die_with_parent()
     import site
     import stat as _stat
     import tempfile
