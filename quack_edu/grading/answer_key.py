@@ -173,6 +173,16 @@ def variant_value(var: Variant, case):
         return _FAILED
 
 
+def explains(var: Variant, cases, got) -> bool:
+    """Whether known wrong variant ``var`` gives the learner's values ``got`` on every one of
+    ``cases`` (one it cannot be evaluated on, as in a student's copy without the key, explains
+    nothing)."""
+    return all(
+        (v := variant_value(var, c)) is not _FAILED and v == g
+        for c, g in zip(cases, got, strict=True)
+    )
+
+
 def lookup(ex_id: str, check: str, case) -> dict:
     """The recorded ``{"expected", "variants"}`` of a public case, or ``KeyRemoved``."""
     key = public_key() or {}

@@ -569,15 +569,6 @@ def _tpr_cases(ctx, hidden):
     return out
 
 
-def _explains(variant: Variant, cases, got) -> bool:
-    """A known wrong answer explains the learner's only if it agrees on every case (one that
-    cannot be evaluated, as in a student's copy without the answer key, explains nothing)."""
-    try:
-        return all(variant.fn(*c) == g for c, g in zip(cases, got, strict=True))
-    except Exception:  # noqa: BLE001
-        return False
-
-
 def _tpr_check(hidden: bool) -> Check:
     def fn(ctx):
         cases = _tpr_cases(ctx, hidden)
@@ -586,7 +577,7 @@ def _tpr_check(hidden: bool) -> Check:
             want = tpr_ref(N, dt)
             if g == want and type(g) is int:
                 continue
-            hint = next((v.hint for v in _TPR_VARIANTS if _explains(v, cases, got)), None)
+            hint = next((v.hint for v in _TPR_VARIANTS if answer_key.explains(v, cases, got)), None)
             what, fallback = _constraint_hint(g, N, dt)
             name = str(dt).replace("torch.", "")
             raise CheckFailed(
