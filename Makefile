@@ -14,7 +14,7 @@ DSL_EXTRA   ?=
 DSL_PKG      = "nvidia-cutlass-dsl[$(DSL_EXTRA)]>=4.8,<4.9"
 PYTEST_JOBS ?= auto
 
-.PHONY: lab test venv student check-notebooks grade lint gpu-stage clean
+.PHONY: lab venv grade clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ venv: $(VENV)/.installed
 lab: venv
 	$(VENV)/bin/quack-edu doctor || true
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+
+# BEGIN INSTRUCTORS
+# (a students' copy, quack-edu student --release, has none of these: no tests/, no solutions/)
+.PHONY: test student check-notebooks lint gpu-stage
 
 # worksteal: an idle worker takes queued tests from a busy one (the slow notebook gradings
 # otherwise pile up at the end of one worker: 382 s -> 323 s on 2 cores, 2026-11-30)
@@ -42,11 +46,6 @@ student: venv
 check-notebooks: venv
 	$(VENV)/bin/quack-edu student --check
 
-# grade notebooks: make grade NB="notebooks/01_naive.ipynb" (default: every solution)
-NB ?= solutions/*.ipynb
-grade: venv
-	$(VENV)/bin/quack-edu grade $(NB)
-
 lint: venv
 	$(PY) -m ruff check quack_edu tests scripts
 	$(PY) -m ruff format --check quack_edu tests scripts
@@ -54,6 +53,13 @@ lint: venv
 # Stage the CuTe DSL (+ QuACK and Liger to measure against) for the device machine; see README.
 gpu-stage:
 	../shared/gpu/stage --peers
+# END INSTRUCTORS
+
+# grade notebooks: make grade NB="notebooks/01_naive.ipynb" (default: every solution, or in a
+# students' copy every notebook)
+NB ?= $(if $(wildcard solutions),solutions/*.ipynb,notebooks/*.ipynb)
+grade: venv
+	$(VENV)/bin/quack-edu grade $(NB)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

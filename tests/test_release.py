@@ -47,6 +47,9 @@ def test_a_release_of_unkeyed_lessons_is_refused(tmp_path, monkeypatch):
 def test_the_students_copy_holds_no_answer(copy):
     out, info = copy
     assert "00" in info["lessons"]
+    makefile = (out / "Makefile").read_text()  # no target that needs tests/ or solutions/
+    assert "-m pytest" not in makefile and "INSTRUCTORS" not in makefile and "grade:" in makefile
+    assert "INSTRUCTORS" not in (out / "README.md").read_text()
     for gone in ("solutions", "tests", "scripts"):
         assert not (out / gone).exists(), gone
     assert (out / "notebooks" / f"{LESSON}.ipynb").exists()

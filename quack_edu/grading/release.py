@@ -33,6 +33,12 @@ BEGIN_HIDDEN, END_HIDDEN = "# BEGIN HIDDEN", "# END HIDDEN"
 #: folders of the repository a student's copy leaves out
 LEFT_OUT = ("solutions/", "tests/", "scripts/", ".ci/", ".github/", "benchmarks/raw/")
 EXERCISES = "quack_edu/grading/exercises/"
+#: files whose instructors' parts (between these markers, by file) the copy leaves out: the
+#: Makefile's targets that need tests/ or solutions/, the README's grading of a class
+INSTRUCTORS = {
+    "Makefile": ("# BEGIN INSTRUCTORS", "# END INSTRUCTORS"),
+    "README.md": ("<!-- BEGIN INSTRUCTORS -->", "<!-- END INSTRUCTORS -->"),
+}
 #: text that must not be left in a student's exercise module
 #: (a hidden kernel check outside a HIDDEN block stays: its cases come from the grading seed,
 #: which only the instructor has)
@@ -149,6 +155,14 @@ def _add_import(text: str, line: str) -> str:
     return line + text
 
 
+def students_part(text: str, begin: str, end: str, where: str) -> str:
+    """``text`` without its lines from each ``begin`` marker line to its ``end`` line."""
+    lines = text.splitlines(keepends=True)
+    cut = _blocks([ln.rstrip("\n") for ln in lines], begin, end, where)
+    keep = [ln for i, ln in enumerate(lines) if not any(a <= i <= b for a, b in cut)]
+    return "".join(keep)
+
+
 def exercise_modules() -> dict[str, Path]:
     """The lesson modules of the exercises, by name (``lesson04_cluster_kernel``: a path)."""
     from .nbfiles import repo_root
@@ -223,6 +237,8 @@ def write_release(out: Path, *, partial: bool = False) -> dict:
         dest.parent.mkdir(parents=True, exist_ok=True)
         if rel in texts:
             dest.write_text(texts[rel])
+        elif rel in INSTRUCTORS:
+            dest.write_text(students_part((root / rel).read_text(), *INSTRUCTORS[rel], rel))
         else:
             shutil.copy2(root / rel, dest)
     for rel in [r for r in _tracked(root) if r.startswith(EXERCISES)]:
