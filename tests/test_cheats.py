@@ -454,6 +454,22 @@ def test_an_object_that_equals_anything_cannot_cross_back():
     assert "not a number" in " ".join(res.failures), res.table()
 
 
+@pytest.mark.parametrize("value", ["float('inf')", "-float('inf')"])
+@pytest.mark.parametrize(
+    "ex_id",
+    ["00.bytes_moved", "00.roofline_time_us", "00.eager_bytes", "01.sectors_per_request",
+     "08.predict_us", "09.call_us"],
+)  # fmt: skip
+def test_an_infinite_answer_is_not_close_to_anything(ex_id, value):
+    """Red team 6: inf is within any relative tolerance of anything, and these scored full."""
+    import ast
+
+    name = next(n.name for n in ast.parse(solution(ex_id)).body if isinstance(n, ast.FunctionDef))
+    src = f"def {name}(*args, **kwargs):\n    return {value}\n"
+    res = judge_exercise(get(ex_id), src, seed=1, timeout=60, screened=False)
+    assert res.tiers()["compile"]["score"] == 0, res.table()
+
+
 def test_a_hang_and_a_crash_in_the_worker_are_reported():
     hang = "def bytes_moved(M, N, dtype):\n    while True:\n        pass\n"
     res = judge_exercise(get("00.bytes_moved"), hang, seed=1, timeout=3)

@@ -21,6 +21,7 @@ runner is ``runner.run_exercise``):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -71,11 +72,16 @@ def _call_repr(name: str, args: tuple) -> str:
 
 
 def numbers_close(rel: float = 1e-6):
+    """Equal within ``rel`` (relative); a value that is not finite equals only itself (inf is
+    within any relative tolerance of anything: red team 6 scored full marks with it)."""
+
     def close(a, b):
         try:
             a, b = float(a), float(b)
         except (TypeError, ValueError):
             return False
+        if not (math.isfinite(a) and math.isfinite(b)):
+            return a == b
         return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
 
     return close

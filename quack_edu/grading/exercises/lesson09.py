@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from ..checks import Context, value_check
+from ..checks import Context, numbers_close, value_check
 from ..hints import Variant
 from ..registry import COMPILE, Exercise, mutants, register
 
@@ -31,18 +31,6 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 def _size(dtype) -> int:
     return torch.tensor([], dtype=dtype).element_size()
-
-
-def _close(a, b) -> bool:
-    """Equal within 1e-6 (relative); an infinite value equals only itself (the generic check
-    would call inf close to anything)."""
-    try:
-        a, b = float(a), float(b)
-    except (TypeError, ValueError):
-        return False
-    if math.isinf(a) or math.isinf(b):
-        return a == b
-    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-300)
 
 
 # ---- 09.call_us -------------------------------------------------------------------------------
@@ -166,7 +154,7 @@ call.add(
         call_us_ref,
         _call_cases,
         variants=_CALL_VARIANTS,
-        close=_close,
+        close=numbers_close(),
     )
 )
 # BEGIN HIDDEN
@@ -176,7 +164,7 @@ call.add(
         call_us_ref,
         _call_cases,
         variants=_CALL_VARIANTS,
-        close=_close,
+        close=numbers_close(),
         hidden=True,
     )
 )
@@ -287,7 +275,7 @@ speedup.add(
         step_speedup_ref,
         _speedup_cases,
         variants=_SPEEDUP_VARIANTS,
-        close=_close,
+        close=numbers_close(),
     )
 )
 # BEGIN HIDDEN
@@ -297,7 +285,7 @@ speedup.add(
         step_speedup_ref,
         _speedup_cases,
         variants=_SPEEDUP_VARIANTS,
-        close=_close,
+        close=numbers_close(),
         hidden=True,
     )
 )
