@@ -26,6 +26,10 @@ _NO_NEW_PRIVS = 38
 EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _CHANGES = sum(1 << b for b in range(4, 13))  # remove, make (dir, file, fifo, symlink, ...)
 REFER, TRUNCATE = 1 << 13, 1 << 14
+#: ABI 6 (Linux 6.12): no signal to a process outside the domain (the grader: red team 6
+#: stopped and killed it with pidfd_send_signal, which raises no audit event), no connection
+#: to an abstract unix socket made outside it
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
 _FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE
 
 #: system folders a learner process reads (libraries, certificates, locales, devices' info)
@@ -83,7 +87,8 @@ def readable_entries(root: str, secrets: tuple[str, ...]) -> list[str]:
 
 def restrict(scratch: str, *, readable, executable, secrets) -> bool:
     """Confine this process (and what it starts) with Landlock: read ``readable`` (folders or
-    files) less ``secrets`` (folders), execute ``executable``, write ``scratch`` and ``/dev``.
+    files) less ``secrets`` (folders), execute ``executable``, write ``scratch`` and ``/dev``;
+    from ABI 6 signal no process and reach no abstract socket outside the domain (``scoped``).
     Returns whether the kernel enforces it."""
     version = abi()
     if version < 1:
@@ -91,7 +96,8 @@ def restrict(scratch: str, *, readable, executable, secrets) -> bool:
     handled = READ_FILE | READ_DIR | WRITE_FILE | EXECUTE | _CHANGES
     handled |= (REFER if version >= 2 else 0) | (TRUNCATE if version >= 3 else 0)
     secrets = tuple(os.path.realpath(s) for s in secrets)
-    attr = (ctypes.c_uint64 * 3)(handled, 0, 0)
+    scoped = SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET if version >= 6 else 0
+    attr = (ctypes.c_uint64 * 3)(handled, 0, scoped)
     size = 8 if version < 4 else (16 if version < 6 else 24)
     libc = _libc()
     fd = libc.syscall(_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))

@@ -193,10 +193,15 @@ def files_boundary() -> str:
         return "the audit hook (Landlock off: QUACK_EDU_LANDLOCK, or GPU mode)"
     if version < 1:
         return "the audit hook (this kernel has no Landlock)"
+    scoped = (
+        "; it signals no process outside its domain (the grader)"
+        if version >= 6
+        else "; signals to the grader from native code are not stopped (Landlock ABI 6 does)"
+    )
     return (
         f"the audit hook and Landlock (ABI {version}): native code too reads only the system's "
         "and the Python installation's folders and the repository without its secrets, and "
-        "writes only its scratch folder"
+        f"writes only its scratch folder{scoped}"
     )
 
 
