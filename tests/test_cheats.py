@@ -470,6 +470,28 @@ def test_an_infinite_answer_is_not_close_to_anything(ex_id, value):
     assert res.tiers()["compile"]["score"] == 0, res.table()
 
 
+def test_the_finished_kernel_exec_d_from_encoded_text_is_flagged():
+    """Red team 6: the library's finished warp kernel, hex-encoded in the cell and exec'd at run
+    time (no tripwire: new functions; no similarity hit: the cell's text is hex) scored 4/4.
+    What is compiled at run time is held against the finished version too."""
+    import inspect
+
+    from quack_edu.stages.warp import WarpRMSNorm
+
+    body = "class _K:\n" + inspect.getsource(WarpRMSNorm.kernel)  # (indented: a method)
+    src = (  # in the line cache, so that the DSL finds the exec'd function's text
+        "import linecache, sys\n"
+        f"_text = bytes.fromhex({body.encode().hex()!r}).decode()\n"
+        "_f = '/tmp/enc.py'\n"
+        "linecache.cache[_f] = (len(_text), None, _text.splitlines(True), _f)\n"
+        "_g = dict(vars(sys.modules['quack_edu.stages.warp']))\n"
+        "exec(compile(_text, _f, 'exec'), _g)\n"
+        "warp_kernel = _g['_K'].kernel\n"
+    )
+    res = judge_exercise(get("02.warp_kernel"), src, seed=1, timeout=120, screened=False)
+    assert res.score == 0 and "compiled at run time" in res.table(), res.table()
+
+
 def test_a_hang_and_a_crash_in_the_worker_are_reported():
     hang = "def bytes_moved(M, N, dtype):\n    while True:\n        pass\n"
     res = judge_exercise(get("00.bytes_moved"), hang, seed=1, timeout=3)

@@ -44,7 +44,7 @@ from .deadline import MAX_REPLY, killed_after
 from .registry import MISSING, Check, CheckFailed, Exercise
 from .report import FAIL, NOT_ATTEMPTED, ExerciseResult
 from .runner import run_exercise
-from .similarity import copied_from_library
+from .similarity import copied_from_library, run_time_text
 from .wire import Unencodable, decode, encode  # noqa: F401  (the judge's codec, re-exported)
 
 # ---- the screen -------------------------------------------------------------------------------
@@ -423,6 +423,8 @@ class Worker:
         self.value = None
         self.load_error: dict | None = None
         self.incidents: list[str] = []
+        #: the text the answer compiled at run time (``sandbox.compiled``), as the worker said
+        self.compiled: list[str] = []
         self.scratch = None
 
     def __enter__(self):
@@ -512,6 +514,9 @@ class Worker:
         for what in msg.pop("incidents", None) or ():
             if str(what) not in self.incidents:
                 self.incidents.append(str(what))
+        for item in msg.pop("compiled", None) or ():
+            if isinstance(item, list) and len(item) == 2:
+                self.compiled.append((str(item[0]), str(item[1])))
         return msg
 
     def ask(self, req: tuple, what: str = "the answer") -> dict:
@@ -767,6 +772,9 @@ def judge_exercise(
         res = _blank(ex, hidden, gpu)
         res.forced_status = FAIL
         res.forced_message = e.message
+    ran = copied_from_library(ex, run_time_text(worker.compiled)) if worker.compiled else None
+    if ran:  # the finished version's text, compiled at run time (encoded in the cell, say)
+        worker.incidents.append(f"its code compiled at run time {ran}")
     if worker.incidents:  # the sandbox refused something, or a tripwire was reached
         res = _blank(ex, hidden, gpu)
         res.forced_status = FAIL

@@ -462,6 +462,8 @@ def lock_down(
             what = f"reached: {args[0]}"
             if what not in seen:
                 seen.append(what)
+        elif event == "compile":
+            _record_compiled(args)
 
     # A process started through _posixsubprocess.fork_exec (what subprocess and multiprocessing
     # call) raises no audit event of its own: the C function is held by the hook alone, and what
@@ -577,6 +579,41 @@ def _prime_dynamo_file_hash(path: str) -> None:
             file_hash(path)
         except Exception:  # noqa: BLE001  (another torch: then it reads the file, and is refused)
             pass
+
+
+#: text a learner process may compile at run time that ``compiled`` keeps, in characters
+COMPILED_MAX = 2_000_000
+
+
+def _record_compiled(args) -> None:
+    """Keep the text of a run-time compile (``exec``/``eval``/``compile`` of text or of a tree,
+    ``ast.parse``, an import) with the file name it was given: what the answer runs beyond its
+    cell's own text is judged too (red team 6 pasted the finished kernel hex-encoded and exec'd
+    it). A name is only a claim: the judge drops a text only where it is that file's content."""
+    src, filename = (tuple(args) + (None, None))[:2]
+    room = COMPILED_MAX - _state.get("compiled_chars", 0)
+    if room <= 0:
+        return
+    try:
+        if isinstance(src, bytes | bytearray):
+            text = bytes(src).decode("utf-8", "replace")
+        elif isinstance(src, str):
+            text = src
+        else:
+            import ast
+
+            text = ast.unparse(src) if isinstance(src, ast.AST) else ""
+    except Exception:  # noqa: BLE001  (a tree it cannot print: nothing to keep)
+        return
+    if text:
+        _state.setdefault("compiled", []).append((str(filename), text[:room]))
+        _state["compiled_chars"] = _state.get("compiled_chars", 0) + min(len(text), room)
+
+
+def compiled(since: int = 0) -> list[tuple[str, str]]:
+    """(file name, text) of what was compiled at run time since ``lock_down`` (from index
+    ``since`` on)."""
+    return list(_state.get("compiled", ())[since:])
 
 
 def incidents() -> list[str]:

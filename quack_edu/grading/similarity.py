@@ -25,6 +25,7 @@ import keyword
 import re
 import textwrap
 import tokenize
+from pathlib import Path
 
 #: tokens per shingle
 K = 10
@@ -191,3 +192,17 @@ def same_answers(answers: dict[str, str], template: str | None) -> dict[str, lis
             for s in members:
                 out[s] = sorted(m for m in members if m != s)
     return out
+
+
+def run_time_text(compiled: list[tuple[str, str]]) -> str:
+    """The text an answer compiled at run time, less what is a file's own content (a module
+    imported after the lock-down): a name given with other text does not excuse it."""
+    kept = []
+    for name, text in compiled:
+        try:
+            if name.endswith(".py") and Path(name).read_text() == text:
+                continue
+        except (OSError, UnicodeDecodeError, ValueError):
+            pass
+        kept.append(text)
+    return "\n".join(kept)

@@ -211,8 +211,16 @@ def main(conn) -> None:
         conn.send_bytes(data)
 
 
+_sent = {"compiled": 0}
+
+
 def _seen() -> dict:
-    return {"incidents": sandbox.incidents()}
+    """What goes back with every reply: the sandbox's incidents, and the text compiled at run
+    time since the last reply (``sandbox.compiled``), which the judge holds against the
+    library's finished version."""
+    new = sandbox.compiled(_sent["compiled"])
+    _sent["compiled"] += len(new)
+    return {"incidents": sandbox.incidents(), "compiled": new}
 
 
 def build(answer, ref, N, dtype, config, wdtype=None):
