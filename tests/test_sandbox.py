@@ -277,7 +277,8 @@ NATIVE_CHILD = textwrap.dedent(
                      "write outside": lambda: write(OUTSIDE + "/x.bin"),
                      "read the library": lambda: read(sandbox.__file__),
                      "write in the scratch folder": lambda: write("mine.bin"),
-                     "signal the parent": signal_parent}.items():
+                     "signal the parent": signal_parent,
+                     "leave the process group": os.setsid}.items():
         try:
             fn()
             out[name] = "ran"
@@ -311,6 +312,8 @@ def test_native_code_is_confined_by_landlock(tmp_path, subprocess_env):
     assert "Permission denied" in out["write outside"], out
     assert out["read the library"] == "ran" and out["write in the scratch folder"] == "ran", out
     assert not list(outside.iterdir())
+    # seccomp: nothing leaves the group the grader kills (red team 6's native fork + setsid)
+    assert "Operation not permitted" in out["leave the process group"], out
     if confine.abi() >= 6:  # Landlock's signal scope: the grader is outside the domain
         assert "Operation not permitted" in out["signal the parent"], out
 

@@ -56,6 +56,49 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
+#: (audit arch, setsid, setpgid) by machine: the calls ``stay_in_group`` refuses
+_GROUP_CALLS = {"x86_64": (0xC000003E, 112, 109), "aarch64": (0xC00000B7, 157, 154)}
+
+
+def stay_in_group() -> bool:
+    """Linux seccomp: this process and what it starts can never leave its session and process
+    group (setsid and setpgid fail with EPERM), so the grader's kill of the group reaches every
+    one of them (red team 6: native code run through the DSL's JIT forked, called setsid and
+    outlived the grading). No root needed (no_new_privs). Returns whether it is in force."""
+    import platform
+
+    calls = _GROUP_CALLS.get(platform.machine())
+    if calls is None or not sys.platform.startswith("linux"):
+        return False
+    arch, setsid, setpgid = calls
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                    ("k", ctypes.c_uint32)]  # fmt: skip
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Filter))]
+
+    ld, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_RET|K
+    allow, eperm = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    code = [
+        (ld, 0, 0, 4),  # seccomp_data.arch
+        (jeq, 1, 0, arch),
+        (ret, 0, 0, allow),  # another ABI (x32, compat): not this filter's to judge
+        (ld, 0, 0, 0),  # seccomp_data.nr
+        (jeq, 2, 0, setsid),
+        (jeq, 1, 0, setpgid),
+        (ret, 0, 0, allow),
+        (ret, 0, 0, eperm),
+    ]
+    prog = (Filter * len(code))(*(Filter(*c) for c in code))
+    fprog = Prog(len(code), prog)
+    libc = _libc()
+    if libc.prctl(_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return False
+    return libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) == 0  # PR_SET_SECCOMP, MODE_FILTER
+
+
 def abi() -> int:
     """The kernel's Landlock ABI version, 0 without Landlock."""
     if not sys.platform.startswith("linux"):

@@ -136,7 +136,8 @@ _PROC_SELF_OK = ("stat", "statm", "status", "maps", "cmdline", "comm", "limits",
 BOUNDARY = (
     "sandbox: a Python audit hook (PEP 578) in every process that runs learner code, from before "
     "its first line (files outside its scratch folder, processes, signals, sockets, native "
-    "libraries, the exercises and the solutions refused); its process group killed at the end; "
+    "libraries, the exercises and the solutions refused); its process group killed at the end, "
+    "which nothing it starts can leave (seccomp: setsid and setpgid fail); "
     "tripwires on the finished versions of what is asked; verdicts computed in the grader's "
     "process from the data sent back"
 )
@@ -270,6 +271,9 @@ def lock_down(
             executable=(*installed, *confine.SYSTEM),
             secrets=hidden,
         )
+    from . import confine
+
+    _state["in_group"] = confine.stay_in_group()  # (native code too: the group is killed whole)
     pid = str(getpid())
     run_folder = os.path.dirname(home)
     # and, once locked, a fresh copy of the modules whose process and file functions are
