@@ -34,7 +34,7 @@ HELPERS: dict[str, tuple[str, ...]] = {
     "04.cluster_kernel": ("row_sum", "cluster_reduce"),
     "05.g2s_atom": ("make_g2s_atom",),
     "05.wait_groups": ("wait_groups_pending",),
-    "06.epilogue": ("scale",),
+    "06.persistent_kernel": ("reduction_buffer", "row_sum"),
     "06.fake_impl": ("_fake", "_fwd_fake", "rmsnorm_fwd_fake"),
     "07.dx_row": ("dx_row",),
     "07.grad_in": ("grad_in",),
@@ -45,6 +45,7 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "02.warp_kernel": ("warp",),
     "03.block_kernel": ("block",),
     "04.cluster_kernel": ("cluster",),
+    "06.persistent_kernel": ("block",),
 }
 
 #: exercises whose lesson still prints the answer before the check (lessons 05-07 are being

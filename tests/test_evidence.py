@@ -30,7 +30,7 @@ MIN_TEXT = 16
 #: objects)
 SHARED = {
     "quack_edu.grading.probes.lesson01b_02": ("scale_ptx",),  # 01.scale_kernel's probe
-    "lesson06": ("OFFSET", "epilogue_flow", "scratch_op"),
+    "lesson06": ("scratch_op",),
     "lesson07": ("OFFSET", "NO_WEIGHT_OFFSET", "learner_class", "report_for", "grad_flow"),
 }
 

@@ -1,4 +1,4 @@
-"""06.epilogue and 06.fake_impl are judged in the grader from their probes' data
+"""06.fake_impl is judged in the grader from their probes' data
 (``grading.probes.lesson06``): no check of theirs runs in the learner's process, the probes
 module imports no exercise and holds no solution text, and a wrong answer's verdict and hint
 are the grader's."""
@@ -17,9 +17,9 @@ from quack_edu.grading.judge import judge_exercise
 from quack_edu.grading.notebook import find_cell, read, solutions_dir
 
 PROBES = "quack_edu.grading.probes.lesson06"
-EXERCISES = ("06.epilogue", "06.fake_impl")
+EXERCISES = ("06.fake_impl",)
 #: (exercise, a compile-tier mutant)
-CASES = [("06.epilogue", "offset forgotten"), ("06.fake_impl", "residual_out is x itself")]
+CASES = [("06.fake_impl", "residual_out is x itself")]
 #: the solution's first line, which wrong fakes below replace
 FIRST = "outs = [x.new_empty(x.shape, dtype=out_dtype)]"
 #: fakes whose outputs' data the grader reads: (what replaces FIRST, a word of the failure, a

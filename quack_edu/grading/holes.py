@@ -189,11 +189,38 @@ PIPE_HOLE = KernelHole(
 
 
 # ---- 06_final_kernel ---------------------------------------------------------------------------
-#: 06.epilogue: the final kernel's per-vector epilogue, answer(x_hat, w, b, weight_offset)
-EPILOGUE_HOLE = KernelHole(
-    stage="final",
-    piece="scale",
-    adapt=lambda answer: lambda self, x_hat, w, b: answer(x_hat, w, b, self.features.weight_offset),
+#: 06.persistent_kernel: the row blocks a CTA of its grid walks (the block stage's ``seq``, which
+#: its host side divides the grid by)
+BLOCKS_PER_CTA = 4
+
+
+def _persistent_smem(self) -> int:
+    """The shared memory 06.persistent_kernel's kernel allocates, for ptxsim's launch (a GPU
+    launch takes the kernel's own allocations): the weight's slice and two reduction buffers,
+    each 16-byte aligned, and room for their alignment."""
+    t = self.tiling
+
+    def r16(n: int) -> int:
+        return -(-n // 16) * 16
+
+    w = r16(t.tile_cols * self.weight_dtype.width // 8)
+    return w + 2 * r16(t.reduction_buffer_bytes()) + 64
+
+
+#: 06.persistent_kernel: the block stage's whole @cute.kernel, persistent: a CTA walks
+#: BLOCKS_PER_CTA row blocks, its weight slice staged in shared memory once, two reduction
+#: buffers used in turn; without the block stage's single buffer and row reduction
+PERSISTENT_KERNEL_HOLE = kernel_hole(
+    "block",
+    (
+        ("seq", BLOCKS_PER_CTA),
+        ("smem_bytes", _persistent_smem),
+        not_given(
+            "reduction_buffer",
+            "the block stage's single buffer: this kernel allocates its two buffers itself",
+        ),
+        not_given("row_sum", "the block stage's row reduction, through one buffer"),
+    ),
 )
 
 #: the helpers in row_blocks's order, by the names the replay records their calls under

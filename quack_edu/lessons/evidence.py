@@ -8,8 +8,7 @@ from here: the notebook and the checks compile and read the same kernel. Nothing
 answer or a verdict.
 
 01b  ``scale_ptx``      the PTX of a ``scale_kernel`` in 01.scale_kernel's launch
-06   ``epilogue_flow``  what reaches the output stores of the final kernel (06.epilogue)
-     ``scratch_op``     a custom op around the real kernel with the learner's fake (06.fake_impl)
+06   ``scratch_op``     a custom op around the real kernel with the learner's fake (06.fake_impl)
 07   ``report_for``     the backward kernel with the learner's ``grad_in`` (07.grad_in), shared
                         with the checks for the same function object (``checks.shared``)
      ``grad_flow``      what reaches its dx stores
@@ -34,7 +33,7 @@ from ..grading.dsmem_sim import exchange_from_ptx, judge_exchange  # noqa: F401 
 from ..grading.holes import GRAD_IN_HOLE
 from ..grading.ptx import REG, Ptx, divergent_barriers, f32_hex  # noqa: F401  (lesson 03)
 
-#: Gemma's offset, the one 06.epilogue's and 07.grad_in's kernels are compiled with:
+#: Gemma's offset, the one 07.grad_in's kernel is compiled with:
 #: recognisable in their PTX as the fp32 constant 0f3F800000
 OFFSET = 1.0
 
@@ -79,42 +78,7 @@ def scale_ptx(kernel, N: int, dtype="bf16") -> str:
     return ptx_of(scale_launch(kernel), x, y, Float32(2.0), fake_stream())
 
 
-# ---- 06: the final kernel's epilogue ----------------------------------------------------------
-def epilogue_flow(ptx_text: str) -> dict:
-    """What reaches the output stores of a final kernel compiled with x fp32, weight bf16, bias
-    fp16: {"weight", "bias", "offset": bool, "offset_after": bool, "bias_scaled": bool}."""
-    ptx = Ptx(ptx_text)
-    stores = [i for i in ptx.instrs if i.opcode.startswith("st.global")]
-    anc: dict[int, object] = {}
-    for st in stores:
-        for a in ptx.ancestors(st):
-            anc[a.index] = a
-    k = f32_hex(OFFSET)
-    weight = [a for a in anc.values() if a.opcode.startswith("cvt.f32.bf16")]
-    bias = [a for a in anc.values() if a.opcode.startswith("cvt.f32.f16")]
-    offsets = [a for a in anc.values() if any(k in o for o in a.operands)]
-
-    def after_rstd(ins):
-        return any(a.opcode.startswith("rsqrt") for a in ptx.ancestors(ins))
-
-    bias_regs = {d for b in bias for d in b.dests}
-    scaled = False
-    for a in anc.values():  # a bias value as a multiplicand
-        if a.opcode.startswith("mul.") and bias_regs & set(a.srcs):
-            scaled = True
-        if a.opcode.startswith("fma.") and bias_regs & {
-            r for o in a.operands[1:3] for r in REG.findall(o)
-        }:
-            scaled = True
-    return {
-        "weight": bool(weight),
-        "bias": bool(bias),
-        "offset": bool(offsets),
-        "offset_after": any(after_rstd(o) for o in offsets),
-        "bias_scaled": scaled,
-    }
-
-
+# ---- 06: the op's fake ------------------------------------------------------------------------
 _op_counter = itertools.count()
 
 

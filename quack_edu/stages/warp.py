@@ -176,7 +176,7 @@ class WarpRMSNorm(RMSNormKernel):
     def __call__(self, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32, stream):
         t = self.tiling
         self.kernel(mX, mW, mO, eps).launch(
-            grid=[cute.ceil_div(mX.shape[0], t.rows_per_cta), 1, 1],
+            grid=[cute.ceil_div(mX.shape[0], t.rows_per_cta * self.seq), 1, 1],
             block=[t.num_threads, 1, 1],
             stream=stream,
         )

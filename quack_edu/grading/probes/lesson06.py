@@ -1,11 +1,8 @@
-"""Lesson 06's probes: what 06.epilogue's and 06.fake_impl's checks learn from the answer.
+"""Lesson 06's probes: what 06.fake_impl's checks learn from the answer.
 
 Each runs where the answer lives and returns plain data; the check decides from it in the
 grader's process (``Context.probe``). Nothing here is a reference answer or a verdict.
 
-``epilogue_compiled``  the final kernel with the learner's ``scale``, compiled for given dtypes
-                       and ``Features``: its PTX, registers and spills
-``epilogue_launch``    that kernel class run on tensors the grader made: its output
 ``fake_inputs``        one 06.fake_impl case as fake arguments (the grader makes the same ones
                        for the library's fake)
 ``fake_outputs``       what the learner's fake returns for each case, under ``FakeTensorMode``:
@@ -15,42 +12,6 @@ grader's process (``Context.probe``). Nothing here is a reference answer or a ve
 """
 
 from __future__ import annotations
-
-from . import REPORT_FIELDS
-
-
-# ---- 06.epilogue -----------------------------------------------------------------------------
-def _epilogue_class(answer):
-    """The final kernel class with ``answer`` as its ``scale`` (one per answer object: its
-    compiled kernels are kept with it)."""
-    from ..context import shared
-    from ..holes import EPILOGUE_HOLE
-
-    return shared(answer, ("06.epilogue class",), lambda: EPILOGUE_HOLE.build(answer))
-
-
-def epilogue_compiled(answer, N: int, x_dtype, w_dtype, features, stage: str) -> dict:
-    """The final kernel with ``answer`` as its epilogue, for x of ``x_dtype``, a weight of
-    ``w_dtype`` and ``features`` (``stages.final.Features``: the bias dtype, the offset),
-    compiled: its PTX, registers and spills (``probes.REPORT_FIELDS``)."""
-    from ...runtime import torch_dtype
-    from ...tools.inspect import kernel_report
-
-    cls = _epilogue_class(answer)
-    kernel = cls(torch_dtype(x_dtype), N, None, torch_dtype(w_dtype), features=features)
-    rep = kernel_report(kernel, stage=stage)
-    return {k: getattr(rep, k) for k in REPORT_FIELDS}
-
-
-def epilogue_launch(answer, x, w, b, eps: float, weight_offset: float):
-    """The final kernel with ``answer`` as its epilogue run on x (and w, b: either may be
-    None) into an output poisoned with NaN: the output."""
-    import torch
-
-    out = torch.full_like(x, float("nan"))
-    _epilogue_class(answer).launch(x, w, b, None, out, None, None, eps, weight_offset)
-    torch.cuda.synchronize()
-    return out
 
 
 # ---- 06.fake_impl ----------------------------------------------------------------------------
