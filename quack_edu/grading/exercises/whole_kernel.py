@@ -20,8 +20,9 @@ itself: a lesson states its kernel's hole, cases, probe, configs, hints and muta
 ``WholeKernel(...).register()`` adds the checks every whole kernel gets, in the same order for
 each.
 
-Lessons 06 and 07 share ``check_offset_flow`` (the weight offset added to the weight, in the
-epilogue and in dx) from here too.
+Lesson 06's ``06.persistent_kernel`` is a ``WholeKernel`` on the block stage
+(``lesson06_persistent``); lesson 07 takes ``check_offset_flow`` (the weight offset added to the
+weight in dx) from here too.
 """
 
 from __future__ import annotations
@@ -735,8 +736,8 @@ def check_offset_flow(
 ) -> None:
     """weight_offset=``offset`` reaches ``out`` (``flow["offset"]``), added to the weight before
     the multiply by ``multiplies``, not to a value that already depends on ``depends_on``
-    (``flow["offset_after"]``). ``missing``, ``late``: the hints of the two failures (lessons
-    06's epilogue and 07's dx)."""
+    (``flow["offset_after"]``). ``missing``, ``late``: the hints of the two failures (lesson
+    07's dx)."""
     k = f32_hex(offset)
     if not flow["offset"]:
         raise CheckFailed(
