@@ -50,7 +50,7 @@ lint: venv
 	$(PY) -m ruff check quack_edu tests scripts
 	$(PY) -m ruff format --check quack_edu tests scripts
 
-# Stage the CuTe DSL (+ QuACK and Liger to measure against) for the device machine; see README.
+# Stage the CuTe DSL (+ QuACK and Liger to measure against) for the device machine; see docs/testing.md.
 gpu-stage:
 	../shared/gpu/stage --peers
 # END INSTRUCTORS

@@ -1,10 +1,10 @@
-"""The GB/s that lessons 02-07 and the README quote are the recorded ones: lessons 02-05
+"""The GB/s that lessons 02-07 and docs/benchmarks.md quote are the recorded ones: lessons 02-05
 from benchmarks/results/ladder.json (the whole ladder, forward and backward, in one run); lesson
 06 from fwd_final_configs.json (the final kernel's config sweeps), fwd_final.json (the library
 against its peers), fwd_final_residual.json and ab_configs.json (the A/B runs behind the
 heuristic); lesson 07 from bwd_final.json (the library's backward) and the package's byte
-counts; the README's library results from the same files. Re-recording the results makes this
-fail until the prose is brought up to date."""
+counts; docs/benchmarks.md's library results from the same files. Re-recording the results
+makes this fail until the prose is brought up to date."""
 
 from __future__ import annotations
 
@@ -1268,7 +1268,7 @@ def _verdict() -> dict:
     return results.load(FINAL)["verdict"]
 
 
-# --- README.md, "Results recorded on an H200 / The library" ----------------------------------
+# --- docs/benchmarks.md, "Results recorded on an H200 / The library" ------------------------------
 PEER_NAMES = {
     "quack": "QuACK",
     "torch-compile": "torch.compile",
@@ -1281,7 +1281,8 @@ RES_NS = (4096, 16384, 65536)
 
 
 def _readme() -> str:
-    return (ROOT / "README.md").read_text()
+    """docs/benchmarks.md: the recorded results the README once held."""
+    return (ROOT / "docs" / "benchmarks.md").read_text()
 
 
 def _readme_library_rows() -> list[str]:
@@ -1717,7 +1718,7 @@ def test_lesson07_strategy_quotes_are_the_recorded_ones(quoted):
     assert quoted in _prose07()
 
 
-# --- README.md, "Results recorded on an H200 / The library's backward" (bwd_final.json) -------
+# --- docs/benchmarks.md, "Results recorded on an H200 / The library's backward" (bwd_final.json)
 
 
 def _readme_bwd_rows() -> list[str]:
@@ -1783,7 +1784,7 @@ def test_readme_backward_quotes_are_the_recorded_ones(quoted):
     assert quoted in " ".join(_readme().split())
 
 
-# --- the README's ladder: ladder.json, every stage and peer, both passes, both weights ----------
+# --- docs/benchmarks.md's ladder: ladder.json, every stage and peer, both passes, both weights ----
 SWEEP = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
 LADDER_SHAPES = [(N, False) for N in SWEEP] + [(N, True) for N in SWEEP[:4]]
 LADDER_TABLES = {  # (pass, weight dtype, title): columns (kernel, heading)

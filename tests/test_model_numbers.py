@@ -1,7 +1,7 @@
-"""The README's numbers of the library in a model are the records' (benchmarks/results/):
-model_h2048_aa.json, model_h4096_aa.json (and their H100 twins), model_h2048.json,
-model_h4096.json, host_cost.json, host_module.json. Each quote is recomputed here, and the
-verdicts it states are the bench's own (``model_bench.judge``)."""
+"""The numbers of the library in a model that docs/benchmarks.md and docs/library.md quote are
+the records' (benchmarks/results/): model_h2048_aa.json, model_h4096_aa.json (and their H100
+twins), model_h2048.json, model_h4096.json, host_cost.json, host_module.json. Each quote is
+recomputed here, and the verdicts it states are the bench's own (``model_bench.judge``)."""
 
 import json
 import re
@@ -26,7 +26,9 @@ def _ratios(name):
 
 
 def _readme():
-    return (ROOT / "README.md").read_text()
+    """Where the quotes live: docs/benchmarks.md ("In a model") and docs/library.md (host cost)."""
+    docs = ROOT / "docs"
+    return (docs / "benchmarks.md").read_text() + "\n" + (docs / "library.md").read_text()
 
 
 def _record(name):

@@ -39,7 +39,7 @@ class CompilePolicy:
          against 4336 GB/s forward, ladder.json).
 
       Measured in the decoder of ``quack_edu.tools.model_bench``: the records
-      ``model_h2048_aa.json`` and ``model_h4096_aa.json`` (README, "In a model").
+      ``model_h2048_aa.json`` and ``model_h4096_aa.json`` (docs/benchmarks.md, "In a model").
 
     Eager calls always run the kernels. Set it with ``set_compile_policy`` or the environment
     (``QUACK_EDU_COMPILE_POLICY=auto|kernel|inductor``, ``QUACK_EDU_INDUCTOR_MAX_N``,
