@@ -17,7 +17,7 @@ import torch
 from conftest import ROOT
 
 from quack_edu.grading.notebook import read, solutions_dir
-from quack_edu.lessons import results, viz
+from quack_edu.lessons import results
 
 LADDER = "ladder"  # the whole ladder (quack-edu bench --pass both): lessons 02-05 read its forward
 L02, L03 = "02_warp_reduction", "03_block_reduction"
@@ -1841,7 +1841,7 @@ def _copy_quotes() -> list[tuple[str, str]]:
     lessons 01, 03 and 05 put in Little's law."""
     import json
 
-    from quack_edu.lessons.roofline import H200
+    from quack_edu.lessons.roofline import H200, littles_law
     from quack_edu.tools.bench import rmsnorm_bytes
 
     run = results.load(LADDER)
@@ -1863,7 +1863,9 @@ def _copy_quotes() -> list[tuple[str, str]]:
         r["ns_per_load"] for r in lat["rows"] if (r["level"], r["order"]) == ("dram", "random")
     ]
     mb = copy * 1e9 * ns * 1e-9 / 1e6
-    per_sm = viz.littles_law_bytes(4225, ns) / 132 / 1024
+    law = littles_law()  # the one figure lessons 03-05 put in Little's law
+    assert (law.copy_gbps, law.latency_ns) == (H200.copy_gbps, ns) and round(copy) == H200.copy_gbps
+    per_sm = f"{law.per_sm_kb:.0f} KB per SM"
     L00, L01 = "00_setup_and_roofline", "01_naive"
     return [
         (L00, f"**{tbs}, measured on an H200 on {run['date']}** (in the run of"),
@@ -1876,8 +1878,14 @@ def _copy_quotes() -> list[tuple[str, str]]:
         (L00, f"bandwidth ({tbs}), not the datasheet's {H200.hbm_gbps / 1e3:.1f} TB/s."),
         (L01, f"One load takes {ns:.0f} ns on an idle H200"),
         (L01, f"at least {tbs} × {ns:.0f} ns ≈ {mb:.1f} MB"),
-        (L03, f"Little's law asks for ({per_sm:.0f} KB at the idle latency of lesson 01"),
-        (L05, f"an idle pointer chase measures {ns:.0f} ns"),
+        (L03, f"{per_sm} that Little's law asks for at the copy's {tbs} and the {ns:.0f} ns of"),
+        (L05, f"{ns:.0f} ns on an idle H200 (lesson 01's pointer chase"),
+        (L05, f"At least **{per_sm}**."),
+        (L05, f"several times Little's {per_sm} in flight"),
+        (L05, f"Little's {per_sm}, the least."),
+        (L05, f"near Little's {per_sm[:-7]} (more under load)"),
+        (L05, f"{tbs} x {ns:.0f} ns (an idle load) = {law.gpu_bytes / 1e6:.1f} MB in flight"),
+        (L05, f"GPU, {per_sm}, all the time"),
     ]
 
 

@@ -47,6 +47,45 @@ H200 = GPUSpec(
 )
 
 
+@dataclass(frozen=True)
+class InFlight:
+    """Little's law, with the two figures the lessons measured: the bytes that must be requested
+    at every moment for DRAM to run at the copy's bandwidth."""
+
+    copy_gbps: float  # the copy of ladder.json's run (H200.copy_gbps)
+    latency_ns: float  # one load from HBM on an idle H200: latency.json (dram, random order)
+    sms: int
+
+    @property
+    def gpu_bytes(self) -> float:
+        return self.copy_gbps * 1e9 * self.latency_ns * 1e-9
+
+    @property
+    def per_sm_kb(self) -> float:
+        return self.gpu_bytes / self.sms / 1024
+
+    def text(self) -> str:
+        return (
+            f"Little's law: {self.copy_gbps / 1e3:.2f} TB/s x {self.latency_ns:.0f} ns = "
+            f"{self.gpu_bytes / 1e6:.1f} MB in flight on the GPU, {self.per_sm_kb:.0f} KB per SM "
+            "(an idle load's latency: under load loads queue and take longer, so this is the "
+            "least)"
+        )
+
+
+def littles_law(spec: GPUSpec = H200) -> InFlight:
+    """The one Little's-law figure of lessons 01-05: the measured copy bandwidth times the
+    latency of one idle load from HBM, recorded in ``benchmarks/results/latency.json``."""
+    from . import results
+
+    (ns,) = [
+        r["ns_per_load"]
+        for r in results.load("latency")["rows"]
+        if (r["level"], r["order"]) == ("dram", "random")
+    ]
+    return InFlight(copy_gbps=spec.copy_gbps, latency_ns=ns, sms=spec.sms)
+
+
 def ridge(spec: GPUSpec = H200, tflops: float | None = None, gbps: float | None = None) -> float:
     """Arithmetic intensity (FLOP/byte) where memory time equals compute time."""
     tflops = spec.bf16_tensor_tflops if tflops is None else tflops

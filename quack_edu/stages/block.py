@@ -14,9 +14,10 @@ in registers between the sum and the scaling pass: the kernel moves the minimum,
 2 x M x N x sizeof(dtype) bytes. At N = 4K-16K bf16 (LLM hidden sizes) a thread issues 8
 independent LDG.128 for x up front and 8 for the weight right behind them, so the weight is
 in flight while the reduction runs. At ~120 registers per thread four 128-thread CTAs (two
-256-thread ones) share an SM: 4 x 128 x 8 x 16 B = 64 KiB of loads in flight per SM, against
-the ~36 KiB that ~4.8 TB/s x ~1 us of DRAM latency spread over 132 SMs asks for. Expected on
-the H200: > 80% of the device-to-device copy bandwidth at N = 4K-16K bf16.
+256-thread ones) share an SM: 4 x 128 x 8 x 16 B = 64 KiB of loads in flight per SM, several
+times the ~11 KiB per SM that Little's law asks for at the copy's 4.22 TB/s and an idle load's
+340 ns (``roofline.littles_law``: ladder.json, latency.json; under full traffic a load waits
+longer). Expected on the H200: > 80% of the device-to-device copy bandwidth at N = 4K-16K bf16.
 
 Constraints: as the warp stage (N a multiple of the 16-byte vector, any M), plus
 threads_per_row >= 64 (a multiple of 32: whole warps). Past 32768 bf16 (16384 fp32) columns

@@ -11,7 +11,8 @@ my groups may still be in flight"). The row stays in shared memory for the secon
   16 B = 64 KiB of loads in flight per SM. Here a thread keeps 16 vectors in flight and holds
   only the weight (~90-128 registers): still two 256-thread CTAs per SM (shared memory would
   allow three at 64 KiB each), but 128 KiB in flight per SM at a row's start, against the
-  ~36 KiB that ~4.8 TB/s x ~1 us of DRAM latency over 132 SMs asks for. Larger tiles per
+  ~11 KiB per SM of Little's law at the measured copy and idle latency (lessons/roofline.py,
+  ``littles_law``). Larger tiles per
   CTA also mean smaller clusters for the same row: 4 CTAs at 131072 bf16 (the cluster stage
   needs 8), 8 at 262144 (it needs the non-portable 16).
 * The scaling pass reads x back from shared memory (LDS.128 at ~30 TB/s device-wide) rather
