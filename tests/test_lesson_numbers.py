@@ -1867,6 +1867,10 @@ def _copy_quotes() -> list[tuple[str, str]]:
     assert (law.copy_gbps, law.latency_ns) == (H200.copy_gbps, ns) and round(copy) == H200.copy_gbps
     per_sm = f"{law.per_sm_kb:.0f} KB per SM"
     L00, L01 = "00_setup_and_roofline", "01_naive"
+    # the copy is no bound: the library's kernel beats it in the same run
+    lib = [_row("final", N)["pct_copy"] for N in (4096, 8192, 16384, 32768, 65536)]
+    assert min(lib) > 100
+    beat = f"{min(lib):.1f}-{max(lib):.1f}%"
     return [
         (L00, f"**{tbs}, measured on an H200 on {run['date']}** (in the run of"),
         (L00, f"other runs that day read up to {top / 1e3:.2f})"),
@@ -1875,7 +1879,8 @@ def _copy_quotes() -> list[tuple[str, str]]:
             f"{small} at {tbs}: about {floor_us(4096, 4096):.0f} µs. For a batch of 32768 "
             f"tokens, {floor_us(32768, 4096):.0f} µs.",
         ),
-        (L00, f"bandwidth ({tbs}), not the datasheet's {H200.hbm_gbps / 1e3:.1f} TB/s."),
+        (L00, f"bandwidth ({tbs}), not the datasheet's {H200.hbm_gbps / 1e3:.1f} TB/s: a"),
+        (L00, f"runs at {beat} of it from N = 4096 to 65536 in the same run"),
         (L01, f"One load takes {ns:.0f} ns on an idle H200"),
         (L01, f"at least {tbs} × {ns:.0f} ns ≈ {mb:.1f} MB"),
         (L03, f"{per_sm} that Little's law asks for at the copy's {tbs} and the {ns:.0f} ns of"),
