@@ -78,13 +78,6 @@ def _quotes() -> list[tuple[str, str, str]]:
             "like the warp stage did at 4096 (94.1%)",
             f"like the warp stage did at 4096 ({_pc('warp', 4096, digits=1)})",
         ),
-        (
-            L04,
-            "no faster than `hold` at one of the two shapes, 3% faster at the other",
-            "no faster than `hold` at one of the two shapes, {:.0f}% faster at the other".format(
-                100 * (max(_ratio("cluster@late", "cluster@hold", N) for N in (131072, 262144)) - 1)
-            ),
-        ),
     ]
 
 
