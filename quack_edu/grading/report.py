@@ -74,7 +74,7 @@ class ExerciseResult:
     forced_message: str | None = None
     mode: str = "compile-only"
     #: checks the judge ran whole in its worker, where they trace the learner's code (the
-    #: trust boundary the README's instructor section describes)
+    #: trust boundary docs/grading.md describes)
 
     # ---- scoring --------------------------------------------------------------------------
     def tier_status(self, tier: str) -> str:

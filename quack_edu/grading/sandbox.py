@@ -34,7 +34,7 @@ silences the record still gets no answer from it.
 The hook watches Python code. Native code that opens files itself (``torch.from_file``) raises
 no audit event: where the kernel has Landlock, ``lock_down`` also confines the process's files
 in the kernel (``confine``); new native libraries and raw memory are refused. More isolation
-(a separate user, Linux namespaces) can be stacked on top: see the README's grading section.
+(a separate user, Linux namespaces) can be stacked on top: see docs/grading.md.
 """
 
 from __future__ import annotations
