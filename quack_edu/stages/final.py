@@ -493,8 +493,6 @@ class FinalRMSNorm(SliceStaging, LearnerLoop, FinalBase):
         grid_x = cute.ceil_div(
             cute.ceil_div(mX.shape[0], t.rows_per_cta), self.config.blocks_per_cta
         )
-        if cutlass.const_expr(self.features.head_rows):  # heads fastest along x: see kernel
-            grid_x, heads = grid_x * heads, 1
         self.kernel(mX, mW, mB, mRes, mO, mResO, mRstd, eps).launch(
             grid=[grid_x, t.cluster_n, heads],
             block=[t.num_threads, 1, 1],
@@ -524,12 +522,6 @@ class FinalRMSNorm(SliceStaging, LearnerLoop, FinalBase):
         clustered = cutlass.const_expr(t.cluster_n > 1)
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, head = cute.arch.block_idx()
-        if cutlass.const_expr(self.features.head_rows):
-            # rows in two modes: CTA x takes head x % H of row blocks x // H, so that the CTAs
-            # running at once read every head of the same rows (a fused projection's q rows of
-            # one token are adjacent: one 2 KB run, not one 256 B row every 6 KB)
-            head = bidx % mX.shape[1]
-            bidx = bidx // mX.shape[1]
         rank = cute.arch.block_idx_in_cluster() if clustered else 0
         if cutlass.const_expr(self.features.two_modes):
             mX, mRes, mO, mResO = [

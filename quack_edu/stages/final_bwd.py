@@ -525,14 +525,15 @@ class FinalBwdRMSNorm(FinalBase):
         if cutlass.const_expr(self.use_async):
             cute.arch.cp_async_wait_group(0)
 
-    # -- rows in two modes (``head_rows``): the launch's row block g is block g // H of head
-    # g % H; without heads, block g of the rows
+    # -- rows in two modes (``head_rows``): the launch's row block g is block g % n_head of head
+    # g // n_head; without heads, block g of the rows
     def head_block(self, g, n_head, H):
         """(head, block of that head) of the launch's row block ``g``. A block past the last
-        is a block past every head's rows (its rows past M: nothing is read or written)."""
+        is a block past the last head's rows (its rows past M: nothing is read or written)."""
         if not self.features.head_rows:
             return 0, g
-        return g % H, g // H  # heads fastest: the CTAs at work read every head of their rows
+        head = cutlass.min(g // n_head, H - 1)
+        return head, g - head * n_head
 
     def in_head(self, m, head):
         """Tensor ``m`` of one head: (M, H, N) -> (M, N), rstd's (M, H) -> (M,); itself
