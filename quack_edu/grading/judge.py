@@ -44,7 +44,7 @@ from .deadline import MAX_REPLY, killed_after
 from .registry import MISSING, Check, CheckFailed, Exercise
 from .report import FAIL, NOT_ATTEMPTED, ExerciseResult
 from .runner import run_exercise
-from .similarity import copied_from_library, run_time_text
+from .similarity import copied_at_run_time, copied_from_library
 from .wire import Unencodable, decode, encode  # noqa: F401  (the judge's codec, re-exported)
 
 # ---- the screen -------------------------------------------------------------------------------
@@ -772,7 +772,7 @@ def judge_exercise(
         res = _blank(ex, hidden, gpu)
         res.forced_status = FAIL
         res.forced_message = e.message
-    ran = copied_from_library(ex, run_time_text(worker.compiled)) if worker.compiled else None
+    ran = copied_at_run_time(ex, worker.compiled) if worker.compiled else None
     if ran:  # the finished version's text, compiled at run time (encoded in the cell, say)
         worker.incidents.append(f"its code compiled at run time {ran}")
     if worker.incidents:  # the sandbox refused something, or a tripwire was reached

@@ -194,15 +194,46 @@ def same_answers(answers: dict[str, str], template: str | None) -> dict[str, lis
     return out
 
 
-def run_time_text(compiled: list[tuple[str, str]]) -> str:
-    """The text an answer compiled at run time, less what is a file's own content (a module
-    imported after the lock-down): a name given with other text does not excuse it."""
+def copied_at_run_time(ex, compiled: list[tuple[str, str]]) -> str | None:
+    """Why the text ``ex``'s answer compiled at run time ((file name, text) pairs, as the
+    sandbox kept them) is a copy of the library's finished version, or None. Each text alone,
+    and all of them together less the library's own: a text is the library's where it is a
+    piece of the file it names (the DSL parses the source of every jit function it compiles,
+    the library's among them) and no piece of the finished version itself."""
+    finished = []
+    for dotted in telling(ex.id):
+        try:
+            from .worker import resolve
+
+            finished.append(inspect.getsource(inspect.unwrap(resolve(dotted))))
+        except (ImportError, AttributeError, OSError, TypeError):
+            pass
     kept = []
     for name, text in compiled:
-        try:
-            if name.endswith(".py") and Path(name).read_text() == text:
-                continue
-        except (OSError, UnicodeDecodeError, ValueError):
-            pass
+        why = copied_from_library(ex, text)
+        if why:
+            return why
+        if _in_file(name, text) and not any(_flat(text) in _flat(f) for f in finished):
+            continue
         kept.append(text)
-    return "\n".join(kept)
+    return copied_from_library(ex, "\n".join(kept)) if kept else None
+
+
+def _flat(text: str) -> str:
+    """``text`` with every line's indentation and trailing space gone (a method's source as the
+    DSL parses it is dedented)."""
+    return "\n".join(line.strip() for line in text.strip().splitlines())
+
+
+@functools.lru_cache(maxsize=64)
+def _file_text(name: str) -> str:
+    try:
+        return _flat(Path(name).read_text()) if name.endswith(".py") else ""
+    except (OSError, UnicodeDecodeError, ValueError):
+        return ""
+
+
+def _in_file(name: str, text: str) -> bool:
+    """Whether ``text`` is a piece of the file ``name`` (a name alone proves nothing)."""
+    body = _flat(text)
+    return bool(body) and body in _file_text(name)

@@ -357,10 +357,8 @@ class FinalBwdRMSNorm(FinalBase):
             if dt is None:
                 return None
             div = max(1, min(vec, VECTOR_BYTES * 8 // dt.width))
-            align = min(VECTOR_BYTES, vec * dt.width // 8)
-            strides = tuple(
-                cute.sym_int64(divisibility=div) if div > 1 else cute.sym_int64() for _ in rows
-            )
+            align, sym = min(VECTOR_BYTES, vec * dt.width // 8), cute.sym_int64
+            strides = [sym(divisibility=div) if div > 1 else sym() for _ in rows]
             return cute.runtime.make_fake_tensor(dt, (*rows, N), (*strides, 1), assumed_align=align)
 
         x = rows_tensor(self.dtype, rows)
@@ -525,26 +523,21 @@ class FinalBwdRMSNorm(FinalBase):
         if cutlass.const_expr(self.use_async):
             cute.arch.cp_async_wait_group(0)
 
-    # -- rows in two modes (``head_rows``): the launch's row block g is block g % n_head of head
-    # g // n_head; without heads, block g of the rows
+    # -- rows in two modes (``head_rows``): the launch's row block g is block g % n_head of
+    # head g // n_head (a block past the last: past the last head's rows, nothing is touched)
     def head_block(self, g, n_head, H):
-        """(head, block of that head) of the launch's row block ``g``. A block past the last
-        is a block past the last head's rows (its rows past M: nothing is read or written)."""
         if not self.features.head_rows:
             return 0, g
         head = cutlass.min(g // n_head, H - 1)
         return head, g - head * n_head
 
-    def in_head(self, m, head):
-        """Tensor ``m`` of one head: (M, H, N) -> (M, N), rstd's (M, H) -> (M,); itself
-        without heads."""
+    def in_head(self, m, head):  # (M, H, N) -> (M, N), rstd's (M, H) -> (M,)
         if m is None or not self.features.head_rows:
             return m
-        return m[None, head] if cute.rank(m) == 2 else m[None, head, None]
+        return m[None, head] if len(m.shape) == 2 else m[None, head, None]
 
     def issue_rows(self, mX, mdO, sX, sdO, g, buf, rank, M, n_head, H):
-        """``issue_block`` of the launch's row block ``g``."""
-        head, blk = self.head_block(g, n_head, H)
+        head, blk = self.head_block(g, n_head, H)  # issue_block of the launch's block g
         self.issue_block(
             self.in_head(mX, head), self.in_head(mdO, head), sX, sdO, blk, buf, rank, M
         )
