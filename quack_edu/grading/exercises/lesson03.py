@@ -174,7 +174,7 @@ def _divergent_barrier(rep) -> tuple[str, str] | None:
     return None
 
 
-def _no_divergent_barrier(rep):
+def no_divergent_barrier(rep):
     bad = _divergent_barrier(rep)
     if bad:
         raise CheckFailed(
@@ -194,7 +194,7 @@ def launch_guard(rep) -> str | None:
 
 
 def _probe_barrier(rep, ctx):
-    _no_divergent_barrier(rep)
+    no_divergent_barrier(rep)
     instrs = rep.instructions()
     op = [ln.split()[0] for ln in instrs]
     stores = [i for i, o in enumerate(op) if o.startswith("st.shared")]
@@ -409,7 +409,7 @@ def _guarded(check: Check) -> Check:
     return Check(check.name, check.tier, fn, check.hidden, check.needs)
 
 
-def _refuse_to_hang(ctx, kernel, rep) -> None:
+def refuse_to_hang(ctx, kernel, rep) -> None:
     """The values' guard (``mixed_values(guard=)``): each config they launch is refused when
     a barrier is divergent there (a branch on the row diverges only with 2 rows per CTA)."""
     _refuse_divergent(rep)
@@ -658,7 +658,7 @@ def _warps_meet(rep, kernel):
             seen="no st.shared, no bar.sync",
             hint=NEVER_MEET,
         )
-    _no_divergent_barrier(rep)
+    no_divergent_barrier(rep)
     warp_total_first(rep, kernel, "st.shared", "shared-memory store", WARP_FIRST)
     cfg = kernel.config
     got = slots_read(ptx, cfg.threads_per_row, cfg.num_threads)
@@ -774,6 +774,6 @@ block_kernel = WholeKernel(
     values="values vs rmsnorm_ref (M in 1/37/199, N in 1000/8200, x and weight dtypes)",
     variants=(*_VARIANTS, *WHOLE_VARIANTS),
     speed=gpu_speed(KERNEL_HOLE, fraction=0.85, N=8192),
-    guard=_refuse_to_hang,
+    guard=refuse_to_hang,
     launch_guard=_guarded_kernel,
 ).register()

@@ -22,7 +22,7 @@ from ..checks import gpu_speed
 from ..holes import PERSISTENT_KERNEL_HOLE as KERNEL_HOLE
 from ..ptx import REG, Ptx, PtxInstr, instruction_lines
 from ..registry import COMPILE, TIERS, CheckFailed, mutants
-from .lesson03 import _no_divergent_barrier, _refuse_to_hang, one_pass_config
+from .lesson03 import no_divergent_barrier, one_pass_config, refuse_to_hang
 from .lesson06 import LESSON
 from .whole_kernel import GIVEN_COPY, OUT, W, WholeKernel, tensor_accesses
 
@@ -95,7 +95,7 @@ def address_carried(ptx: Ptx, st, inside: range) -> bool:
 def _staged_once(rep, kernel) -> str:
     """The loop; the weight's global loads before it, each stored into shared memory; y from a
     vector load of shared memory in the loop; the reduction's slots chosen by the iteration."""
-    _no_divergent_barrier(rep)
+    no_divergent_barrier(rep)
     loop = loop_instructions(rep.ptx)
     if loop is None:
         raise CheckFailed(
@@ -217,5 +217,5 @@ persistent_kernel = WholeKernel(
     values="values vs rmsnorm_ref, 4 row blocks a CTA (M in 1/37/199, N in 1000/8200, x and "
     "weight dtypes)",
     speed=gpu_speed(KERNEL_HOLE, fraction=0.8, N=8192),
-    guard=_refuse_to_hang,
+    guard=refuse_to_hang,
 ).register()
