@@ -10,8 +10,10 @@ kernel; its answers judged outside it), ``-j N`` at a time. Written under ``--ou
     gradebook.csv                    one row per student and lesson: points per exercise and tier,
                                      totals, late, missing, flags
     feedback/<student>/<lesson>.txt  the report the student gets: each exercise's checks, what
-                                     was expected and seen, the hints (no hidden check's source)
-    results/<student>/<lesson>.json  the full result, and the hash of the notebook it is for
+                                     was expected and seen, the hints (of a hidden check: that
+                                     it failed and its hint, never its cases or source)
+    results/<student>/<lesson>.json  the instructor's full result (hidden cases included), and
+                                     the hash of the notebook it is for
     run.json                         the run's seed of the hidden checks (so a resumed run
                                      grades every submission on the same inputs)
 
@@ -140,7 +142,9 @@ def _digest(path: Path, lesson: str, options: dict) -> str:
 
 
 def notebook_record(res: NotebookResult) -> dict:
-    d = res.to_json()
+    """The instructor's record of a graded notebook: everything, the hidden checks' cases
+    included (a student gets ``feedback_text``, which leaves them out)."""
+    d = res.to_json(hidden_inputs=True)
     d["exercises"] = [e.to_record() for e in res.exercises]
     d["own_flags"] = list(res.flags)
     d["mode"] = res.mode
@@ -157,14 +161,15 @@ def notebook_from_record(d: dict) -> NotebookResult:
 
 
 def feedback_text(student: str, res: NotebookResult, late: bool) -> str:
-    """What the student reads: the table, then each exercise's checks with their hints."""
+    """What the student reads: the table, then each exercise's checks with their hints; a
+    hidden check's cases (its why, expected and seen) nowhere (``CheckResult.shown``)."""
     head = [
         f"{student}: lesson {res.lesson}",
         f"score {res.score}/{res.max_score}"
         + (f" (+{res.skipped_points} GPU-tier points not run here)" if res.skipped_points else "")
         + ("  (submitted late)" if late else ""),
         "",
-        res.table(width=100),
+        res.table(width=100, hidden_inputs=False),
         "",
     ]
     for e in res.exercises:
@@ -215,6 +220,7 @@ def grade_one(job: dict) -> dict:
         )
     rec = {
         "version": RESULT_VERSION,
+        "for": "the instructor: the hidden checks' cases are in it; a student gets the feedback",
         "student": student,
         "lesson": lesson,
         "digest": job["digest"],

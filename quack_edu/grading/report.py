@@ -14,7 +14,7 @@ skipped tiers are reported as ``skipped_points``.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from . import answer_key
 from .registry import COMPILE, GPU, TIERS
@@ -31,7 +31,7 @@ COMPILE_ONLY_MEANS = (
 )
 
 
-#: a hidden check's failure in a class's feedback: its inputs stay with the grader
+#: a hidden check's failure in what a student reads: its inputs stay with the grader
 HIDDEN_CASE_FAILED = (
     "a hidden case failed (its inputs are not shown: the class is graded with one seed, and "
     "the visible checks above show the same kind of case)"
@@ -50,6 +50,16 @@ class CheckResult:
     hidden: bool = False
     shortcut: bool = False
     seconds: float = 0.0
+
+    def shown(self, hidden_inputs: bool = True) -> CheckResult:
+        """The check as its reader sees it. ``hidden_inputs=False`` (what a student reads: a
+        class's feedback, ``quack-edu grade``'s table and JSON) leaves a hidden check that ran
+        its name, status and hint only: its why, expected, seen and a pass's detail name its
+        cases, which a class keeps for every regrade (red team 6: a lookup table of them)."""
+        if hidden_inputs or not self.hidden or self.status not in (PASS, FAIL):
+            return self
+        why = HIDDEN_CASE_FAILED if self.status == FAIL else ""
+        return replace(self, message=why, expected=None, seen=None)
 
     def failure_text(self) -> str:
         parts = [f"[{self.tier}] {self.name}: {self.message or self.status}"]
@@ -140,16 +150,23 @@ class ExerciseResult:
 
     @property
     def failures(self) -> list[str]:
+        """Why it lost points, the hidden checks' cases included (the instructor's words)."""
+        return self.failure_lines(hidden_inputs=True)
+
+    def failure_lines(self, hidden_inputs: bool = False) -> list[str]:
+        """Why it lost points; ``hidden_inputs=False``: as a student may read it
+        (``CheckResult.shown``)."""
         out = []
         if self.forced_message:
             out.append(self.forced_message)
-        out += [c.failure_text() for c in self.checks if c.status == FAIL]
+        out += [c.shown(hidden_inputs).failure_text() for c in self.checks if c.status == FAIL]
         if self.status == NOT_ATTEMPTED and not self.forced_message:
             first = next((c for c in self.checks if c.status == NOT_ATTEMPTED), None)
             out.append(first.message if first else "not attempted")
         return out + list(self.notes)
 
-    def to_json(self) -> dict:
+    def to_json(self, hidden_inputs: bool = True) -> dict:
+        """As data; ``hidden_inputs=False``: as a student may read it (``CheckResult.shown``)."""
         return dict(
             id=self.id,
             title=self.title,
@@ -160,8 +177,8 @@ class ExerciseResult:
             skipped_points=self.skipped_points,
             flagged=self.flagged,
             tiers=self.tiers(),
-            failures=self.failures,
-            checks=[asdict(c) for c in self.checks],
+            failures=self.failure_lines(hidden_inputs),
+            checks=[asdict(c.shown(hidden_inputs)) for c in self.checks],
         )
 
     @classmethod
@@ -202,12 +219,12 @@ class ExerciseResult:
 
     def table(self, width: int = 96, *, hidden_inputs: bool = True) -> str:
         """The exercise's checks, one a line, each failure with why, expected, seen and hint;
-        ``hidden_inputs=False`` (a class's feedback, graded with a seed the class keeps) keeps
-        a hidden check's why, expected and seen out: they name its inputs."""
+        ``hidden_inputs=False`` (what a student reads: graded with a seed the class keeps)
+        keeps a hidden check's why, expected and seen out: they name its inputs."""
         lines = [f"{self.id}  {self.title}"]
         if self.forced_message:
             lines.append(f"  FAIL  {self.forced_message}")
-        for c in self.checks:
+        for c in (c.shown(hidden_inputs) for c in self.checks):
             mark = {
                 PASS: "pass",
                 FAIL: "FAIL",
@@ -224,11 +241,7 @@ class ExerciseResult:
             elif c.status == PASS and c.message:
                 tail = f"  {c.message}"
             lines.append(_wrap_line(f"  {mark:4}  {c.tier:7}  {name}{tail}", width, 17))
-            if c.status == FAIL and c.hidden and not hidden_inputs:
-                lines.append(_wrap("why", HIDDEN_CASE_FAILED, width))
-                if c.hint:
-                    lines.append(_wrap("hint", c.hint, width))
-            elif c.status == FAIL:
+            if c.status == FAIL:
                 if c.message:
                     lines.append(_wrap("why", c.message, width))
                 if c.expected is not None:
@@ -321,7 +334,8 @@ class NotebookResult:
     def passed(self) -> bool:
         return all(e.status in (PASS, SKIP) for e in self.exercises) and bool(self.exercises)
 
-    def to_json(self) -> dict:
+    def to_json(self, hidden_inputs: bool = False) -> dict:
+        """As data: as a student may read it unless ``hidden_inputs`` (``CheckResult.shown``)."""
         return dict(
             path=self.path,
             lesson=self.lesson,
@@ -332,7 +346,7 @@ class NotebookResult:
             problems=self.problems,
             flags=self.flagged,
             boundary=self.boundary(),
-            exercises=[e.to_json() for e in self.exercises],
+            exercises=[e.to_json(hidden_inputs) for e in self.exercises],
         )
 
     def boundary(self) -> dict:
@@ -345,7 +359,9 @@ class NotebookResult:
             "verdicts": "computed in the grader's process",
         }
 
-    def table(self, width: int | None = None) -> str:
+    def table(self, width: int | None = None, hidden_inputs: bool = False) -> str:
+        """The points per exercise and tier, each loss with why: as a student may read it
+        unless ``hidden_inputs`` (``CheckResult.shown``)."""
         width = width or terminal_width()
         rows = [("exercise", "tier", "points", "result")]
         notes = {}
@@ -358,7 +374,7 @@ class NotebookResult:
                     pts, res = f"{v['score']}/{v['max_score']}", v["status"]
                 rows.append((e.id if first else "", tier, pts, res))
                 first = False
-            notes[len(rows) - 1] = e.failures
+            notes[len(rows) - 1] = e.failure_lines(hidden_inputs)
         total = f"{self.score}/{self.max_score}"
         rows.append(
             (
@@ -411,7 +427,9 @@ class RunResult:
     def passed(self) -> bool:
         return bool(self.notebooks) and all(n.passed for n in self.notebooks)
 
-    def to_json(self) -> dict:
+    def to_json(self, hidden_inputs: bool = False) -> dict:
+        """As data: as a student may read it (no hidden check's cases, no seed) unless
+        ``hidden_inputs``."""
         return dict(
             score=self.score,
             max_score=self.max_score,
@@ -421,15 +439,15 @@ class RunResult:
             mode_reason=self.mode_reason,
             tiers_run=[COMPILE] + ([GPU] if self.mode == "gpu" else []),
             hidden_checks=self.hidden,
-            seed=self.seed,
+            seed=self.seed if hidden_inputs else None,
             grader_files=self.grader_files,
-            notebooks=[n.to_json() for n in self.notebooks],
+            notebooks=[n.to_json(hidden_inputs) for n in self.notebooks],
         )
 
-    def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=2)
+    def dumps(self, hidden_inputs: bool = False) -> str:
+        return json.dumps(self.to_json(hidden_inputs), indent=2)
 
-    def table(self, width: int | None = None) -> str:
+    def table(self, width: int | None = None, hidden_inputs: bool = False) -> str:
         out = []
         if self.mode != "gpu":
             out.append(
@@ -441,7 +459,7 @@ class RunResult:
             out.append(f"mode: gpu ({self.mode_reason}); both tiers run")
         for n in self.notebooks:
             out.append("")
-            out.append(n.table(width))
+            out.append(n.table(width, hidden_inputs))
         if len(self.notebooks) > 1:
             out.append("")
             out.append("summary")
