@@ -211,6 +211,32 @@ def test_grade_survives_a_stuck_kernel_and_a_dead_one(tmp_path, engine):
 
 
 @pytest.mark.slow
+def test_grade_stops_a_notebook_that_crashes_past_its_limit(tmp_path, engine):
+    # (red team 6, attack 18) each crash costs a fresh process and a replay of the cells
+    # before: past --max-restarts the cells left are not run, their exercises score 0 with the
+    # reason, and the notebook is flagged; an exercise whose cells ran is judged as ever
+    from quack_edu.grading.nbfiles import nbformat
+
+    le = "00_setup_and_roofline"
+    nb = read(solutions_dir() / f"{le}.ipynb")
+    after = next(i for i, c in enumerate(nb.cells) if c.source == find_cell(
+        nb, get("00.bytes_moved").test_cell_id).source)  # fmt: skip
+    for _ in range(4):
+        nb.cells.insert(after + 1, nbformat.v4.new_code_cell("import os\nos._exit(3)"))
+    path, out = tmp_path / f"{le}.ipynb", tmp_path / "grade.json"
+    write(nb, path)
+    args = [str(path), "--json", str(out), "--no-hidden", "--timeout", "30", "--max-restarts", "2"]
+    assert grade_main(args) == 1
+    (got,) = json.loads(out.read_text())["notebooks"]
+    ex = {e["id"]: e for e in got["exercises"]}
+    assert ex["00.bytes_moved"]["score"] == 1 and got["score"] == 1, ex
+    for ex_id in ("00.roofline_time_us", "00.eager_rmsnorm", "00.eager_bytes"):
+        why = ex[ex_id]["failures"][0]
+        assert "was not run: its cells crashed or hung" in why and "at most 2 times" in why, why
+    assert "the grader stopped running the notebook" in " ".join(got["flags"]), got["flags"]
+
+
+@pytest.mark.slow
 def test_grade_replaces_a_process_whose_gpu_faulted(tmp_path, engine):
     # After an illegal memory access every CUDA call of that process fails: the grader
     # replaces the kernel (or child) and replays the cells before, so the exercises after the

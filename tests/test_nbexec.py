@@ -73,3 +73,69 @@ def test_a_cell_that_kills_its_process_keeps_no_old_output(tmp_path):
     run = run_notebook(path)
     assert [c.stdout for c in run.cells] == ["", "", "fresh\n"]
     assert not run.cells[0].ok and "exited with 3" in run.cells[0].error
+
+
+# ---- what one notebook's run may cost (red team 6, attack 18) ---------------------------------
+class _Engine:
+    """An engine whose cells say what they do: "crash" kills its process, "sleep S" takes S
+    seconds of the executor's clock (``now``)."""
+
+    def __init__(self):
+        self.restarts, self.ran, self.up, self.now = 0, [], True, 0.0
+
+    def time(self):
+        return self.now
+
+    def execute(self, cell, index):
+        from quack_edu.grading.executor import CellEvent
+
+        self.ran.append(index)
+        if cell.source == "crash":
+            self.up = False
+            return CellEvent(index, None, "died", evalue="the process exited with 3")
+        if cell.source.startswith("sleep"):
+            self.now += float(cell.source.split()[1])
+        return None
+
+    def alive(self):
+        return self.up
+
+    responsive = alive
+
+    def restart(self):
+        self.restarts, self.up = self.restarts + 1, True
+
+
+def _run(monkeypatch, cells, **limits):
+    from quack_edu.grading import executor
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    engine = _Engine()
+    monkeypatch.setattr(executor, "time", engine)  # the executor's clock
+    ex = executor.Executor(nb, engine, **limits)
+    return ex, engine, {r.index: r.event for r in ex.run()}
+
+
+def test_crashes_restart_the_process_at_most_max_restarts_times(monkeypatch):
+    # each crash replays the cell before it: uncapped, 12 crashes replay it 12 times
+    ex, engine, events = _run(monkeypatch, ["a = 1"] + ["crash"] * 12 + ["b = 2"], max_restarts=3)
+    assert engine.restarts == 3 and engine.ran.count(0) == 4  # its run and three replays
+    assert [events[i].kind for i in (1, 2, 3, 4)] == ["died"] * 4
+    assert ex.stopped_at == 5 and "4 times" in ex.stopped and "at most 3" in ex.stopped
+    assert all(events[i].kind == "stopped" for i in range(5, 14))
+    assert 13 not in engine.ran  # not run: its process is gone
+    assert "was not run: its cells crashed" in events[13].describe(120)
+    ex, engine, events = _run(monkeypatch, ["a = 1"] + ["crash"] * 3 + ["b = 2"])  # no limit
+    assert engine.restarts == 3 and ex.stopped is None and events[4] is None
+
+
+def test_a_notebook_stops_when_its_budget_is_spent_replays_included(monkeypatch):
+    # the replays after a crash count: four slow cells, then a crash that would replay them
+    cells = ["sleep 30"] * 4 + ["crash", "c = 3"]
+    ex, engine, events = _run(monkeypatch, cells, budget_s=150)
+    assert engine.restarts == 1 and engine.ran == [0, 1, 2, 3, 4, 0]  # the replay began ...
+    assert ex.stopped_at == 5 and "run for 150 s of the 150 s" in ex.stopped
+    assert events[5].kind == "stopped"  # ... and stopped at the budget
+    ex, engine, events = _run(monkeypatch, ["sleep 30"] * 3 + ["d = 4"], budget_s=50)
+    assert ex.stopped_at == 2 and engine.ran == [0, 1] and events[3].kind == "stopped"

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from .deadline import BUDGET_S, MAX_RESTARTS
 from .registry import TIERS, all_exercises, lessons
 from .report import SKIP, ExerciseResult, NotebookResult
 
@@ -201,6 +202,8 @@ def grade_one(job: dict) -> dict:
         solutions=job.get("solutions"),
         only=job.get("only"),
         secrets=job.get("secrets", ()),
+        max_restarts=job.get("max_restarts", MAX_RESTARTS),
+        budget=job.get("budget", BUDGET_S),
     )
     res.seconds = time.time() - t0
     check(grader)  # before its result and feedback are written
@@ -364,7 +367,8 @@ class ClassOptions:
     ``timeout`` per cell, ``hidden`` run the hidden checks, ``seed`` theirs (default: the one
     in ``run.json``, or a fresh one), ``roster`` students who should have submitted,
     ``deadline`` after which a file is late, ``solutions`` the folder of solution notebooks,
-    ``only`` one exercise id."""
+    ``only`` one exercise id, ``max_restarts`` and ``budget`` what one notebook's run may cost
+    (``executor.Executor``)."""
 
     lesson: str | None = None
     jobs: int = 1
@@ -376,6 +380,8 @@ class ClassOptions:
     deadline: datetime | None = None
     solutions: Path | None = None
     only: str | None = None
+    max_restarts: int = MAX_RESTARTS
+    budget: float = BUDGET_S
 
 
 class ResultTampered(RuntimeError):
@@ -465,6 +471,8 @@ def _jobs(
                 hidden=opts.hidden,
                 solutions=str(opts.solutions) if opts.solutions else None,
                 only=opts.only,
+                max_restarts=opts.max_restarts,
+                budget=opts.budget,
                 digest=digest,
                 options=options,  # what the digest covers beside the notebook
                 late=late,

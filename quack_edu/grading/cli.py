@@ -24,6 +24,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from .deadline import BUDGET_S, MAX_RESTARTS
+
 #: each command's arguments, in --help's order: (names, argparse's keywords)
 _STUDENT_ARGS = [
     (
@@ -72,6 +74,27 @@ _GRADE_ARGS = [
     (
         ["--timeout"],
         dict(type=float, default=120.0, help="per-cell timeout in seconds (default 120)"),
+    ),
+    (
+        ["--max-restarts"],
+        dict(
+            type=int,
+            default=MAX_RESTARTS,
+            metavar="N",
+            help="fresh processes a notebook's crashing or hung cells may cost, each replaying "
+            f"the cells before (default {MAX_RESTARTS}); then its cells left are not run, their "
+            "exercises score 0 and the notebook is flagged",
+        ),
+    ),
+    (
+        ["--budget"],
+        dict(
+            type=float,
+            default=BUDGET_S,
+            metavar="SECONDS",
+            help="seconds a notebook's cells may run in all, replays included (default "
+            f"{BUDGET_S:g}); then as --max-restarts",
+        ),
     ),
     (["--seed"], dict(type=int, help="seed of the hidden checks (default: a fresh secret one)")),
     (["--no-hidden"], dict(action="store_true", help="skip the hidden checks")),
@@ -198,6 +221,8 @@ def run_class(args) -> int:
         deadline=deadline,
         solutions=args.solutions,
         only=args.only,
+        max_restarts=args.max_restarts,
+        budget=args.budget,
     )
     try:
         s = grade_class(args.notebooks[0], args.out, options)
@@ -235,6 +260,8 @@ def run_grade(args) -> int:
         hidden=not args.no_hidden,
         executed_dir=args.executed,
         only=args.only,
+        max_restarts=args.max_restarts,
+        budget=args.budget,
     )
     try:
         check(grader)  # before any grade is printed or written

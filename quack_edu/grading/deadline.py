@@ -1,9 +1,11 @@
-"""A read from a learner's process that cannot hang the grader.
+"""A read from a learner's process that cannot hang the grader, and what one notebook's run
+may cost it.
 
 ``poll``/``select`` say that a reply has begun, not that it will end: a learner's process can
 write part of one and stop (red team 5: a 4-byte length header, then sleep). ``killed_after``
 kills that process if the read has not returned by the deadline; the read then ends (the pipe
-closes) and the caller reports a timeout.
+closes) and the caller reports a timeout. ``MAX_RESTARTS`` and ``BUDGET_S`` are the defaults
+of ``executor.Executor``'s limits when the grader runs a notebook.
 """
 
 from __future__ import annotations
@@ -16,6 +18,11 @@ from contextlib import contextmanager
 READ_S = 30.0
 #: the largest reply a learner's process may send (a value's tensors, a cell's output)
 MAX_REPLY = 512 << 20
+#: what the grader lets one notebook's run cost (``quack-edu grade --max-restarts/--budget``):
+#: fresh processes after its cells crashed or hung, and seconds in all, replays included. An
+#: honest solution needs no restart and a few minutes; a broken one a restart an exercise
+MAX_RESTARTS = 8
+BUDGET_S = 600.0
 
 
 @contextmanager

@@ -6,7 +6,11 @@ died, hangs past the interrupt or whose CUDA context a fault made unusable is re
 fresh one, and the cells that had run are replayed in it, not the failed ones. The other cells
 of a failed cell's group (an exercise's) are left out of the replays after that one: the
 restart its own failure causes still replays its group's earlier cells (the exercise's answer
-cell). What went wrong comes back as a ``CellEvent`` per cell.
+cell). What went wrong comes back as a ``CellEvent`` per cell. The grader caps what that may
+cost one notebook (red team 6: 30 crashing cells, each replaying 30 slow ones, would take a
+day): ``max_restarts`` fresh processes and ``budget_s`` seconds of wall clock, replays included
+(checked before each cell and each replayed one); past either, the cells left are not run, each
+reported as "stopped", and ``Executor.stopped`` says why.
 
 The engine, ``ChildEngine``, runs one cell in a child Python of the grader's (``_cellworker``)
 and says how it went; the executor decides the rest. The child is the learner's side of the
@@ -48,12 +52,13 @@ _STICKY_CUDA = re.compile(
 
 @dataclass
 class CellEvent:
-    """What went wrong in one cell: it raised ("error"), ran past the timeout ("timeout") or
-    took its process down ("died")."""
+    """What went wrong in one cell: it raised ("error"), ran past the timeout ("timeout"),
+    took its process down ("died") or was not run, the notebook's limits spent ("stopped":
+    ``evalue`` says which)."""
 
     index: int
     grade_id: str | None
-    kind: str  # "error", "timeout", "died"
+    kind: str  # "error", "timeout", "died", "stopped"
     ename: str = ""
     evalue: str = ""
 
@@ -69,6 +74,8 @@ class CellEvent:
             return f"{where} ran past the per-cell timeout of {timeout:g} s and was interrupted"
         if self.kind == "died":
             return f"{where} crashed the notebook's kernel ({self.evalue or 'it died'})"
+        if self.kind == "stopped":
+            return f"{where} was not run: {self.evalue}"
         if self.ename == "NotImplementedError" and not self.evalue:
             return f"{where} raised NotImplementedError (it uses an exercise not done yet)"
         from .hints import ansi_free, diagnose_compile_text, short_text
@@ -93,21 +100,43 @@ class Executor:
     errors, timeouts and dead processes. ``group(cell)`` names the cells that fail together
     (the grader's: an exercise's answer and check cells): after one of them timed out or died,
     none of them is replayed in a later fresh process (the restart that its failure causes
-    still replays the others that ran before it)."""
+    still replays the others that ran before it). ``max_restarts``, ``budget_s``: the limits
+    (None: none); once one is spent, ``stopped`` says which and no further cell runs."""
 
-    def __init__(self, nb, engine, group: Callable[[object], str | None] | None = None):
+    def __init__(
+        self,
+        nb,
+        engine,
+        group: Callable[[object], str | None] | None = None,
+        *,
+        max_restarts: int | None = None,
+        budget_s: float | None = None,
+    ):
         self.nb, self.engine = nb, engine
         self.group = group or (lambda cell: None)
         self.ok_cells: list[int] = []  # the cells whose state the notebook built
         self.failed: set[int] = set()  # the cells not replayed
+        self.max_restarts, self.budget_s = max_restarts, budget_s
+        self.restarts = 0
+        self.t0 = time.time()
+        #: why the cells from ``stopped_at`` on were not run (a limit spent); None: all ran
+        self.stopped: str | None = None
+        self.stopped_at: int | None = None
 
     def run(self) -> Iterator[CellRun]:
         """Each code cell's run, in order (a blank cell is not sent to the engine)."""
+        self.t0 = time.time()
         for i, cell in enumerate(self.nb.cells):
             if cell.cell_type != "code":
                 continue
             if not cell.source.strip():
                 yield CellRun(i, None, 0.0)
+                continue
+            if self.stopped is None:
+                self._check_budget()
+            if self.stopped is not None:
+                self.stopped_at = i if self.stopped_at is None else self.stopped_at
+                yield CellRun(i, CellEvent(i, grade_id(cell), "stopped", evalue=self.stopped), 0.0)
                 continue
             t = time.time()
             ev = self.engine.execute(cell, i)
@@ -131,10 +160,30 @@ class Executor:
             if key is not None:
                 self.failed |= {j for j, c in enumerate(self.nb.cells) if self.group(c) == key}
 
+    def _check_budget(self) -> None:
+        spent = time.time() - self.t0
+        if self.budget_s is not None and spent >= self.budget_s:
+            self.stopped = (
+                f"its cells had run for {spent:.0f} s of the {self.budget_s:g} s the grader "
+                "gives a notebook (replays after a crash or hang included)"
+            )
+
     def _restart(self, skip: set[int]) -> None:
-        """A fresh process, then the cells that had run are replayed (not the skipped ones)."""
+        """A fresh process, then the cells that had run are replayed (not the skipped ones);
+        none once ``max_restarts`` were made, or the budget is spent."""
+        if self.max_restarts is not None and self.restarts >= self.max_restarts:
+            self.stopped = (
+                f"its cells crashed or hung the notebook's process {self.restarts + 1} times; "
+                f"the grader starts a fresh one, and replays the cells before, at most "
+                f"{self.max_restarts} times a notebook"
+            )
+            return
+        self.restarts += 1
         self.engine.restart()
         for i in list(self.ok_cells):
+            self._check_budget()
+            if self.stopped is not None:
+                return
             if i not in skip:
                 self.engine.execute(copy.deepcopy(self.nb.cells[i]), i)
 

@@ -93,6 +93,12 @@ DIED = (
     "a kernel, a segfault) or an exit call; the grader restarted it and went on"
 )
 
+STOPPED = (
+    "each cell that crashes or hangs costs the grader a fresh process and a replay of the "
+    "cells before it, and it spends only so many a notebook: run your notebook top to bottom "
+    "and fix the cells that crash or hang"
+)
+
 SHORTCUT = (
     "the point of the exercise is to compute RMSNorm yourself; calling a library RMSNorm "
     "(torch's, QuACK's or quack_edu's own) scores 0"

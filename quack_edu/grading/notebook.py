@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from . import answer_key
+from .deadline import BUDGET_S, MAX_RESTARTS
 from .executor import (  # noqa: F401  (re-exported: notebook.CellEvent)
     CellEvent,
     ChildEngine,
@@ -152,6 +153,8 @@ def grade_notebook(
     only: str | None = None,
     run_notebook: bool = True,
     secrets=(),
+    max_restarts: int = MAX_RESTARTS,
+    budget: float = BUDGET_S,
 ) -> NotebookResult:
     """Execute a notebook headless and grade every exercise of its lesson (or ``lesson``).
 
@@ -159,6 +162,8 @@ def grade_notebook(
     is judged by ``judge.judge_exercise`` on its answer cell's source, outside that kernel.
     ``only``: one exercise id, judged without running the notebook (fast feedback).
     ``secrets``: more paths no learner process may read (a class's submissions, its gradebook).
+    ``max_restarts``, ``budget``: what the run may cost (``executor.Executor``); past them the
+    cells left are not run, their exercises score 0 and the notebook is flagged.
     """
     from .. import MODE
     from .judge import judge_exercise
@@ -194,11 +199,22 @@ def grade_notebook(
     }
     events: dict[str, list[CellEvent]] = {ex.id: [] for ex in exercises}
     if run_notebook:
+        limits = {"max_restarts": max_restarts, "budget_s": budget}
         _run_cells(
-            nb, path, lesson, solutions, exercises, events, res, timeout, executed_dir, secrets
+            nb,
+            path,
+            lesson,
+            solutions,
+            exercises,
+            events,
+            res,
+            timeout,
+            executed_dir,
+            secrets,
+            limits,
         )
     for ex in exercises:
-        forced = any(e.kind in ("timeout", "died") for e in events[ex.id]) or any(
+        forced = any(e.kind in HARD for e in events[ex.id]) or any(
             e.kind == "error" and e.grade_id == ex.cell_id for e in events[ex.id]
         )
         judged = None
@@ -217,13 +233,28 @@ def grade_notebook(
     return res
 
 
+#: the events after which an exercise is not judged: it scores 0 with the event's reason
+HARD = ("timeout", "died", "stopped")
+
+
 def _run_cells(
-    nb, path, lesson, solutions, exercises, events, res, timeout, executed_dir, secrets=()
+    nb,
+    path,
+    lesson,
+    solutions,
+    exercises,
+    events,
+    res,
+    timeout,
+    executed_dir,
+    secrets=(),
+    limits=None,
 ):
     """Run the notebook's cells in a locked-down child Python (``ChildEngine`` with
     ``sandbox.lock_down``: a scratch folder of its own, no processes, no files outside it, none
     of ``judge.secret_paths(secrets)``), killed with its process group at the end; its cell
-    errors, timeouts and crashes go to ``events`` (by exercise) or ``res.problems``."""
+    errors, timeouts and crashes go to ``events`` (by exercise) or ``res.problems``; a run
+    stopped by its ``limits`` (``Executor``'s keywords) flags the notebook."""
     nb, notes = _prepare(nb, lesson, solutions)
     res.problems += notes
     by_cell = {}
@@ -246,17 +277,23 @@ def _run_cells(
         policy = {"scratch": scratch, "secrets": secret_paths(secrets)}
         try:
             with ChildEngine(env, tmp, timeout, log, sandbox=policy) as engine:
-                for ran in Executor(nb, engine, exercise_of).run():
+                run = Executor(nb, engine, exercise_of, **(limits or {}))
+                for ran in run.run():
                     ev = ran.event
                     if ev is None:
                         continue
                     ex_id = by_cell.get(ev.grade_id or "")
                     if ex_id:
                         events[ex_id].append(ev)
-                    else:
+                    elif ev.kind != "stopped":  # (said once, in the flag below)
                         res.problems.append(ev.describe(timeout))
                 flags = [f"a cell, flagged by the grader's sandbox ({w})" for w in engine.incidents]
                 res.flags += flags
+                if run.stopped:
+                    res.flags.append(
+                        f"the grader stopped running the notebook at cell {run.stopped_at}: "
+                        f"{run.stopped}; the exercises with a cell not run score 0"
+                    )
         except Exception as e:  # the cell worker could not start
             res.problems.append(f"the grader could not run the notebook: {type(e).__name__}: {e}")
         if executed_dir:
@@ -270,12 +307,13 @@ def _final_result(
 
     r = judged or ExerciseResult(ex.id, ex.title, ex.lesson, dict(ex.points), mode=mode)
     r.points = dict(ex.points)  # the registry, not the notebook, decides the points
-    hard = [e for e in events if e.kind in ("timeout", "died")]
+    hard = [e for e in events if e.kind in HARD]
     answer_errors = [e for e in events if e.kind == "error" and e.grade_id == ex.cell_id]
     if hard:
         e = hard[0]
         r.forced_status = FAIL
-        hint = (ex.timeout_hint or hints.TIMEOUT) if e.kind == "timeout" else hints.DIED
+        hint = {"timeout": ex.timeout_hint or hints.TIMEOUT, "stopped": hints.STOPPED}
+        hint = hint.get(e.kind, hints.DIED)
         r.forced_message = f"{e.describe(timeout)}. hint: {hint}"
     elif answer_errors:
         e = answer_errors[0]
