@@ -8,6 +8,7 @@ and the seven-line patch in an answer cell (flagged)."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import time
 from datetime import datetime, timedelta
@@ -197,3 +198,70 @@ def test_a_second_notebook_for_the_lesson_is_named_not_dropped(tmp_path):
     (sub,) = find_submissions(tmp_path / "subs", LESSON)
     assert sub.student == "cat" and sub.path is not None and len(sub.also) == 1
     assert {sub.path.name, sub.also[0].name} == {"cat.ipynb", f"cat_{LESSON}.ipynb"}
+
+
+def test_a_linked_submission_is_refused_not_read(tmp_path, capsys):
+    # (red team 6, attack 16) a notebook, a student folder, a flat file or a folder inside a
+    # student's that is a symbolic link to the instructor's solutions (a tar keeps one) is
+    # refused: 0, flagged, named; the grader never reads what it points to
+    solution_nb = solutions_dir() / f"{LESSON}.ipynb"
+    subs = tmp_path / "subs"
+    write(read(notebooks_dir() / f"{LESSON}.ipynb"), subs / "ana" / f"{LESSON}.ipynb")
+    (subs / "ben").mkdir()
+    (subs / "ben" / f"{LESSON}.ipynb").symlink_to(solution_nb)
+    (subs / "cy").symlink_to(solutions_dir(), target_is_directory=True)
+    (subs / f"dee_{LESSON}.ipynb").symlink_to(solution_nb)
+    (subs / "eve").mkdir()
+    (subs / "eve" / "work").symlink_to(solutions_dir(), target_is_directory=True)
+    out = tmp_path / "grades"
+    args = [str(subs), "--lesson", LESSON, "--out", str(out), "--only", "00.bytes_moved"]
+    assert grade_main(args) == 0
+    rows = {r["student"]: r for r in csv.DictReader(open(out / "gradebook.csv"))}
+    assert sorted(rows) == ["ana", "ben", "cy", "dee", "eve"]
+    named = {
+        "ben": f"ben/{LESSON}.ipynb",
+        "cy": "cy",
+        "dee": f"dee_{LESSON}.ipynb",
+        "eve": "eve/work",
+    }
+    for student, link in named.items():
+        row = rows[student]
+        assert row["score"] == "0" and row["max_score"] == "1", row
+        assert row["status"] == "refused" and row["flagged"] == "yes", row
+        assert f"{link} is a symbolic link (to {solutions_dir()}" in row["flags"], row["flags"]
+        feedback = (out / "feedback" / student / f"{LESSON}.txt").read_text()
+        assert "refused" in feedback and "symbolic link" in feedback
+    assert rows["ana"]["status"] == "graded" and rows["ana"]["flagged"] == "no"
+    # alone too: a link to a solution is not graded as the solution
+    capsys.readouterr()
+    one = tmp_path / "one.json"
+    link = subs / "ben" / f"{LESSON}.ipynb"
+    assert grade_main([str(link), "--only", "00.bytes_moved", "--json", str(one)]) == 1
+    (nb,) = json.loads(one.read_text())["notebooks"]
+    assert nb["score"] == 0 and nb["max_score"] == 1
+    assert "is a symbolic link" in " ".join(nb["flags"]), nb["flags"]
+    assert "symbolic link" in capsys.readouterr().out
+
+
+def test_a_solution_is_read_only_by_its_own_path(tmp_path):
+    # the same file by another name (a hard link, a linked folder on the way) is refused; the
+    # solutions folder's own path is read (an instructor grading a solution)
+    from quack_edu.grading.submission import Refused, read_bytes
+
+    sols = tmp_path / "solutions"
+    sols.mkdir()
+    (sols / f"{LESSON}.ipynb").write_bytes((solutions_dir() / f"{LESSON}.ipynb").read_bytes())
+    (tmp_path / "elsewhere").mkdir()
+    os.link(sols / f"{LESSON}.ipynb", tmp_path / "elsewhere" / "mine.ipynb")
+    (tmp_path / "via").symlink_to(sols, target_is_directory=True)
+    assert read_bytes(sols / f"{LESSON}.ipynb", solutions=sols)
+    for other in (tmp_path / "elsewhere" / "mine.ipynb", tmp_path / "via" / f"{LESSON}.ipynb"):
+        with pytest.raises(Refused, match=f"is the solution notebook {LESSON}.ipynb itself"):
+            read_bytes(other, solutions=sols)
+    # in a class, no link below the submissions folder: named where it is
+    with pytest.raises(Refused, match=r"^via is a symbolic link"):
+        read_bytes(tmp_path / "via" / f"{LESSON}.ipynb", root=tmp_path)
+    fifo = tmp_path / "pipe.ipynb"
+    os.mkfifo(fifo)
+    with pytest.raises(Refused, match="not a regular file"):
+        read_bytes(fifo)  # (and the open does not block)

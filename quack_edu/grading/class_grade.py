@@ -43,6 +43,7 @@ from pathlib import Path
 from .deadline import BUDGET_S, MAX_RESTARTS
 from .registry import TIERS, all_exercises, lessons
 from .report import SKIP, ExerciseResult, NotebookResult
+from .submission import REFUSED, Refused, read_bytes, read_notebook
 
 RESULT_VERSION = 1
 
@@ -73,16 +74,22 @@ def _student_of_file(stem: str) -> str:
 
 
 def _notebooks(folder: Path) -> list[Path]:
-    return sorted(
-        p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts and p.is_file()
-    )
+    """The notebooks in a student's folder, and every link in it (to a notebook or a folder),
+    followed by none: a link is handed in to be refused, by name (``submission``)."""
+    found = []
+    for top, dirs, files in os.walk(folder):  # (never into a linked folder)
+        here = Path(top)
+        dirs[:] = [d for d in dirs if d != ".ipynb_checkpoints"]
+        found += [here / d for d in dirs if (here / d).is_symlink()]
+        found += [here / f for f in files if f.endswith(".ipynb") or (here / f).is_symlink()]
+    return sorted(found, key=lambda p: (p.is_symlink(), p))
 
 
-def _cells_lesson(path: Path) -> str | None:
-    from .notebook import lesson_by_cells, read
+def _cells_lesson(path: Path, folder: Path) -> str | None:
+    from .notebook import lesson_by_cells
 
     try:
-        return lesson_by_cells(read(path))
+        return lesson_by_cells(read_notebook(path, folder))
     except Exception:
         return None
 
@@ -97,7 +104,9 @@ def find_submissions(
     for entry in sorted(folder.iterdir()):
         if entry.name.startswith("."):
             continue
-        if entry.is_dir():
+        if entry.is_symlink():  # a student's folder or notebook that is a link: refused
+            found.setdefault(_student_of_file(entry.name.removesuffix(".ipynb")), []).append(entry)
+        elif entry.is_dir():
             found.setdefault(entry.name, []).extend(_notebooks(entry))
         elif entry.suffix == ".ipynb":
             found.setdefault(_student_of_file(entry.stem), []).append(entry)
@@ -117,7 +126,7 @@ def find_submissions(
     for student, paths in sorted(found.items()):
         by_lesson: dict[str, list[Path]] = {}
         for p in paths:
-            le = _cells_lesson(p) or (lesson if lesson and lesson in p.name else None)
+            le = _cells_lesson(p, folder) or (lesson if lesson and lesson in p.name else None)
             if le is None and lesson and len(paths) == 1:
                 le = lesson  # the one notebook handed in: graded (and flagged) as the lesson
             if le:
@@ -136,8 +145,13 @@ def find_submissions(
 
 
 # ---- one submission ---------------------------------------------------------------------------
-def _digest(path: Path, lesson: str, options: dict) -> str:
-    h = hashlib.sha256(path.read_bytes())
+def _digest(path: Path, lesson: str, options: dict, folder: Path) -> str:
+    """The hash of the submission as the grader reads it (``submission.read_bytes``; a
+    refused one: of the reason) and of what else decides its grade."""
+    try:
+        h = hashlib.sha256(read_bytes(path, folder))
+    except Refused as e:
+        h = hashlib.sha256(f"refused: {e}".encode())
     h.update(json.dumps({"lesson": lesson, **options}, sort_keys=True).encode())
     return h.hexdigest()
 
@@ -189,6 +203,7 @@ def grade_one(job: dict) -> dict:
     Server.start()  # imports while the notebook runs
     path, out = Path(job["path"]), Path(job["out"])
     student, lesson = job["student"], job["lesson"]
+    folder = Path(job["folder"])
     rpath = out / "results" / _safe(student) / f"{lesson}.json"
     prev = read_result(out, rpath) if rpath.exists() else None
     rewritten = prev.get("rewritten") if prev else None  # by an earlier run's cells: remembered
@@ -204,10 +219,11 @@ def grade_one(job: dict) -> dict:
         secrets=job.get("secrets", ()),
         max_restarts=job.get("max_restarts", MAX_RESTARTS),
         budget=job.get("budget", BUDGET_S),
+        root=folder,
     )
     res.seconds = time.time() - t0
     check(grader)  # before its result and feedback are written
-    after = _digest(path, lesson, job["options"]) if path.exists() else None
+    after = _digest(path, lesson, job["options"], folder) if os.path.lexists(path) else None
     if after != job["digest"]:  # a cell wrote to the notebook (native code past the hook)
         rewritten = {"graded": job["digest"], "found": after, "at": datetime.now().isoformat()}
     if job.get("also"):  # the digest covers the graded notebook only: say what was left
@@ -243,9 +259,12 @@ def grade_one(job: dict) -> dict:
 
 
 # ---- the class --------------------------------------------------------------------------------
-def same_answer_flags(subs: list[Submission]) -> dict[tuple[str, str], list[str]]:
+def same_answer_flags(
+    subs: list[Submission], folder: Path | None = None
+) -> dict[tuple[str, str], list[str]]:
     """``{(student, lesson): flags}`` for answers handed in by more than one student (the same
-    tokens; the page's own cell and short answers never count: ``similarity.same_answers``)."""
+    tokens; the page's own cell and short answers never count: ``similarity.same_answers``),
+    each read from the submissions ``folder`` as ``submission.read_notebook`` reads it."""
     from .nbfiles import find_cell, notebooks_dir, read
     from .similarity import same_answers
 
@@ -255,8 +274,8 @@ def same_answer_flags(subs: list[Submission]) -> dict[tuple[str, str], list[str]
         for s in subs:
             if s.lesson == lesson and s.path is not None:
                 try:
-                    books[s.student] = read(s.path)
-                except Exception:  # noqa: BLE001  (unreadable: its row says so)
+                    books[s.student] = read_notebook(s.path, folder)
+                except Exception:  # noqa: BLE001  (unreadable or refused: its row says so)
                     continue
         page = notebooks_dir() / f"{lesson}.ipynb"
         blank = read(page) if page.exists() else None
@@ -322,8 +341,9 @@ def _row(sub: Submission, rec: dict | None, cols, out_path: Path) -> dict:
         row[f"{ex_id} {tier}"] = "-" if t["status"] == SKIP else t["score"]
     flags = res.flagged
     unreadable = any(p.startswith("cannot read the notebook") for p in res.problems)
+    refused = any(f.startswith(REFUSED) for f in res.flags)
     row.update(
-        status="unreadable" if unreadable else "graded",
+        status="refused" if refused else "unreadable" if unreadable else "graded",
         late="yes" if rec.get("late") else "no",
         score=res.score,
         max_score=res.max_score,
@@ -451,7 +471,7 @@ def _jobs(
     for sub in subs:
         if sub.path is None:
             continue
-        digest = _digest(sub.path, sub.lesson, options)
+        digest = _digest(sub.path, sub.lesson, options, folder)
         rpath = out / "results" / _safe(sub.student) / f"{sub.lesson}.json"
         if not opts.force and rpath.exists():
             rec = read_result(out, rpath)
@@ -459,11 +479,13 @@ def _jobs(
                 skipped += 1
                 continue
         deadline = opts.deadline
-        late = bool(deadline and datetime.fromtimestamp(sub.path.stat().st_mtime) > deadline)
+        mtime = sub.path.lstat().st_mtime  # (a link's own: it is refused)
+        late = bool(deadline and datetime.fromtimestamp(mtime) > deadline)
         todo.append(
             dict(
                 path=str(sub.path),
                 out=str(out),
+                folder=str(folder),
                 student=sub.student,
                 lesson=sub.lesson,
                 seed=seed,
@@ -534,7 +556,7 @@ def grade_class(
                 if rec is None:  # changed since the grader wrote it this run: trust nothing
                     raise ResultTampered(rpath)
         rows.append(_row(sub, rec, cols, out))
-    same = same_answer_flags(subs)
+    same = same_answer_flags(subs, folder)
     for sub, row in zip(subs, rows, strict=True):
         for flag in same.get((sub.student, sub.lesson), ()):
             row["flags"] = " | ".join(f for f in (row.get("flags"), flag) if f)

@@ -33,12 +33,16 @@ def from_dict(d):
     return _node(d)
 
 
-def read(path, as_version=4):
-    nb = _node(json.loads(open(path).read()))
+def reads(text, as_version=4):
+    nb = _node(json.loads(text))
     for cell in nb.get("cells", []):
         if isinstance(cell.get("source"), list):
             cell["source"] = "".join(cell["source"])
     return nb
+
+
+def read(path, as_version=4):
+    return reads(open(path).read(), as_version)
 
 
 def write(nb, path):

@@ -64,6 +64,7 @@ from .nbfiles import (  # noqa: F401  (re-exported: notebook.read ...)
 )
 from .registry import Exercise, all_exercises
 from .report import FAIL, NOT_ATTEMPTED, ExerciseResult, NotebookResult, RunResult
+from .submission import REFUSED, Refused, read_notebook
 
 
 # ---- grading ----------------------------------------------------------------------------------
@@ -155,6 +156,7 @@ def grade_notebook(
     secrets=(),
     max_restarts: int = MAX_RESTARTS,
     budget: float = BUDGET_S,
+    root: Path | str | None = None,
 ) -> NotebookResult:
     """Execute a notebook headless and grade every exercise of its lesson (or ``lesson``).
 
@@ -163,7 +165,9 @@ def grade_notebook(
     ``only``: one exercise id, judged without running the notebook (fast feedback).
     ``secrets``: more paths no learner process may read (a class's submissions, its gradebook).
     ``max_restarts``, ``budget``: what the run may cost (``executor.Executor``); past them the
-    cells left are not run, their exercises score 0 and the notebook is flagged.
+    cells left are not run, their exercises score 0 and the notebook is flagged. ``root``: the
+    class's submissions folder; the notebook is read as ``submission.read_notebook`` says (a
+    link, a linked folder below ``root`` or a solution notebook: refused, 0 and flagged).
     """
     from .. import MODE
     from .judge import judge_exercise
@@ -174,7 +178,9 @@ def grade_notebook(
     solutions = Path(solutions) if solutions else solutions_dir()
     mode = "gpu" if MODE.gpu else "compile-only"
     try:
-        nb = read(path)
+        nb = read_notebook(path, root, solutions)
+    except Refused as e:
+        return refused(path, lesson, mode, str(e), only)
     except Exception as e:
         res = NotebookResult(str(path), lesson or path.stem, mode=mode)
         res.problems.append(f"cannot read the notebook: {type(e).__name__}: {e}")
@@ -235,6 +241,24 @@ def grade_notebook(
 
 #: the events after which an exercise is not judged: it scores 0 with the event's reason
 HARD = ("timeout", "died", "stopped")
+
+
+def refused(path: Path, lesson: str | None, mode: str, why: str, only=None) -> NotebookResult:
+    """A submission the grader did not read (``submission.Refused``): its lesson's exercises
+    (``lesson``, else the one its file name names; ``only``: that one) score 0, and it is
+    flagged with ``why``."""
+    from .registry import lessons
+
+    lesson = lesson or next((le for le in lessons() if le in path.name), path.stem)
+    res = NotebookResult(str(path), lesson, mode=mode)
+    res.flags.append(f"{REFUSED}: {why}")
+    for ex in all_exercises(lesson) if lesson in lessons() else []:
+        if only and ex.id != only:
+            continue
+        r = ExerciseResult(ex.id, ex.title, ex.lesson, dict(ex.points), mode=mode)
+        r.forced_status, r.forced_message = FAIL, f"not graded: {why}"
+        res.exercises.append(r)
+    return res
 
 
 def _run_cells(
