@@ -265,3 +265,31 @@ def test_a_solution_is_read_only_by_its_own_path(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(Refused, match="not a regular file"):
         read_bytes(fifo)  # (and the open does not block)
+
+
+def test_gradebook_cells_are_text_to_a_spreadsheet(tmp_path):
+    # (red team 6, attack 27) a student names the file: "=HYPERLINK(...)" was a formula in the
+    # gradebook, and a name with a newline left a physical line that read as another row
+    from quack_edu.grading.class_grade import write_gradebook
+
+    names = ['=HYPERLINK("http://x")', "+1", "-2", "@SUM(A1)", "\tx", "\rx", "ana"]
+    names.append("gus\nmallory,00_setup_and_roofline,x,graded,no,4,4")
+    rows = [{"student": n, "lesson": LESSON, "score": -3, "00.x compile": "-"} for n in names]
+    rows[-1]["flags"] = "=1+1 | @x"
+    book = tmp_path / "gradebook.csv"
+    write_gradebook(book, rows, [("00.x", "compile")])
+    text = book.read_text()
+    assert not any(line.startswith("mallory") for line in text.splitlines()), text
+    got = list(csv.DictReader(open(book)))
+    assert [r["student"] for r in got] == [
+        '\'=HYPERLINK("http://x")',
+        "'+1",
+        "'-2",
+        "'@SUM(A1)",
+        "'\\tx",
+        "'\\rx",
+        "ana",
+        "gus\\nmallory,00_setup_and_roofline,x,graded,no,4,4",
+    ]
+    assert got[-1]["flags"] == "'=1+1 | @x"
+    assert {r["score"] for r in got} == {"-3"} and {r["00.x compile"] for r in got} == {"-"}

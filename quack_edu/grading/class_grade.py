@@ -179,7 +179,7 @@ def feedback_text(student: str, res: NotebookResult, late: bool) -> str:
     """What the student reads: the table, then each exercise's checks with their hints; a
     hidden check's cases (its why, expected and seen) nowhere (``CheckResult.shown``)."""
     head = [
-        f"{student}: lesson {res.lesson}",
+        f"{printable(student)}: lesson {res.lesson}",
         f"score {res.score}/{res.max_score}"
         + (f" (+{res.skipped_points} GPU-tier points not run here)" if res.skipped_points else "")
         + ("  (submitted late)" if late else ""),
@@ -306,7 +306,28 @@ def _columns(lessons_: list[str], only: str | None) -> list[tuple[str, str]]:
     return cols
 
 
+#: what a spreadsheet takes for the start of a formula (red team 6: a student who named a file
+#: ``=HYPERLINK(...)_00_setup_and_roofline.ipynb``)
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def printable(text: str) -> str:
+    """``text`` with each character a terminal or a spreadsheet would act on (a newline, an
+    escape) written as its escape: a student name from a file name is shown, not obeyed."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def csv_cell(value):
+    """A gradebook cell that a spreadsheet shows as the text it is: ``printable``, and after a
+    ``'`` where it would begin a formula (a lone ``-``, a tier not run, is left as it is)."""
+    if not isinstance(value, str) or value == "-":
+        return value
+    text = printable(value)
+    return "'" + text if value.startswith(FORMULA_START) else text
+
+
 def write_gradebook(path: Path, rows: list[dict], cols: list[tuple[str, str]]) -> None:
+    """The CSV gradebook; every text cell as ``csv_cell`` writes it."""
     head = ["student", "lesson", "submission", "status", "late", "score", "max_score"]
     head += ["gpu_points_not_run", "flagged"]
     head += [f"{ex_id} {tier}" for ex_id, tier in cols]
@@ -316,7 +337,7 @@ def write_gradebook(path: Path, rows: list[dict], cols: list[tuple[str, str]]) -
         w = csv.DictWriter(f, fieldnames=head, extrasaction="ignore")
         w.writeheader()
         for r in rows:
-            w.writerow(r)
+            w.writerow({k: csv_cell(v) for k, v in r.items()})
 
 
 def _row(sub: Submission, rec: dict | None, cols, out_path: Path) -> dict:
@@ -526,7 +547,7 @@ def grade_class(
     bar = Progress(len(todo), progress_stream)
 
     def done(r: dict) -> None:
-        bar.step(f"{r['student']} {r['lesson']}: {r['score']}/{r['max']}")
+        bar.step(f"{printable(r['student'])} {r['lesson']}: {r['score']}/{r['max']}")
 
     if opts.jobs <= 1 or len(todo) <= 1:
         for job in todo:
