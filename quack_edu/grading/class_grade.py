@@ -74,14 +74,14 @@ def _student_of_file(stem: str) -> str:
 
 
 def _notebooks(folder: Path) -> list[Path]:
-    """The notebooks in a student's folder, and every link in it (to a notebook or a folder),
-    followed by none: a link is handed in to be refused, by name (``submission``)."""
+    """The notebooks in a student's folder, links among them, and every folder in it that is a
+    link, followed by none: a link is handed in to be refused, by name (``submission``)."""
     found = []
     for top, dirs, files in os.walk(folder):  # (never into a linked folder)
         here = Path(top)
         dirs[:] = [d for d in dirs if d != ".ipynb_checkpoints"]
         found += [here / d for d in dirs if (here / d).is_symlink()]
-        found += [here / f for f in files if f.endswith(".ipynb") or (here / f).is_symlink()]
+        found += [here / f for f in files if f.endswith(".ipynb")]
     return sorted(found, key=lambda p: (p.is_symlink(), p))
 
 
@@ -104,8 +104,9 @@ def find_submissions(
     for entry in sorted(folder.iterdir()):
         if entry.name.startswith("."):
             continue
-        if entry.is_symlink():  # a student's folder or notebook that is a link: refused
-            found.setdefault(_student_of_file(entry.name.removesuffix(".ipynb")), []).append(entry)
+        if entry.is_symlink() and (entry.suffix == ".ipynb" or entry.is_dir()):  # refused
+            student = entry.name if entry.is_dir() else _student_of_file(entry.stem)
+            found.setdefault(student, []).append(entry)
         elif entry.is_dir():
             found.setdefault(entry.name, []).extend(_notebooks(entry))
         elif entry.suffix == ".ipynb":
