@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from .deadline import BUDGET_S, MAX_RESTARTS
+from .deadline import BUDGET_S, MAX_RESTARTS, RunBounds
 from .registry import TIERS, all_exercises, lessons
 from .report import SKIP, ExerciseResult, NotebookResult
 from .submission import REFUSED, Refused, read_bytes, read_notebook
@@ -217,11 +217,11 @@ def grade_one(job: dict) -> dict:
         hidden=job["hidden"],
         solutions=job.get("solutions"),
         only=job.get("only"),
-        secrets=job.get("secrets", ()),
-        max_restarts=job.get("max_restarts", MAX_RESTARTS),
-        budget=job.get("budget", BUDGET_S),
-        root=folder,
-    )
+        bounds=RunBounds(
+            tuple(job.get("secrets", ())), str(folder), job.get("max_restarts", MAX_RESTARTS),
+            job.get("budget", BUDGET_S),
+        ),
+    )  # fmt: skip
     res.seconds = time.time() - t0
     check(grader)  # before its result and feedback are written
     after = _digest(path, lesson, job["options"], folder) if os.path.lexists(path) else None

@@ -24,7 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .deadline import BUDGET_S, MAX_RESTARTS
+from .deadline import BUDGET_S, MAX_RESTARTS, RunBounds
 
 #: each command's arguments, in --help's order: (names, argparse's keywords)
 _STUDENT_ARGS = [
@@ -260,8 +260,7 @@ def run_grade(args) -> int:
         hidden=not args.no_hidden,
         executed_dir=args.executed,
         only=args.only,
-        max_restarts=args.max_restarts,
-        budget=args.budget,
+        bounds=RunBounds(max_restarts=args.max_restarts, budget_s=args.budget),
     )
     try:
         check(grader)  # before any grade is printed or written

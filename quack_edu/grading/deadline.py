@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 #: seconds a reply may take to arrive once it has begun
 READ_S = 30.0
@@ -23,6 +24,19 @@ MAX_REPLY = 512 << 20
 #: honest solution needs no restart and a few minutes; a broken one a restart an exercise
 MAX_RESTARTS = 8
 BUDGET_S = 600.0
+
+
+@dataclass(frozen=True)
+class RunBounds:
+    """What one notebook's run may reach and cost: ``secrets``, more paths no learner process
+    may read (a class's submissions, its gradebook); ``root``, the class's submissions folder
+    (the notebook is read as ``submission.read_notebook`` says); ``max_restarts`` fresh
+    processes and ``budget_s`` seconds of its cells, replays included (``executor.Executor``)."""
+
+    secrets: tuple = ()
+    root: str | None = None
+    max_restarts: int = MAX_RESTARTS
+    budget_s: float = BUDGET_S
 
 
 @contextmanager

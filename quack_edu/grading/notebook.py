@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from . import answer_key
-from .deadline import BUDGET_S, MAX_RESTARTS
+from .deadline import RunBounds
 from .executor import (  # noqa: F401  (re-exported: notebook.CellEvent)
     CellEvent,
     ChildEngine,
@@ -153,32 +153,28 @@ def grade_notebook(
     lesson: str | None = None,
     only: str | None = None,
     run_notebook: bool = True,
-    secrets=(),
-    max_restarts: int = MAX_RESTARTS,
-    budget: float = BUDGET_S,
-    root: Path | str | None = None,
+    bounds: RunBounds | None = None,
 ) -> NotebookResult:
     """Execute a notebook headless and grade every exercise of its lesson (or ``lesson``).
 
     The notebook runs in a fresh kernel for its cell errors, hangs and crashes; each exercise
     is judged by ``judge.judge_exercise`` on its answer cell's source, outside that kernel.
     ``only``: one exercise id, judged without running the notebook (fast feedback).
-    ``secrets``: more paths no learner process may read (a class's submissions, its gradebook).
-    ``max_restarts``, ``budget``: what the run may cost (``executor.Executor``); past them the
-    cells left are not run, their exercises score 0 and the notebook is flagged. ``root``: the
-    class's submissions folder; the notebook is read as ``submission.read_notebook`` says (a
-    link, a linked folder below ``root`` or a solution notebook: refused, 0 and flagged).
+    ``bounds``: what the run may reach and cost (``deadline.RunBounds``): past its limits the
+    cells left are not run, their exercises score 0 and the notebook is flagged; a link, a
+    linked folder below its ``root`` or a solution notebook is refused, 0 and flagged.
     """
     from .. import MODE
     from .judge import judge_exercise
 
     t0 = time.time()
     path = Path(path)
+    bounds = bounds or RunBounds()
     seed = answer_key.seed_for(seed)
     solutions = Path(solutions) if solutions else solutions_dir()
     mode = "gpu" if MODE.gpu else "compile-only"
     try:
-        nb = read_notebook(path, root, solutions)
+        nb = read_notebook(path, bounds.root, solutions)
     except Refused as e:
         return refused(path, lesson, mode, str(e), only)
     except Exception as e:
@@ -205,19 +201,8 @@ def grade_notebook(
     }
     events: dict[str, list[CellEvent]] = {ex.id: [] for ex in exercises}
     if run_notebook:
-        limits = {"max_restarts": max_restarts, "budget_s": budget}
         _run_cells(
-            nb,
-            path,
-            lesson,
-            solutions,
-            exercises,
-            events,
-            res,
-            timeout,
-            executed_dir,
-            secrets,
-            limits,
+            nb, path, lesson, solutions, exercises, events, res, timeout, executed_dir, bounds
         )
     for ex in exercises:
         forced = any(e.kind in HARD for e in events[ex.id]) or any(
@@ -232,7 +217,7 @@ def grade_notebook(
                 seed=seed,
                 gpu=MODE.gpu,
                 timeout=timeout,
-                secrets=secrets,
+                secrets=bounds.secrets,
             )
         res.exercises.append(_final_result(ex, judged, events[ex.id], timeout, mode))
     res.seconds = time.time() - t0
@@ -271,14 +256,13 @@ def _run_cells(
     res,
     timeout,
     executed_dir,
-    secrets=(),
-    limits=None,
+    bounds: RunBounds,
 ):
     """Run the notebook's cells in a locked-down child Python (``ChildEngine`` with
     ``sandbox.lock_down``: a scratch folder of its own, no processes, no files outside it, none
-    of ``judge.secret_paths(secrets)``), killed with its process group at the end; its cell
-    errors, timeouts and crashes go to ``events`` (by exercise) or ``res.problems``; a run
-    stopped by its ``limits`` (``Executor``'s keywords) flags the notebook."""
+    of ``judge.secret_paths(bounds.secrets)``), killed with its process group at the end; its
+    cell errors, timeouts and crashes go to ``events`` (by exercise) or ``res.problems``; a run
+    stopped by the bounds' limits flags the notebook."""
     nb, notes = _prepare(nb, lesson, solutions)
     res.problems += notes
     by_cell = {}
@@ -298,10 +282,13 @@ def _run_cells(
         for var, sub in SCRATCH_ENV.items():  # caches and dumps inside it, from the start
             env[var] = f"{scratch}/tmp/{sub}"
         log = Path(tmp) / "cells.log"
-        policy = {"scratch": scratch, "secrets": secret_paths(secrets)}
+        policy = {"scratch": scratch, "secrets": secret_paths(bounds.secrets)}
         try:
             with ChildEngine(env, tmp, timeout, log, sandbox=policy) as engine:
-                run = Executor(nb, engine, exercise_of, **(limits or {}))
+                run = Executor(
+                    nb, engine, exercise_of, max_restarts=bounds.max_restarts,
+                    budget_s=bounds.budget_s,
+                )  # fmt: skip
                 for ran in run.run():
                     ev = ran.event
                     if ev is None:
