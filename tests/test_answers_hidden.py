@@ -37,7 +37,7 @@ HELPERS: dict[str, tuple[str, ...]] = {
     "06.persistent_kernel": ("reduction_buffer", "row_sum"),
     "06.fake_impl": ("_fake", "_fwd_fake", "rmsnorm_fwd_fake"),
     "07.dx_row": ("dx_row",),
-    "07.grad_in": ("grad_in",),
+    "07.red_add": ("red_add",),
 }
 
 #: the stages whose whole kernel an exercise writes: show_kernel(stage) before it gives it away

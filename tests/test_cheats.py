@@ -315,7 +315,7 @@ ANSWER_CELL_CHEATS = [
                 "load_and_sum_sq",
                 "quack_edu.stages.cpasync.CpAsyncRMSNorm.load_and_sum_sq",
             ),
-            ("07.grad_in", "grad_in", "quack_edu.stages.final_bwd.FinalBwdRMSNorm.grad_in"),
+            ("07.red_add", "red_add", "quack_edu.stages.final_bwd.FinalBwdAtomic.red_add"),
         )  # fmt: skip
     ],
     (  # the hole takes self.reduction_buffer away (a hint); the class's own is a tripwire

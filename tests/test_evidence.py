@@ -1,7 +1,7 @@
 """``quack_edu.lessons.evidence`` is what a lesson's cell after a check needs to show the
 learner's own kernel: importing it imports no exercise module (a graded notebook may not), the
-exercises grade with the same helpers, no notebook imports the exercises, no line of a solution
-is written in it, and the report a check compiled is the one the lesson's cell shows."""
+exercises grade with the same helpers, no notebook imports the exercises, and no line of a
+solution is written in it."""
 
 from __future__ import annotations
 
@@ -12,15 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from quack_edu.grading import all_exercises, get, run_exercise
-from quack_edu.grading.notebook import (
-    answer_from_source,
-    exercise_source,
-    find_cell,
-    notebooks_dir,
-    read,
-    solutions_dir,
-)
+from quack_edu.grading import all_exercises
+from quack_edu.grading.notebook import find_cell, notebooks_dir, read, solutions_dir
 from quack_edu.lessons import evidence
 
 EXERCISES = "quack_edu.grading.exercises"
@@ -31,7 +24,6 @@ MIN_TEXT = 16
 SHARED = {
     "quack_edu.grading.probes.lesson01b_02": ("scale_ptx",),  # 01.scale_kernel's probe
     "lesson06": ("scratch_op",),
-    "lesson07": ("OFFSET", "NO_WEIGHT_OFFSET", "learner_class", "report_for", "grad_flow"),
 }
 
 
@@ -79,29 +71,3 @@ def test_no_solution_text_in_evidence():
             for old, _ in m.replace:
                 if len(old.strip()) >= MIN_TEXT:
                     assert old.strip() not in src, (ex.id, m.name, old)
-
-
-@pytest.mark.slow
-def test_report_for_is_the_report_the_check_read(monkeypatch):
-    from quack_edu.tools import inspect
-
-    ex = get("07.grad_in")
-    nb = read(solutions_dir() / f"{ex.lesson}.ipynb")
-    answer = answer_from_source(exercise_source(nb, ex), ex.answer)
-    res = run_exercise(ex, answer)
-    assert res.status in ("pass", "skip"), res.table()
-    compiled = []
-    real = inspect.kernel_report
-    monkeypatch.setattr(
-        inspect, "kernel_report", lambda *a, **k: compiled.append(a) or real(*a, **k)
-    )
-    # the reports the checks read (with a weight and without), kept for the answer object
-    rep = evidence.report_for(answer)
-    assert evidence.report_for(answer, 1000, weighted=False) is not rep
-    assert not compiled
-    flow = evidence.grad_flow(rep.ptx)
-    assert flow == {"weight": True, "dout": True, "offset": True, "offset_after": False}, flow
-    # a function no check has seen (a graded notebook's: its checks ran elsewhere): compiled here
-    other = answer_from_source(exercise_source(nb, ex), ex.answer)
-    assert evidence.grad_flow(evidence.report_for(other).ptx) == flow
-    assert len(compiled) == 1

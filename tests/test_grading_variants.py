@@ -154,23 +154,7 @@ def test_own_warp_variant_with_eight_warps_per_row():
     assert _diagnose(own, x, w, (variant,)) == lesson03.OWN_PARTIAL
 
 
-# ---- lesson 07: the gpu-tier hints of 07.grad_in and 07.dx_row, simulated on a CPU --------------
-@pytest.mark.parametrize("variant", range(4))
-@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
-def test_grad_in_variants_give_their_hints(variant, dtype):
-    """A kernel with a wrong g writes dx = rstd * (g' - x_hat * mean(x_hat * g')) rounded to x's
-    dtype: the gpu check's diagnosis of it names the mistake, and of the right dx nothing."""
-    from quack_edu.grading.exercises import lesson07 as L
-    from quack_edu.reference import rmsnorm_bwd_ref
-
-    name, g_fn, hint = L.G_VARIANTS[variant]
-    g = torch.Generator().manual_seed(variant)
-    x, w, dout, rstd = L.row_inputs(37, 1000, dtype, "bf16", 1.0, g)
-    scale = L.dx_scale(x, w, dout, rstd, 1.0)
-    wrong = L._dx(x, rstd, g_fn(dout.float(), w.float(), 1.0)).to(x.dtype)
-    assert L._diagnose_grad(wrong, x, w, dout, rstd, 1.0, scale) == hint, name
-    right = rmsnorm_bwd_ref(x, w, dout, rstd, weight_offset=1.0)[0].to(x.dtype)
-    assert L._diagnose_grad(right, x, w, dout, rstd, 1.0, scale) is None
+# ---- lesson 07: 07.dx_row's tolerance and known wrong formulas, on a CPU -------------------------
 
 
 def test_dx_row_tolerance_passes_fp32_orders_and_fails_every_variant():

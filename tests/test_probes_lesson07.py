@@ -1,4 +1,4 @@
-"""``quack_edu.grading.probes.lesson07`` is what the judge's worker runs for 07.grad_in and
+"""``quack_edu.grading.probes.lesson07`` is what the judge's worker runs for 07.red_add and
 07.dw_partial: importing it imports no exercise module, no line of a solution is written in it,
 and judged, neither exercise runs a check in the learner's process."""
 
@@ -17,7 +17,7 @@ from quack_edu.grading.notebook import find_cell, notebooks_dir, read, solutions
 from quack_edu.grading.probes import lesson07 as probes
 
 EXERCISES = "quack_edu.grading.exercises"
-IDS = ("07.grad_in", "07.dw_partial")
+IDS = ("07.red_add", "07.dw_partial")
 #: solution lines and mutant edits shorter than this are the DSL's own words (``@cute.jit``)
 MIN_TEXT = 16
 

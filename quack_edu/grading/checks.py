@@ -176,11 +176,18 @@ class KernelHole:
     #: (name, value) class attributes set on the subclass too, e.g. (("seq_rows", 1),): the
     #: cluster kernel with one row block per CTA, so its PTX holds one exchange to judge
     attrs: tuple = ()
+    #: a lesson's variant of the stage's kernel to subclass instead (a key of the stage
+    #: module's ``VARIANTS``, e.g. "atomic": ``final_bwd.FinalBwdAtomic``), or "" for the stage's
+    variant: str = ""
 
     def build(self, answer):
-        from ..stages import kernel_class
+        from ..stages import get_stage, kernel_class
 
-        base = kernel_class(self.stage)
+        base = (
+            get_stage(self.stage).VARIANTS[self.variant]
+            if self.variant
+            else kernel_class(self.stage)
+        )
         if not hasattr(base, self.piece):
             raise AttributeError(f"{base.__name__} has no piece {self.piece!r} to override")
         method = self.adapt(answer)

@@ -257,11 +257,15 @@ LOOP_HOLE = KernelHole(stage="final", piece="row_blocks", adapt=_traced)
 
 
 # ---- 07_backward -------------------------------------------------------------------------------
-#: 07.grad_in: the backward kernel's g, answer(dy, w, weight_offset)
-GRAD_IN_HOLE = KernelHole(
+#: 07.red_add: lesson 07's atomic backward (``final_bwd.FinalBwdAtomic``, strategy 1) with the
+#: learner's ``red_add(r, dst)``: add the fp32 vector ``r`` (registers) into ``dst`` (the CTA's
+#: columns of the one zeroed dw row, global memory). Its stage is the backward's: 07.dw_partial
+#: draws its hidden row lengths for that stage through this hole too
+RED_ADD_HOLE = KernelHole(
     stage="final_bwd",
-    piece="grad_in",
-    adapt=lambda answer: lambda self, dy, w: answer(dy, w, self.features.weight_offset),
+    piece="red_add",
+    adapt=lambda answer: lambda self, r, dst: answer(r, dst),
+    variant="atomic",
 )
 
 

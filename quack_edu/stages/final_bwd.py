@@ -384,7 +384,7 @@ class FinalBwdRMSNorm(FinalBase):
         (grid_x, N) fp32)."""
         return compiled
 
-    # -- the piece a lesson lets a learner rewrite -------------------------------------------------
+    # -- g, the gradient that reaches x_hat --------------------------------------------------------
     def grad_in(self, dy, w):
         """g = dout * (w + weight_offset) in fp32 (dout alone without a weight)."""
         if cutlass.const_expr(w is None):

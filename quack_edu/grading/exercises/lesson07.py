@@ -1,11 +1,13 @@
-"""Lesson 07, the backward: the gradient of a row by hand, the kernel's g, and its dw partials.
+"""Lesson 07, the backward: the gradient of a row by hand, the atomic dw, and the dw partials.
 
 07.dx_row   dx of RMSNorm rows in torch, fp32, from the saved rstd, derived by hand:
             rstd * (g - x_hat * mean(x_hat * g)) with g = dout * (w + weight_offset)
-07.grad_in  the backward kernel's g = dout * (w + weight_offset) (dout alone without a weight)
+07.red_add  strategy 1's add of a vector of fp32 partial sums into the one dw row, with atomic
+            adds (``red.global.add.f32``), in lesson 07's atomic backward: ``lesson07_atomic``
 07.dw_partial  the persistent CTA's dw: its accumulation (dout * x_hat, fp32, across its row
             blocks) and its partial store (the CTA's rows added in order through shared memory,
-            one plain-stored row a CTA): two functions, made methods of the backward kernel
+            one plain-stored row a CTA): two functions, made methods of the backward kernel:
+            ``lesson07_dw_partial``
 
 07.dx_row's compile tier runs the answer on the CPU and compares it with torch.autograd of the
 forward in float64 (``bwd_strategies.autograd_bwd``), with a tolerance per row (``DX_RTOL``,
@@ -13,51 +15,20 @@ explained there); a known wrong formula that matches every case gives its hint. 
 source must not differentiate (autograd) nor call a finished backward. Its gpu tier runs the
 answer on CUDA tensors against float64 autograd and against the kernel's own dx
 (``quack_edu.rmsnorm_bwd``).
-
-07.grad_in's compile tier reads the PTX of the backward kernel built around the answer with x
-fp32, the weight bf16, dout fp16 and weight_offset=1.0, so that each operand of g is
-recognisable by its conversion (``cvt.f32.bf16`` the weight, ``cvt.f32.f16`` dout) and the offset
-is the fp32 constant 0f3F800000: following the dx stores back through the registers says
-whether the weight, dout and the offset reach dx, and whether the offset was added to the
-weight or after the multiply. Then it compiles the kernel without a weight (``w`` is None).
-The gpu tier runs the learner's kernel class (a subclass of ``FinalBwdRMSNorm``) through its
-``launch`` against ``rmsnorm_bwd_ref`` (dx and dw) with weights of every dtype, none, and both
-offsets. Both tiers compile and launch the kernel where the answer lives
-(``probes.lesson07``): what comes back is its PTX and its outputs, judged here.
-
-07.dw_partial is checked in ``lesson07_dw_partial``.
 """
 
 from __future__ import annotations
 
 import io
-import math
 import tokenize
 
-# learner_class and report_for: the lesson's cell shows the kernel the checks read, built by
-# the same helpers (tests/test_evidence.py); the checks reach them through the probes
-from ...lessons.evidence import (  # noqa: F401
-    NO_WEIGHT_OFFSET,
-    OFFSET,
-    grad_flow,
-    learner_class,
-    report_for,
-)
-from ..checks import (
-    CheckFailed,
-    Ptx,
-    f32_hex,
-    fail_on_error,
-)
-from ..holes import GRAD_IN_HOLE as HOLE
-from ..probes.lesson07 import grad_in_compiled, grad_in_launched
+from ..checks import CheckFailed
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
-from .whole_kernel import check_offset_flow
 
 LESSON = "07_backward"
 EPS = 1e-6
 
-# ---- hints shared by both exercises -------------------------------------------------------------
+# ---- hints of a wrong g (dx_row's known wrong formulas) ----------------------------------------
 OFFSET_AFTER = (
     "weight_offset is added after the multiply (dout * w + offset): the offset belongs to the "
     "weight, the layer's factor is (w + weight_offset)"
@@ -69,18 +40,6 @@ NO_OFFSET = (
 NO_WEIGHT_IN_G = (
     "the weight never reaches dx: the forward multiplied x_hat by (w + weight_offset), and the "
     "gradient you send back into x_hat leaves the weight out"
-)
-NO_DOUT_IN_G = (
-    "dout never reaches dx: g is the gradient of the loss with respect to x_hat, and without "
-    "dout it is not a gradient of anything"
-)
-OFFSET_WITHOUT_WEIGHT = (
-    "w is None there, and your g still carries weight_offset: the offset belongs to the weight "
-    "(the layer's factor is w + weight_offset), so a layer without a weight has no factor at "
-    "all, whatever weight_offset says"
-)
-NO_WEIGHT_CASE = (
-    "the kernel without a weight (weight=None) does not compile with your code: w is None there"
 )
 
 # ---- 07.dx_row --------------------------------------------------------------------------------
@@ -422,259 +381,3 @@ dx_row = register(
 )
 dx_row.add(_not_derived(), _dx_values(hidden=False), _dx_values(hidden=True))
 dx_row.add(_dx_gpu(hidden=False), _dx_gpu(hidden=True))
-
-
-# ---- 07.grad_in -------------------------------------------------------------------------------
-# OFFSET (``lessons.evidence``): Gemma's 1.0, recognisable as the fp32 constant 0f3F800000
-#: the compile tier's dtypes: each operand of g recognisable by its conversion
-X_DTYPE, W_DTYPE, DOUT_DTYPE = "fp32", "bf16", "fp16"
-COMPILES = "compiles (x fp32, weight bf16, dout fp16, weight_offset=1.0)"
-PROBE = "the PTX: dx from dout * (w + 1.0)"
-#: after the probe: a wrong g is reported without compiling a second kernel
-COMPILES_NO_WEIGHT = "compiles without a weight (w is None)"
-# NO_WEIGHT_OFFSET (``lessons.evidence``): the no-weight kernel's, 0.375, which must not reach dx
-PROBE_NO_WEIGHT = "the PTX without a weight: dx from dout alone (weight_offset=0.375 unused)"
-
-
-#: the compile tier's row length (g does not depend on N)
-GRAD_N = 1000
-
-
-def _grad_report(ctx, weighted: bool = True) -> dict:
-    """The PTX, registers and spills of the backward with the learner's grad_in (with a weight:
-    x fp32, weight bf16, dout fp16, weight_offset 1.0; without: weight_offset NO_WEIGHT_OFFSET),
-    compiled where the answer lives (``probes.lesson07.grad_in_compiled``, the kernel
-    ``lessons.evidence.report_for`` shows), once a run."""
-    key = ("07.grad_in report", GRAD_N, weighted)
-    if key not in ctx.cache:
-        data = ctx.probe(grad_in_compiled, GRAD_N, weighted)
-        if not isinstance(data, dict) or not isinstance(data.get("ptx"), str):
-            raise CheckFailed("the learner's process sent no PTX back")
-        ctx.cache[key] = data
-    return ctx.cache[key]
-
-
-def _grad_compiles(weighted: bool = True) -> Check:
-    def fn(ctx):
-        N = GRAD_N
-        what = f"x {X_DTYPE}, weight {W_DTYPE}, dout {DOUT_DTYPE}" if weighted else "no weight"
-        with fail_on_error(
-            f"the backward kernel with your grad_in does not compile ({what}, N={N})",
-            hint=None if weighted else NO_WEIGHT_CASE,
-        ):
-            rep = _grad_report(ctx, weighted)
-        spills = int(rep["spill_store_bytes"]) + int(rep["spill_load_bytes"])
-        return f"N={N}: {int(rep['registers'])} registers, {spills} B of spills"
-
-    if not weighted:
-        return Check(COMPILES_NO_WEIGHT, COMPILE, fn, needs=(PROBE,))
-    return Check(COMPILES, COMPILE, fn)
-
-
-def _probe_grad(ptx_text: str) -> str:
-    flow = grad_flow(ptx_text)
-    expected = "dx built from dout * (w + 1.0): the weight, dout and the offset (added to w)"
-    seen = ", ".join(k for k in ("weight", "dout", "offset") if flow[k])
-    if not flow["weight"]:
-        raise CheckFailed(
-            "the weight (cvt.f32.bf16) reaches no dx store",
-            expected=expected,
-            seen="no dx store depends on the weight",
-            hint=NO_WEIGHT_IN_G,
-        )
-    if not flow["dout"]:
-        raise CheckFailed(
-            "a dx store depends on the weight but not on dout (cvt.f32.f16)",
-            expected=expected,
-            seen=f"dx depends on {seen}",
-            hint=NO_DOUT_IN_G,
-        )
-    check_offset_flow(
-        flow,
-        "dx",
-        offset=OFFSET,
-        depends_on="dout",
-        multiplies="dout",
-        missing=NO_OFFSET,
-        late=OFFSET_AFTER,
-    )
-    return "dx depends on dout * (w + 1.0): the weight, dout, the offset added to w"
-
-
-def offset_in_dx(ptx_text: str, off: float = NO_WEIGHT_OFFSET) -> list[str]:
-    """The instructions among the dx stores' inputs that use the offset (``off``, ``1 + off``,
-    ``1 - off`` or ``-off`` as an fp32 immediate)."""
-    ptx = Ptx(ptx_text)
-    consts = {f32_hex(v) for v in (off, 1 + off, 1 - off, -off)}
-    seen = []
-    for st in (i for i in ptx.instrs if i.opcode.startswith("st.global")):
-        for a in ptx.ancestors(st):
-            if any(k in o for o in a.operands for k in consts) and a.text not in seen:
-                seen.append(a.text)
-    return seen
-
-
-def _grad_probe_no_weight() -> Check:
-    def fn(ctx):
-        used = offset_in_dx(_grad_report(ctx, weighted=False)["ptx"])
-        if used:
-            raise CheckFailed(
-                f"without a weight, weight_offset={NO_WEIGHT_OFFSET} still reaches dx",
-                expected="g = dy: no weight, so no (w + weight_offset) factor",
-                seen=used[0],
-                hint=OFFSET_WITHOUT_WEIGHT,
-            )
-        return "without a weight, g is dout alone (the offset never reaches dx)"
-
-    return Check(PROBE_NO_WEIGHT, COMPILE, fn, needs=(COMPILES_NO_WEIGHT,))
-
-
-def _grad_probe() -> Check:
-    def fn(ctx):
-        return _probe_grad(_grad_report(ctx)["ptx"])
-
-    return Check(PROBE, COMPILE, fn, needs=(COMPILES,))
-
-
-#: (x dtype, weight dtype or None, weight_offset) of the gpu value cases
-GRAD_CASES = (
-    ("bf16", "bf16", 0.0),
-    ("bf16", "fp32", OFFSET),
-    ("fp16", "fp16", OFFSET),
-    ("fp32", "fp32", 0.0),
-    ("bf16", None, 0.0),
-    ("bf16", None, OFFSET),  # no weight: the offset must not reach g
-)
-
-#: known wrong g's as functions of fp32 (dout, w, off), and their hints
-G_VARIANTS = (
-    ("offset after", lambda d, w, o: d * w + o, OFFSET_AFTER),
-    ("no offset", lambda d, w, o: d * w, NO_OFFSET),
-    ("no weight", lambda d, w, o: d, NO_WEIGHT_IN_G),
-    ("no dout", lambda d, w, o: (w + o).expand_as(d), NO_DOUT_IN_G),
-)
-
-
-def _diagnose_grad(dx, x, w, dout, rstd, off, scale) -> str | None:
-    if w is None:
-        if off == 0.0:
-            return None
-        cand = _dx(x.float().cpu(), rstd.cpu(), dout.float().cpu() * (1 + off))
-        if bool(dx_within(dx.float().cpu(), cand, scale.cpu(), 2e-2).all()):
-            return OFFSET_WITHOUT_WEIGHT
-        return None
-    d, wf = dout.float().cpu(), w.float().cpu()
-    for _, fn, hint in G_VARIANTS:
-        cand = _dx(x.float().cpu(), rstd.cpu(), fn(d, wf, off))
-        if bool(dx_within(dx.float().cpu(), cand, scale.cpu(), 2e-2).all()):
-            return hint
-    return None
-
-
-def _grad_values(hidden: bool) -> Check:
-    def fn(ctx):
-        import torch
-
-        from ...reference import TOLERANCES, rmsnorm_bwd_ref
-        from ..checks import HIDDEN_M, VISIBLE_M
-
-        gen = ctx.torch_generator(salt="grad values" + str(hidden))
-        n = 0
-        for xdt, wdt, off in GRAD_CASES:
-            N = ctx.hidden_N(HOLE, xdt) if hidden else 1000
-            for M in HIDDEN_M if hidden else VISIBLE_M:
-                x, w, dout, rstd = row_inputs(M, N, xdt, wdt, off, gen, "cuda")
-                # launched where the answer lives, dx NaN before (probes.lesson07)
-                got = ctx.probe(grad_in_launched, x, w, dout, rstd, off)
-                dx, dw_p = got if isinstance(got, tuple | list) and len(got) == 2 else (None, None)
-                if not torch.is_tensor(dx) or tuple(dx.shape) != tuple(x.shape):
-                    raise CheckFailed("the learner's process sent no dx back")
-                dx = dx.to(x.device)
-                ex, ew, _ = rmsnorm_bwd_ref(
-                    x, w, dout, rstd, compute_dtype=torch.float64, weight_offset=off
-                )
-                scale = dx_scale(x, w, dout, rstd, off)
-                tol = TOLERANCES[x.dtype]
-                # dx is rounded to x's dtype: the table's rtol, plus fp32's error at the row scale
-                ok = (dx.double() - ex).abs() <= tol["rtol"] * ex.abs() + DX_RTOL * scale.double()
-                what = (
-                    f"{xdt} M={M} N={N}, weight {wdt or 'None'}, weight_offset={off} "
-                    f"(seed {ctx.seed})"
-                )
-                if not bool(ok.all()):
-                    idx = int((~ok).flatten().nonzero()[0])
-                    row, col = divmod(idx, N)
-                    raise CheckFailed(
-                        f"{what}: {int((~ok).sum())} of {M * N} dx elements differ from "
-                        "rmsnorm_bwd_ref",
-                        expected=f"{ex[row, col].item():.6g} at row {row}, column {col}",
-                        seen=f"{dx[row, col].item():.6g}",
-                        hint=_diagnose_grad(dx, x, w, dout, rstd, off, scale),
-                    )
-                if w is not None:  # dw does not go through grad_in; checked all the same
-                    if not torch.is_tensor(dw_p) or dw_p.dim() != 2 or dw_p.shape[1] != N:
-                        raise CheckFailed("the learner's process sent no dw partials back")
-                    dw = dw_p.to(ew.device).sum(dim=0).double()
-                    wt = TOLERANCES[torch.float32]
-                    if not torch.allclose(
-                        dw, ew, rtol=wt["rtol"], atol=wt["atol"] * math.sqrt(M) * 10
-                    ):
-                        raise CheckFailed(
-                            f"{what}: dw (the partial sums' total) differs from rmsnorm_bwd_ref",
-                            expected=f"max |dw| {ew.abs().max().item():.6g}",
-                            seen=f"max error {(dw - ew).abs().max().item():.3g}",
-                        )
-                n += 1
-        return f"{n} cases: dx and dw match rmsnorm_bwd_ref (weights bf16/fp16/fp32/None)"
-
-    name = (
-        "values vs rmsnorm_bwd_ref at more shapes, grading seed"
-        if hidden
-        else "dx and dw vs rmsnorm_bwd_ref (M in 1/37/199, N=1000, weights and offsets)"
-    )
-    return Check(name, GPU, fn, hidden, (COMPILES,))
-
-
-# BEGIN KEY
-# fmt: off
-GRAD_IN_MUTANTS = [
-    *mutants(TIERS,
-        ("offset added after the multiply", "added after the multiply",
-         "dy * (w + weight_offset)", "dy * w + weight_offset"),
-        ("offset forgotten", "weight_offset never reaches the gradient",
-         "dy * (w + weight_offset)", "dy * w"),
-        ("weight ignored", "the weight never reaches dx",
-         "return dy * (w + weight_offset)", "return dy"),
-        ("the offset applied without a weight", "the offset belongs to the weight",
-         "        return dy\n", "        return dy * (1 + weight_offset)\n"),
-    ),
-    *mutants(COMPILE,
-        ("no case for a missing weight", "w is None there",
-         "    if w is None:\n        return dy\n", ""),
-    ),
-]
-# fmt: on
-# END KEY
-
-grad_in = register(
-    Exercise(
-        id="07.grad_in",
-        finished=("quack_edu.stages.final_bwd.FinalBwdRMSNorm.grad_in",),
-        lesson=LESSON,
-        answer="grad_in",
-        title="the backward kernel's g = dout * (w + weight_offset), in fp32",
-        points={COMPILE: 1, GPU: 1},
-        mutants=GRAD_IN_MUTANTS,
-    )
-)
-# No compile-tier check at a random N: the piece does not depend on N (the kernel around it
-# does, and the gpu tier's hidden check runs it at random ragged N); each compile of the
-# backward costs ~1-2 s on a 2-core CI machine.
-grad_in.add(
-    _grad_compiles(),
-    _grad_probe(),
-    _grad_compiles(weighted=False),
-    _grad_probe_no_weight(),
-    _grad_values(hidden=False),
-    _grad_values(hidden=True),
-)

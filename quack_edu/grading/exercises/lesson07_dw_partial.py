@@ -31,11 +31,14 @@ from ..checks import (
     thread_guards,
     times_zero,
 )
+
+# the backward stage's hole: its row alignment and largest N for hidden_N
+from ..holes import RED_ADD_HOLE as HOLE
 from ..holes import dw_partial_class
 from ..probes import report_of
 from ..probes.lesson07 import DW_STAGE, dw_compiled, dw_launched, dw_time_us
 from ..registry import COMPILE, GPU, TIERS, Check, Exercise, mutants, register
-from .lesson07 import HOLE, LESSON, row_inputs
+from .lesson07 import LESSON, row_inputs
 
 # ---- 07.dw_partial ----------------------------------------------------------------------------
 #: the compile tier's backward: x bf16, dout fp16 (each recognisable by its conversion), the

@@ -21,8 +21,7 @@ itself: a lesson states its kernel's hole, cases, probe, configs, hints and muta
 each.
 
 Lesson 06's ``06.persistent_kernel`` is a ``WholeKernel`` on the block stage
-(``lesson06_persistent``); lesson 07 takes ``check_offset_flow`` (the weight offset added to the
-weight in dx) from here too.
+(``lesson06_persistent``).
 """
 
 from __future__ import annotations
@@ -42,7 +41,6 @@ from ..checks import (
     KernelHole,
     Ptx,
     compiles,
-    f32_hex,
     no_local_memory,
     not_launched,
     rmsnorm_inputs,
@@ -729,27 +727,3 @@ def guarded_by_cols(ptx_text: str, kind: str, arg: int) -> tuple[list[str], list
     a tile covers, the vectors past N must be skipped: some access of x, the weight and y is
     guarded."""
     return _guards(ptx_text, kind, arg, _column_pred)
-
-
-def check_offset_flow(
-    flow: dict, out: str, *, offset: float, depends_on: str, multiplies: str, missing, late
-) -> None:
-    """weight_offset=``offset`` reaches ``out`` (``flow["offset"]``), added to the weight before
-    the multiply by ``multiplies``, not to a value that already depends on ``depends_on``
-    (``flow["offset_after"]``). ``missing``, ``late``: the hints of the two failures (lesson
-    07's dx)."""
-    k = f32_hex(offset)
-    if not flow["offset"]:
-        raise CheckFailed(
-            f"weight_offset={offset} does not reach {out}",
-            expected=f"an add of {k} ({offset}) to the weight",
-            seen=f"no {k} among {out}'s inputs",
-            hint=missing,
-        )
-    if flow["offset_after"]:
-        raise CheckFailed(
-            f"the offset is added to a value that already depends on {depends_on}",
-            expected=f"add.f32 w, {k} before the multiply by {multiplies}",
-            seen=f"{k} added after the multiply",
-            hint=late,
-        )

@@ -1,9 +1,9 @@
 """Lesson 07's probes: the backward kernel with the learner's pieces, compiled, launched or timed
 where the answer lives; what comes back is its PTX, its outputs, its time (``Context.probe``).
 
-07.grad_in     ``grad_in_compiled``: the report of the backward with ``grad_in`` (the kernel the
-               lesson's cell shows: ``lessons.evidence.report_for``); ``grad_in_launched``: its
-               dx and dw partials on the grader's inputs
+07.red_add     ``red_compiled``: the report of the atomic backward with the cell's ``red_add``
+               (``holes.RED_ADD_HOLE``); ``red_launched``: its dw row on the grader's inputs,
+               from several launches
 07.dw_partial  ``dw_compiled``, ``dw_launched``, ``dw_time_us``: the backward with the cell's
                ``accumulate_dw`` and ``combine_partial`` (``holes.dw_partial_class``)
 
@@ -13,39 +13,54 @@ No reference, no tolerance, no verdict: the checks (``grading.exercises.lesson07
 from __future__ import annotations
 
 from ..context import plain_call, shared
-from ..holes import accumulate_dw_of, dw_partial_class
+from ..holes import RED_ADD_HOLE, accumulate_dw_of, dw_partial_class
 from . import REPORT_FIELDS
 
-#: the stage name a dw_partial report carries
+#: the stage names a dw_partial and a red_add report carry
 DW_STAGE = "final_bwd+07.dw_partial"
+RED_STAGE = "final_bwd (atomic)+07.red_add"
 
 
 def _fields(rep) -> dict:
     return {k: getattr(rep, k) for k in REPORT_FIELDS}
 
 
-# ---- 07.grad_in -------------------------------------------------------------------------------
-def grad_in_compiled(answer, N: int, weighted: bool) -> dict:
-    """The report of the backward with ``answer`` as its ``grad_in`` at ``N``, as
-    ``lessons.evidence.report_for`` compiles it (with a weight: x fp32, weight bf16, dout fp16,
-    weight_offset 1.0; without: x bf16, weight_offset 0.375): its PTX, registers and spills."""
-    from ...lessons.evidence import report_for
-
-    return _fields(report_for(answer, N, weighted))
+# ---- 07.red_add -------------------------------------------------------------------------------
+def _red_class(answer):
+    """The atomic backward class with ``answer`` as its ``red_add`` (one per answer object)."""
+    return shared(answer, ("07.red_add class",), lambda: RED_ADD_HOLE.build(answer))
 
 
-def grad_in_launched(answer, x, w, dout, rstd, weight_offset: float):
-    """(dx, dw partials) of the backward with ``answer`` as its ``grad_in`` on these rows (dx
-    starts as NaN: an element the kernel leaves unwritten stays NaN; the partials are None
-    without a weight)."""
+def red_compiled(answer, N: int, x_dtype, w_dtype, dout_dtype) -> dict:
+    """The report of the atomic backward with ``answer`` as its ``red_add`` at ``N`` for x,
+    weight and dout of these dtypes: its PTX, registers and spills."""
+    from ...runtime import torch_dtype
+    from ...stages.final_bwd import BwdFeatures
+    from ...tools.inspect import kernel_report
+
+    def make():
+        f = BwdFeatures(dout_dtype=torch_dtype(dout_dtype))
+        kernel = _red_class(answer)(torch_dtype(x_dtype), N, None, torch_dtype(w_dtype), features=f)
+        return kernel_report(kernel, stage=RED_STAGE)
+
+    key = ("07.red_add report", N, str(x_dtype), str(w_dtype), str(dout_dtype))
+    return _fields(shared(answer, key, make))
+
+
+def red_launched(answer, x, w, dout, rstd, runs: int = 3) -> list:
+    """dw of ``runs`` launches of the atomic backward with ``answer`` as its ``red_add`` on
+    these rows (weight_offset 0): each the one fp32 row the CTAs add into, zeroed before its
+    launch (``FinalBwdRMSNorm.launch`` of a variant with ``partial_rows``), (1, N)."""
     import torch
 
-    from ...lessons.evidence import learner_class
-
-    dx = torch.full_like(x, float("nan"))
-    dw_p, _ = learner_class(answer).launch(x, w, dout, None, rstd, dx, None, False, weight_offset)
-    torch.cuda.synchronize()
-    return dx, dw_p
+    cls = _red_class(answer)
+    dx = torch.empty_like(x)
+    out = []
+    for _ in range(runs):
+        dw_row, _ = cls.launch(x, w, dout, None, rstd, dx, None, False)
+        torch.cuda.synchronize()
+        out.append(dw_row)
+    return out
 
 
 # ---- 07.dw_partial ----------------------------------------------------------------------------
