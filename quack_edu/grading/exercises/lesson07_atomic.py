@@ -312,10 +312,9 @@ def _values(hidden: bool) -> Check:
     return Check(name, GPU, fn, hidden, (COMPILES,))
 
 
-#: the solution's add, which the mutants rewrite
-_RED = 'cute.arch.red(ptr, r[i], op="add", dtype="f32", sem="relaxed", scope="gpu")'
-
 # BEGIN KEY
+#: the solution's add, which a mutant rewrites
+_RED = 'cute.arch.red(ptr, r[i], op="add", dtype="f32", sem="relaxed", scope="gpu")'
 # fmt: off
 RED_ADD_MUTANTS = [
     *mutants(TIERS,
