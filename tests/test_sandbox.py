@@ -278,10 +278,12 @@ NATIVE_CHILD = textwrap.dedent(
                      "read the library": lambda: read(sandbox.__file__),
                      "write in the scratch folder": lambda: write("mine.bin"),
                      "signal the parent": signal_parent,
-                     "leave the process group": os.setsid}.items():
+                     "leave the process group": os.setsid,
+                     "capabilities": lambda: [ln for ln in open("/proc/self/status")
+                                              if ln.startswith("CapEff")][0].split()[1]}.items():
         try:
-            fn()
-            out[name] = "ran"
+            got = fn()
+            out[name] = got if name == "capabilities" else "ran"
         except Exception as e:
             out[name] = f"{type(e).__name__}: {e}"
     print(json.dumps(out))
@@ -314,6 +316,7 @@ def test_native_code_is_confined_by_landlock(tmp_path, subprocess_env):
     assert not list(outside.iterdir())
     # seccomp: nothing leaves the group the grader kills (red team 6's native fork + setsid)
     assert "Operation not permitted" in out["leave the process group"], out
+    assert int(out["capabilities"], 16) == 0, out  # none, even run as root (red team 7: TIOCSTI)
     if confine.abi() >= 6:  # Landlock's signal scope: the grader is outside the domain
         assert "Operation not permitted" in out["signal the parent"], out
 

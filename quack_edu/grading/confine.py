@@ -99,6 +99,26 @@ def stay_in_group() -> bool:
     return libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) == 0  # PR_SET_SECCOMP, MODE_FILTER
 
 
+#: capset(2)'s number by machine
+_CAPSET = {"x86_64": 126, "aarch64": 91}
+
+
+def drop_capabilities() -> bool:
+    """This process (and what it starts) keeps no capability, even run as root: a root
+    grader's learner process could otherwise push keystrokes into the grader's terminal
+    (TIOCSTI on a terminal not its own needs CAP_SYS_ADMIN: red team 7 ran a command in the
+    instructor's shell) or read another process's /proc entries that need CAP_SYS_PTRACE
+    (its environment). Returns whether the capabilities are none now."""
+    import platform
+
+    nr = _CAPSET.get(platform.machine())
+    if nr is None or not sys.platform.startswith("linux"):
+        return False
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2 words: all none
+    return _libc().syscall(nr, ctypes.byref(header), ctypes.byref(data)) == 0
+
+
 def abi() -> int:
     """The kernel's Landlock ABI version, 0 without Landlock."""
     if not sys.platform.startswith("linux"):

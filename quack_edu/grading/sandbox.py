@@ -274,6 +274,7 @@ def lock_down(
     from . import confine
 
     _state["in_group"] = confine.stay_in_group()  # (native code too: the group is killed whole)
+    _state["no_capabilities"] = confine.drop_capabilities()  # (a root grader's are not theirs)
     pid = str(getpid())
     run_folder = os.path.dirname(home)
     # and, once locked, a fresh copy of the modules whose process and file functions are
