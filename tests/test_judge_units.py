@@ -241,3 +241,14 @@ def test_a_remote_launch_is_timed_in_the_worker():
     x = torch.zeros(37, 8)
     assert launch_time_us(Remote(), x, x[0], x, 1e-6) == 12.5
     assert asked == [(37, 1e-6)]
+
+
+@pytest.mark.parametrize(
+    "t",
+    [torch.tensor(3.5), torch.tensor(7, dtype=torch.int64), torch.tensor(1.5).bfloat16()],
+    ids=["fp32", "int64", "bf16"],
+)
+def test_a_zero_dim_tensor_crosses_the_wire(t):
+    """Red team 7: an honest answer returned as a 0-d tensor failed to encode."""
+    back = decode(encode(t))
+    assert back.shape == () and back.dtype == t.dtype and torch.equal(back, t)

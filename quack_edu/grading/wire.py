@@ -33,7 +33,8 @@ def encode(v, _depth: int = 0):
     if isinstance(v, torch.Tensor):
         t = v.detach().to("cpu").contiguous()
         t = torch.Tensor.as_subclass(t, torch.Tensor)
-        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        # (a 0-d tensor has no dim to view as bytes: its one element is viewed as a row)
+        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
         return {
             "t": "tensor",
             "dtype": str(t.dtype).removeprefix("torch."),
