@@ -377,3 +377,37 @@ def test_a_run_may_list_its_own_folder_not_another_runs(tmp_path, subprocess_env
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out == {"own": ["scratch"], "other": "refused"}, out
+
+
+def test_without_capabilities_no_keystroke_reaches_another_terminal(subprocess_env):
+    """Red team 7: under a root grader, native code pushed a command into the grader's terminal
+    (TIOCSTI); on a terminal not its own that needs CAP_SYS_ADMIN, which a learner process
+    drops (confine.drop_capabilities)."""
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+        pytest.skip("the escape needs a root grader on Linux")
+    child = textwrap.dedent(
+        """
+        import fcntl, os, pty, termios
+        from quack_edu.grading import confine
+        m, s = pty.openpty()
+        def push():
+            fd = os.open(os.ttyname(s), os.O_RDWR | os.O_NOCTTY)
+            try:
+                fcntl.ioctl(fd, termios.TIOCSTI, b"x")
+                return "pushed"
+            except OSError as e:
+                return e.strerror
+            finally:
+                os.close(fd)
+        before = push()
+        confine.drop_capabilities()
+        print(before, "|", push())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child], env=subprocess_env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    before, after = done.stdout.strip().split(" | ")
+    assert after == "Operation not permitted", done.stdout + done.stderr
+    assert before in ("pushed", "Operation not permitted")  # (the kernel may forbid it anyway)
