@@ -123,6 +123,9 @@ def bench_commands(a, out: Path, py: str) -> list[tuple[str, list[str], Path]]:
         runs.append(("bench bwd", cmd + common, out / "bench_bwd.json"))
     for _, cmd, result in runs:
         cmd += ["--json", str(result), "--png", str(result.with_suffix(".png"))]
+    if a.bench_pass == "qk-rows":  # rows in two modes in place, and a training call's host cost
+        qk = out / "qk_rows.json"
+        runs.append(("qk rows", [py, "scripts/bench_qk_rows.py", "--json", str(qk)], qk))
     return runs
 
 
@@ -263,11 +266,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--bench-pass",
-        choices=("fwd", "bwd", "both", "ladder"),
+        choices=("fwd", "bwd", "both", "ladder", "qk-rows"),
         default="fwd",
         help="bench the forward (--stages, --peers), the backward (lib against QuACK and "
-        "torch.compile, bench_bwd.json/png), both, or the whole ladder in one record "
-        "(bench --pass both: ladder.json/png)",
+        "torch.compile, bench_bwd.json/png), both, the whole ladder in one record "
+        "(bench --pass both: ladder.json/png), or qk-rows (scripts/bench_qk_rows.py: a fused "
+        "projection's q rows in place against contiguous, and a training call's host cost)",
     )
     p.add_argument(
         "--tests", default="tests", help="pytest paths for the other gpu tests (none: skip)"
@@ -378,6 +382,8 @@ def main() -> int:
         rc, text, dt = sh(cmd, result.with_suffix(".log"), timeout=a.bench_timeout)
         print(text[-6000:], flush=True)
         summary.append((name, f"rc={rc}", dt))
+        if name == "qk rows":  # its own record (scripts/bench_qk_rows.py), printed as it ran
+            continue
         bench_table += ("\n" if bench_table else "") + bench_summary(
             result, a.ours if name == "bench" else "lib"
         )
