@@ -163,8 +163,8 @@ def _recomputed() -> dict[str, str]:
         "{}x in the backward".format(
             _span(_speedups(f, "lib"), "{:.0f}"), _span(_speedups("bwd", "lib"), "{:.0f}")
         ),
-        "within 2% either way": f"within {100 * within:.0f}% either way",
-        "meets it at 16384 (0.98)": "meets it at 16384 ({:.2f})".format(
+        "within 2.2% either way": f"within {100 * within:.1f}% either way",
+        "meets it at 16384 (0.976)": "meets it at 16384 ({:.3f})".format(
             _predicted_over_measured("bwd", 16384)
         ),
         "0.81 at 262144": f"{_predicted_over_measured('bwd', 262144):.2f} at 262144",

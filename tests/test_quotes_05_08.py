@@ -154,7 +154,7 @@ OWN = {
     "08_speed_of_light": _own_08,
 }
 #: passages whose percentage is a concept, not a measurement
-CONCEPTS = ("Over 100% is possible", "More than 100%: the copy is a measured ceiling")
+CONCEPTS = ("Over 100% is possible", "More than 100%: the copy is a measured reference")
 
 
 @functools.cache
