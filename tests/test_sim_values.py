@@ -11,6 +11,8 @@ compile).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -72,3 +74,33 @@ def test_a_scaled_output_and_a_doubled_sum_get_their_own_hints():
     # without a row at eps's scale the two look alike: no claim of a uniform factor
     big = torch.randn(4, 256, generator=torch.Generator().manual_seed(3))
     assert "same factor" not in (_diagnose(2 * rmsnorm_ref(big, w, eps=EPS), big, w) or "")
+
+
+def test_a_learner_runs_their_kernel_on_the_cpu(tmp_path, monkeypatch, capsys):
+    """quack_edu.lessons.simulate.on_cpu (lesson 02's cell after its exercise): the solution
+    matches rmsnorm_ref; a wrong kernel is shown with its first differing element."""
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_cheats import solution
+
+    from quack_edu.lessons.simulate import on_cpu
+
+    head = "import torch, cutlass\nimport cutlass.cute as cute\nfrom cutlass import Float32\n"
+
+    def load(src, name):  # from a file: the DSL reads a kernel's source
+        path = tmp_path / f"{name}.py"
+        path.write_text(head + src)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.warp_kernel
+
+    src = solution("02.warp_kernel")
+    on_cpu("02.warp_kernel", load(src, "right"))
+    assert "every element matches rmsnorm_ref" in capsys.readouterr().out
+    assert "rstd = " in src
+    on_cpu("02.warp_kernel", load(src.replace("rstd = ", "rstd = 2.0 * ", 1), "doubled"))
+    out = capsys.readouterr().out
+    assert "elements differ; the first at row 0, column 0" in out, out

@@ -1,0 +1,63 @@
+"""Run your kernel on this machine's CPU: its PTX simulated (``quack_edu.ptxsim``), its output
+against the reference.
+
+    from quack_edu.lessons.simulate import on_cpu
+    on_cpu("02.warp_kernel", warp_kernel)             # M = 4 rows of N = 1000, bf16
+
+The simulator executes the PTX the DSL compiled for sm_90a, a warp's 32 lanes at a time, so it
+shows what the kernel computes without a GPU: wrong values, rows or columns never written (the
+output starts as NaN). It is slow (tens of thousands of instructions a second): small shapes
+only. It says nothing about speed. The stages it runs: naive, warp and block (lessons 01-03,
+and lesson 06's persistent kernel, which is the block stage's).
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: exercise -> the name of its hole (``quack_edu.grading.holes``: which piece of which stage
+#: kernel the answer fills; no answers there)
+HOLES = {
+    "01.sum_squares": "SUM_HOLE",
+    "01.rstd": "RSTD_HOLE",
+    "02.warp_reduce": "REDUCE_HOLE",
+    "02.warp_kernel": "WARP_KERNEL_HOLE",
+    "03.block_reduce": "BLOCK_HOLE",
+    "03.block_kernel": "BLOCK_KERNEL_HOLE",
+    "06.persistent_kernel": "PERSISTENT_KERNEL_HOLE",
+}
+
+
+def on_cpu(exercise: str, answer, *, M: int = 4, N: int = 1000, dtype=torch.bfloat16,
+           weight_dtype=None, seed: int = 0, eps: float = 1e-6):  # fmt: skip
+    """Build the exercise's kernel with ``answer`` in its hole, simulate it on M x N fresh
+    inputs and print how its output compares with ``rmsnorm_ref``: the largest error, and the
+    first element that differs (row, column, expected, yours). Returns (yours, reference)."""
+    from ..grading import holes
+    from ..ptxsim.stages import run_kernel
+    from ..reference import TOLERANCES, rmsnorm_ref
+    from ..stages import get_stage
+
+    if exercise not in HOLES:
+        raise ValueError(f"the simulator runs {', '.join(HOLES)}; not {exercise!r}")
+    hole = getattr(holes, HOLES[exercise])
+    weight_dtype = weight_dtype or dtype
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(M, N, generator=gen).to(dtype)
+    w = (1 + 0.1 * torch.randn(N, generator=gen)).to(weight_dtype)
+    config = get_stage(hole.stage).default_config(N, dtype)
+    kernel = hole.build(answer)(dtype, N, config, weight_dtype)
+    yours = run_kernel(kernel, x, w, eps)
+    ref = rmsnorm_ref(x, w, eps=eps)
+    close = torch.isclose(yours.float(), ref.float(), **TOLERANCES[dtype])
+    err = (yours.float() - ref.float()).abs().nan_to_num(float("inf")).max().item()
+    print(f"{exercise} on the CPU (PTX simulated), x {M} x {N} {str(dtype)[6:]}, "
+          f"weight {str(weight_dtype)[6:]}: largest error {err:.3g}")  # fmt: skip
+    if bool(close.all()):
+        print("  every element matches rmsnorm_ref within the tolerance")
+    else:
+        r, c = (int(i) for i in (~close).nonzero()[0])
+        print(f"  {int((~close).sum())} of {M * N} elements differ; the first at row {r}, "
+              f"column {c}: expected {ref[r, c].item():.6g}, yours {yours[r, c].item():.6g}"
+              + (" (never written)" if torch.isnan(yours[r, c]) else ""))  # fmt: skip
+    return yours, ref
