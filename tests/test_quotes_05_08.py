@@ -124,14 +124,11 @@ def _own_07() -> list[str]:
 
 
 def _own_08() -> list[str]:
-    from quack_edu.grading.exercises import lesson08
-
     checks = [c["name"] for c in T08._part("fwd")["verdict"]["checks"]]
     assert "fp32 weights within 2% of bf16 weights" in checks
     p = T08._p
     return [
         "an fp32 weight within 2% of a bf16 one",
-        f"asks your prediction to be within {lesson08.GPU_TOLERANCE:.0%} of it",
         "the ladder climbs from {} of the copy (one thread a row: latency) to {} (a warp a row), "
         "{} (a block a row: enough bytes in flight), {} and {} with `cp.async` for a bf16 and an "
         "fp32 weight, and {} for the final kernel; the backward's final kernel runs at {}".format(
