@@ -617,9 +617,15 @@ def test_no_hint_or_label_prints_a_line_of_the_answer(ex):
     )
 
 
+#: exercises whose every solution line is trivial here: what they ask is where a call goes and
+#: a flag, which no text above them can print
+ALL_TRIVIAL = {"08.pdl_kernel"}
+
+
 def test_every_exercise_is_found():
     for ex in EXERCISES:
-        assert _answer_lines(ex), f"{ex.id}: no significant line in its solution"
+        if ex.id not in ALL_TRIVIAL:
+            assert _answer_lines(ex), f"{ex.id}: no significant line in its solution"
         assert find_cell(_student(ex.lesson), ex.cell_id) is not None
     assert registry.all_exercises() == EXERCISES
 

@@ -14,6 +14,8 @@ One hole is no ``KernelHole``: 07.dw_partial fills two pieces from two functions
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .checks import KernelHole
 
 #: lanes in a warp (``quack_edu.primitives.reduce.WARP``; not imported, which loads cutlass)
@@ -296,3 +298,35 @@ def dw_partial_class(accumulate_dw, combine_partial):
         ),
     }
     return type("LearnerDwPartials", (FinalBwdRMSNorm,), methods)
+
+
+# ---- 08_speed_of_light -------------------------------------------------------------------------
+#: the name of 08.pdl_kernel's launch flag, a function beside the kernel in its cell
+PDL_FLAG = "use_pdl"
+
+
+def launch_flag_of(kernel_fn) -> bool:
+    """08.pdl_kernel: what ``use_pdl()``, defined beside the answer ``kernel_fn`` in its cell
+    (the function's globals, or its ``__wrapped__`` function's), returns; False where there is
+    none."""
+    for fn in (kernel_fn, getattr(kernel_fn, "__wrapped__", None)):
+        g = getattr(fn, "__globals__", None)
+        if g is not None and callable(g.get(PDL_FLAG)):
+            return g[PDL_FLAG]() is True
+    return False
+
+
+@dataclass(frozen=True)
+class LaunchFlagHole(KernelHole):
+    """A kernel hole whose class also takes the cell's launch flag (``launch_flag_of``) as its
+    ``pdl``, which its host side passes to ``launch(use_pdl=...)``."""
+
+    def build(self, answer):
+        cls = super().build(answer)
+        cls.pdl = launch_flag_of(answer)
+        return cls
+
+
+#: 08.pdl_kernel: the block stage's whole @cute.kernel, handed to the learner, with the
+#: griddepcontrol instructions added; launched by ``block.BlockPdl`` with the cell's flag
+PDL_KERNEL_HOLE = LaunchFlagHole(stage="block", piece="kernel", adapt=lambda a: a, variant="pdl")

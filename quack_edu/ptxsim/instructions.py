@@ -520,6 +520,13 @@ def op_bar(cta, ins, mask):
     cta.waiting[mask] = True
 
 
+def op_griddepcontrol(cta, ins, mask):
+    """Programmatic dependent launch: the simulator runs one grid at a time, the previous one
+    finished, so ``wait`` returns at once and ``launch_dependents`` has no grid to release."""
+    if ins.parts[1:2] not in (["wait"], ["launch_dependents"]):
+        raise unsupported(ins)
+
+
 def op_bra(cta, ins, mask):
     (label,) = ins.operands
     cta.jump(label, mask, ins)
@@ -630,6 +637,7 @@ HANDLERS = {
     "shfl": op_shfl,
     "bar": op_bar,
     "barrier": op_bar,
+    "griddepcontrol": op_griddepcontrol,
     "bra": op_bra,
     "ret": op_ret,
     "exit": op_ret,

@@ -84,7 +84,27 @@ class BlockRMSNorm(WarpRMSNorm):
         return self.block_reduce(self.warp_reduce(val), buffer)
 
 
+class BlockPdl(BlockRMSNorm):
+    """Lesson 08's exercise: the block kernel launched with programmatic dependent launch when
+    ``pdl`` is set (``use_pdl``, as the final stage launches), so its griddepcontrol
+    instructions take effect; the library's block stage launches without it."""
+
+    pdl = False
+
+    @cute.jit
+    def __call__(self, mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, eps: Float32, stream):
+        t = self.tiling
+        self.kernel(mX, mW, mO, eps).launch(
+            grid=[cute.ceil_div(mX.shape[0], t.rows_per_cta * self.seq), 1, 1],
+            block=[t.num_threads, 1, 1],
+            stream=stream,
+            use_pdl=self.pdl,
+        )
+
+
 KERNEL = BlockRMSNorm
+#: lessons' variants of the kernel (``KernelHole.variant``)
+VARIANTS = {"pdl": BlockPdl}
 
 
 def rmsnorm_fwd(x, weight, eps: float = 1e-6, config: RowConfig | None = None, out=None):

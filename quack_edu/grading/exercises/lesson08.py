@@ -1,218 +1,182 @@
-"""Lesson 08, speed of light: predict a pass's time from its bytes and the measured ceiling.
+"""Lesson 08, programmatic dependent launch on lesson 03's block kernel (08.pdl_kernel).
 
-08.predict_us  predict_us(M, N, dtype, weight_dtype, copy_gbps, pass_): the time in µs of an
-               RMSNorm forward ("fwd") or backward ("bwd") that moves its fewest bytes at the
-               copy's speed: the forward reads x, writes y and reads the weight; the backward
-               reads x and dout, writes dx, reads the weight and the saved rstd (fp32, one a
-               row). The project's own counts are ``bench.rmsnorm_bytes`` and
-               ``bench.rmsnorm_bwd_bytes`` (QuACK's for the backward).
+The learner is handed the block kernel (rows that fit one pass) with a TODO and writes what
+PDL adds to it: ``cute.arch.griddepcontrol_wait()`` before the kernel's first access to global
+memory (what the previous kernel on the stream writes may be read only after it), then
+``cute.arch.griddepcontrol_launch_dependents()``, and the launch flag (``use_pdl()`` beside the
+kernel returns True), which ``block.BlockPdl``'s host side passes to ``launch(use_pdl=...)``
+(``holes.PDL_KERNEL_HOLE``; the final stage does the same: ``stages/final.py``).
 
-The compile tier compares the answer with those counts on shapes where every term shows (M =
-1 makes the weight a third of the bytes; N = 1 makes rstd most of them), every x dtype and
-weight dtype; a known slip (a tensor forgotten, x's size for the weight, GiB for GB,
-milliseconds) gives its hint. The gpu tier measures the copy now and times the library's
-forward and backward at 32768 x 16384 (bf16 x, an fp32 weight): the prediction must be within
-10% of each (the library runs at 97-101% of the copy there, ``benchmarks/results/ladder.json``).
+Its checks are every whole kernel's (``whole_kernel.WholeKernel``: the accesses, and the values
+run on the CPU by ptxsim, which treats griddepcontrol as one grid at a time) and two of its
+own: ``_waits_first``, read from the PTX (a ``griddepcontrol.wait`` that no predicate guards,
+before the first global load or store, x's and the weight's loads included, in the PTX's order,
+and a ``griddepcontrol.launch_dependents``), and the launch flag (``probes.lesson08``). On a
+GPU the values are compared with ``rmsnorm_ref``, and launches at N = 256 back to back on one
+stream are timed with the cell's flag and with PDL off: reported, not judged (the gap is a
+fraction of a microsecond a launch and depends on the host).
 """
 
 from __future__ import annotations
 
-import torch
-
-from .. import gpu_lock
-from ..checks import Context, value_check
-from ..hints import Variant
-from ..registry import COMPILE, GPU, TIERS, CheckFailed, Exercise, mutants, register
+from ..checks import Context, thread_guards
+from ..holes import PDL_KERNEL_HOLE as KERNEL_HOLE
+from ..probes.lesson08 import launch_flag, pdl_time_us
+from ..registry import COMPILE, GPU, Check, CheckFailed, mutants
+from .lesson03 import one_pass_config, refuse_to_hang
+from .whole_kernel import GIVEN_COPY, OUT, W, WholeKernel, X, tensor_accesses
 
 LESSON = "08_speed_of_light"
-DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-#: how far the library's measured time may be from the prediction (gpu tier)
-GPU_TOLERANCE = 0.10
+#: the timing's shape: short rows, where a launch costs about what its bytes do
+TIME_M, TIME_N, TIME_LAUNCHES = 8192, 256, 200
+
+# ---- hints ------------------------------------------------------------------------------------
+NO_WAIT = (
+    "the PTX has no griddepcontrol.wait: launched with PDL, this grid may start while the "
+    "previous kernel on the stream is still writing x (or the weight), and nothing holds its "
+    "loads back. Call cute.arch.griddepcontrol_wait() before the kernel's first global access"
+)
+WAIT_LATE = (
+    "a global access comes before griddepcontrol.wait: that load may read x or the weight "
+    "before the previous kernel has finished writing them (a store, before it has finished "
+    "reading). The wait goes before the first cute.copy from or to global memory"
+)
+WAIT_GUARDED = (
+    "griddepcontrol.wait is under a condition: the threads that skip it read global memory "
+    "without waiting. Every thread waits, outside any branch"
+)
+NO_TRIGGER = (
+    "the PTX has no griddepcontrol.launch_dependents: without it the next kernel on the stream "
+    "is launched only when this grid ends, and PDL overlaps nothing. Call "
+    "cute.arch.griddepcontrol_launch_dependents() once the wait is done"
+)
+FLAG_OFF = (
+    "use_pdl() does not return True: the kernel is launched without programmatic dependent "
+    "launch, so the next grid never starts early and the griddepcontrol instructions have "
+    "nothing to act on. "
+    "Make use_pdl(), beside the kernel, return True"
+)
+
+_GLOBAL = ("ld.global", "st.global", "cp.async.ca", "cp.async.cg", "red.global", "atom.global")
 
 
-def _size(dtype) -> int:
-    return torch.tensor([], dtype=dtype).element_size()
-
-
-# BEGIN KEY
-def predict_ref(M, N, dtype, weight_dtype, copy_gbps, pass_="fwd"):
-    from ...tools.bench import rmsnorm_bwd_bytes, rmsnorm_bytes
-
-    count = rmsnorm_bytes if pass_ == "fwd" else rmsnorm_bwd_bytes
-    return count(M, N, dtype, weight_dtype) / (copy_gbps * 1e9) * 1e6
-
-
-# END KEY
-
-
-def _cases(ctx: Context, hidden: bool):
-    """Shapes where each term shows, both passes, every dtype pair; the hidden check draws
-    twelve with the grading seed."""
-    rng = ctx.rng("hidden cases" if hidden else "cases")
-    drawn = [
-        (
-            rng.randint(1, 70000),
-            rng.randint(1, 300000),
-            rng.choice(DTYPES),
-            rng.choice(DTYPES),
-            rng.uniform(1000, 8000),
-            rng.choice(("fwd", "bwd")),
+def _waits_first(rep, kernel) -> str:
+    """An unguarded griddepcontrol.wait before every global access (x's and the weight's loads
+    named), in the PTX's order, and a griddepcontrol.launch_dependents."""
+    acc, ptx = tensor_accesses(rep.ptx)
+    waits = [i for i in ptx.instrs if i.opcode.startswith("griddepcontrol.wait")]
+    if not waits:
+        raise CheckFailed(
+            "no griddepcontrol.wait in the PTX",
+            expected="griddepcontrol.wait before the first ld.global",
+            seen="none",
+            hint=NO_WAIT,
         )
-        for _ in range(12 if hidden else 4)
-    ]
-    if hidden:
-        return drawn
-    fixed = []
-    for pass_ in ("fwd", "bwd"):
-        fixed += [
-            (32768, 16384, torch.bfloat16, torch.float32, 4253.0, pass_),  # the ladder's shape
-            (1, 1000, torch.bfloat16, torch.float32, 4253.0, pass_),  # the weight: 1/3 of it
-            (37, 1, torch.float16, torch.float16, 3000.0, pass_),  # rstd: most of a backward
-            (199, 773, torch.float32, torch.bfloat16, 2039.0, pass_),
-            (8192, 262144, torch.bfloat16, torch.bfloat16, 4253.0, pass_),
-        ]
-    return fixed + drawn
+    names = {i.index: what for (k, a), what in (
+        (("ld", X), "x"), (("ld", W), "the weight"), (("st", OUT), "y"))
+        for i in acc.get((k, a), [])}  # fmt: skip
+    accesses = [i for i in ptx.instrs if i.opcode.startswith(_GLOBAL)]
+    first = min(accesses, key=lambda i: i.index, default=None)
+    wait = waits[0]
+    if first is not None and first.index < wait.index:
+        raise CheckFailed(
+            f"a global access of {names.get(first.index, 'memory')} before griddepcontrol.wait",
+            expected="griddepcontrol.wait, then the first ld.global",
+            seen=f"`{first.text}` before `{wait.text}`",
+            hint=WAIT_LATE,
+        )
+    guards = thread_guards(rep.ptx, any_predicate=True)
+    guarded = [i for i in waits if guards.get(i.index)]
+    if guarded:
+        raise CheckFailed(
+            "griddepcontrol.wait under a predicate",
+            expected="every thread waits",
+            seen=f"`{guarded[0].text}`",
+            hint=WAIT_GUARDED,
+        )
+    if not any(i.opcode.startswith("griddepcontrol.launch_dependents") for i in ptx.instrs):
+        raise CheckFailed(
+            "no griddepcontrol.launch_dependents in the PTX",
+            expected="griddepcontrol.launch_dependents",
+            seen="griddepcontrol.wait only",
+            hint=NO_TRIGGER,
+        )
+    return f"griddepcontrol.wait before all {len(accesses)} global accesses; launch_dependents"
 
+
+def _flag(ctx: Context) -> str:
+    if not ctx.probe(launch_flag):
+        raise CheckFailed(
+            "the kernel is launched without programmatic dependent launch",
+            expected="use_pdl() returns True",
+            seen="it does not",
+            hint=FLAG_OFF,
+        )
+    return "launched with use_pdl=True"
+
+
+def _timed(ctx: Context) -> str:
+    """Reported, not judged: a launch's time with the cell's flag and with PDL off."""
+    t = ctx.probe(pdl_time_us, TIME_M, TIME_N, TIME_LAUNCHES, 1)
+    return (
+        f"{TIME_LAUNCHES} launches at {TIME_M}x{TIME_N} bf16 back to back: {t['flag']:.2f} us a "
+        f"launch with your flag, {t['off']:.2f} us with PDL off (information, not graded)"
+    )
+
+
+_KERNEL_CASES = (
+    (1000, "bf16", "bf16", None),  # 64 threads a row: 2 rows x 2 warps a CTA
+    (1000, "bf16", "fp32", None),
+    (1000, "fp32", "fp32", None),
+    (16384, "bf16", "bf16", None),  # 256 threads a row: 8 warps
+)
+
+#: the solution's lines that mutants move or remove
+WAIT = "    cute.arch.griddepcontrol_wait()\n"
+TRIGGER = "    cute.arch.griddepcontrol_launch_dependents()\n"
+W_COPY = "    cute.copy(copy_W, tWgW, thr_W.retile(tXrW), pred=tWpW)\n"
 
 # BEGIN KEY
-def _fwd_bwd(fwd, bwd):
-    """A variant's time from its own byte counts of either pass."""
-
-    def t(M, N, d, w, gbps, pass_="fwd"):
-        nbytes = (fwd if pass_ == "fwd" else bwd)(M, N, _size(d), _size(w))
-        return nbytes / (gbps * 1e9) * 1e6
-
-    return t
-
-
-def _right(M, N, xs, ws):
-    return 2 * M * N * xs + N * ws
-
-
-def _right_bwd(M, N, xs, ws):
-    return 3 * M * N * xs + N * ws + 4 * M
-
-
-VARIANTS = [
-    Variant(
-        "backward without dout",
-        _fwd_bwd(_right, lambda M, N, xs, ws: 2 * M * N * xs + N * ws + 4 * M),
-        "the backward reads dout as well as x, and writes dx: three M x N tensors, one more "
-        "than the forward's two",
-    ),
-    Variant(
-        "weight in x's size",
-        _fwd_bwd(
-            lambda M, N, xs, ws: 2 * M * N * xs + N * xs,
-            lambda M, N, xs, ws: 3 * M * N * xs + N * xs + 4 * M,
-        ),
-        "the weight has a dtype of its own (an fp32 weight next to bf16 x is 4 bytes an "
-        "element): count its N elements in weight_dtype's size",
-    ),
-    Variant(
-        "backward without rstd",
-        _fwd_bwd(_right, lambda M, N, xs, ws: 3 * M * N * xs + N * ws),
-        "the backward reads the rstd the forward saved: one fp32 (4 bytes) a row, M of them "
-        "(most of the bytes when rows are short)",
-    ),
-    Variant(
-        "no weight",
-        _fwd_bwd(
-            lambda M, N, xs, ws: 2 * M * N * xs,
-            lambda M, N, xs, ws: 3 * M * N * xs + 4 * M,
-        ),
-        "the weight is read too: N elements of weight_dtype in either pass (a third of the "
-        "bytes of a single row)",
-    ),
-    Variant(
-        "forward reads only",
-        _fwd_bwd(lambda M, N, xs, ws: M * N * xs + N * ws, _right_bwd),
-        "the forward writes y as well as reading x: count both, M x N elements each",
-    ),
-    Variant(
-        "GiB",
-        lambda *c: predict_ref(*c) * 1e9 / 2**30,
-        "GB/s means 1e9 bytes a second (the bench's and the copy's unit), not 2**30",
-    ),
-    Variant(
-        "milliseconds",
-        lambda *c: predict_ref(*c) / 1e3,
-        "the answer is in microseconds: seconds * 1e6",
-    ),
-]
-
 # fmt: off
-PREDICT_US_MUTANTS = [
-    *mutants(TIERS,
-        ("backward without dout", "dout", "3 * M * N * xs", "2 * M * N * xs"),
-    ),
-    *mutants(COMPILE,
-        ("weight in x's size", "dtype of its own", "N * ws", "N * xs"),
-        ("backward without rstd", "rstd", " + 4 * M", ""),
-        ("GiB", "1e9 bytes", "1e9", "2**30"),
-    ),
-    *mutants(TIERS,
-        ("milliseconds", "microseconds", "* 1e6", "* 1e3"),
-    ),
-]
+PDL_KERNEL_MUTANTS = mutants(COMPILE,
+    ("wait missing", "no griddepcontrol.wait", WAIT, ""),
+    ("wait after x's load", "a global access comes before griddepcontrol.wait",
+     [(WAIT, ""), (W_COPY, WAIT + W_COPY)]),
+    ("wait after every load", "a global access comes before griddepcontrol.wait",
+     [(WAIT, ""), ("    x = tXrX.load()", WAIT + "    x = tXrX.load()")]),
+    ("wait only for the rows in the tensor", "griddepcontrol.wait is under a condition",
+     WAIT, "    if row < M:\n    " + WAIT),
+    ("launch_dependents missing", "no griddepcontrol.launch_dependents", TRIGGER, ""),
+    ("launch flag off", "use_pdl() does not return True", "    return True\n",
+     "    return False\n"),
+)
 # fmt: on
 # END KEY
 
-predict = register(
-    Exercise(
-        id="08.predict_us",
-        lesson=LESSON,
-        answer="predict_us",
-        title="a pass's time at the copy's speed: predict_us(M, N, dtype, weight_dtype, "
-        "copy_gbps, pass_)",
-        points={COMPILE: 1, GPU: 1},
-        mutants=PREDICT_US_MUTANTS,
-    )
-)
-predict.add(
-    value_check(
-        "both passes, every dtype, shapes where each term shows",
-        predict_ref,
-        _cases,
-        variants=VARIANTS,
-    )
-)
-# BEGIN HIDDEN
-predict.add(
-    value_check(
-        "random cases (grading seed)",
-        predict_ref,
-        _cases,
-        variants=VARIANTS,
-        hidden=True,
-    )
-)
-# END HIDDEN
-
-
-@predict.check("within 10% of the library timed now at 32768 x 16384, both passes", tier=GPU)
-def _measured(ctx: Context):
-    from ...tools import bench
-
-    M, N, bf16, fp32 = 32768, 16384, torch.bfloat16, torch.float32
-    measured = {}
-    with gpu_lock.timing():  # alone on the GPU, and its 4 GiB of tensors given back after
-        copy = bench.copy_bandwidth()
-        for pass_ in ("fwd", "bwd"):
-            fn = bench.library_fn("lib", pass_=pass_)
-            measured[pass_] = bench.bench_one(
-                fn, M, N, bf16, False, fp32, pass_=pass_, budget_s=0.2
-            )["us"]
-    for pass_, us in measured.items():
-        got = float(ctx.call(M, N, bf16, fp32, copy, pass_))
-        if not abs(got / us - 1) <= GPU_TOLERANCE:
-            raise CheckFailed(
-                f"{'forward' if pass_ == 'fwd' else 'backward'}: predicted {got:.1f} us at the "
-                f"copy's {copy:.0f} GB/s, the library took {us:.1f} us",
-                expected=f"{us:.1f} us within {GPU_TOLERANCE:.0%}",
-                seen=f"{got:.1f} us",
-                hint="the library moves its bytes at about the copy's speed here: count every "
-                "tensor of the pass once, in its own dtype's bytes (the forward: x, y and the "
-                "weight; the backward: x, dout, dx, the weight and rstd), divide by the copy's "
-                "bytes a second (GB/s * 1e9) and give microseconds",
-            )
+pdl_kernel = WholeKernel(
+    id="08.pdl_kernel",
+    lesson=LESSON,
+    answer="pdl_kernel",
+    title="programmatic dependent launch: griddepcontrol.wait before the first global access, "
+    "launch_dependents, and the launch flag",
+    mutants=PDL_KERNEL_MUTANTS,
+    given=GIVEN_COPY,
+    hole=KERNEL_HOLE,
+    cases=_KERNEL_CASES,
+    access="x read once, the weight read, y written once; griddepcontrol.wait before the first "
+    "global access, then launch_dependents",
+    extra=_waits_first,
+    Ns=(1000, 8200),
+    hidden_Ns=(1544, 3000, 6136, 12296),
+    config=one_pass_config,
+    values="values vs rmsnorm_ref launched with PDL (M in 1/37/199, N in 1000/8200, x and "
+    "weight dtypes)",
+    speed=Check(
+        f"{TIME_LAUNCHES} launches at N = {TIME_N} timed, PDL against none (information)",
+        GPU,
+        _timed,
+        needs=("compiles",),
+    ),
+    guard=refuse_to_hang,
+).register()
+pdl_kernel.add(Check("launched with use_pdl=True", COMPILE, _flag, needs=("compiles",)))
