@@ -39,7 +39,7 @@ RED_DTYPES = ("bf16", "fp32", "fp16")  # x, weight, dout
 RED_M_MANY = 20000
 RUNS = 3
 COMPILES = "compiles into the atomic backward (x bf16, weight fp32, dout fp16, N=1000)"
-PROBE = "the PTX: an atomic add (gpu scope) per element of the vector, of the sums of dout * x_hat"
+PROBE = "the PTX: an atomic add per element of the vector, of the sums of dout * x_hat (its scope)"
 
 PLAIN_STORE = (
     "the partial sums are stored, not added: every CTA of the grid writes the same dw row, so a "
