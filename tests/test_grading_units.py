@@ -653,3 +653,12 @@ def test_short_error_names_the_cause_torch_testing_wrapped():
             ) from e
     except RuntimeError as e:
         assert short_error(e).startswith("MemoryError: out of memory")
+
+
+def test_a_vector_handed_to_red_gets_a_hint():
+    """Cold learner, 07.red_add: red(dst.iterator, r.load()) failed with the DSL's raw verifier
+    error."""
+    from quack_edu.grading import hints
+
+    text = "DSLRuntimeError: 'nvvm.red' op operand #1 must be 32-bit signless integer or 64-bit"
+    assert "one red adds one value" in hints.diagnose_compile_text(text)

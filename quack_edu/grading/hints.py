@@ -168,6 +168,10 @@ _COMPILE_ERRORS: list[tuple[str, str]] = [
         "predicate",
     ),
     (
+        r"'nvvm\.red' op operand #1 must be",
+        "cute.arch.red was given a whole vector: one red adds one value, at one address",
+    ),
+    (
         r"restAtomVRank",
         "the two sides of a copy are split for different copy atoms: a register fragment made "
         "like x's partition (8 bf16 per access) copied with the weight's tiled copy (4 fp32 per "
