@@ -261,8 +261,6 @@ def lock_down(
     # the kernel's own file boundary, for native code that opens files without an audit event
     # (before the hook: the hook would refuse its opening of the folders it allows)
     if confine_default() if landlock is None else landlock:
-        from . import confine
-
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         _state["landlock"] = confine.restrict(
             home,
@@ -271,8 +269,6 @@ def lock_down(
             executable=(*installed, *confine.SYSTEM),
             secrets=hidden,
         )
-    from . import confine
-
     _state["in_group"] = confine.stay_in_group()  # (native code too: the group is killed whole)
     _state["no_capabilities"] = confine.drop_capabilities()  # (a root grader's are not theirs)
     pid = str(getpid())

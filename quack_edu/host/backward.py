@@ -20,7 +20,7 @@ from .ops import (
     the_tuner,
     through_op,
 )
-from .rows import layout
+from .rows import in_place
 
 _final_bwd_mod = None
 
@@ -34,14 +34,6 @@ def _final_bwd():
 
         _final_bwd_mod = final_bwd
     return _final_bwd_mod
-
-
-def _row_layout(x, weight):
-    """``rows.layout(x)`` where a strided x's rows are read in place (None: x contiguous, a
-    per-head weight, or rows no view reaches: then flattened, a copy), as the forward's."""
-    if x.dim() < 2 or x.is_contiguous() or (weight is not None and weight.dim() == 2):
-        return None
-    return layout(x)
 
 
 def _backward_strided(lay, x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo, config):
@@ -64,7 +56,7 @@ def _backward(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, weight_offs
     """A first call's run (and the tuner's): dx (and dres) in x's shape, dense; dw, db summed
     from the kernel's fp32 partials. Returns [dx, dw if weight, db if has_bias, dresidual if
     dres_dtype]."""
-    lay = _row_layout(x, weight)
+    lay = in_place(x, weight)
     if lay is not None:
         return _backward_strided(
             lay, x, weight, dout, rstd, dres_out, has_bias, dres_dtype, weight_offset, config
@@ -147,7 +139,7 @@ def _bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
         return None
     strided = None
     if not x.is_contiguous():
-        if _row_layout(x, weight) is None or type(dout) not in PLAIN_TYPES:
+        if in_place(x, weight) is None or type(dout) not in PLAIN_TYPES:
             return None
         if type(rstd) not in PLAIN_TYPES or dres_out is not None:
             return None
@@ -283,7 +275,7 @@ def _bwd_plan(x, weight, dout, dres_out, outs, has_bias, dres_dtype, wo, config)
     from ..runtime import direct_call
 
     fb, N, dev = _final_bwd(), x.shape[-1], x.get_device()
-    lay = _row_layout(x, weight)
+    lay = in_place(x, weight)
     if lay is None:
         rows = (-1, N)
 

@@ -21,7 +21,7 @@ from .ops import (
     the_tuner,
     through_op,
 )
-from .rows import layout
+from .rows import in_place
 
 _final_mod = None
 
@@ -42,22 +42,12 @@ def _rows_shape(x, weight, bias) -> tuple:
     return (-1, *x.shape[-2:]) if p is not None and p.dim() == 2 else (-1, x.shape[-1])
 
 
-def _row_layout(x, weight, bias):
-    """``rows.layout(x)`` where the rows are read in place of a strided x (None: x is
-    contiguous, or has a per-head weight or bias, or rows no view can reach: then flattened)."""
-    if x.dim() < 2 or x.is_contiguous():
-        return None
-    if any(p is not None and p.dim() == 2 for p in (weight, bias)):
-        return None
-    return layout(x)
-
-
 def _launch(x, weight, bias, residual, out, res_out, rstd, eps, weight_offset, config):
     """Launch on x's rows: (M, N), or (M, H, D) with a per-head weight; other leading shapes
     are flattened (a view when x's strides allow it, else a copy). A strided x whose rows
     ``rows.layout`` reaches (one or two row modes) is read in place, its outputs made by
     ``_forward`` in its layout."""
-    lay = _row_layout(x, weight, bias)
+    lay = in_place(x, weight, bias)
     if lay is not None:
         x, out = lay.view(x), lay.view(out)
         residual = None if residual is None else lay.like(residual, x)
@@ -81,9 +71,9 @@ def _forward(
 ):
     """Allocate the outputs in x's shape and launch the kernel on x's rows (a first call's
     run, and the tuner's). Returns [out, residual_out if residual_out_dtype, rstd if store_rstd].
-    The outputs are dense: contiguous, or for rows read in place (``_row_layout``) dense in x's
+    The outputs are dense: contiguous, or for rows read in place (``rows.in_place``) dense in x's
     dim order (``torch.empty_like``'s for a dense x)."""
-    lay = _row_layout(x, weight, bias)
+    lay = in_place(x, weight, bias)
     if lay is not None:
         outs = [lay.empty(x, out_dtype)]
     else:
@@ -147,7 +137,7 @@ def _fwd_key(x, weight, bias, residual, out_dtype, res_out_dtype, store_rstd, wo
         return None
     strided = None
     if not x.is_contiguous():
-        if residual is not None or _row_layout(x, weight, bias) is None:
+        if residual is not None or in_place(x, weight, bias) is None:
             return None
         strided = (x.shape, x.stride())
     if type(out_dtype) is not torch.dtype or type(wo) is not float or type(store_rstd) is not bool:
@@ -225,28 +215,19 @@ class _FwdPlan:
             )  # fmt: skip
         return outs
 
-    def run_plain(self, x, weight, eps):
-        """``out`` of a plain call's plan (``_plain_key``): ``run`` with nothing to decide."""
+    def run_plain(self, x, weight, eps, store_rstd=False):
+        """``out`` of a plain call's plan (``_plain_key``): ``run`` with nothing to decide;
+        ``(out, rstd)`` with ``store_rstd`` (autograd's forward saves it)."""
         out = torch.empty_like(x)
-        if x.dim() == 2:
-            if x.shape[0]:
-                self.fn(x, weight, None, None, out, None, None, eps)
-        elif x.numel():
-            rows = self.rows
-            self.fn(x.view(rows), weight, None, None, out.view(rows), None, None, eps)
-        return out
-
-    def run_plain_rstd(self, x, weight, eps):
-        """``(out, rstd)`` of a plain call that saves rstd (``_plain_key(x, w, True)``)."""
-        out = torch.empty_like(x)
-        rstd = x.new_empty(x.shape[:-1], dtype=torch.float32)
+        rstd = x.new_empty(x.shape[:-1], dtype=torch.float32) if store_rstd else None
         if x.dim() == 2:
             if x.shape[0]:
                 self.fn(x, weight, None, None, out, None, rstd, eps)
         elif x.numel():
             rows = self.rows
-            self.fn(x.view(rows), weight, None, None, out.view(rows), None, rstd.view(-1), eps)
-        return out, rstd
+            flat = None if rstd is None else rstd.view(-1)
+            self.fn(x.view(rows), weight, None, None, out.view(rows), None, flat, eps)
+        return (out, rstd) if store_rstd else out
 
     def run(self, x, weight, bias, residual, eps):
         """[out, residual_out if asked, rstd if asked], as ``_forward``."""
@@ -294,7 +275,7 @@ def _fwd_first(tuned, x, weight, bias, residual, out_dtype, res_out_dtype, eps, 
 
 def _fwd_plan(x, weight, bias, residual, outs, res_out_dtype, store_rstd, wo, config):
     """The plan of a call that ran the kernel (``_fwd_first``) on these tensors and ``outs``."""
-    lay = _row_layout(x, weight, bias)
+    lay = in_place(x, weight, bias)
     rows = _rows_shape(x, weight, bias) if lay is None else lay.rows
 
     def view(t):
@@ -407,7 +388,7 @@ def rmsnorm_fwd(
         plan = _FWD_PLANS.get(_plain_key(x, weight, store_rstd))
         if plan is not None:
             if store_rstd:
-                out, rstd = plan.run_plain_rstd(x, weight, eps)
+                out, rstd = plan.run_plain(x, weight, eps, True)
                 return out, x, rstd
             return plan.run_plain(x, weight, eps), x, None
     got = _planned(

@@ -79,6 +79,18 @@ def _dense_strides(shape, order) -> tuple:
     return tuple(strides)
 
 
+def in_place(x, *params) -> RowLayout | None:
+    """``layout(x)`` where a strided x's rows are read in place by the library's forward and
+    backward: None for a contiguous x (its plain rows), or one with a per-head parameter
+    (``params``: the weight, the bias; (H, D) ones keep their own (M, H, D) view), or rows no
+    view reaches (then flattened, a copy)."""
+    if x.dim() < 2 or x.is_contiguous():
+        return None
+    if any(p is not None and p.dim() == 2 for p in params):
+        return None
+    return layout(x)
+
+
 def layout(x) -> RowLayout | None:
     """How x's rows are read in place (x: ``(..., N)``, last stride 1), or None."""
     key = (x.shape, x.stride())

@@ -34,6 +34,7 @@ def on_cpu(exercise: str, answer, *, M: int = 4, N: int = 1000, dtype=torch.bflo
     inputs and print how its output compares with ``rmsnorm_ref``: the largest error, and the
     first element that differs (row, column, expected, yours). Returns (yours, reference)."""
     from ..grading import holes
+    from ..grading.sim_values import cpu_inputs
     from ..ptxsim.stages import run_kernel
     from ..reference import TOLERANCES, rmsnorm_ref
     from ..stages import get_stage
@@ -42,9 +43,8 @@ def on_cpu(exercise: str, answer, *, M: int = 4, N: int = 1000, dtype=torch.bflo
         raise ValueError(f"the simulator runs {', '.join(HOLES)}; not {exercise!r}")
     hole = getattr(holes, HOLES[exercise])
     weight_dtype = weight_dtype or dtype
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(M, N, generator=gen).to(dtype)
-    w = (1 + 0.1 * torch.randn(N, generator=gen)).to(weight_dtype)
+    # the grader's own CPU inputs: rows at very different scales, a zero row, one at eps's scale
+    x, w = cpu_inputs(M, N, dtype, weight_dtype, torch.Generator().manual_seed(seed))
     config = get_stage(hole.stage).default_config(N, dtype)
     kernel = hole.build(answer)(dtype, N, config, weight_dtype)
     yours = run_kernel(kernel, x, w, eps)
