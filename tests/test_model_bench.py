@@ -2,6 +2,7 @@
 residual-passing form, the gradient check (and a wrong norm caught by it), the driver end to end
 with a fake QuackRMSNorm, the record, --summarize, and the command line without CUDA."""
 
+import dataclasses
 import json
 import math
 
@@ -75,6 +76,27 @@ def test_one_state_dict_runs_with_every_norm():
     assert not torch.equal(a["norm.weight"], torch.ones_like(a["norm.weight"]))  # not all ones
     plain = Decoder(TINY, nn.RMSNorm)  # a model written with nn.RMSNorm loads it too
     plain.load_state_dict(a)
+
+
+def test_fused_qkv_is_the_three_projections_with_their_weights_stacked():
+    """--fused-qkv: one (3 x hidden) projection split by view(B, S, 3, H, D).unbind(2) computes
+    what q, k, v of the same weights compute, and its QK-norms see views whose rows are not
+    evenly strided (the case the library reads in place)."""
+    fused_cfg = dataclasses.replace(TINY, fused_qkv=True)
+    plain = build_models(TINY, {"n": TorchNorm}, "cpu")["n"]
+    fused = Decoder(fused_cfg, TorchNorm)
+    state = dict(plain.state_dict())
+    for i in range(TINY.layers):
+        pre = f"blocks.{i}.attn."
+        state[pre + "qkv.weight"] = torch.cat([state.pop(pre + n + ".weight") for n in "qkv"])
+    fused.load_state_dict(state)
+    seen = []
+    fused.blocks[0].attn.q_norm.register_forward_pre_hook(lambda m, a: seen.append(a[0]))
+    tokens = torch.randint(TINY.vocab, (2, TINY.seq))
+    with torch.no_grad():
+        torch.testing.assert_close(fused(tokens), plain(tokens), rtol=1e-5, atol=1e-5)
+    (q,) = seen
+    assert not q.is_contiguous() and q.stride()[:2] == (TINY.seq * 3 * TINY.hidden, 3 * TINY.hidden)
 
 
 @pytest.mark.parametrize("norm", [TorchNorm, FakeQuackRMSNorm])
@@ -257,11 +279,13 @@ def test_options_presets_and_quick():
              no_rope=False, workloads="train,decode", modes="eager", norms="torch",
              decode_m=None, rounds=None, round_s=None, warmup=3, budget_s=420.0,
              check_seq=None, no_profile=False, precision="amp", backend="inductor", progress=False,
-             quick=False)  # fmt: skip
+             quick=False, fused_qkv=False)  # fmt: skip
     full = mb.options_from(p(**a), [])
     assert (full.model.heads, full.model.ffn, full.model.head_dim) == (32, 11008, 128)
     assert (full.model.layers, full.model.seq, full.model.batch) == (4, 4096, 1)
     assert full.decode_m == (1, 8, 64) and full.rounds == 5
+    small = mb.options_from(p(**{**a, "hidden": 1024, "fused_qkv": True}), []).model
+    assert (small.heads, small.ffn, small.seq, small.batch, small.fused_qkv) == (8, 4096, 512, 8, True)
     quick = mb.options_from(p(**{**a, "quick": True, "rounds": 4}), ["--quick"])
     assert quick.model.layers == 2 and quick.decode_m == (1, 64) and quick.rounds == 4
     assert mb.groups_of(quick) == [

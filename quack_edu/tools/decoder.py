@@ -26,8 +26,9 @@ import torch.nn.functional as F
 from torch import nn
 
 EPS = 1e-6
-#: hidden -> (heads, ffn): head_dim 128; ffn about 8/3 x hidden, as Llama's (11008 at 4096)
-PRESETS = {2048: (16, 5632), 4096: (32, 11008)}
+#: hidden -> (heads, ffn): head_dim 128; ffn about 8/3 x hidden, as Llama's (11008 at 4096);
+#: 1024 is a small Qwen3-style model (MLP 4096), one whose eager step the host bounds
+PRESETS = {1024: (8, 4096), 2048: (16, 5632), 4096: (32, 11008)}
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class ModelConfig:
     seq: int = 2048
     batch: int = 2
     rope: bool = True
+    #: q, k and v from one projection, split as ``qkv.view(B, S, 3, H, D).unbind(2)``: the
+    #: QK-norms' input is then a view whose rows are not evenly strided (two row modes)
+    fused_qkv: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -125,15 +129,21 @@ class Attention(nn.Module):
         super().__init__()
         h = cfg.hidden
         self.heads, self.head_dim = cfg.heads, cfg.head_dim
-        self.q, self.k, self.v, self.o = (nn.Linear(h, h, bias=False) for _ in range(4))
+        if cfg.fused_qkv:
+            self.qkv = nn.Linear(h, 3 * h, bias=False)
+        else:
+            self.q, self.k, self.v = (nn.Linear(h, h, bias=False) for _ in range(3))
+        self.o = nn.Linear(h, h, bias=False)
         self.q_norm, self.k_norm = norm(cfg.head_dim, eps=EPS), norm(cfg.head_dim, eps=EPS)
 
     def forward(self, x, rope):
         B, S, _ = x.shape
         shape = (B, S, self.heads, self.head_dim)
-        q = self.q_norm(self.q(x).view(shape))  # per head, on the (B, S, H, D) view
-        k = self.k_norm(self.k(x).view(shape))
-        v = self.v(x).view(shape)
+        if hasattr(self, "qkv"):  # views of one (B, S, 3 * hidden) output, rows not contiguous
+            q, k, v = self.qkv(x).view(B, S, 3, self.heads, self.head_dim).unbind(2)
+        else:
+            q, k, v = self.q(x).view(shape), self.k(x).view(shape), self.v(x).view(shape)
+        q, k = self.q_norm(q), self.k_norm(k)  # per head, on the (B, S, H, D) view
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         o = F.scaled_dot_product_attention(

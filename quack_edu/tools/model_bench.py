@@ -572,7 +572,8 @@ def table(result: dict) -> str:
     m = result["model"]
     out = [
         f"{result['gpu']}, {result['date']}: hidden {m['hidden']}, {m['layers']} layers, "
-        f"{m['heads']} heads x {m['head_dim']}, ffn {m['ffn']}, vocab {m['vocab']}; train and "
+        f"{m['heads']} heads x {m['head_dim']}{', fused qkv' if m.get('fused_qkv') else ''}, "
+        f"ffn {m['ffn']}, vocab {m['vocab']}; train and "
         f"prefill {m['batch']} x {m['seq']} tokens; {result['method']['timing']}",
         HEADER,
     ]
@@ -631,22 +632,29 @@ def plot(result: dict, path: str | None = None):
     axes[0][0].set_ylabel("nn.RMSNorm's step time / the norm's")
     axes[0][0].legend(fontsize=8)
     m = result["model"]
-    fig.suptitle(f"Decoder, hidden {m['hidden']}, {m['layers']} layers - {result['gpu']}, "
+    qkv = ", fused qkv" if m.get("fused_qkv") else ""
+    fig.suptitle(f"Decoder, hidden {m['hidden']}{qkv}, {m['layers']} layers - {result['gpu']}, "
                  f"{result['date']}", fontsize=10)  # fmt: skip
     return _finish(plt, fig, path)
+
+
+#: hidden -> (seq, batch) of a full run: the same 4096 tokens at 1024 and 2048
+SEQ_BATCH = {1024: (512, 8), 2048: (2048, 2), 4096: (4096, 1)}
 
 
 def options_from(a: argparse.Namespace, argv: list) -> Options:
     quick = a.quick
     heads, ffn = PRESETS.get(a.hidden, (a.hidden // 128, 256 * -(-8 * a.hidden // 3 // 256)))
+    seq, batch = SEQ_BATCH.get(a.hidden, (2048, 2) if a.hidden < 4096 else (4096, 1))
 
     def pick(value, full, small):
         return value if value is not None else (small if quick else full)
 
     cfg = ModelConfig(
         hidden=a.hidden, layers=pick(a.layers, 4, 2), heads=a.heads or heads, ffn=a.ffn or ffn,
-        vocab=a.vocab, seq=pick(a.seq, 2048 if a.hidden < 4096 else 4096, 1024),
-        batch=pick(a.batch, 2 if a.hidden < 4096 else 1, 1), rope=not a.no_rope,
+        vocab=a.vocab, seq=pick(a.seq, seq, 1024),
+        batch=pick(a.batch, batch, 1), rope=not a.no_rope,
+        fused_qkv=a.fused_qkv,
     )  # fmt: skip
     ints = lambda s: tuple(int(v) for v in s.split(",") if v)  # noqa: E731
     names = lambda s: tuple(v for v in s.split(",") if v)  # noqa: E731
@@ -663,12 +671,14 @@ def options_from(a: argparse.Namespace, argv: list) -> Options:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(prog="quack-edu bench --model", description=__doc__.split("\n")[0])
-    p.add_argument("--hidden", type=int, default=2048, help="2048 or 4096 (presets of heads, ffn)")
+    p.add_argument("--hidden", type=int, default=2048, help="1024, 2048 or 4096 (presets)")
     p.add_argument("--layers", type=int, default=None, help="blocks (default 4; --quick 2)")
     p.add_argument("--heads", type=int, default=None, help="default: hidden / 128")
-    p.add_argument("--ffn", type=int, default=None, help="default: 5632 at 2048, 11008 at 4096")
-    p.add_argument("--seq", type=int, default=None, help="default 2048 (4096 at hidden 4096)")
-    p.add_argument("--batch", type=int, default=None, help="default 2 (1 at hidden 4096)")
+    p.add_argument("--ffn", type=int, default=None, help="default: 4096, 5632, 11008")
+    p.add_argument("--seq", type=int, default=None, help="default 512, 2048, 4096 by hidden")
+    p.add_argument("--batch", type=int, default=None, help="default 8, 2, 1 by hidden")
+    p.add_argument("--fused-qkv", action="store_true",
+                   help="q, k, v from one projection (QK-norms on strided views)")
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--no-rope", action="store_true")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
