@@ -42,9 +42,11 @@ references are here; the layers behind them are in ``quack_edu.host`` (``checks`
 
 The backward is the ``final_bwd`` kernel behind the op ``quack_edu::rmsnorm_bwd`` (functional,
 with a fake, like the forward's): ``rmsnorm`` and ``QuackRMSNorm`` are differentiable through
-``RMSNormFunction``, which saves ``rstd`` only when a gradient may be asked for. Forward-only
-use (inference, ``torch.no_grad``, inputs that need no gradient) skips the autograd.Function and
-keeps nothing alive.
+``RMSNormFunction``, which saves ``rstd`` only when a gradient may be asked for; the plain call
+(``norm(x)``, ``rmsnorm(x, weight)``), once its plan exists, through ``_PlainRMSNorm``, whose
+plan holds what ``RMSNormFunction`` decides per call. Forward-only use (inference,
+``torch.no_grad``, inputs that need no gradient) skips the autograd.Function and keeps nothing
+alive.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from .host.backward import (  # noqa: F401  (the private names: what the tests r
     _BWD_PLANS,
     _bwd_key,
     _plain_bwd_key,
+    plain_backward,
     rmsnorm_bwd,
     rmsnorm_bwd_tuned,
 )
@@ -184,6 +187,41 @@ class RMSNormFunction(torch.autograd.Function):
         )
 
 
+class _PlainRMSNorm(torch.autograd.Function):
+    """The plain training call, ``norm(x)`` or ``rmsnorm(x, weight)`` (nothing else asked
+    for, a contiguous x), through its launch plan: ``apply(x, weight, plan, eps)`` with the
+    plan of the call with rstd saved. What ``RMSNormFunction`` decides per call (which
+    outputs, which gradients, a bias's shape) this call's plan holds: the forward saves x's
+    rows and rstd as the backward takes them, the backward runs the backward plan the forward's
+    plan keeps (``host.backward.plain_backward``)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, plan, eps):
+        out, rows, rstd = plan.run_saving(x, weight, eps)
+        ctx.save_for_backward(rows, weight, rstd)
+        ctx.plan = plan
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        rows, weight, rstd = ctx.saved_tensors
+        dx, dw = plain_backward(ctx.plan, rows, weight, dout, rstd)
+        need = ctx.needs_input_grad
+        return dx.view_as(dout) if need[0] else None, dw if need[1] else None, None, None
+
+
+_functorch_active = torch._C._are_functorch_transforms_active
+
+
+def _plain_plan(x, weight, grad: bool):
+    """The plan of the plain call ``(x, weight)`` (rstd saved when ``grad``), or None: x a
+    contiguous ``Tensor`` of a key that has one, nothing (a dispatch mode, a torch.func
+    transform) that must see the op."""
+    if _dispatch_depth() or _functorch_active():
+        return None
+    return _FWD_PLANS.get(_plain_key(x, weight, grad))
+
+
 def rmsnorm(
     x: Tensor,
     weight: Tensor | None = None,
@@ -203,6 +241,24 @@ def rmsnorm(
     record (grad mode off, or no input requiring grad) the autograd.Function is skipped.
     """
     compiling = _is_compiling()
+    if (
+        not compiling
+        and type(x) is Tensor
+        and bias is None
+        and residual is None
+        and out_dtype is None
+        and residual_dtype is None
+        and not prenorm
+        and type(eps) is float
+        and type(weight_offset) is float
+        and not weight_offset
+    ):  # the plain call: through its plan, when it has one
+        grad = torch.is_grad_enabled() and (x.requires_grad or _grad_of(weight))
+        plan = _plain_plan(x, weight, grad)
+        if plan is not None and grad:
+            return _PlainRMSNorm.apply(x, weight, plan, eps)
+        if plan is not None:
+            return plan.run_plain(x, weight, eps)
     x = _contiguous_last(x, compiling)
     if residual is not None:
         residual = _contiguous_last(residual, compiling)
@@ -277,20 +333,15 @@ class QuackRMSNorm(torch.nn.RMSNorm):
         super().__init__(dim, eps, elementwise_affine, device=device, dtype=dtype)
         # N of a one-dim row: the inference call's fast path (0: the general path)
         self._row_n = self.normalized_shape[0] if len(self.normalized_shape) == 1 else 0
-        self._plans = {}  # _inference_plan's
+        self._plans = {}  # _plan's
 
     def __call__(self, *args, **kwargs):
-        """``nn.Module``'s call, with a short way for inference: ``norm(x)`` without autograd,
-        hooks, tracing or compiling, through the key's plan (``nn.Module``'s own call costs
-        about 2 us on the H200's host, as much as the rest of the call's Python)."""
+        """``nn.Module``'s call, with a short way for the plain call ``norm(x)`` (training or
+        inference) without hooks, tracing or compiling: straight to the key's plan, through
+        ``_PlainRMSNorm`` when autograd records it. ``nn.Module``'s own call and ``forward``'s
+        checks cost as much as the rest of the call's Python (scripts/host_cost_cpu.py)."""
         # is_compiling first: under dynamo it is a constant, and what it skips adds no guards
-        if (
-            not torch.compiler.is_compiling()
-            and len(args) == 1
-            and not kwargs
-            and self._row_n
-            and not torch.is_grad_enabled()
-        ):
+        if not _is_compiling() and len(args) == 1 and not kwargs and self._row_n:
             x = args[0]
             if (
                 type(x) is Tensor
@@ -307,30 +358,35 @@ class QuackRMSNorm(torch.nn.RMSNorm):
                     or _GLOBAL_BWD_HOOKS
                 )  # fmt: skip
                 and not _tracing_state()
-                and not _dispatch_depth()
             ):
-                plan = self._inference_plan(x)
+                w = self._parameters["weight"]  # (not through nn.Module's __getattr__)
+                grad = torch.is_grad_enabled() and (x.requires_grad or _requires_grad(w))
+                plan = self._plan(x, w, grad)
                 if plan is not None:
-                    return plan.run_plain(x, self._parameters["weight"], self.eps)
+                    if grad:
+                        return _PlainRMSNorm.apply(x, w, plan, self.eps)
+                    return plan.run_plain(x, w, self.eps)
         return _module_call(self, *args, **kwargs)
 
-    def _inference_plan(self, x: Tensor):
-        """The plan of the plain call ``norm(x)`` (x a contiguous ``Tensor``), or None where
-        there is none yet. The module keeps the plans it used, by what of the key can change
-        from call to call (x's dtype, N, device, alignment): the weight is its own, so its part
-        of the key is checked by identity and address, not recomputed (~0.6 us a call)."""
+    def _plan(self, x: Tensor, w, grad: bool):
+        """The plan of the plain call ``norm(x)`` (rstd saved when ``grad``), or None where
+        there is none yet (``_plain_plan``). The module keeps the plans it used, by what of
+        the key can change from call to call (x's dtype, N, device, alignment, grad): the
+        weight is its own, so its part of the key is checked by identity and address, not
+        recomputed."""
         if not x.dim() or not x.is_contiguous():
             return None
-        w = self._parameters["weight"]
-        key = (x.dtype, x.shape[-1], x.get_device(), x.data_ptr() & 15)
+        key = (x.dtype, x.shape[-1], x.get_device(), x.data_ptr() & 15, grad)
         got = self._plans.get(key)
         if got is not None:
             if got[0] is w and (w is None or got[1] == w.data_ptr()):
+                if _dispatch_depth() or _functorch_active():
+                    return None
                 return got[2]
             self._plans = {}  # another weight, or new data under it: the plans were the old's
         if x.shape[-1] != self._row_n:  # (a plan in the module's keeps this true)
             return None
-        plan = _FWD_PLANS.get(_plain_key(x, w))
+        plan = _plain_plan(x, w, grad)
         if plan is not None:
             self._plans[key] = (w, None if w is None else w.data_ptr(), plan)
         return plan
@@ -348,25 +404,8 @@ class QuackRMSNorm(torch.nn.RMSNorm):
         """``norm(x)``; with a ``residual``, the pre-norm form of serving engines: ``(out,
         residual_out)`` with ``residual_out = x + residual`` and ``out = norm(residual_out)``,
         both in the dtype of ``x + residual`` (what adding them and then calling
-        ``nn.RMSNorm`` gives), in one kernel; differentiable in x, residual and the weight."""
-        if (
-            not torch.compiler.is_compiling()  # (first, as in __call__)
-            and residual is None
-            and type(x) is Tensor
-            and self._row_n
-        ):
-            w = self._parameters["weight"]  # (not through nn.Module's __getattr__: host cost)
-            if (
-                not (torch.is_grad_enabled() and (x.requires_grad or _requires_grad(w)))
-                and type(self.eps) is float
-                and not _dispatch_depth()
-            ):  # inference's call: straight to the plan, when there is one
-                plan = self._inference_plan(x)
-                if plan is not None:
-                    return plan.run_plain(x, w, self.eps)
-        return self._forward(x, residual)
-
-    def _forward(self, x, residual):
+        ``nn.RMSNorm`` gives), in one kernel; differentiable in x, residual and the weight.
+        (The plain call's short way is ``__call__``'s.)"""
         shape = self.normalized_shape
         k = len(shape)
         if not isinstance(x, Tensor):

@@ -115,8 +115,15 @@ def test_module_call_takes_the_short_way_only_without_hooks(fake_kernel, counted
             assert torch.equal(module(x), want) and len(whole) == 3  # short again
             assert torch.equal(module(x=x), want) and len(whole) == 4  # a keyword: whole way
         assert counted_checks["fwd"] == 0  # every call above was the plan's
-        y = module(x)  # autograd on: the whole way, and differentiable
+        y = module(x)  # autograd on, a first call with rstd saved: the whole way, and its plan
         assert y.requires_grad and len(whole) == 5
+        y = module(x)  # then the short way, under autograd too
+        assert len(whole) == 5 and type(y.grad_fn).__name__ == "_PlainRMSNormBackward"
+        handle = module.register_forward_hook(lambda m, args, out: out * 2)
+        try:
+            assert torch.equal(module(x), want * 2) and len(whole) == 6
+        finally:
+            handle.remove()
     finally:
         R._module_call = restore
     with torch.no_grad():  # no weight: the plan does not know the module's N, the call checks it
@@ -142,7 +149,7 @@ def test_the_modules_plans_follow_its_weight(fake_kernel, counted_checks):
     def want(m, x):
         """The reference, once the plan the module keeps for x is checked to be the one its
         key names now (a fake kernel computes the right values with any plan)."""
-        kept = m._plans.get((x.dtype, x.shape[-1], x.get_device(), x.data_ptr() & 15))
+        kept = m._plans.get((x.dtype, x.shape[-1], x.get_device(), x.data_ptr() & 15, False))
         if kept is not None:
             assert kept[2] is R._FWD_PLANS[R._plain_key(x, m.weight)]
         return ref32(x, m.weight.detach()).to(x.dtype)
@@ -284,6 +291,66 @@ def test_training_through_plans_matches_nn_rmsnorm(fake_kernel, counted_checks):
             counted_checks.update(fwd=0, bwd=0)
     assert len(R._FWD_PLANS) == 1 and len(R._BWD_PLANS) == 1
     assert counted_checks == {"fwd": 0, "bwd": 0}
+
+
+def test_the_plain_training_call_goes_through_its_plans(fake_kernel, counted_checks):
+    """``norm(x)`` and ``rmsnorm(x, w)`` under autograd, once their plans exist, are
+    ``_PlainRMSNorm``: the forward's plan keeps the backward's; every gradient asked for (x's,
+    the weight's, either alone, no weight) is nn.RMSNorm's, for gradients of any layout (the
+    expanded one of a sum, one at a misaligned address: the checked way) and empty batches."""
+    torch.manual_seed(4)
+    ours, theirs = R.QuackRMSNorm(64), torch.nn.RMSNorm(64, eps=1e-6)
+    bare = R.QuackRMSNorm(64, elementwise_affine=False)
+    with torch.no_grad():
+        theirs.weight.normal_()
+    ours.load_state_dict(theirs.state_dict())
+
+    def grads(norm, x, dy, x_grad=True, w_grad=True):
+        x = x.detach().requires_grad_(x_grad)
+        w = getattr(norm, "weight", None)
+        if w is not None:
+            w.requires_grad_(w_grad)
+            w.grad = None
+        y = norm(x)
+        y.backward(dy) if dy is not None else y.sum().backward()
+        return type(y.grad_fn).__name__, x.grad, None if w is None else w.grad
+
+    class Functional:  # rmsnorm(x, w), with the weight where grads() looks for it
+        weight = ours.weight
+
+        def __call__(self, x):
+            return R.rmsnorm(x, self.weight)
+
+    functional = Functional()
+
+    for shape in [(5, 9, 64), (64,), (1, 64)]:
+        x = torch.randn(shape)
+        dy = torch.randn(shape)
+        late = torch.randn(x.numel() + 1)[1:].view(shape)  # a gradient 4 bytes off 16
+        for norm in (ours, bare, functional):
+            ref = theirs if norm is not bare else torch.nn.RMSNorm(64, 1e-6, False)
+            for dout in (dy, None, late):
+                for x_grad, w_grad in [(True, True), (True, False), (False, True)]:
+                    if norm is bare and not x_grad:
+                        continue
+                    for _ in range(2):  # the first call makes the plans, the second uses them
+                        got = grads(norm, x, dout, x_grad, w_grad)
+                    assert got[0] == "_PlainRMSNormBackward"
+                    want = grads(ref, x, dout, x_grad, w_grad)
+                    for g, w in zip(got[1:], want[1:], strict=True):
+                        assert (g is None) == (w is None)
+                        if g is not None:
+                            torch.testing.assert_close(g, w)
+    counted_checks.update(fwd=0, bwd=0)
+    for norm in (ours, bare, functional):
+        grads(norm, torch.randn(5, 9, 64), torch.randn(5, 9, 64))
+    assert counted_checks == {"fwd": 0, "bwd": 0}
+    plans = [p for p in F._FWD_PLANS.values() if p.store_rstd]
+    assert len(plans) == 2 and all(p.bwd is not None for p in plans)  # with a weight, without
+    x = torch.empty(0, 3, 64, requires_grad=True)  # no rows: nothing launched, zero dw
+    ours.weight.grad = None
+    ours(x).sum().backward()
+    assert x.grad.shape == x.shape and torch.equal(ours.weight.grad, torch.zeros(64))
 
 
 # --------------------------------------------------------------------------------------------

@@ -211,6 +211,11 @@ def _reference_sum(partial, dtype, out=None):
     return got if out is None else out.copy_(got)
 
 
+def _reference_sum_fn(dtype, P):
+    """``final_bwd.partial_sum_fn``: the sum's call ``fn(partial, out)``, as torch says it."""
+    return lambda partial, out: _reference_sum(partial, dtype, out)
+
+
 def _reference_kernel_for(launch_fwd):
     """``final.kernel_for`` over the reference launcher: what a launch plan keeps and calls."""
 
@@ -267,7 +272,8 @@ def fake_kernel(monkeypatch):
     monkeypatch.setattr(F, "_final_mod", stub)
     launch_bwd = _reference_launch_bwd(calls)
     bwd = types.SimpleNamespace(
-        launch_bwd=launch_bwd, sum_partials=_reference_sum, sm_count=lambda dev: 2,
+        launch_bwd=launch_bwd, sum_partials=_reference_sum, partial_sum_fn=_reference_sum_fn,
+        sm_count=lambda dev: 2,
         kernel_for=_reference_bwd_kernel_for(launch_bwd),
     )  # fmt: skip
     monkeypatch.setattr(B, "_final_bwd", lambda: bwd)

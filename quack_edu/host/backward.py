@@ -200,11 +200,32 @@ class _BwdPlan:
     """A backward key's launch: the compiled kernel's call, its rows a CTA and the most CTAs
     (P = the rows of the partials), the dtype the partials are summed into, the outputs."""
 
-    __slots__ = ("fn", "N", "rows", "most", "pdtype", "dw", "db", "dres_dtype", "lay")
+    __slots__ = ("fn", "N", "rows", "most", "pdtype", "dw", "db", "dres_dtype", "lay", "sums")
 
     def __init__(self, fn, N, rows, most, pdtype, dw, db, dres_dtype, lay=None):
         self.fn, self.N, self.rows, self.most, self.pdtype = fn, N, rows, most, pdtype
         self.dw, self.db, self.dres_dtype, self.lay = dw, db, dres_dtype, lay
+        self.sums = {}  # P -> the compiled PartialSum that adds P partial rows
+
+    def sum_of(self, partial):
+        """dw (or db) from its (P, N) fp32 partials, in the plan's dtype."""
+        P = partial.shape[0]
+        fn = self.sums.get(P)
+        if fn is None:
+            fn = self.sums[P] = _final_bwd().partial_sum_fn(self.pdtype, P)
+        out = partial.new_empty(self.N, dtype=self.pdtype)
+        fn(partial, out)
+        return out
+
+    def run_rows(self, x, weight, dout, rstd):
+        """(dx, dw) of the plain backward (``plain_backward``): x and dout contiguous rows
+        (M, N), M > 0, rstd (M,); dw None without a weight."""
+        M, N = x.shape
+        P = min(-(-M // self.rows), self.most)
+        dx = torch.empty_like(x)
+        dw_p = x.new_empty((P, N), dtype=torch.float32) if self.dw else None
+        self.fn(x, weight, dout, None, rstd, dx, None, dw_p, None, P)
+        return dx, None if dw_p is None else self.sum_of(dw_p)
 
     def run_strided(self, x, weight, dout, rstd):
         """``run`` of a strided x's plan (rows read in place; no dresidual_out: its key has
@@ -221,11 +242,10 @@ class _BwdPlan:
             None, dw_p, db_p, P,
         )  # fmt: skip
         outs = [dx]
-        fb = _final_bwd()
         if self.dw:
-            outs.append(fb.sum_partials(dw_p, self.pdtype))
+            outs.append(self.sum_of(dw_p))
         if self.db:
-            outs.append(fb.sum_partials(db_p, self.pdtype))
+            outs.append(self.sum_of(db_p))
         return outs
 
     def run(self, x, weight, dout, rstd, dres_out):
@@ -248,14 +268,34 @@ class _BwdPlan:
             db_p, P,
         )  # fmt: skip
         outs = [dx]
-        fb = _final_bwd()
         if self.dw:
-            outs.append(fb.sum_partials(dw_p, self.pdtype))
+            outs.append(self.sum_of(dw_p))
         if self.db:
-            outs.append(fb.sum_partials(db_p, self.pdtype))
+            outs.append(self.sum_of(db_p))
         if dres is not None:
             outs.append(dres)
         return outs
+
+
+def plain_backward(fwd, x, weight, dout, rstd):
+    """(dx, dw) of the plain training call whose forward ran ``fwd.run_saving`` (x its rows
+    (M, N), rstd (M,), dout the gradient of out, in x's dtype: autograd casts it): dx as rows,
+    dw None without a weight. Through the backward plan ``fwd`` keeps (``fwd.bwd``), which its
+    first backward finds; else, and for empty or misaligned rows, through ``rmsnorm_bwd``."""
+    if not dout.is_contiguous():
+        dout = dout.contiguous()  # (the expanded gradient of a sum, say)
+    N = fwd.N
+    bits = x.data_ptr() | dout.data_ptr() | rstd.data_ptr()
+    if weight is not None:
+        bits |= weight.data_ptr()
+    bwd = fwd.bwd
+    if bwd is not None and not bits & 15 and x.shape[0]:
+        return bwd.run_rows(x, weight, dout.view(-1, N), rstd)
+    dout = dout.view(-1, N)
+    dx, dw, _, _ = rmsnorm_bwd(x, weight, dout, rstd)
+    if bwd is None and not bits & 15 and x.shape[0]:  # a plan for aligned rows only
+        fwd.bwd = _BWD_PLANS.get(_plain_bwd_key(x, weight, dout, rstd))
+    return dx, dw
 
 
 def _bwd_first(tuned, x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):

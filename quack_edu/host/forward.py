@@ -187,13 +187,16 @@ def _plain_key(x, w, store_rstd=False):
 
 class _FwdPlan:
     """A key's launch: the compiled kernel's call, the rows' shape, the outputs to allocate;
-    ``lay``: a strided x's ``rows.RowLayout`` (None: x contiguous)."""
+    ``lay``: a strided x's ``rows.RowLayout`` (None: x contiguous). ``bwd``: the backward plan
+    of the plain training call (``run_saving``'s), found by its first backward
+    (``backward.plain_backward``)."""
 
-    __slots__ = ("fn", "rows", "out_dtype", "res_out_dtype", "store_rstd", "lay")
+    __slots__ = ("fn", "rows", "N", "out_dtype", "res_out_dtype", "store_rstd", "lay", "bwd")
 
     def __init__(self, fn, rows, out_dtype, res_out_dtype, store_rstd, lay=None):
-        self.fn, self.rows, self.out_dtype = fn, rows, out_dtype
+        self.fn, self.rows, self.N, self.out_dtype = fn, rows, rows[-1], out_dtype
         self.res_out_dtype, self.store_rstd, self.lay = res_out_dtype, store_rstd, lay
+        self.bwd = None
 
     def run_strided(self, x, weight, bias, eps):
         """``run`` of a strided x's plan (no residual: its key has none)."""
@@ -217,7 +220,7 @@ class _FwdPlan:
 
     def run_plain(self, x, weight, eps, store_rstd=False):
         """``out`` of a plain call's plan (``_plain_key``): ``run`` with nothing to decide;
-        ``(out, rstd)`` with ``store_rstd`` (autograd's forward saves it)."""
+        ``(out, rstd)`` with ``store_rstd``."""
         out = torch.empty_like(x)
         rstd = x.new_empty(x.shape[:-1], dtype=torch.float32) if store_rstd else None
         if x.dim() == 2:
@@ -228,6 +231,18 @@ class _FwdPlan:
             flat = None if rstd is None else rstd.view(-1)
             self.fn(x.view(rows), weight, None, None, out.view(rows), None, flat, eps)
         return (out, rstd) if store_rstd else out
+
+    def run_saving(self, x, weight, eps):
+        """The plain training call's forward (a plan with rstd): ``(out, x's rows, rstd)``,
+        rows ``(M, N)`` and rstd ``(M,)`` as the backward takes them (they are kept for it,
+        and never seen by the caller). Shapes are passed as ints: a tuple argument costs a
+        view ~0.5 us more (scripts/host_cost_cpu.py's machine)."""
+        rows = x.view(-1, self.N)
+        out = torch.empty_like(rows)
+        rstd = rows.new_empty(rows.shape[0], dtype=torch.float32)
+        if rows.shape[0]:
+            self.fn(rows, weight, None, None, out, None, rstd, eps)
+        return out.view_as(x), rows, rstd
 
     def run(self, x, weight, bias, residual, eps):
         """[out, residual_out if asked, rstd if asked], as ``_forward``."""

@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 
 import cutlass
 import cutlass.cute as cute
+import torch
 from cutlass import Float32, Int32
 from cutlass.memory import SmemAllocator
 
@@ -240,8 +241,6 @@ class FinalBwdRMSNorm(FinalBase):
         ``partial_rows`` is set gets that many zeroed rows to add into. dres_out is read as
         invariant (``ld.global.nc``): it must not share memory with dx or dres. Nothing else is
         checked here: the library's ``quack_edu.rmsnorm.rmsnorm_bwd`` checks the arguments."""
-        import torch
-
         N = x.shape[-1]
         M = x.numel() // N  # rows, of every head with rows in two modes (x (M, H, N))
         kernel, fn = kernel_for(x, weight, dout, dres_out, dx, dres, db, weight_offset, config,
@@ -915,32 +914,33 @@ class PartialSum:
 _SUMS: dict = {}
 
 
+def partial_sum_fn(dtype, P: int):
+    """The compiled ``PartialSum`` call ``fn(partial, out)`` of P rows into torch ``dtype``."""
+    key = (dtype, PartialSum.plan(P))
+    if key not in _SUMS:
+        from ..runtime import compile_kernel, direct_call
+
+        _SUMS[key] = direct_call(compile_kernel(PartialSum(*key)))
+    return _SUMS[key]
+
+
 def sum_partials(partial, dtype, out=None):
     """``partial.sum(0)`` in fp32, as a tensor of ``dtype`` (a torch dtype), by ``PartialSum``:
     one launch, rows added in a fixed order. ``partial``: (P, N) fp32 on the GPU, unit column
-    stride; ``out``: where to write it (N contiguous elements of ``dtype``), else a new
-    tensor."""
-    groups = PartialSum.plan(partial.shape[0])
-    key = (dtype, groups)
-    fn = _SUMS.get(key)
-    if fn is None:
-        from ..runtime import compile_kernel, direct_call
-
-        fn = _SUMS[key] = direct_call(compile_kernel(PartialSum(dtype, groups)))
-    if out is None:
-        out = partial.new_empty(partial.shape[1], dtype=dtype)
-    if partial.shape[1]:
-        if partial.shape[0]:
-            fn(partial, out)
-        else:
-            out.zero_()
+    stride; ``out``: where to write it (N contiguous elements of ``dtype``), else a new one."""
+    P, N = partial.shape
+    out = partial.new_empty(N, dtype=dtype) if out is None else out
+    if P and N:
+        partial_sum_fn(dtype, P)(partial, out)
+    elif N:
+        out.zero_()
     return out
 
 
 __all__ = [
     *("FinalBwdRMSNorm", "BwdConfig", "BwdFeatures", "KERNEL", "CONFIG", "MAX_N", "SM_COUNT"),
     *("bwd_config", "default_config", "configs", "compiled_for", "features_for", "kernel_for"),
-    *("launch_bwd", "sm_count", "PartialSum", "sum_partials"),
+    *("launch_bwd", "sm_count", "PartialSum", "partial_sum_fn", "sum_partials"),
 ]
 
 
