@@ -58,8 +58,6 @@ from .config import MAX_N
 from .dtypes import SUPPORTED as SUPPORTED_DTYPES
 from .host.backward import (  # noqa: F401  (the private names: what the tests read here)
     _BWD_PLANS,
-    _bwd_key,
-    _plain_bwd_key,
     plain_backward,
     rmsnorm_bwd,
     rmsnorm_bwd_tuned,
@@ -68,14 +66,13 @@ from .host.forward import (  # noqa: F401  (_fwd_op, _fwd_body: the grader's; _t
     _FWD_PLANS,
     _final,
     _fwd_body,
-    _fwd_key,
     _fwd_op,
-    _plain_key,
     _tune_key,
+    fwd_key,
     rmsnorm_fwd,
     rmsnorm_fwd_tuned,
 )
-from .host.ops import _gpu_names  # noqa: F401
+from .host.ops import PLAIN_TYPES, _gpu_names  # noqa: F401
 from .host.policy import (  # noqa: F401
     CompilePolicy,
     _policy_from_env,
@@ -215,11 +212,13 @@ _functorch_active = torch._C._are_functorch_transforms_active
 
 def _plain_plan(x, weight, grad: bool):
     """The plan of the plain call ``(x, weight)`` (rstd saved when ``grad``), or None: x a
-    contiguous ``Tensor`` of a key that has one, nothing (a dispatch mode, a torch.func
-    transform) that must see the op."""
+    ``Tensor`` (contiguous, or rows read in place) of a key that has one, a weight (N,) or
+    none, nothing (a dispatch mode, a torch.func transform) that must see the op."""
     if _dispatch_depth() or _functorch_active():
         return None
-    return _FWD_PLANS.get(_plain_key(x, weight, grad))
+    if weight is not None and (type(weight) not in PLAIN_TYPES or weight.dim() != 1):
+        return None
+    return _FWD_PLANS.get(fwd_key(x, weight, None, None, x.dtype, None, grad, 0.0))
 
 
 def rmsnorm(
@@ -371,12 +370,13 @@ class QuackRMSNorm(torch.nn.RMSNorm):
     def _plan(self, x: Tensor, w, grad: bool):
         """The plan of the plain call ``norm(x)`` (rstd saved when ``grad``), or None where
         there is none yet (``_plain_plan``). The module keeps the plans it used, by what of
-        the key can change from call to call (x's dtype, N, device, alignment, grad): the
-        weight is its own, so its part of the key is checked by identity and address, not
-        recomputed."""
-        if not x.dim() or not x.is_contiguous():
+        the key can change from call to call (x's dtype, N, device, alignment, grad, a strided
+        x's shape and strides): the weight is its own, so its part of the key is checked by
+        identity and address, not recomputed."""
+        if not x.dim():
             return None
-        key = (x.dtype, x.shape[-1], x.get_device(), x.data_ptr() & 15, grad)
+        strided = None if x.is_contiguous() else (x.shape, x.stride())
+        key = (x.dtype, x.shape[-1], x.get_device(), x.data_ptr() & 15, grad, strided)
         got = self._plans.get(key)
         if got is not None:
             if got[0] is w and (w is None or got[1] == w.data_ptr()):

@@ -559,26 +559,38 @@ def test_a_norm_handed_to_inductor_compiles_to_nn_rmsnorms_graph():
         assert torch.equal(p.grad, q.grad), name
 
 
-def test_the_plain_key_is_the_full_key_of_a_plain_call():
-    # the module's inference call and rmsnorm_fwd(x, w) find the plans every other path makes
-    for x, w in [
-        (torch.randn(8, 64, dtype=BF16), torch.randn(64)),
-        (torch.randn(2, 3, 64), torch.nn.Parameter(torch.randn(64))),
-        (torch.randn(5, 48, dtype=torch.float16), None),
-        (torch.randn(5, 48)[1:], torch.randn(48, dtype=BF16)),  # a misaligned pointer
-    ]:
-        assert R._plain_key(x, w) == R._fwd_key(x, w, None, None, x.dtype, None, False, 0.0)
-    assert R._plain_key(torch.randn(64, 8).t(), torch.randn(8)) is None  # strided: no plan
-    assert R._plain_key(torch.randn(2, 8), torch.randn(2, 4)) is None  # 2-D weight: no plain
-
-
-def test_the_plain_backward_key_is_the_full_key():
+def test_keys_name_their_facts():
+    """One builder a key, its facts by name: the plain call's key is the full key of that call
+    (so every path finds the plans every other path makes), misaligned pointers, per-head
+    weights and strided rows are facts of it, and what cannot have a plan has no key."""
+    x, w = torch.randn(8, 64, dtype=BF16), torch.randn(64)
+    key = F.fwd_key(x, w, None, None, BF16, None, False, 0.0)
+    assert isinstance(key, tuple) and key._fields[:2] == ("x_dtype", "N")
+    assert (key.N, key.heads, key.weight, key.align, key.strided) == (
+        64,
+        0,
+        (w.dtype, w.shape, -1),
+        0,
+        None,
+    )
+    assert F.fwd_key(x, torch.nn.Parameter(w), None, None, BF16, None, False, 0.0) == key
+    late = torch.randn(5 * 48 + 1)[1:].view(5, 48)  # 4 bytes past 16
+    assert F.fwd_key(late, None, None, None, late.dtype, None, False, 0.0).align == 4
+    heads = F.fwd_key(torch.randn(3, 2, 64), torch.randn(2, 64), None, None, torch.float32,
+                      None, True, 0.0)  # fmt: skip
+    assert heads.heads == 2 and heads.store_rstd
+    q = torch.randn(2, 4, 3 * 8 * 64).view(2, 4, 3, 8, 64).unbind(2)[0]  # rows read in place
+    assert F.fwd_key(q, w, None, None, q.dtype, None, False, 0.0).strided == (q.shape, q.stride())
+    assert F.fwd_key(torch.randn(64, 8).t(), None, None, None, BF16, None, False, 0.0) is None
     x, w, dout = _bwd_inputs(8, 64)
     rstd = rstd_ref(x)
-    for weight in (w, torch.nn.Parameter(w), None):
-        want = R._bwd_key(x, weight, dout, rstd, None, False, None, 0.0)
-        assert want is not None and R._plain_bwd_key(x, weight, dout, rstd) == want
-    assert R._plain_bwd_key(x[:, :32], w[:32], dout[:, :32], rstd) is None  # strided rows
+    key = B.bwd_key(x, w, dout, rstd, None, False, None, 0.0)
+    assert (key.N, key.weight, key.dout, key.strided) == (64, (w.dtype, 64, -1), (BF16, -1), None)
+    assert B.bwd_key(x, torch.nn.Parameter(w), dout, rstd, None, False, None, 0.0) == key
+    sliced = B.bwd_key(x[:, :32], w[:32], dout[:, :32], rstd, None, False, None, 0.0)
+    assert sliced.strided == (x[:, :32].shape, (64, 1), (64, 1), (1,))  # rows read in place
+    xt = x.t().contiguous().t()  # columns of unit stride: no rows to read in place
+    assert B.bwd_key(xt, w, dout, rstd, None, False, None, 0.0) is None
 
 
 def test_tuned_entries_have_a_plan_per_power_of_two_of_rows(fake_kernel, monkeypatch):

@@ -134,3 +134,33 @@ def test_gradients_through_a_fused_projection(fake_kernel, module):  # noqa: F81
     torch.testing.assert_close(qkv.grad, qkv2.grad)
     torch.testing.assert_close(wq.grad, wq2.grad)
     torch.testing.assert_close(wk.grad, wk2.grad)
+
+
+@pytest.mark.parametrize("name", VIEWS)
+def test_the_plain_training_call_reads_strided_rows_through_its_plans(fake_kernel, name):  # noqa: F811
+    """``norm(x)`` and ``rmsnorm(x, w)`` of a view, under autograd, from their second call on:
+    ``_PlainRMSNorm`` reading x in place, forward and backward, with the reference's
+    gradients, for a dense gradient and one laid out otherwise (the checked way)."""
+    torch.manual_seed(1)
+    make, _ = VIEWS[name]
+    norm = R.QuackRMSNorm(D if name != "sliced last dim" else 64)
+    with torch.no_grad():
+        norm.weight.normal_()
+    for call in (norm, lambda x: R.rmsnorm(x, norm.weight)):
+        for layout_of_dy in ("dense", "transposed"):
+            for _ in range(2):  # the first call makes the plans, the second uses them
+                x = make(torch.float32).detach().requires_grad_()
+                norm.weight.grad = None
+                y = call(x)
+                dy = torch.randn_like(y, memory_format=torch.contiguous_format)
+                if layout_of_dy == "transposed":
+                    dy = dy.transpose(0, 1).contiguous().transpose(0, 1)
+                fake_kernel.calls.clear()
+                y.backward(dy)
+            assert type(y.grad_fn).__name__ == "_PlainRMSNormBackward"
+            assert all(same_memory(c["x"], x) for c in fake_kernel.calls)  # read in place
+            x2 = x.detach().clone().requires_grad_()
+            w2 = norm.weight.detach().clone().requires_grad_()
+            ref32(x2, w2, eps=1e-6).backward(dy)
+            torch.testing.assert_close(x.grad, x2.grad)
+            torch.testing.assert_close(norm.weight.grad, w2.grad)

@@ -7,6 +7,8 @@ made by the key's first call, which ran every check.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
@@ -113,7 +115,7 @@ def _bwd_planned_body(tuned, x, weight, dout, rstd, dres_out, has_bias, dres_dty
     """The body of both ops (``tuned``: the tuned op's): the call's launch plan when its key
     has one, else every check and a first run, which makes the key's plan (a plan per key and
     power of two of rows for a tuned call, as the forward's)."""
-    key = _bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo)
+    key = bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo)
     if key is not None and tuned:
         key = (key, max(0, x.numel() // x.shape[-1] - 1).bit_length())
     plan = _BWD_PLANS.get(key)
@@ -127,62 +129,62 @@ def _bwd_planned_body(tuned, x, weight, dout, rstd, dres_out, has_bias, dres_dty
     return outs
 
 
-#: key -> ``_BwdPlan``, as the forward's ``_FWD_PLANS``: made after a call with that key passed
-#: every check and ran. A per-head weight has none (one launch a head).
+#: ``BwdKey`` -> ``_BwdPlan``, as the forward's ``_FWD_PLANS``: made after a call with that key
+#: passed every check and ran. A per-head weight has none (one launch a head).
 _BWD_PLANS: dict = {}
 
 
-def _bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
-    """The backward call's plan key, or None (see ``_fwd_key``). A strided x's key ends with
-    the shapes and strides of x, dout, rstd and dresidual_out (a contiguous x's with None)."""
+class BwdKey(NamedTuple):
+    """A backward call's plan key (as ``forward.FwdKey``). ``weight``: (dtype, N, device);
+    ``dout``, ``rstd``, ``dres_out``: (dtype, device); ``strided``: a strided x's shape and
+    strides, with dout's and rstd's strides (None: x contiguous)."""
+
+    x_dtype: torch.dtype
+    N: int
+    device: int
+    weight: tuple | None
+    dout: tuple
+    rstd: tuple
+    dres_out: tuple | None
+    has_bias: bool
+    dres_dtype: torch.dtype | None
+    weight_offset: float
+    align: int
+    strided: tuple | None
+
+
+def bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo):
+    """The backward call's ``BwdKey``, or None (see ``forward.fwd_key``)."""
     if type(x) not in PLAIN_TYPES or not x.numel():
         return None
-    strided = None
-    if not x.is_contiguous():
-        if in_place(x, weight) is None or type(dout) not in PLAIN_TYPES:
-            return None
-        if type(rstd) not in PLAIN_TYPES or dres_out is not None:
-            return None
-        strided = (x.shape, x.stride(), dout.stride(), rstd.stride())
+    if type(dout) not in PLAIN_TYPES or type(rstd) not in PLAIN_TYPES:
+        return None
     if type(has_bias) is not bool or type(wo) is not float:
         return None
     if dres_dtype is not None and type(dres_dtype) is not torch.dtype:
         return None
-    bits = x.data_ptr()
-    parts = []
-    for t in (weight, dout, rstd, dres_out):  # one pass: the key is built on every call
-        if t is None:
-            parts.append(None)
-            continue
-        if type(t) not in PLAIN_TYPES or not (strided or t.is_contiguous()):
+    strided = None
+    if not x.is_contiguous():
+        if dres_out is not None or in_place(x, weight) is None:
             return None
-        bits |= t.data_ptr()
-        parts.append((t.dtype, t.get_device()))
+        strided = (x.shape, x.stride(), dout.stride(), rstd.stride())
+    elif not (dout.is_contiguous() and rstd.is_contiguous()):
+        return None
+    bits = x.data_ptr() | dout.data_ptr() | rstd.data_ptr()
+    w = dro = None
     if weight is not None:
-        if weight.dim() != 1 or not weight.is_contiguous():
+        if type(weight) not in PLAIN_TYPES or weight.dim() != 1 or not weight.is_contiguous():
             return None
-        parts.append(weight.shape[0])
-    return (
-        x.dtype, x.shape[-1], x.get_device(), *parts, has_bias, dres_dtype, wo, bits & 15,
-        strided,
-    )  # fmt: skip
-
-
-def _plain_bwd_key(x, w, dout, rstd):
-    """``_bwd_key`` of the plain backward ``(x, w, dout, rstd)``: the same tuple, less work."""
-    if not x.numel() or not (x.is_contiguous() and dout.is_contiguous() and rstd.is_contiguous()):
-        return None
-    if w is None:
-        return (x.dtype, x.shape[-1], x.get_device(), None, (dout.dtype, dout.get_device()),
-                (rstd.dtype, rstd.get_device()), None, False, None, 0.0,
-                (x.data_ptr() | dout.data_ptr() | rstd.data_ptr()) & 15, None)  # fmt: skip
-    if type(w) not in PLAIN_TYPES or w.dim() != 1 or not w.is_contiguous():
-        return None
-    return (
-        x.dtype, x.shape[-1], x.get_device(), (w.dtype, w.get_device()),
-        (dout.dtype, dout.get_device()), (rstd.dtype, rstd.get_device()), None, w.shape[0],
-        False, None, 0.0, (x.data_ptr() | w.data_ptr() | dout.data_ptr() | rstd.data_ptr()) & 15,
-        None,
+        bits |= weight.data_ptr()
+        w = (weight.dtype, weight.shape[0], weight.get_device())
+    if dres_out is not None:
+        if type(dres_out) not in PLAIN_TYPES or not dres_out.is_contiguous():
+            return None
+        bits |= dres_out.data_ptr()
+        dro = (dres_out.dtype, dres_out.get_device())
+    return BwdKey(
+        x.dtype, x.shape[-1], x.get_device(), w, (dout.dtype, dout.get_device()),
+        (rstd.dtype, rstd.get_device()), dro, has_bias, dres_dtype, wo, bits & 15, strided,
     )  # fmt: skip
 
 
@@ -278,10 +280,12 @@ class _BwdPlan:
 
 
 def plain_backward(fwd, x, weight, dout, rstd):
-    """(dx, dw) of the plain training call whose forward ran ``fwd.run_saving`` (x its rows
-    (M, N), rstd (M,), dout the gradient of out, in x's dtype: autograd casts it): dx as rows,
-    dw None without a weight. Through the backward plan ``fwd`` keeps (``fwd.bwd``), which its
-    first backward finds; else, and for empty or misaligned rows, through ``rmsnorm_bwd``."""
+    """(dx, dw) of the plain training call whose forward ran ``fwd.run_saving`` (x and rstd
+    as it saved them; dout the gradient of out, in x's dtype: autograd casts it); dw None
+    without a weight. Through the backward plan ``fwd`` keeps (``fwd.bwd``), which its first
+    backward finds; else, and for empty or misaligned rows, through ``rmsnorm_bwd``."""
+    if fwd.lay is not None:
+        return _plain_backward_strided(fwd, x, weight, dout, rstd)
     if not dout.is_contiguous():
         dout = dout.contiguous()  # (the expanded gradient of a sum, say)
     N = fwd.N
@@ -294,7 +298,26 @@ def plain_backward(fwd, x, weight, dout, rstd):
     dout = dout.view(-1, N)
     dx, dw, _, _ = rmsnorm_bwd(x, weight, dout, rstd)
     if bwd is None and not bits & 15 and x.shape[0]:  # a plan for aligned rows only
-        fwd.bwd = _BWD_PLANS.get(_plain_bwd_key(x, weight, dout, rstd))
+        fwd.bwd = _BWD_PLANS.get(bwd_key(x, weight, dout, rstd, None, False, None, 0.0))
+    return dx, dw
+
+
+def _plain_backward_strided(fwd, x, weight, dout, rstd):
+    """``plain_backward`` of rows read in place (x strided, dx dense in its dim order): the
+    backward plan is for the gradient's strides it was found with (``fwd.bwd_dout``)."""
+    if dout.stride(-1) != 1:
+        dout = dout.contiguous()
+    bits = x.data_ptr() | dout.data_ptr() | rstd.data_ptr()
+    if weight is not None:
+        bits |= weight.data_ptr()
+    bwd, stride = fwd.bwd, dout.stride()
+    if bwd is not None and not bits & 15 and stride == fwd.bwd_dout:
+        dx, *dw = bwd.run_strided(x, weight, dout, rstd)
+        return dx, dw[0] if dw else None
+    dx, dw, _, _ = rmsnorm_bwd(x, weight, dout, rstd)
+    if bwd is None and not bits & 15 and x.numel():
+        fwd.bwd = _BWD_PLANS.get(bwd_key(x, weight, dout, rstd, None, False, None, 0.0))
+        fwd.bwd_dout = stride
     return dx, dw
 
 
@@ -426,8 +449,8 @@ def rmsnorm_bwd(
         and type(rstd) in PLAIN_TYPES
         and not through_op(x)
     ):  # the plain backward, autograd's in every layer
-        plan = _BWD_PLANS.get(_plain_bwd_key(x, weight, dout, rstd))
-        if plan is not None and dout.shape == x.shape and rstd.shape == x.shape[:-1]:
+        plan = _BWD_PLANS.get(bwd_key(x, weight, dout, rstd, None, False, None, 0.0))
+        if plan is not None and _bwd_shapes_agree(x, dout, rstd, None):
             dx, *rest = plan.run(x, weight, dout, rstd, None)
             return dx, rest[0] if rest else None, None, dx if has_residual else None
     got = _bwd_planned(x, weight, dout, rstd, dresidual_out, has_bias, weight_offset)
@@ -447,7 +470,7 @@ def _bwd_planned(x, weight, dout, rstd, dres_out, has_bias, wo):
     dres_dtype = None
     if dres_out is not None and dres_out.dtype != x.dtype:
         dres_dtype = dres_out.dtype
-    plan = _BWD_PLANS.get(_bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo))
+    plan = _BWD_PLANS.get(bwd_key(x, weight, dout, rstd, dres_out, has_bias, dres_dtype, wo))
     if plan is None or not _bwd_shapes_agree(x, dout, rstd, dres_out):
         return None
     return plan.run(x, weight, dout, rstd, dres_out)

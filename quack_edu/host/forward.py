@@ -8,6 +8,8 @@ kernel lookup and its grid are done on a key's first call only.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
@@ -99,7 +101,7 @@ def _fwd_planned_body(
     """The body of both ops (``tuned``: the tuned op's, with the autotuner's config): the
     call's launch plan when its key has one, else every check and a first run, which makes the
     key's plan. A tuned call has a plan per key and power of two of rows, the tuning key's M."""
-    key = _fwd_key(x, weight, bias, residual, out_dtype, res_out_dtype, store_rstd, wo)
+    key = fwd_key(x, weight, bias, residual, out_dtype, res_out_dtype, store_rstd, wo)
     if key is not None and tuned:
         key = (key, max(0, x.numel() // x.shape[-1] - 1).bit_length())
     plan = _FWD_PLANS.get(key)
@@ -119,69 +121,76 @@ def _fwd_planned_body(
 # Launch plans: what a key of the call decides, found once
 # --------------------------------------------------------------------------------------------
 
-#: key -> ``_FwdPlan``. A key holds every fact of a call that decides its kernel and its
-#: checks: dtypes, N (and H for a per-head weight), the weight's and bias's shapes, devices,
-#: contiguity, the 16-byte alignment of the pointers (a contiguous tensor's rows are N elements
-#: apart: a fact of dtype and N), the outputs asked for. An entry is made only after a call
-#: with that key went through every check and ran (``_fwd_first``), so a hit needs none of
-#: them again. What a key cannot hold (a residual's shape) is compared on every hit.
+#: ``FwdKey`` -> ``_FwdPlan``. An entry is made only after a call with that key went through
+#: every check and ran (``_fwd_first``), so a hit needs none of them again. What a key cannot
+#: hold (a residual's shape) is compared on every hit.
 _FWD_PLANS: dict = {}
 
 
-def _fwd_key(x, weight, bias, residual, out_dtype, res_out_dtype, store_rstd, wo):
-    """The call's plan key, or None when the call cannot have a plan (a tensor subclass, a
+class FwdKey(NamedTuple):
+    """A forward call's plan key: every fact of the call that decides its kernel and its
+    checks. ``weight``, ``bias``: (dtype, shape, device); ``residual``: (dtype, device), its
+    shape compared on every hit; ``heads``: H of a per-head weight or bias (H, D), else 0;
+    ``align``: the low 4 bits of every pointer, OR-ed (a contiguous tensor's rows are N
+    elements apart: a fact of dtype and N); ``strided``: a strided x's (shape, strides), its
+    ``rows.layout`` (None: x contiguous)."""
+
+    x_dtype: torch.dtype
+    N: int
+    heads: int
+    device: int
+    weight: tuple | None
+    bias: tuple | None
+    residual: tuple | None
+    out_dtype: torch.dtype
+    res_out_dtype: torch.dtype | None
+    store_rstd: bool
+    weight_offset: float
+    align: int
+    strided: tuple | None
+
+
+def fwd_key(x, weight, bias, residual, out_dtype, res_out_dtype, store_rstd, wo):
+    """The call's ``FwdKey``, or None when the call cannot have a plan (a tensor subclass, a
     strided tensor whose rows are not read in place or with a residual, an argument of an
-    unexpected type): then every call is checked. A strided x's key ends with its shape and
-    strides (its ``rows.layout``), a contiguous one's with None."""
+    unexpected type): then every call is checked. Built on every call that is not the
+    module's (which keeps its plans): the plain call's parts are found first."""
     if type(x) not in PLAIN_TYPES or not x.dim():
+        return None
+    if type(out_dtype) is not torch.dtype or type(wo) is not float or type(store_rstd) is not bool:
+        return None
+    if res_out_dtype is not None and type(res_out_dtype) is not torch.dtype:
         return None
     strided = None
     if not x.is_contiguous():
         if residual is not None or in_place(x, weight, bias) is None:
             return None
         strided = (x.shape, x.stride())
-    if type(out_dtype) is not torch.dtype or type(wo) is not float or type(store_rstd) is not bool:
-        return None
-    if res_out_dtype is not None and type(res_out_dtype) is not torch.dtype:
-        return None
-    bits = x.data_ptr()
-    parts = []
-    for t in (weight, bias, residual):  # one pass: the key is built on every call
-        if t is None:
-            parts.append(None)
-            continue
-        if type(t) not in PLAIN_TYPES or not t.is_contiguous():
+    bits, heads, w = x.data_ptr(), 0, None
+    if weight is not None:
+        if type(weight) not in PLAIN_TYPES or not weight.is_contiguous():
             return None
-        bits |= t.data_ptr()
-        parts.append((t.dtype, t.shape if t is not residual else None, t.get_device()))
+        bits |= weight.data_ptr()
+        w = (weight.dtype, weight.shape, weight.get_device())
+    b = r = None
+    if bias is not None or residual is not None:
+        for t in (bias, residual):
+            if t is not None and (type(t) not in PLAIN_TYPES or not t.is_contiguous()):
+                return None
+        if bias is not None:
+            bits |= bias.data_ptr()
+            b = (bias.dtype, bias.shape, bias.get_device())
+        if residual is not None:
+            bits |= residual.data_ptr()
+            r = (residual.dtype, residual.get_device())
     p = weight if weight is not None else bias
-    head = 0
     if p is not None and p.dim() == 2:
         if x.dim() < 3:
             return None
-        head = x.shape[-2]
-    return (
-        x.dtype, x.shape[-1], head, x.get_device(), *parts, out_dtype, res_out_dtype,
+        heads = x.shape[-2]
+    return FwdKey(
+        x.dtype, x.shape[-1], heads, x.get_device(), w, b, r, out_dtype, res_out_dtype,
         store_rstd, wo, bits & 15, strided,
-    )  # fmt: skip
-
-
-def _plain_key(x, w, store_rstd=False):
-    """``_fwd_key`` of the plain call ``(x, w)`` (nothing else, out in x's dtype; rstd saved
-    or not: autograd's forward saves it): the same tuple, with less work, for the module's
-    call and autograd's."""
-    if not x.dim() or not x.is_contiguous():
-        return None
-    if w is not None and (type(w) not in PLAIN_TYPES or w.dim() != 1):
-        return None
-    if w is None:
-        return (x.dtype, x.shape[-1], 0, x.get_device(), None, None, None, x.dtype, None,
-                store_rstd, 0.0, x.data_ptr() & 15, None)  # fmt: skip
-    if not w.is_contiguous():
-        return None
-    return (
-        x.dtype, x.shape[-1], 0, x.get_device(), (w.dtype, w.shape, w.get_device()), None, None,
-        x.dtype, None, store_rstd, 0.0, (x.data_ptr() | w.data_ptr()) & 15, None,
     )  # fmt: skip
 
 
@@ -191,12 +200,16 @@ class _FwdPlan:
     of the plain training call (``run_saving``'s), found by its first backward
     (``backward.plain_backward``)."""
 
-    __slots__ = ("fn", "rows", "N", "out_dtype", "res_out_dtype", "store_rstd", "lay", "bwd")
+    __slots__ = ("fn", "rows", "N", "out_dtype", "res_out_dtype", "store_rstd", "lay", "plain")
+    __slots__ += ("bwd", "bwd_dout")
 
     def __init__(self, fn, rows, out_dtype, res_out_dtype, store_rstd, lay=None):
         self.fn, self.rows, self.N, self.out_dtype = fn, rows, rows[-1], out_dtype
         self.res_out_dtype, self.store_rstd, self.lay = res_out_dtype, store_rstd, lay
-        self.bwd = None
+        #: rows (M, N) of a contiguous x (not per-head, not strided): what ``run_plain`` takes
+        self.plain = lay is None and len(rows) == 2
+        #: a strided x's backward plan is for gradients of the strides ``bwd_dout`` names
+        self.bwd = self.bwd_dout = None
 
     def run_strided(self, x, weight, bias, eps):
         """``run`` of a strided x's plan (no residual: its key has none)."""
@@ -219,7 +232,8 @@ class _FwdPlan:
         return outs
 
     def run_plain(self, x, weight, eps, store_rstd=False):
-        """``out`` of a plain call's plan (``_plain_key``): ``run`` with nothing to decide;
+        """``out`` of a plain call's plan (a contiguous x, a weight (N,) or none, nothing
+        else): ``run`` with nothing to decide;
         ``(out, rstd)`` with ``store_rstd``."""
         out = torch.empty_like(x)
         rstd = x.new_empty(x.shape[:-1], dtype=torch.float32) if store_rstd else None
@@ -233,10 +247,18 @@ class _FwdPlan:
         return (out, rstd) if store_rstd else out
 
     def run_saving(self, x, weight, eps):
-        """The plain training call's forward (a plan with rstd): ``(out, x's rows, rstd)``,
-        rows ``(M, N)`` and rstd ``(M,)`` as the backward takes them (they are kept for it,
-        and never seen by the caller). Shapes are passed as ints: a tuple argument costs a
-        view ~0.5 us more (scripts/host_cost_cpu.py's machine)."""
+        """The plain training call's forward (a plan with rstd, a weight (N,) or none):
+        ``(out, saved x, rstd)`` as ``backward.plain_backward`` takes them (kept for it, never
+        seen by the caller): x's rows ``(M, N)`` and rstd ``(M,)``, or a strided x and its rstd
+        (x.shape[:-1], dense in x's dim order). Shapes are passed as ints: a tuple argument
+        costs a view ~0.5 us more (scripts/host_cost_cpu.py's machine)."""
+        lay = self.lay
+        if lay is not None:
+            out, rstd = lay.empty(x), lay.empty_rows(x)
+            if x.numel():
+                self.fn(lay.view(x), weight, None, None, lay.view(out), None,
+                        lay.view_rows(rstd), eps)  # fmt: skip
+            return out, x, rstd
         rows = x.view(-1, self.N)
         out = torch.empty_like(rows)
         rstd = rows.new_empty(rows.shape[0], dtype=torch.float32)
@@ -343,7 +365,7 @@ def _planned(x, weight, bias, residual, out_dtype, residual_dtype, eps, store_rs
         return None
     out_dtype = x.dtype if out_dtype is None else out_dtype
     rod = res_out_dtype_for(x, residual, residual_dtype)
-    plan = _FWD_PLANS.get(_fwd_key(x, weight, bias, residual, out_dtype, rod, store_rstd, wo))
+    plan = _FWD_PLANS.get(fwd_key(x, weight, bias, residual, out_dtype, rod, store_rstd, wo))
     if plan is None:
         return None
     return _fwd_outputs(plan.run(x, weight, bias, residual, eps), x, rod, store_rstd)
@@ -400,7 +422,9 @@ def rmsnorm_fwd(
         and not weight_offset
         and not through_op(x)
     ):  # the plain call, a model's in every layer (autograd's saves rstd)
-        plan = _FWD_PLANS.get(_plain_key(x, weight, store_rstd))
+        plan = _FWD_PLANS.get(fwd_key(x, weight, None, None, x.dtype, None, store_rstd, 0.0))
+        if plan is not None and not plan.plain:  # strided rows, a per-head weight
+            return _fwd_outputs(plan.run(x, weight, None, None, eps), x, None, store_rstd)
         if plan is not None:
             if store_rstd:
                 out, rstd = plan.run_plain(x, weight, eps, True)
