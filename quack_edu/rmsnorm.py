@@ -38,7 +38,8 @@ What this layer adds over the kernel (``quack_edu.stages.final.launch_fwd``):
 
 This module is the face: the differentiable ``rmsnorm``, ``QuackRMSNorm`` and QuACK's
 references are here; the layers behind them are in ``quack_edu.host`` (``checks``, ``ops``,
-``forward``, ``backward``, ``policy``), and their public names are re-exported here.
+``forward``, ``backward``, ``policy``), and their public names are re-exported here (their
+private names are read where they live).
 
 The backward is the ``final_bwd`` kernel behind the op ``quack_edu::rmsnorm_bwd`` (functional,
 with a fake, like the forward's): ``rmsnorm`` and ``QuackRMSNorm`` are differentiable through
@@ -56,30 +57,10 @@ from torch import Tensor
 
 from .config import MAX_N
 from .dtypes import SUPPORTED as SUPPORTED_DTYPES
-from .host.backward import (  # noqa: F401  (the private names: what the tests read here)
-    _BWD_PLANS,
-    plain_backward,
-    rmsnorm_bwd,
-    rmsnorm_bwd_tuned,
-)
-from .host.forward import (  # noqa: F401  (_fwd_op, _fwd_body: the grader's; _tune_key: lesson 06's)
-    _FWD_PLANS,
-    _final,
-    _fwd_body,
-    _fwd_op,
-    _tune_key,
-    fwd_key,
-    rmsnorm_fwd,
-    rmsnorm_fwd_tuned,
-)
-from .host.ops import PLAIN_TYPES, _gpu_names  # noqa: F401
-from .host.policy import (  # noqa: F401
-    CompilePolicy,
-    _policy_from_env,
-    compile_policy,
-    inductor_rmsnorm,
-    set_compile_policy,
-)
+from .host.backward import plain_backward, rmsnorm_bwd, rmsnorm_bwd_tuned
+from .host.forward import _FWD_PLANS, fwd_key, rmsnorm_fwd, rmsnorm_fwd_tuned
+from .host.ops import PLAIN_TYPES
+from .host.policy import CompilePolicy, compile_policy, inductor_rmsnorm, set_compile_policy
 from .reference import rmsnorm_bwd_ref as _rmsnorm_bwd_ref32
 from .reference import rmsnorm_ref as _rmsnorm_ref32
 

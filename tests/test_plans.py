@@ -56,7 +56,7 @@ def test_one_forward_plan_per_key_shared_by_every_path(fake_kernel, counted_chec
     w = torch.randn(40, dtype=torch.float32)
     x = torch.randn(37, 40, dtype=BF16)
     first = R.rmsnorm_fwd(x, w)[0]
-    assert torch.equal(first, ref32(x, w).to(BF16)) and len(R._FWD_PLANS) == 1
+    assert torch.equal(first, ref32(x, w).to(BF16)) and len(F._FWD_PLANS) == 1
     counted_checks["fwd"] = 0
     launches = len(fake_kernel.calls)
     param = torch.nn.Parameter(w.clone())
@@ -74,7 +74,7 @@ def test_one_forward_plan_per_key_shared_by_every_path(fake_kernel, counted_chec
             assert torch.equal(module(x), want)  # the module's inference call
         assert torch.equal(op(x, w, None, None, BF16, None, 1e-6, False, 0.0)[0], want)
         assert torch.equal(R.rmsnorm(x, w), want)
-    assert len(R._FWD_PLANS) == 1
+    assert len(F._FWD_PLANS) == 1
     assert counted_checks["fwd"] == 0  # every call above was a hit: no check ran again
     assert len(fake_kernel.calls) == launches + 15  # and each launched the kernel once
     empty = R.rmsnorm_fwd(torch.empty(0, 40, dtype=BF16), w)[0]
@@ -151,7 +151,7 @@ def test_the_modules_plans_follow_its_weight(fake_kernel, counted_checks):
         key names now (a fake kernel computes the right values with any plan)."""
         kept = m._plans.get((x.dtype, x.shape[-1], x.get_device(), x.data_ptr() & 15, False))
         if kept is not None:
-            assert kept[2] is R._FWD_PLANS[R._plain_key(x, m.weight)]
+            assert kept[2] is F._FWD_PLANS[R._plain_key(x, m.weight)]
         return ref32(x, m.weight.detach()).to(x.dtype)
 
     with torch.no_grad():
@@ -210,7 +210,7 @@ def test_every_feature_is_its_own_plan_and_right(fake_kernel):
             else:
                 assert torch.equal(got[0], ref32(xr, None, b, eps=1e-5).to(BF16))
                 assert got[1] is xr
-        assert len(R._FWD_PLANS) == len(calls)
+        assert len(F._FWD_PLANS) == len(calls)
 
 
 def test_a_plan_does_not_skip_what_its_key_cannot_hold(fake_kernel):
@@ -218,7 +218,7 @@ def test_a_plan_does_not_skip_what_its_key_cannot_hold(fake_kernel):
     x = torch.randn(8, 40, dtype=BF16)
     R.rmsnorm_fwd(x, w, residual=torch.randn(8, 40))
     R.rmsnorm_fwd(x, w)
-    assert len(R._FWD_PLANS) == 2
+    assert len(F._FWD_PLANS) == 2
     with pytest.raises(ValueError, match="residual must have x's shape"):
         R.rmsnorm_fwd(x, w, residual=torch.randn(4, 40))
     with pytest.raises(ValueError, match=r"weight must have shape \(41,\)"):
@@ -230,7 +230,7 @@ def test_a_plan_does_not_skip_what_its_key_cannot_hold(fake_kernel):
     # a strided x has no plan: checked and copied every call, still right
     xt = torch.randn(40, 8, dtype=BF16).t()
     assert torch.equal(R.rmsnorm(xt, w), ref32(xt, w).to(BF16))
-    assert len(R._FWD_PLANS) == 2
+    assert len(F._FWD_PLANS) == 2
 
 
 # --------------------------------------------------------------------------------------------
@@ -258,14 +258,14 @@ def test_one_backward_plan_per_key(fake_kernel, counted_checks, has_bias):
             torch.testing.assert_close(db, eb)
         if k == 0:
             counted_checks["bwd"] = 0
-    assert len(R._BWD_PLANS) == 1 and counted_checks["bwd"] == 0
+    assert len(B._BWD_PLANS) == 1 and counted_checks["bwd"] == 0
     # dresidual_out of its own dtype: another key, dresidual its own tensor
     x, w, dout = _bwd_inputs(37, 48)
     dro = torch.randn(37, 48)
     dx, dw, _, dres = R.rmsnorm_bwd(x, w, dout, rstd_ref(x), dro, has_bias, True)
     ex = bwd_ref32(x, w, dout, rstd_ref(x), dro)[0]
     assert dres.dtype == torch.float32 and torch.equal(dres, ex)
-    assert len(R._BWD_PLANS) == 2
+    assert len(B._BWD_PLANS) == 2
     with pytest.raises(ValueError, match="rstd must be float32 of shape"):
         R.rmsnorm_bwd(x, w, dout, rstd_ref(x)[:5])
 
@@ -289,7 +289,7 @@ def test_training_through_plans_matches_nn_rmsnorm(fake_kernel, counted_checks):
         torch.testing.assert_close(ours.weight.grad, theirs.weight.grad)
         if step == 0:
             counted_checks.update(fwd=0, bwd=0)
-    assert len(R._FWD_PLANS) == 1 and len(R._BWD_PLANS) == 1
+    assert len(F._FWD_PLANS) == 1 and len(B._BWD_PLANS) == 1
     assert counted_checks == {"fwd": 0, "bwd": 0}
 
 
@@ -425,12 +425,12 @@ def test_policy_rule_and_its_errors():
 def test_policy_from_the_environment(monkeypatch):
     monkeypatch.setenv("QUACK_EDU_COMPILE_POLICY", "Inductor")
     monkeypatch.setenv("QUACK_EDU_INDUCTOR_MAX_N", "512")
-    assert R._policy_from_env() == R.CompilePolicy("inductor", 512)
+    assert P._policy_from_env() == R.CompilePolicy("inductor", 512)
     monkeypatch.setenv("QUACK_EDU_GRAD_KERNEL_MAX_N", "64")
-    assert R._policy_from_env() == R.CompilePolicy("inductor", 512, grad_kernel_max_n=64)
+    assert P._policy_from_env() == R.CompilePolicy("inductor", 512, grad_kernel_max_n=64)
     monkeypatch.setenv("QUACK_EDU_INDUCTOR_MAX_N", "lots")
     with pytest.raises(ValueError, match="QUACK_EDU_INDUCTOR_MAX"):
-        R._policy_from_env()
+        P._policy_from_env()
 
 
 class _Block(torch.nn.Module):
@@ -605,7 +605,7 @@ def test_tuned_entries_have_a_plan_per_power_of_two_of_rows(fake_kernel, monkeyp
     for M in (37, 50, 199, 37):  # 37 and 50 share 64 rows' plan; 199 has 256's
         x = torch.randn(M, 40, dtype=BF16)
         assert torch.equal(R.rmsnorm_fwd_tuned(x, w)[0], ref32(x, w).to(BF16))
-    assert tuned == [37, 199] and len(R._FWD_PLANS) == 2
+    assert tuned == [37, 199] and len(F._FWD_PLANS) == 2
 
 
 def test_backward_features_of_a_call():

@@ -19,6 +19,7 @@ from quack_edu.reference import rmsnorm_ref as ref32
 from quack_edu.reference import rstd_ref
 
 R = importlib.import_module("quack_edu.rmsnorm")  # quack_edu.rmsnorm is the function
+OPS = importlib.import_module("quack_edu.host.ops")
 F = importlib.import_module("quack_edu.host.forward")
 B = importlib.import_module("quack_edu.host.backward")
 
@@ -279,11 +280,11 @@ def fake_kernel(monkeypatch):
     monkeypatch.setattr(B, "_final_bwd", lambda: bwd)
     for module in (F, B):  # where the device check is called
         monkeypatch.setattr(module, "check_device", lambda *args: None)
-    R._FWD_PLANS.clear()
-    R._BWD_PLANS.clear()
+    F._FWD_PLANS.clear()
+    B._BWD_PLANS.clear()
     yield stub
-    R._FWD_PLANS.clear()
-    R._BWD_PLANS.clear()
+    F._FWD_PLANS.clear()
+    B._BWD_PLANS.clear()
 
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
@@ -489,12 +490,12 @@ def test_plumbing_compile_fullgraph_no_graph_break(fake_kernel):
 
 def test_the_tuning_key_buckets_the_rows(monkeypatch):
     # one key per power of two of M: 8 and 5 rows share one, 8 and 32768 do not
-    monkeypatch.setitem(R._gpu_names, -1, "Fake H200")
+    monkeypatch.setitem(OPS._gpu_names, -1, "Fake H200")
 
     def key(*shape):
         x = torch.zeros(*shape, dtype=torch.bfloat16)
         w = torch.ones(shape[-1], dtype=torch.bfloat16)
-        return dict(R._tune_key(x, w, None, None, torch.bfloat16, None, False, 0.0))
+        return dict(F._tune_key(x, w, None, None, torch.bfloat16, None, False, 0.0))
 
     assert key(8, 1024)["M"] == key(5, 1024)["M"] == 8
     assert key(2, 4, 1024)["M"] == 8  # rows of a 3-D x

@@ -77,7 +77,7 @@ def scratch_op(fake):
     as its fake: ``torch.library.opcheck`` and ``torch.compile`` run through the learner's fake."""
     import torch
 
-    from ..rmsnorm import _fwd_body
+    from ..host.forward import _fwd_body
 
     schema = str(torch.ops.quack_edu.rmsnorm_fwd.default._schema)
     schema = schema[schema.index("(") :]

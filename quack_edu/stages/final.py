@@ -831,6 +831,7 @@ def kernel_for(
     facts (dtypes, N, rank, features, 16-byte alignment)."""
     tensors = (x, weight, bias, residual, out, residual_out)
     per_head = (weight is not None and weight.dim() == 2) or (bias is not None and bias.dim() == 2)
+    misaligned = _misaligned(*tensors)
     key = (
         x.dtype,
         x.shape[-1],
@@ -843,7 +844,7 @@ def kernel_for(
         rstd is not None,
         per_head,
         weight_offset,
-        _misaligned(*tensors),
+        misaligned,
         config,
         kernel_cls or FinalRMSNorm,
     )
@@ -865,7 +866,7 @@ def kernel_for(
         fn = compiled_for(x.dtype, N, _dt(weight), features, vec, config, kernel_cls)
         # the key's alignment bits stand for vec only while they are a 16-byte fact; a
         # narrower access is decided per tensor, so only the common case is cached by bits
-        if key[11] == 0:
+        if not misaligned:
             cache_put(_BY_CALL, key, fn, FinalRMSNorm)
     return fn
 
