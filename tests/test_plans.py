@@ -145,13 +145,16 @@ def test_the_modules_plans_follow_its_weight(fake_kernel, counted_checks):
     with torch.no_grad():
         module.weight.copy_(torch.randn(48))
     x = torch.randn(37, 48, dtype=BF16)
+    seen = []  # the calls whose plan the module kept
 
     def want(m, x):
         """The reference, once the plan the module keeps for x is checked to be the one its
         key names now (a fake kernel computes the right values with any plan)."""
-        kept = m._plans.get((x.dtype, x.shape[-1], x.get_device(), x.data_ptr() & 15, False))
+        kept = m._plans.get((x.dtype, x.shape[-1], x.get_device(), x.data_ptr() & 15, False, None))
         if kept is not None:
-            assert kept[2] is F._FWD_PLANS[R._plain_key(x, m.weight)]
+            seen.append(1)
+            key = F.fwd_key(x, m.weight, None, None, x.dtype, None, False, 0.0)
+            assert kept[2] is F._FWD_PLANS[key]
         return ref32(x, m.weight.detach()).to(x.dtype)
 
     with torch.no_grad():
@@ -173,6 +176,7 @@ def test_the_modules_plans_follow_its_weight(fake_kernel, counted_checks):
         assert torch.equal(module(x16), want(module, x16))
         with pytest.raises(ValueError, match="expects x of shape"):
             module(torch.randn(5, 40, dtype=BF16))  # another N never takes a plan
+        assert len(seen) >= 5  # the kept plans were checked
         for other in (copy.deepcopy(module), pickle.loads(pickle.dumps(module))):
             assert other._plans == {}
             other.weight.add_(1)
