@@ -285,7 +285,8 @@ def test_options_presets_and_quick():
     assert (full.model.layers, full.model.seq, full.model.batch) == (4, 4096, 1)
     assert full.decode_m == (1, 8, 64) and full.rounds == 5
     small = mb.options_from(p(**{**a, "hidden": 1024, "fused_qkv": True}), []).model
-    assert (small.heads, small.ffn, small.seq, small.batch, small.fused_qkv) == (8, 4096, 512, 8, True)
+    got = (small.heads, small.ffn, small.seq, small.batch, small.fused_qkv)
+    assert got == (8, 4096, 512, 8, True)
     quick = mb.options_from(p(**{**a, "quick": True, "rounds": 4}), ["--quick"])
     assert quick.model.layers == 2 and quick.decode_m == (1, 64) and quick.rounds == 4
     assert mb.groups_of(quick) == [

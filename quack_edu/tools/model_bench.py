@@ -677,8 +677,11 @@ def main(argv=None) -> int:
     p.add_argument("--ffn", type=int, default=None, help="default: 4096, 5632, 11008")
     p.add_argument("--seq", type=int, default=None, help="default 512, 2048, 4096 by hidden")
     p.add_argument("--batch", type=int, default=None, help="default 8, 2, 1 by hidden")
-    p.add_argument("--fused-qkv", action="store_true",
-                   help="q, k, v from one projection (QK-norms on strided views)")
+    p.add_argument(
+        "--fused-qkv",
+        action="store_true",
+        help="q, k, v from one projection (QK-norms on strided views)",
+    )
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--no-rope", action="store_true")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
