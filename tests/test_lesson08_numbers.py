@@ -7,6 +7,7 @@ import functools
 
 import pytest
 import torch
+from conftest import ROOT
 
 from quack_edu.grading.notebook import read, solutions_dir
 from quack_edu.lessons import results
@@ -17,11 +18,24 @@ LADDER = "ladder"
 SHAPE = (32768, 16384)
 
 
+#: the two records lesson 08 reads: the ladder, and the A/B runs of programmatic dependent launch
+RECORDS = (LADDER, "ab_configs")
+#: where the readings of the ladder that left the lesson went (criteria, peers that fall off)
+DOCS = ROOT / "docs" / "benchmarks.md"
+DOCS_FROM = "### The ladder"
+
+
+def _lesson() -> str:
+    nb = read(solutions_dir() / "08_speed_of_light.ipynb")
+    return " ".join(" ".join(c.source for c in nb.cells if c.cell_type == "markdown").split())
+
+
 @functools.cache  # the committed notebook, read once a process (not once a quote)
 def _prose() -> str:
-    nb = read(solutions_dir() / "08_speed_of_light.ipynb")
-    text = " ".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    return " ".join(text.split())  # one space between words: quotes may wrap
+    """Lesson 08's markdown and docs/benchmarks.md's ladder section, its appendix; one space
+    between words: quotes may wrap."""
+    docs = DOCS.read_text().split(DOCS_FROM, 1)[1]
+    return " ".join((_lesson() + "\n" + docs).split())
 
 
 def _part(pass_) -> dict:
@@ -90,6 +104,49 @@ def _same(values) -> str:
     """The one value that several rows round to (two kernels quoted as one number)."""
     (value,) = set(values)
     return value
+
+
+def _pdl_gains() -> dict[tuple, list[float]]:
+    """{(graph, M, N, weight dtype): PDL's gain in % of each run}, from ab_configs.json's runs
+    whose one variant turns PDL on or off (the lesson's cell counts them its own way)."""
+    out: dict[tuple, list[float]] = {}
+    for run in results.load("ab_configs")["runs"]:
+        for variant, sides in (("pdl=True", ("pdl=True", "A")), ("pdl=False", ("A", "pdl=False"))):
+            if variant not in run.get("variants", {}):
+                continue
+            for r in run["rows"]:
+                on, off = (r["sides"][k].get("gbps") for k in sides)
+                if r["pass"] == "fwd" and not r.get("residual") and on and off:
+                    key = (r["graph"], r["M"], r["N"], r["weight_dtype"])
+                    out.setdefault(key, []).append(100 * (on / off - 1))
+    return out
+
+
+def _pdl_quotes() -> dict[str, str]:
+    g = _pdl_gains()
+
+    def one(N, wdt):
+        (v,) = g[(True, 32768, N, wdt)]  # one run timed this row
+        return f"{v:+.1f}%"
+
+    def span(N):
+        vs = [v for w in ("bf16", "fp32") for v in g[(True, 32768, N, w)]]
+        assert len(vs) == 4  # "the two runs", both weights
+        lo, hi = min(vs), max(vs)
+        return f"{lo:+.1f}%".replace("+0.0%", "0.0%") + f" to {hi:+.1f}%"
+
+    plain = [v for (graph, _, N, _), vs in g.items() if not graph and N >= 4096 for v in vs]
+    return {
+        "Through CUDA graphs PDL gains +4.7% / +5.8% at N = 256 (bf16 / fp32 weight) and +0.9% / "
+        "+0.1% at 2048": "Through CUDA graphs PDL gains {} / {} at N = 256 (bf16 / fp32 weight) "
+        "and {} / {} at 2048".format(
+            one(256, "bf16"), one(256, "fp32"), one(2048, "bf16"), one(2048, "fp32")
+        ),
+        "the two runs at 512 and 1024 read +2.4% to +3.2% and 0.0% to +1.7%": "the two runs at "
+        f"512 and 1024 read {span(512)} and {span(1024)}",
+        "In plain timing from 4096 up it is within 0.1% either way": "In plain timing from 4096 "
+        f"up it is within {max(abs(v) for v in plain):.1f}% either way",
+    }
 
 
 @functools.cache  # the record read once a process, not once a quote
@@ -168,6 +225,7 @@ def _recomputed() -> dict[str, str]:
             _predicted_over_measured("bwd", 16384)
         ),
         "0.81 at 262144": f"{_predicted_over_measured('bwd', 262144):.2f} at 262144",
+        **_pdl_quotes(),
     }
 
 
@@ -245,3 +303,30 @@ def test_lesson08_says_which_criterion_the_run_fails():
     )
     assert quoted in prose
     assert "the backward passes every criterion" in prose
+
+
+def test_lesson08_reads_two_records():
+    """The lesson's cells load the two records it quotes, and no other; the PDL runs it reads
+    are the H200's, with bf16 x, as its text says."""
+    import re
+
+    nb = read(solutions_dir() / "08_speed_of_light.ipynb")
+    code = " ".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert set(re.findall(r'results\.load\("([\w.]+)"\)', code)) == set(RECORDS)
+    assert results.load("ab_configs")["gpu"] == "NVIDIA H200"
+    # x's dtype: scripts/ab_config.py's --dtype, bf16 unless the run's command names another
+    pdl_runs = [
+        run
+        for run in results.load("ab_configs")["runs"]
+        if {"pdl=True", "pdl=False"} & set(run.get("variants", {}))
+    ]
+    assert pdl_runs and all("--dtype" not in run["command"] for run in pdl_runs)
+    assert "nothing else changed, bf16 `x`" in _lesson()
+    # every PDL row the lesson reads through a graph gains
+    assert all(v >= 0 for (graph, *_), vs in _pdl_gains().items() if graph for v in vs)
+
+
+def test_lesson08_pdl_quote_fails_on_a_wrong_number():
+    """The recomputed passage is compared whole: one digit off is not in the prose."""
+    good = next(q for q in _pdl_quotes() if q.startswith("Through CUDA graphs"))
+    assert good in _prose() and good.replace("+4.7%", "+4.8%") not in _prose()
