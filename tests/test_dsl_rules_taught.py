@@ -1,0 +1,61 @@
+"""The CuTe DSL rules the exercises rely on are taught in lesson 01b, or in the lesson of the
+exercise that first needs one, above that exercise (issue 50: cold learners guessed them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from quack_edu.grading.notebook import read, solutions_dir
+
+#: (lesson, a phrase of the markdown that teaches the rule, the exercise it must precede: its
+#: answer cell's grade_id, or None for a lesson whose every exercise comes later)
+RULES = [
+    # 01b: run-time values, predicates, slices, scalars, loops, a second dtype
+    ("01b_cute_dsl", "An `if` on a **DSL value**", "01_scale_kernel"),
+    ("01b_cute_dsl", "`and`, `or` and `not` on DSL values work too", "01_scale_kernel"),
+    (
+        "01b_cute_dsl",
+        "`cute.elem_less(coord, bound)` is true when every coordinate",
+        "01_scale_kernel",
+    ),
+    ("01b_cute_dsl", "`.store(value)` writes through it", "01_scale_kernel"),
+    ("01b_cute_dsl", "a scalar meets every value", "01_scale_kernel"),
+    ("01b_cute_dsl", "`(start, stop)` as Python's `range`", "01_scale_kernel"),
+    ("01b_cute_dsl", "needs its own partition and its own predicate", None),
+    # lesson 04: an mbarrier's wait takes the parity of a phase
+    ("04_cluster_reduction", "a wait names one by its parity, `phase % 2`", "04_cluster_exchange"),
+    # lesson 05: the cache modes, and the part a commit group holds
+    (
+        "05_cp_async_pipelining",
+        "`LoadCacheMode.ALWAYS` is `.ca`, `.GLOBAL` is `.cg`",
+        "05_g2s_atom",
+    ),
+    ("05_cp_async_pipelining", "`per_stage`: the vectors of one part", "05_pipeline"),
+    # lesson 06: phases past the first, and where the kernel's one cluster wait is
+    ("06_final_kernel", "A wait names the phase by its **parity**, `phase % 2`", "06_row_loop"),
+    ("06_final_kernel", "made its one cluster wait", "06_row_loop"),
+]
+
+
+def _markdown_above(lesson: str, grade_id: str | None) -> str:
+    cells = read(solutions_dir() / f"{lesson}.ipynb").cells
+    end = len(cells)
+    if grade_id is not None:
+        ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in cells]
+        assert grade_id in ids, f"{lesson} has no exercise {grade_id}"
+        end = ids.index(grade_id)
+    text = " ".join(c.source for c in cells[:end] if c.cell_type == "markdown")
+    return " ".join(text.split())  # one space between words: the phrase may wrap
+
+
+@pytest.mark.parametrize("lesson,phrase,before", RULES, ids=[r[1][:40] for r in RULES])
+def test_rule_is_taught_above_the_exercise_that_needs_it(lesson, phrase, before):
+    assert phrase in _markdown_above(lesson, before)
+
+
+def test_a_rule_below_its_exercise_is_not_taught():
+    """The check reads above the exercise only: lesson 06 teaches parity after its first
+    exercise (06.persistent_kernel needs none), so the phrase is not above that one."""
+    phrase = "A wait names the phase by its **parity**"
+    assert phrase in _markdown_above("06_final_kernel", "06_row_loop")
+    assert phrase not in _markdown_above("06_final_kernel", "06_persistent_kernel")
