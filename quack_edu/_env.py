@@ -85,5 +85,13 @@ def cache_location(env_var: str, name: str) -> Path | None:
     return Path(base) / "quack_edu" / name
 
 
+def gpu_kind(mode: Mode | None = None) -> str | None:
+    """The GPU's kind as the config tables name it (``"H100"``, ``"H200"``), from the name of
+    device 0 (a process on GPUs of two kinds takes device 0's tables); None for another GPU,
+    or none: the tables' defaults (chosen on the H200)."""
+    name = ((mode or MODE).gpu_name or "").upper()
+    return next((k for k in ("H100", "H200") if k in name), None)
+
+
 MODE = _detect()
 _configure_dsl(MODE)

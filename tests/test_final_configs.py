@@ -32,7 +32,8 @@ def test_every_row_is_the_first_match_somewhere(name):
 
 
 def test_forward_rows_name_a_record_that_exists():
-    for row in (*fc.FWD_SHORT, *fc.FWD_LONG):
+    by_gpu = [r for rows in fc.FWD_SHORT_BY_GPU.values() for r in rows]
+    for row in (*fc.FWD_SHORT, *fc.FWD_LONG, *by_gpu):
         assert row.record and (RESULTS / row.record).is_file(), row
 
 
@@ -65,6 +66,30 @@ def test_forward_picks_are_the_rows(N, wdt):
     c = final.final_config(N, BF16, wdt)
     got = (c.threads_per_row, c.num_threads, c.cluster_n, c.buffers, c.blocks_per_cta)
     assert (*got, c.weight_in_smem) == FWD_PICKS[N, wdt]
+
+
+def test_a_gpu_kind_reads_its_own_rows_first(monkeypatch):
+    """The H100's row (its sweep, sweep_fwd256_h100.json) changes bf16 N = 256 next to a
+    bf16 weight there, and only there; an H200, an unknown GPU and no GPU read the tables."""
+    from quack_edu import _env
+
+    def pick(N, wdt):
+        c = final.final_config(N, BF16, wdt)
+        return (c.threads_per_row, c.num_threads, c.cluster_n, c.buffers, c.blocks_per_cta,
+                c.weight_in_smem)  # fmt: skip
+
+    monkeypatch.setattr(final, "gpu_kind", lambda: "H100")
+    assert pick(256, BF16) == (32, 128, 1, 2, 2, True)
+    for N, wdt in FWD_PICKS:
+        if (N, wdt) != (256, BF16):
+            assert pick(N, wdt) == FWD_PICKS[N, wdt], (N, wdt)
+    for kind in ("H200", None):
+        monkeypatch.setattr(final, "gpu_kind", lambda kind=kind: kind)
+        assert pick(256, BF16) == FWD_PICKS[256, BF16]
+    names = {"NVIDIA H100 80GB HBM3": "H100", "NVIDIA H200": "H200", "NVIDIA A100": None}
+    for name, kind in names.items():
+        assert _env.gpu_kind(_env.Mode("gpu", "", name, (9, 0))) == kind
+    assert _env.gpu_kind(_env.Mode("compile-only", "no GPU")) is None
 
 
 def test_a_residual_has_its_own_row_at_8k_vectors():

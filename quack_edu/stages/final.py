@@ -58,6 +58,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int64
 from cutlass.memory import SmemAllocator
 
+from .._env import gpu_kind
 from ..config import (
     MAX_N,
     SMEM_PER_CTA,
@@ -156,6 +157,7 @@ def final_config(N: int, dtype, weight_dtype=None, features: Features | None = N
         vec,
         wide=_wider(features.weight and weight_dtype, dtype),
         residual=features.residual_dtype is not None,
+        gpu=gpu_kind(),
     )
     build = final_configs.builder(FinalRMSNorm, N, dtype, weight_dtype, features, vec)
     found = final_configs.first_fitting(build, final_configs.forward_fallbacks(pick))

@@ -65,6 +65,18 @@ FWD_SHORT = (
     Row(64, dict(num_threads=256), above=32, record="ab_configs.json"),
 )  # fmt: skip
 
+#: Rows a GPU kind (``_env.gpu_kind``) reads before ``FWD_SHORT``: its own sweep chose them.
+#: A kind without rows, another GPU and compile-only mode read the tables as they are.
+FWD_SHORT_BY_GPU = {
+    "H100": (
+        # a narrow weight next to rows of 17-32 vectors (bf16 N = 256): 32 threads a row, 128
+        # a CTA, 2 blocks in 2 buffers; the H200's 16 threads a row, 256 a CTA: 3065 GB/s
+        # against 3361 (32768 x 256 bf16, settled medians of 3 rounds)
+        Row(32, dict(buffers=2, blocks_per_cta=2), above=16, wide=False,
+            record="sweep_fwd256_h100.json"),
+    ),
+}  # fmt: skip
+
 #: Long rows (> 2048 vectors): CTAs of 256 threads, by cluster size, buffers, row blocks a CTA
 #: and where the weight lives.
 FWD_LONG = (
@@ -108,11 +120,14 @@ def forward_short(nvec: int, vec: int, wide: bool) -> FinalConfig:
     )
 
 
-def forward_pick(nvec: int, vec: int, wide: bool, residual: bool) -> FinalConfig:
-    """The forward heuristic's config for rows of ``nvec`` vectors of ``vec`` elements."""
+def forward_pick(
+    nvec: int, vec: int, wide: bool, residual: bool, gpu: str | None = None
+) -> FinalConfig:
+    """The forward heuristic's config for rows of ``nvec`` vectors of ``vec`` elements on a GPU
+    of kind ``gpu`` (``_env.gpu_kind``; None: the default tables)."""
     if nvec <= FWD_SHORT_UPTO:
         pick = forward_short(nvec, vec, wide)
-        row = first_row(FWD_SHORT, nvec, wide, residual)
+        row = first_row(FWD_SHORT_BY_GPU.get(gpu, ()) + FWD_SHORT, nvec, wide, residual)
         return replace(pick, **row.set) if row else pick
     return FinalConfig(256, 256, **first_row(FWD_LONG, nvec, wide, residual).set)
 
