@@ -6,7 +6,10 @@ the step budget, named an endless loop; a right kernel with an instruction the s
 not know passes, the check saying what it could not run; and the hint for an output scaled as a
 whole (the weight added to itself) is told apart from a wrong sum of squares by the row at
 eps's scale the inputs hold. Each kernel is 01.rstd's naive kernel at N=37 (about 0.3 s to
-compile).
+compile). Without a GPU, lesson 04's cluster kernel and lesson 05's pipeline are checked for
+ordering too: a wait on the wrong mbarrier parity is a race naming the st.async and the read
+(the exercise scores short of full, the solution full), a final cluster wait with no arrive a
+hang, a part read while its cp.async group may be in flight a race with lesson 05's hint.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ EPS = 1e-6
 
 
 def _sim_check(ex_id: str):
-    (check,) = [c for c in get(ex_id).checks if c.name.startswith("values on the CPU")]
+    (check,) = [
+        c for c in get(ex_id).checks if c.name.startswith("values on the CPU") and not c.hidden
+    ]
     return check
 
 
@@ -104,3 +109,84 @@ def test_a_learner_runs_their_kernel_on_the_cpu(tmp_path, monkeypatch, capsys):
     on_cpu("02.warp_kernel", load(src.replace("rstd = ", "rstd = 2.0 * ", 1), "doubled"))
     out = capsys.readouterr().out
     assert "elements differ; the first at row 0, column 0" in out, out
+
+
+# ---- lesson 04's cluster kernel and lesson 05's pipeline, on the CPU ---------------------------
+def _solution(ex):
+    from quack_edu.grading.notebook import exercise_source, read, solutions_dir
+
+    return exercise_source(read(solutions_dir() / f"{ex.lesson}.ipynb"), ex)
+
+
+def _mutant(ex_id: str, name: str) -> str:
+    ex = get(ex_id)
+    (m,) = [m for m in ex.mutants if m.name == name]
+    return m.apply(_solution(ex))
+
+
+def test_04_wrong_parity_fails_on_the_cpu_with_an_ordering_hint():
+    """04.cluster_kernel waiting on parity 1: the simulated cluster reads its slots with
+    nothing ordering the peers' st.async before; the check names both instructions. The whole
+    exercise, graded without a GPU, scores short of full; the solution scores full."""
+    from quack_edu.grading import COMPILE, run_exercise
+    from quack_edu.grading.exercises.lesson04_cluster_kernel import ORDERING, WRONG_PARITY
+
+    with pytest.raises(CheckFailed) as e:
+        _run("04.cluster_kernel", _mutant("04.cluster_kernel", "waits on parity 1"))
+    assert e.value.hint == ORDERING
+    assert "st.async.shared::cluster" in e.value.seen and "ld.shared" in e.value.seen
+    assert "the read:  PTX line" in e.value.seen and "the write: PTX line" in e.value.seen
+
+    ex = get("04.cluster_kernel")
+    wrong = answer_from_source(_mutant("04.cluster_kernel", "waits on parity 1"), ex.answer)
+    res = run_exercise(ex, wrong, seed=3, gpu=False)
+    assert res.tiers()[COMPILE]["score"] == 0
+    failed = {c.hint for c in res.checks if c.status == "fail"}
+    assert ORDERING in failed and WRONG_PARITY in failed
+    right = run_exercise(ex, answer_from_source(_solution(ex), ex.answer), seed=3, gpu=False)
+    assert right.status == "pass" and right.score == ex.points[COMPILE]
+
+
+def test_04_a_final_wait_with_no_arrive_hangs_on_the_cpu():
+    from quack_edu.grading.sim_values import HANG
+
+    with pytest.raises(CheckFailed) as e:
+        _run("04.cluster_kernel", _mutant("04.cluster_kernel", "the final wait with no arrive"))
+    assert e.value.hint == HANG and "barrier.cluster.wait" in e.value.seen
+
+
+def test_05_a_part_read_before_its_group_lands_is_a_race_on_the_cpu():
+    """05.wait_groups answering one group too many in flight: a part is read while its cp.async
+    is still in flight, named (the copy and the read) whatever the values."""
+    from quack_edu.grading.exercises.lesson05 import TOO_FEW
+
+    with pytest.raises(CheckFailed) as e:
+        _run("05.wait_groups", _mutant("05.wait_groups", "one group too many in flight"))
+    assert e.value.hint == TOO_FEW
+    assert "cp.async is still writing" in e.value.seen and "cp.async.cg" in e.value.seen
+
+
+def test_a_learner_runs_the_cluster_kernel_on_the_cpu(tmp_path, capsys):
+    """on_cpu for lesson 04: the solution runs as a 4-CTA cluster and matches; waiting on the
+    wrong parity prints the race with its PTX lines."""
+    import importlib.util
+
+    from quack_edu.lessons.simulate import on_cpu
+
+    head = "import torch, cutlass\nimport cutlass.cute as cute\nfrom cutlass import Float32\n"
+    src = _solution(get("04.cluster_kernel"))
+
+    def load(text, name):  # from a file: the DSL reads a kernel's source
+        path = tmp_path / f"{name}.py"
+        path.write_text(head + text)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.cluster_kernel
+
+    yours, _ = on_cpu("04.cluster_kernel", load(src, "right04"), M=3)
+    assert "every element matches rmsnorm_ref" in capsys.readouterr().out
+    wrong = _mutant("04.cluster_kernel", "waits on parity 1")
+    yours, _ = on_cpu("04.cluster_kernel", load(wrong, "parity04"), M=3)
+    out = capsys.readouterr().out
+    assert yours is None and "Race" in out and "st.async" in out, out

@@ -11,12 +11,21 @@ never from the learner's code). The outputs, poisoned before the launch, are com
 where a known wrong RMSNorm (``hints.Variant``) or a known signature explains the values, its
 hint.
 
+Ordering. The simulator also checks what values alone cannot show (``ptxsim.order``): a read
+of shared or distributed shared memory that no barrier orders after its write (an mbarrier wait
+on the wrong parity, a missing bar.sync, a cp.async group read before its wait), a store into a
+peer before its mbarrier is initialised, a bar.sync only part of the CTA reaches, and a kernel
+that hangs (a wait nothing completes). Each fails the check, naming the instructions, with the
+exercise's hint for it (``ordering_hint``) or a general one. The first case runs in two more
+orders (one warp at a time, reversed and seeded random), whose values must be the same: a
+kernel that is right only in the order the threads happened to run is not.
+
 Bounds: a few rows (M = 7, 3, 1; the 7 first, for it holds a zero row and a row at eps's scale
 that tell the wrong statistics apart) of row lengths the exercise compiles for its other checks
 anyway, and ``STEP_BUDGET`` simulated steps per launch (about 1.5 s): a kernel that does not end
 within them fails as an endless loop. An access outside the tensors fails too. Whatever else the
-simulator cannot run (an instruction it does not know, a cluster, PTX it cannot read) is named
-in the check's message and the check passes: the compile tier never fails a kernel for the
+simulator cannot run (an instruction it does not know, PTX it cannot read) is named in the
+check's message and the check passes: the compile tier never fails a kernel for the
 simulator's sake, and the gpu tier still checks the values.
 """
 
@@ -44,6 +53,28 @@ OUT_OF_BOUNDS = (
     "the kernel reads or writes outside x, the weight, y and its shared memory: a row past M, "
     "a column past N, or a shared-memory slot past the buffer; guard the copies with the row "
     "(< M) and the column predicate (< N), and index the buffer within its shape"
+)
+RACE = (
+    "a thread reads shared memory that another thread wrote, and nothing orders the write "
+    "before the read: on a GPU it may read the old bytes. Between them there must be a barrier "
+    "both pass (bar.sync for the threads of a CTA; for a peer's st.async, a wait on the "
+    "mbarrier phase the store completes, with the parity of that phase; for a cluster, "
+    "cluster_arrive then cluster_wait), or, for a cp.async, the wait_group that covers its group"
+)
+HANG = (
+    "the kernel hangs: every thread still running waits for something that never comes (a "
+    "cluster_wait with no cluster_arrive of its own before it, an mbarrier armed for more "
+    "arrivals or bytes than arrive, a bar.sync some threads never reach)"
+)
+PARTIAL_BARRIER = (
+    "a bar.sync (sync_threads) reached by only part of the CTA: a barrier under a branch that "
+    "depends on the thread or the row, or after some threads returned. Every thread of the CTA "
+    "must reach the same barrier: keep it outside `if row < M` and the like"
+)
+DIFFERENT_ORDERS = (
+    "the values depend on the order the threads run in: warps or CTAs that run in another order "
+    "(as they may on a GPU) compute other values, so something is read before a barrier makes "
+    "it safe"
 )
 UNEXPLAINED = (
     "the PTX compiled from your kernel computes other values than rmsnorm_ref, and no known "
@@ -91,21 +122,25 @@ def sim_values(
     hidden: bool = False,
     report: Callable | None = None,
     needs=("compiles",),
+    ordering_hint: str | None = None,
 ) -> Check:
     """Values of the learner's kernel, its PTX simulated on the CPU (compile tier), at each
     ``(N, x dtype, weight dtype, config)`` of ``cases`` (or ``cases(ctx)``; a config may be a
     callable of (N, torch dtype); None: the stage's heuristic) and M = 7, 3, 1. ``report(ctx,
     hole, N, xd, wd, config)`` gives (kernel, compile report); by default ``ctx.kernel`` and
     ``ctx.report`` (the kernels the other compile checks compiled: no compile of its own).
-    ``name``: by default ``sim_name(cases)``."""
+    ``name``: by default ``sim_name(cases)``; ``ordering_hint``: the hint of a race (default
+    ``RACE``)."""
     report = report or _own_report
     name = name or sim_name(cases)
 
     def fn(ctx):
+        from ..ptxsim import ORDERS
         from ..runtime import torch_dtype
 
         gen = ctx.torch_generator(salt="sim values" + ("h" if hidden else ""))
         n = 0
+        orders = ORDERS
         for N, xd, wd, cfg in cases(ctx) if callable(cases) else cases:
             xdt, wdt = torch_dtype(xd), torch_dtype(wd)
             cfg = cfg(N, xdt) if callable(cfg) else cfg
@@ -114,27 +149,78 @@ def sim_values(
             where = f"x {xd}, weight {wd}" if xd != wd else xd
             for M in SIM_M:
                 x, w = cpu_inputs(M, N, xdt, wdt, gen)
-                out, note = simulate(rep.ptx, kernel, x, w, f"{where}, M={M} N={N}")
+                at = f"{where}, M={M} N={N}"
+                out, note = simulate(rep.ptx, kernel, x, w, at, ordering_hint=ordering_hint)
                 if note:
                     return note
-                compare(out, x, w, f"{where}, M={M} N={N}", variants)
+                compare(out, x, w, at, variants)
                 n += 1
-        return f"{n} shapes x dtypes match rmsnorm_ref (the PTX run on the CPU)"
+                for order in orders[1:]:  # the first case, in the other orders
+                    seed = ctx.rng("sim order").randrange(1 << 16)
+                    other, skipped = simulate(
+                        rep.ptx, kernel, x, w, f"{at}, {order} order",
+                        order=order, seed=seed, ordering_hint=ordering_hint,
+                    )  # fmt: skip
+                    if not skipped:
+                        _same(out, other, f"{at}: the {order} order (seed {seed})")
+                orders = orders[:1]
+        return (
+            f"{n} shapes x dtypes match rmsnorm_ref (the PTX run on the CPU); 3 "
+            "orders agree, every shared-memory read ordered after its write"
+        )
 
     return Check(name, COMPILE, fn, hidden, tuple(needs))
 
 
-def simulate(ptx: str, kernel, x, w, where: str):
-    """(y, None) from the PTX run on the CPU, y poisoned (``checks.POISON``) before; (None,
-    "not simulated: ...") where the simulator cannot run it. An endless loop and an access
-    outside the tensors raise CheckFailed."""
+def _same(out, other, where: str) -> None:
     import torch
 
-    from ..ptxsim import MemoryFault, SimError, StepLimit, run_ptx
+    bits = {2: torch.int16, 4: torch.int32}[out.element_size()]
+    differ = out.view(bits) != other.view(bits)
+    if bool(differ.any()):
+        row, col = (int(i) for i in differ.nonzero()[0])
+        raise CheckFailed(
+            f"{where}: {int(differ.sum())} outputs differ from the forward order's",
+            expected=f"{out[row, col].item():.6g} at row {row}, column {col} (the forward order)",
+            seen=f"{other[row, col].item():.6g}",
+            hint=DIFFERENT_ORDERS,
+        )
+
+
+def simulate(ptx: str, kernel, x, w, where: str, *, order="forward", seed=0, ordering_hint=None):
+    """(y, None) from the PTX run on the CPU in ``order``, y poisoned (``checks.POISON``)
+    before; (None, "not simulated: ...") where the simulator cannot run it. An endless loop, an
+    access outside the tensors, a race, a hang and a partial barrier raise CheckFailed."""
+    import torch
+
+    from ..ptxsim import (
+        Hang,
+        MemoryFault,
+        OrderingError,
+        PartialBarrier,
+        SimError,
+        StepLimit,
+        run_ptx,
+    )
 
     out = torch.full_like(x, POISON)
     try:
-        return run_ptx(ptx, kernel, x, w, EPS, out=out, max_steps=STEP_BUDGET), None
+        y = run_ptx(ptx, kernel, x, w, EPS, out=out, max_steps=STEP_BUDGET, order=order, seed=seed)
+        return y, None
+    except Hang as e:
+        raise CheckFailed(
+            f"{where}: the kernel hangs (simulated)", seen=str(e), hint=HANG
+        ) from None
+    except PartialBarrier as e:
+        raise CheckFailed(
+            f"{where}: a barrier only part of the CTA reaches", seen=str(e), hint=PARTIAL_BARRIER
+        ) from None
+    except OrderingError as e:
+        raise CheckFailed(
+            f"{where}: a shared-memory read nothing orders after its write (simulated)",
+            seen=str(e),
+            hint=ordering_hint or RACE,
+        ) from None
     except StepLimit:
         raise CheckFailed(
             f"{where}: the kernel did not end within {STEP_BUDGET} simulated steps",

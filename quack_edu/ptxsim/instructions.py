@@ -400,11 +400,14 @@ def _to_half(x: np.ndarray, half: str, mods: set, ins) -> np.ndarray:
 
 # ---- memory --------------------------------------------------------------------------------------
 def _memory_form(ins):
-    """(space, vector length, element type) of an ld/st."""
+    """(space, vector length, element type) of an ld/st; space "shared" (this CTA's),
+    "cluster" (``.shared::cluster``: any CTA's of the cluster), "global", "generic", "param"."""
     space, count = "generic", 1
     for part in ins.parts[1:-1]:
-        if part in ("global", "shared", "param", "local", "const"):
-            space = part
+        if part in ("global", "shared", "param", "local", "const", "shared::cta"):
+            space = "shared" if part == "shared::cta" else part
+        elif part == "shared::cluster":
+            space = "cluster"
         elif part in ("v2", "v4", "v8"):
             count = int(part[1:])
         elif part not in _MEMORY_HINTS and "::" not in part:
@@ -415,8 +418,6 @@ def _memory_form(ins):
 def _space(cta, space, ins):
     if space in ("global", "generic"):  # generic addresses: global tensors only, so far
         return cta.memory
-    if space == "shared":
-        return cta.shared
     raise unsupported(ins, f"{space} memory")
 
 
@@ -434,7 +435,11 @@ def op_ld(cta, ins, mask):
             cta.write(name, value, typ, mask, ins)
         return
     threads = np.flatnonzero(mask)
-    loaded = _space(cta, space, ins).load(cta.address(addr, ins)[mask], elem, count, ins, threads)
+    addresses = cta.address(addr, ins)[mask]
+    if space in ("shared", "cluster"):
+        loaded = cta.shared_load(space, addresses, elem, count, ins, mask)
+    else:
+        loaded = _space(cta, space, ins).load(addresses, elem, count, ins, threads)
     for i, name in enumerate(names):
         full = np.zeros(cta.n, UINT[elem * 8])
         full[mask] = loaded[:, i]
@@ -456,7 +461,11 @@ def op_st(cta, ins, mask):
         axis=1,
     )
     threads = np.flatnonzero(mask)
-    _space(cta, space, ins).store(cta.address(addr, ins)[mask], values, elem, ins, threads)
+    addresses = cta.address(addr, ins)[mask]
+    if space in ("shared", "cluster"):
+        cta.shared_store(space, addresses, values, elem, ins, mask)
+    else:
+        _space(cta, space, ins).store(addresses, values, elem, ins, threads)
 
 
 # ---- warps, barriers, control flow ---------------------------------------------------------------
@@ -508,18 +517,6 @@ def op_shfl(cta, ins, mask):
         cta.write(p_name, np.broadcast_to(ok, (cta.n,)), "pred", mask, ins)
 
 
-def op_bar(cta, ins, mask):
-    form = set(ins.parts[1:])
-    if not form & {"sync"} or form - {"sync", "aligned", "cta"}:
-        raise unsupported(ins)
-    barrier, *count = ins.operands
-    if cta.read(barrier, "u32", ins) != 0 or (
-        count and int(cta.read(count[0], "u32", ins)) != cta.n
-    ):
-        raise unsupported(ins, "only barrier 0 of the whole CTA")
-    cta.waiting[mask] = True
-
-
 def op_griddepcontrol(cta, ins, mask):
     """Programmatic dependent launch: the simulator runs one grid at a time, the previous one
     finished, so ``wait`` returns at once and ``launch_dependents`` has no grid to release."""
@@ -533,7 +530,7 @@ def op_bra(cta, ins, mask):
 
 
 def op_ret(cta, ins, mask):
-    cta.done[mask] = True
+    cta.exit(mask, ins)
 
 
 # ---- half precision: .f16, .bf16 and their pairs .f16x2, .bf16x2 ---------------------------------
@@ -635,8 +632,6 @@ HANDLERS = {
     "ld": op_ld,
     "st": op_st,
     "shfl": op_shfl,
-    "bar": op_bar,
-    "barrier": op_bar,
     "griddepcontrol": op_griddepcontrol,
     "bra": op_bra,
     "ret": op_ret,

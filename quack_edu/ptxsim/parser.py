@@ -13,7 +13,7 @@ executor's question (``executor.Program``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 class PtxSyntaxError(ValueError):
@@ -84,7 +84,7 @@ _SHARED = re.compile(
     r"^(\.extern\s+)?\.shared\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+([\w$]+)(?:\[(\d*)\])?$"
 )
 _LABEL = re.compile(r"^([\w$]+):$")
-_GUARD = re.compile(r"^@(!?)(%[\w$]+)\s+")
+_GUARD = re.compile(r"^@(!?)(%?[\w$]+)\s+")
 _ADDRESS = re.compile(r"^\[\s*([%\w$.]+)\s*(?:\+\s*(-?\w+))?\s*\]$")
 
 _TYPE_BYTES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2}
@@ -130,9 +130,46 @@ def parse(ptx: str, entry: str | None = None) -> Kernel:
     for line in text[: match.start()].split("\n"):
         _read_module_line(kernel, line.strip().rstrip(";").strip())
     first_line = text.count("\n", 0, body_start) + 1
+    scopes = _Scopes()
     for line_no, line in enumerate(text[body_start:body_end].split("\n"), first_line):
-        _read_body_line(kernel, line.strip(), line_no)
+        _read_body_line(kernel, line.strip(), line_no, scopes)
+    scopes.resolve(kernel)
     return kernel
+
+
+class _Scopes:
+    """The ``{ }`` scopes of the body (NVVM wraps each inline-PTX block in one): a label
+    declared inside one is local to it (CuTe DSL's mbarrier wait declares ``LAB_WAIT`` and
+    ``DONE`` in each of its copies), so it is stored as ``LABEL@scope`` and a branch finds the
+    label of its innermost scope first. Registers declared in a scope (``.reg .pred P1``) join
+    the kernel's: a thread is in one scope at a time."""
+
+    def __init__(self):
+        self.stack = [0]
+        self.count = 0
+        self.of_instruction: list[tuple[int, ...]] = []
+
+    def open(self):
+        self.count += 1
+        self.stack.append(self.count)
+
+    def close(self):
+        if len(self.stack) > 1:
+            self.stack.pop()
+
+    def label(self, name: str) -> str:
+        return name if self.stack[-1] == 0 else f"{name}@{self.stack[-1]}"
+
+    def resolve(self, kernel: Kernel) -> None:
+        scoped = zip(kernel.instructions, self.of_instruction, strict=True)
+        for i, (ins, stack) in enumerate(scoped):
+            if ins.parts[0] != "bra" or not ins.operands:
+                continue
+            name = ins.operands[0]
+            for scope in reversed(stack[1:]):
+                if f"{name}@{scope}" in kernel.labels:
+                    kernel.instructions[i] = replace(ins, operands=(f"{name}@{scope}",))
+                    break
 
 
 def _matching_brace(text: str, open_at: int) -> int:
@@ -159,21 +196,30 @@ def _add_shared(kernel: Kernel, m: re.Match) -> None:
     kernel.shared.append(SharedVar(name, int(align or _TYPE_BYTES[typ]), size))
 
 
-def _read_body_line(kernel: Kernel, line: str, line_no: int) -> None:
-    # A line holds a label, a directive or one instruction (NVVM writes one per line); braces
-    # around a scope (inline PTX) are dropped: its registers join the kernel's.
+def _read_body_line(kernel: Kernel, line: str, line_no: int, scopes: _Scopes) -> None:
+    # A line holds a label, a directive or one instruction (NVVM writes one per line), or a
+    # brace that opens or closes a scope (inline PTX: ``_Scopes``).
+    if line.startswith("{") and not line.startswith("{%"):
+        scopes.open()
+    if (
+        line.endswith("}")
+        and not line.rstrip("}").rstrip().endswith(("{", ","))
+        and "{%" not in line
+    ):
+        scopes.close()
     line = line.strip("{} \t")
     if not line:
         return
     label = _LABEL.match(line)
     if label:
-        kernel.labels[label.group(1)] = len(kernel.instructions)
+        kernel.labels[scopes.label(label.group(1))] = len(kernel.instructions)
         return
     for statement in filter(None, (s.strip() for s in line.split(";"))):
         if statement.startswith("."):
             _read_directive(kernel, statement)
         else:
             kernel.instructions.append(_instruction(statement, line_no))
+            scopes.of_instruction.append(tuple(scopes.stack))
 
 
 def _read_directive(kernel: Kernel, statement: str) -> None:

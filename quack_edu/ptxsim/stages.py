@@ -21,12 +21,12 @@ import functools
 import numpy as np
 import torch
 
-from .executor import TensorArg, launch
+from .executor import Schedule, TensorArg, launch
 from .parser import Kernel, parse
-from .values import SimError
 
-#: the stages whose kernels this simulator runs (no clusters, mbarriers or cp.async yet)
-SIMULATED_STAGES = ("naive", "warp", "block")
+#: the stages whose kernels this simulator runs (the final kernels take other arguments and
+#: plans: not yet)
+SIMULATED_STAGES = ("naive", "warp", "block", "cluster", "cpasync")
 
 
 def stage_kernel(stage: str, N: int, dtype, weight_dtype=None, config=None):
@@ -72,6 +72,8 @@ def run_ptx(
     *,
     out: torch.Tensor | None = None,
     max_steps: int = 5_000_000,
+    order: str = "forward",
+    seed: int = 0,
 ) -> torch.Tensor:
     """Simulate ``ptx`` (text or a parsed ``Kernel``), compiled elsewhere for ``kernel``, on x
     (M, N) and weight (N,); return y, a new CPU tensor of x's dtype.
@@ -80,13 +82,11 @@ def run_ptx(
     memory), which the stage computes from its config alone, so a copy of the kernel built
     around anything in its hole (never compiled) launches the PTX as the compiled one would.
     ``out``: y's contents before the launch (default: NaN bits, 0xFF bytes); ``max_steps``:
-    the launch's budget (``executor.launch``)."""
+    the launch's budget; ``order``, ``seed``: how the threads run (``executor.Schedule``)."""
     M, N = x.shape
     if N != kernel.N:
         raise ValueError(f"the kernel was built for N={kernel.N}, x has N={N}")
     shape = kernel.launch_shape(M)
-    if tuple(shape.cluster) != (1, 1, 1):
-        raise SimError("ptxsim does not simulate clusters yet")
     x_bits = _bits(x.contiguous())
     y_bits = np.full_like(x_bits, 0xFF) if out is None else _bits(out.contiguous())
     row = (np.int32(M), np.int64(N))  # the dynamic M and row stride of an (M, N) tensor
@@ -101,6 +101,8 @@ def run_ptx(
             np.float32(eps),
         ],
         dynamic_smem=shape.smem_bytes,
+        cluster=shape.cluster,
+        schedule=Schedule(order, seed),
         max_steps=max_steps,
     )
     return torch.from_numpy(y_bits).view(x.dtype)

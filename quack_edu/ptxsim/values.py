@@ -53,6 +53,26 @@ class MemoryFault(SimError):
     address or another tensor's bytes."""
 
 
+class OrderingError(SimError):
+    """What the ordering checks find (``order``): a kernel that may compute right values in
+    the order simulated, and wrong ones (or none) in another a GPU may choose."""
+
+
+class Race(OrderingError):
+    """A read of shared or distributed shared memory that no barrier orders after the write it
+    reads (or a read of bytes a ``cp.async`` is still writing): names both instructions."""
+
+
+class Hang(OrderingError):
+    """No thread can go on: every thread not finished waits (a bar.sync, a cluster barrier, an
+    mbarrier phase that never completes); names the instructions they wait at."""
+
+
+class PartialBarrier(OrderingError):
+    """A ``bar.sync`` released with only part of the CTA at it: the others exited or wait at
+    another barrier (a barrier under a branch that depends on the row or the thread)."""
+
+
 class StepLimit(SimError):
     """The launch ran out of its step budget (``launch(max_steps=...)``): an endless loop, or
     more work than the budget allows."""

@@ -6,7 +6,10 @@ keep a CTA from leaving while its peers still read it. Its checks are every whol
 (``whole_kernel.WholeKernel``) with a cluster forced (``lesson04.exchange_config``), the
 protocol read from the PTX (``_protocol``) and the exchange replayed (``lesson04``'s
 ``exchange_replay_check``); the gpu tier launches nothing the replay or the protocol says could
-hang (``_kernel_guard``).
+hang (``_kernel_guard``). Without a GPU the whole cluster runs in ptxsim (``sim_values``, as
+for every whole kernel of a simulated stage): its values, in three orders, with every read of
+the slots checked against the mbarrier wait that must order it (a wait on the wrong parity is a
+race there, a final cluster wait without its arrive a hang; ``ORDERING``: a race's hint).
 """
 
 from __future__ import annotations
@@ -15,13 +18,13 @@ from .. import hints
 from ..checks import gpu_speed, not_launched
 from ..holes import CLUSTER_KERNEL_HOLE as KERNEL_HOLE
 from ..ptx import split_operands
-from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, mutants
+from ..registry import COMPILE, TIERS, Check, CheckFailed, mutants
 from .lesson04 import LESSON, VERDICT_HINTS, exchange_config, exchange_replay_check, wide_config
 from .whole_kernel import (
     COLUMN_MUTANTS,
     GIVEN_COPY_REDUCE,
+    SIM_VALUE_MUTANTS,
     STORE_Y,
-    VALUE_MUTANTS,
     WholeKernel,
     warp_total_first,
 )
@@ -56,6 +59,12 @@ WRONG_PARITY = (
     "until the peers' bytes complete it, and a wait on the other parity takes that phase for "
     "one already completed (the one before), so it returns at once and the slots are read "
     "before the peers' partials have landed"
+)
+ORDERING = (
+    "a CTA reads its slots with nothing ordering the peers' st.async before the read (or stores "
+    "into a peer before its mbarrier is ready): the read must follow a wait on this CTA's "
+    "mbarrier for the phase the stores complete (its first: parity 0), and the first remote "
+    "store must follow the cluster wait that pairs with every peer's arrive after its init"
 )
 NO_COMBINE = (
     "the buffer is never read: the row's total is the sum of its slots, which the peers filled"
@@ -243,8 +252,8 @@ CLUSTER_KERNEL_MUTANTS = [
          "the lanes of a warp are not summed before the exchange",
          "    sum_sq = self.warp_reduce(sum_sq)\n", ""),
     ),
-    *VALUE_MUTANTS,
-    *mutants(GPU,
+    *SIM_VALUE_MUTANTS,
+    *mutants(TIERS,
         ("the weight's slice of rank 0 in every CTA", "outputs differ from rmsnorm_ref",
          WEIGHT_TILE, WEIGHT_TILE.replace("(0, rank)", "(0, 0)")),
     ),
@@ -252,7 +261,7 @@ CLUSTER_KERNEL_MUTANTS = [
         ("the weight's slice of rank 0 in every CTA (its PTX)", "the same slice of the weight",
          WEIGHT_TILE, WEIGHT_TILE.replace("(0, rank)", "(0, 0)")),
     ),
-    *mutants(GPU,
+    *mutants(TIERS,
         ("y stored by thread 0 only", "some outputs were never written",
          STORE_Y, STORE_Y.replace("    cute.copy", "    if tidx == 0:\n            cute.copy")),
     ),
@@ -283,6 +292,7 @@ cluster_kernel = WholeKernel(
     hidden_Ns=(1544, 3000, 6136, 12296),
     config=exchange_config,
     guard=_kernel_guard,
+    ordering_hint=ORDERING,
     values="values with a cluster vs rmsnorm_ref (M in 1/37/199, N=1000, x and weight dtypes)",
     hidden_values="values with a cluster at more shapes and dtype pairs, grading seed",
     speed=_guarded_speed(gpu_speed(KERNEL_HOLE, fraction=0.75, M=16384, N=65536)),

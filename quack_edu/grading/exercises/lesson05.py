@@ -8,9 +8,12 @@
 
 Neither can hang a GPU: a wrong atom fails to compile or is right but slower, and waiting for
 too few groups reads shared memory that has not landed yet (garbage, not a hang). So the gpu
-tier launches every answer that compiles. A race is not reliable evidence (the data may land in
-time), so ``05.wait_groups`` fails an answer that waits for too few groups even when its values
-came out right, and says so.
+tier launches every answer that compiles. A race is not reliable evidence there (the data may
+land in time), so ``05.wait_groups`` fails an answer that waits for too few groups even when its
+values came out right, and says so. Without a GPU each exercise's kernel runs in ptxsim
+(``sim_values``): its values, and every read of a part checked against the copies still in
+flight (a cp.async lands there only at the wait that covers its group, so a part read too early
+is a race named with both instructions, reliably).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from ..checks import (
 from ..hints import Variant
 from ..holes import ATOM_HOLE, PIPE_HOLE, WAIT_HOLE
 from ..registry import COMPILE, GPU, TIERS, Check, CheckFailed, Exercise, mutants, register
+from ..sim_values import sim_values
 
 LESSON = "05_cp_async_pipelining"
 
@@ -170,6 +174,7 @@ g2s_atom.add(
         dtypes=("bf16", "fp32"),
     ),
     no_local_memory(ATOM_HOLE),
+    sim_values(ATOM_HOLE, ((1000, "bf16", "bf16", None), (1000, "fp32", "fp32", None))),
     compiles(ATOM_HOLE, dtypes=("fp16",), hidden=True),
     ptx_probe(
         ATOM_HOLE,
@@ -343,6 +348,15 @@ wait_groups.add(
         _probe_waits,
         dtypes=("bf16", "fp32"),
         config=four_stages,
+    ),
+    sim_values(
+        WAIT_HOLE,
+        (
+            (1000, "bf16", "bf16", two_stages),
+            (1000, "bf16", "bf16", four_stages),
+            (1000, "fp32", "fp32", four_stages),
+        ),
+        ordering_hint=TOO_FEW,
     ),
     ptx_probe(
         WAIT_HOLE,
@@ -618,7 +632,7 @@ PIPELINE_MUTANTS = [
          "                elif tXpX[0, 0, v]:\n                    sum_sq += sq\n",
          "                else:\n                    sum_sq += sq\n"),
     ),
-    *mutants(GPU,
+    *mutants(TIERS,
         ("each part counted twice", "about 2x the true one", "sum_sq += sq", "sum_sq += sq + sq"),
     ),
     *mutants(TIERS,
@@ -696,6 +710,11 @@ pipeline.add(
         _probe_pipeline,
         N=4096,
         config=two_stages,
+    ),
+    sim_values(
+        PIPE_HOLE,
+        ((1000, "bf16", "bf16", four_stages), (4096, "bf16", "bf16", two_stages)),
+        ordering_hint=SUM_AFTER_WAIT,
     ),
     ptx_probe(
         PIPE_HOLE,

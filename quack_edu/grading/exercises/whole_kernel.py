@@ -554,10 +554,11 @@ class WholeKernel:
 
     * compile tier: it compiles (bf16, fp32; N=1000); ``access_check`` at ``cases`` named
       ``access``, with the lesson's own probe ``extra``; the lesson's checks ``more``; where
-      ptxsim runs the stage (warp, block), the values at ``cases`` from the PTX run on the CPU
-      (``sim_values``); no local memory; hidden: the accesses again at a row length drawn from
-      ``hidden_Ns``, x fp16 with an fp32 weight and x fp32 with a bf16 weight, and their values
-      on the CPU;
+      ptxsim runs the stage (warp, block, cluster, cpasync), the values at ``cases`` from the PTX
+      run on the CPU in three orders, the reads of shared memory checked against the barriers
+      that order them (``sim_values``, ``ordering_hint``); no local memory; hidden: the
+      accesses again at a row length drawn from ``hidden_Ns``, x fp16 with an fp32 weight and
+      x fp32 with a bf16 weight, and their values on the CPU;
     * gpu tier: ``mixed_values`` at row lengths ``Ns`` (hidden: two drawn from ``hidden_Ns``)
       named ``values`` and ``hidden_values``, and the lesson's ``speed`` check between them;
       each of the three through ``launch_guard`` (the lesson's refusal to launch a kernel that
@@ -595,6 +596,8 @@ class WholeKernel:
     guard: Callable | None = None
     launch_guard: Callable | None = None
     hidden_values: str = "values at more shapes and dtype pairs, grading seed"
+    #: the hint of a race the simulator finds (``sim_values``' ``RACE`` when None)
+    ordering_hint: str | None = None
 
     def register(self) -> Exercise:
         ex = register(
@@ -621,7 +624,7 @@ class WholeKernel:
             extra=self.extra,
         )
         simulated = hole.stage in SIMULATED_STAGES
-        sim = dict(report=whole_report, variants=self.variants)
+        sim = dict(report=whole_report, variants=self.variants, ordering_hint=self.ordering_hint)
         return [
             compiles(hole, N=1000, dtypes=("bf16", "fp32"), config=cfg),
             access_check(hole, self.cases, name=self.access, **access),
