@@ -381,3 +381,48 @@ def test_mapa_reaches_the_peer_and_cluster_barriers_order_it():
     with pytest.raises(Race, match="CTA"):
         _run(body.format(between=""), n=32, grid=(2,), cluster=(2,), cluster_n=2,
              order="reversed")  # fmt: skip
+    # the check off (Schedule(check=False)): the values of that order, the peer's slot unwritten
+    inp = np.arange(32, dtype=np.uint32)
+    out, _ = launch(
+        _ptx(body.format(between="")), (2,), (32,),
+        [TensorArg(np.zeros(64, np.uint32)), TensorArg(inp)],
+        dynamic_smem=1024, cluster=(2,), schedule=Schedule("reversed", check=False),
+    )  # fmt: skip
+    assert (out.reshape(2, 32)[1] == 0xFFFFFFFF).all()  # CTA 1 ran first: CTA 0 had not stored
+
+
+def test_cluster_registers_elect_and_transaction_bytes():
+    """A grid of 2 clusters of 2: each thread stores %cluster_ctarank, %cluster_nctarank,
+    %clusterid.x and whether elect.sync chose it; one elected thread per CTA arms the mbarrier
+    with 8 bytes that two complete_tx of 4 settle, and everyone waits for that phase."""
+    body = """
+    setp.eq.u32 %p1, %r1, 0;
+    @!%p1 bra $INIT_DONE;
+    mov.b32 %r2, 1;
+    mbarrier.init.shared.b64 [%r10], %r2;
+$INIT_DONE:
+    bar.sync 0;
+    elect.sync %r3|%p2, -1;
+    @!%p2 bra $ARMED;
+    mbarrier.arrive.expect_tx.shared.b64 %rd8, [%r10], 8;
+    mbarrier.complete_tx.shared.b64 [%r10], 4;
+    mbarrier.complete_tx.shared.b64 [%r10], 4;
+$ARMED:
+    mbarrier.try_wait.parity.shared.b64 %p3, [%r10], 0;
+    @!%p3 bra $ARMED;
+    mov.u32 %r4, %cluster_ctarank;
+    mov.u32 %r5, %cluster_nctarank;
+    mov.u32 %r6, %clusterid.x;
+    selp.b32 %r7, 1, 0, %p2;
+    mad.lo.s32 %r8, %r6, 1000, %r5;
+    mad.lo.s32 %r8, %r4, 100, %r8;
+    mad.lo.s32 %r8, %r7, 10000, %r8;
+    mov.u32 %r9, %ctaid.x;
+    mul.wide.u32 %rd4, %r9, 128;
+    add.s64 %rd5, %rd3, %rd4;
+    st.global.b32 [%rd5], %r8;
+"""
+    out = _run(body, n=32, grid=(4,), cluster=(2,), cluster_n=4).reshape(4, 32)
+    cta = np.arange(4)[:, None]
+    want = (cta // 2) * 1000 + 2 + (cta % 2) * 100 + np.where(np.arange(32) == 0, 10000, 0)
+    assert (out == want).all()
