@@ -134,6 +134,13 @@ def test_a_compile_tier_pass_without_a_gpu_says_values_were_not_checked():
     assert "values on the GPU and speed not checked" in nb.table(width=90)
     run = RunResult([nb], "compile-only", "no GPU", hidden=True, seed=0)
     assert words in " ".join(run.table(width=90).split())
+    # an exercise whose compile tier ran its PTX on the CPU says that instead (ptxsim)
+    simulated = result("pass", "skip")
+    simulated.checks.insert(
+        1, CheckResult("values on the CPU (the PTX simulated)", "compile", "pass")
+    )
+    flat = " ".join(simulated.table(width=90).split())
+    assert words not in flat and "the values it computes at a few small shapes" in flat
 
 
 def test_the_judge_server_on_a_gpu_preloads_the_dsl_but_not_quack_edu():

@@ -29,6 +29,12 @@ COMPILE_ONLY_MEANS = (
     "registers), not the values it computes: a kernel can pass it and still be wrong; the GPU "
     "tier runs it against the reference"
 )
+#: the same where the compile tier also ran the kernel's PTX on the CPU (``sim_values``)
+COMPILE_SIMULATED_MEANS = (
+    "the compile tier checks what your code compiles to and, with the PTX run on this CPU "
+    "(ptxsim), the values it computes at a few small shapes and the order of its shared-memory "
+    "accesses; the GPU tier runs it on the GPU at larger shapes and times it"
+)
 
 
 #: a hidden check's failure in what a student reads: its inputs stay with the grader
@@ -258,7 +264,11 @@ class ExerciseResult:
             lines.append(_wrap("note", n, width))
         t = self.tiers()
         if t.get("gpu", {}).get("status") == SKIP and t.get("compile", {}).get("status") == PASS:
-            lines.append(_wrap("note", COMPILE_ONLY_MEANS, width))
+            simulated = any(
+                c.status == PASS and c.name.startswith("values on the CPU") for c in self.checks
+            )
+            note = COMPILE_SIMULATED_MEANS if simulated else COMPILE_ONLY_MEANS
+            lines.append(_wrap("note", note, width))
         lines.append(f"  score  {self.summary().split(': ', 1)[1]}")
         return "\n".join(lines)
 
