@@ -1,8 +1,9 @@
 """ptxsim runs clusters, mbarriers and cp.async, and checks the order of shared-memory accesses.
 
-The cluster and cpasync stages (forced 2- and 4-CTA clusters, 1, 2 and 4 commit groups) are
-compiled for sm_90a and simulated at M = 1, 3, 7 in every dtype and mixed weight dtypes, in the
-forward order; other orders (one warp at a time, reversed or seeded random) give the same bits.
+The cluster, cpasync and final stages (forced 2- and 4-CTA clusters, 1, 2 and 4 commit groups;
+the final kernel's weight in shared memory or registers, row blocks in turn) are compiled for
+sm_90a and simulated at M = 1, 3, 7 in every dtype and mixed weight dtypes, in the forward order;
+other orders (one warp at a time, reversed or seeded random) give the same bits.
 Wrong kernels (a stage with one piece replaced, as the lessons' mutants do) are caught by the
 ordering checks, which name both instructions: an mbarrier wait on the wrong parity, a store
 into a peer before its mbarrier is initialised, a cluster wait with no arrive (a hang), a part
@@ -67,10 +68,29 @@ def _cpasync(stages, cn=1):
     return make
 
 
+def _final(**changes):
+    from quack_edu.stages.final import default_config
+
+    return lambda N, dt: replace(default_config(N, dt), **changes)
+
+
 def _cases():
     for dtype, wdtype in DTYPES:
         yield "cluster", 1000, dtype, wdtype, "2 CTAs", _cluster(2)
         yield "cpasync", 1000, dtype, wdtype, "2 groups", _cpasync(2)
+        yield "final", 1000, dtype, wdtype, "default", _final()
+    for dtype, wdtype in [(BF16, BF16), (FP32, FP32)]:
+        yield "final", 2048, dtype, wdtype, "2 CTAs", _final(cluster_n=2)
+        yield "final", 1000, dtype, wdtype, "2 groups", _final(stages=2)
+        yield "final", 1000, dtype, wdtype, "weight in registers", _final(weight_in_smem=False)
+        yield (
+            "final",
+            1000,
+            dtype,
+            wdtype,
+            "2 blocks 2 buffers",
+            _final(blocks_per_cta=2, buffers=2),
+        )
     for dtype, wdtype in [(BF16, BF16), (FP32, FP32)]:
         yield "cluster", 2040, dtype, wdtype, "4 CTAs", _cluster(4)
         yield "cpasync", 1000, dtype, wdtype, "1 group", _cpasync(1)
@@ -99,11 +119,14 @@ def test_stage_values(stage, N, dtype, wdtype, cfg):
     [
         pytest.param(ClusterRMSNorm, BF16, _cluster(2), id="cluster"),
         pytest.param(CpAsyncRMSNorm, FP32, _cpasync(2, cn=2), id="cpasync-cluster"),
+        pytest.param(None, BF16, _final(cluster_n=2, blocks_per_cta=2, buffers=2), id="final"),
     ],
 )
 def test_orders_agree(cls, dtype, cfg):
     """Forward (CTAs in lockstep), reversed and two random orders (a warp at a time): the same
     bits, as a correct kernel must give whatever the order."""
+    if cls is None:
+        from quack_edu.stages.final import FinalRMSNorm as cls
     kernel = cls(dtype, 1000, cfg(1000, dtype), dtype)
     x, w = _inputs(7, 1000, dtype, dtype, seed=5)
     ptx = compiled_kernel(kernel)

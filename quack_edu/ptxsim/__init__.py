@@ -11,19 +11,20 @@ reads, ``stages`` connects the ladder's kernels.
 
 What it runs: the stages naive, warp, block, cluster (2- to 4-CTA clusters: ``mapa``,
 ``ld``/``st.shared::cluster``, ``st.async`` completing on a peer's mbarrier, ``barrier.cluster``)
-and cpasync (``cp.async`` with commit and wait groups), and the exercises built on them, in
-every dtype; the threads of a CTA in lockstep or a warp at a time, in three orders (forward,
+and cpasync (``cp.async`` with commit and wait groups, ``.L2::cache_hint`` policies ignored),
+the final stage's plain forward (x, weight, y), and the exercises built on them, in every
+dtype; the threads of a CTA in lockstep or a warp at a time, in three orders (forward,
 reversed, seeded random) that a correct kernel computes the same values in. What it checks on
 the way: accesses outside the tensors or shared memory, shuffles of diverged lanes, races on
 shared and distributed shared memory (``Race``, naming both PTX lines), hangs (``Hang``,
 naming where each thread waits), barriers only part of a CTA reaches (``PartialBarrier``), and
 instructions it does not know (``UnsupportedInstruction``, naming the instruction). What it
-does not run: the final kernels (other arguments, TMA ``cp.async.bulk``), atomics and
-reductions on memory, textures, timing of any kind (a simulated step is not a cycle). Meant
-for small shapes (a few rows of a few thousand columns): about 30,000 steps a second, a step
-one instruction for the threads of a CTA (or of a warp) at it (the naive stage at N=1000: 0.4
-s on a 2-core machine; a 2-CTA cluster stage at N=1000, M=7: 0.03 s forward, 0.1 s a warp at a
-time).
+does not run: the final kernel's other features (bias, residual, rstd) and the backward
+(``final_bwd``), TMA (``cp.async.bulk``), atomics and reductions on memory, textures, and
+timing of any kind (a simulated step is not a cycle). Meant for small shapes (a few rows of a
+few thousand columns): about 30,000 steps a second, a step one instruction for the threads of
+a CTA (or of a warp) at it (the naive stage at N=1000: 0.4 s on a 2-core machine; a 2-CTA
+cluster stage at N=1000, M=7: 0.03 s forward, 0.1 s a warp at a time).
 
 Prior art, checked on PyPI (pip download) before writing this: ``ptx-parser`` 0.1.3 is a compiled
 (Rust) PTX parser without documentation and without any execution; ``sentryward`` 0.1.1 is a

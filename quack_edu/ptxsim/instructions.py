@@ -423,7 +423,7 @@ def _space(cta, space, ins):
 
 def op_ld(cta, ins, mask):
     space, count, typ = _memory_form(ins)
-    dest, addr = ins.operands
+    dest, addr = ins.operands[:2]  # a third: .L2::cache_hint's policy, which changes no value
     names = dest if isinstance(dest, tuple) else (dest,)
     elem = width_of(typ) // 8
     if space == "param":
@@ -448,7 +448,7 @@ def op_ld(cta, ins, mask):
 
 def op_st(cta, ins, mask):
     space, count, typ = _memory_form(ins)
-    addr, src = ins.operands
+    addr, src = ins.operands[:2]  # a third: .L2::cache_hint's policy
     if not isinstance(addr, Address):
         raise unsupported(ins, "address operand")
     names = src if isinstance(src, tuple) else (src,)

@@ -24,9 +24,9 @@ import torch
 from .executor import Schedule, TensorArg, launch
 from .parser import Kernel, parse
 
-#: the stages whose kernels this simulator runs (the final kernels take other arguments and
-#: plans: not yet)
-SIMULATED_STAGES = ("naive", "warp", "block", "cluster", "cpasync")
+#: the stages whose kernels this simulator runs (``final``: its plain forward, x, weight and y;
+#: not its bias, residual or rstd features, nor the backward ``final_bwd``)
+SIMULATED_STAGES = ("naive", "warp", "block", "cluster", "cpasync", "final")
 
 
 def stage_kernel(stage: str, N: int, dtype, weight_dtype=None, config=None):
@@ -109,9 +109,8 @@ def run_ptx(
 
 
 def run_stage(stage: str, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config=None):
-    """y = RMSNorm(x) * weight computed by simulating the stage's kernel (naive, warp or block).
-
-    The stages simulated here store no rstd: only y is returned."""
+    """y = RMSNorm(x) * weight computed by simulating the stage's kernel (one of
+    ``SIMULATED_STAGES``). No rstd is stored: only y is returned."""
     kernel = stage_kernel(stage, x.shape[1], x.dtype, weight.dtype, config)
     return run_kernel(kernel, x, weight, eps)
 

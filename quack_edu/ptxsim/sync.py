@@ -119,6 +119,12 @@ def op_fence(cta, ins, mask):
         raise unsupported(ins)
 
 
+def op_createpolicy(cta, ins, mask):
+    """``createpolicy`` makes an L2 cache policy for ``.L2::cache_hint`` accesses: a hint that
+    changes no value. Its register gets 0."""
+    cta.write(ins.operands[0], np.uint64(0), "b64", mask, ins)
+
+
 def op_elect(cta, ins, mask):
     """``elect.sync d|p, membermask``: the lowest active lane of each warp named in the mask."""
     if ins.parts[1:] != ["sync"]:
@@ -367,11 +373,11 @@ def op_cp(cta, ins, mask):
 
 def _copy(cta, ins, mask):
     spaces = [p for p in ins.parts[3:] if not p.startswith("L2::")]
-    if spaces not in (["shared", "global"], ["shared::cta", "global"]) or any(
-        p.startswith("L2::cache_hint") for p in ins.parts
-    ):
+    if spaces not in (["shared", "global"], ["shared::cta", "global"]):
         raise unsupported(ins)
     dst, src, size, *rest = ins.operands
+    if "L2::cache_hint" in ins.parts:  # the last operand is a cache policy (createpolicy)
+        rest = rest[:-1]
     size = int(cta.read(size, "u32", ins))
     if size not in ((16,) if ins.parts[2] == "cg" else (4, 8, 16)):
         raise unsupported(ins, f"cp.async.{ins.parts[2]} of {size} bytes")
@@ -445,6 +451,7 @@ SYNC_HANDLERS = {
     "fence": op_fence,
     "membar": op_fence,
     "elect": op_elect,
+    "createpolicy": op_createpolicy,
     "mapa": op_mapa,
     "mbarrier": op_mbarrier,
     "cp": op_cp,
