@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """QK-norm rows read in place, and the host's cost of a training call (issue 47).
 
-    source .gpu/env.sh; python3 scripts/bench_qk_rows.py [--json qk_rows.json]
+    source .gpu/env.sh; python3 scripts/bench_qk_rows.py [--json qk_rows.json] [--host-only]
 
 1. **GPU time.** q of a fused projection, ``qkv.view(B, S, 3, H, D).unbind(2)[0]`` (rows in
    two modes), its transposed head view, and the same rows made contiguous beforehand: the
@@ -12,7 +12,11 @@
 2. **Host cost.** Wall-clock microseconds per eager training call (forward and backward of one
    norm under bf16 autocast, an fp32 weight, 2,000 calls back to back on a tiny x, so the GPU
    waits on the host): ``QuackRMSNorm`` against ``nn.RMSNorm``, on contiguous rows and on the
-   unbind view. Rounds alternate; the median round is reported.
+   unbind view, each with ``y.sum().backward()`` (a gradient expanded from a scalar: the
+   library copies it dense first) and with ``y.backward(g)`` (a dense g made once: what a
+   model hands a norm), reported apart. The steps are ``scripts/host_profile.py``'s
+   (``make_step``). Rounds alternate; the median round is reported. ``--host-only``: this part
+   alone.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ sys.path.insert(0, str(ROOT))
 from quack_edu import rmsnorm as qrms  # noqa: E402
 from quack_edu.rmsnorm import QuackRMSNorm, rmsnorm_fwd  # noqa: E402
 from quack_edu.tools.timing import time_graph  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from host_profile import make_step  # noqa: E402
 
 
 def views(qkv, H, D):
@@ -110,51 +117,47 @@ def gpu_rows(B, S, H, D, dtype):
 
 
 def host_rows(rounds=5, calls=2000):
-    D, H = 128, 8
-    w = torch.randn(D, device="cuda")
+    """us per eager training call (host_profile.make_step's steps), QuackRMSNorm against
+    nn.RMSNorm, on contiguous rows and the unbind view, with the gradient of ``y.sum()``
+    (expanded from a scalar) and with a dense upstream gradient (``y.backward(g)``)."""
+    D = 128
     ours, theirs = QuackRMSNorm(D).cuda(), torch.nn.RMSNorm(D, eps=1e-6).cuda()
-    qkv = torch.randn(1, 4, 3 * H * D, device="cuda", requires_grad=True)
-    xs = {"contiguous": torch.randn(1, 4, H, D, device="cuda", requires_grad=True),
-          "unbind view": None}  # fmt: skip
-    del w
     out = {}
-    for rows in xs:
-        per = {"QuackRMSNorm": [], "nn.RMSNorm": []}
-        for _ in range(rounds):
-            for name, norm in (("QuackRMSNorm", ours), ("nn.RMSNorm", theirs)):
-
-                def step(rows=rows, norm=norm):
-                    with torch.autocast("cuda", dtype=torch.bfloat16):
-                        x = xs[rows]
-                        if x is None:
-                            x = qkv.view(1, 4, 3, H, D).unbind(2)[0]
-                        y = norm(x)
-                    y.sum().backward()
-
-                for _ in range(50):
-                    step()
-                torch.cuda.synchronize()
-                t = time.perf_counter()
-                for _ in range(calls):
-                    step()
-                torch.cuda.synchronize()
-                per[name].append((time.perf_counter() - t) / calls * 1e6)
-        out[rows] = {k: statistics.median(v) for k, v in per.items()}
-        out[rows]["ratio"] = out[rows]["QuackRMSNorm"] / out[rows]["nn.RMSNorm"]
-        print(rows, json.dumps(out[rows]), flush=True)
+    for rows in ("contiguous", "unbind view"):
+        for dout, how in (("sum", "y.sum().backward()"), ("dense", "y.backward(g)")):
+            steps = {
+                "QuackRMSNorm": make_step(ours, dout, rows != "contiguous"),
+                "nn.RMSNorm": make_step(theirs, dout, rows != "contiguous"),
+            }
+            per = {name: [] for name in steps}
+            for _ in range(rounds):
+                for name, step in steps.items():
+                    for _ in range(50):
+                        step()
+                    torch.cuda.synchronize()
+                    t = time.perf_counter()
+                    for _ in range(calls):
+                        step()
+                    torch.cuda.synchronize()
+                    per[name].append((time.perf_counter() - t) / calls * 1e6)
+            row = {k: statistics.median(v) for k, v in per.items()}
+            row["ratio"] = row["QuackRMSNorm"] / row["nn.RMSNorm"]
+            out.setdefault(rows, {})[how] = row
+            print(rows, how, json.dumps(row), flush=True)
     return out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--host-only", action="store_true", help="the host cost rows alone")
     a = ap.parse_args(argv)
     record = {
         "what": "QK-norm rows read in place; host cost per eager training call (issue 47)",
         "gpu": torch.cuda.get_device_name(),
         "date": datetime.date.today().isoformat(),
         "torch": torch.__version__,
-        "gpu_time": gpu_rows(8, 512, 8, 128, torch.bfloat16),
+        "gpu_time": None if a.host_only else gpu_rows(8, 512, 8, 128, torch.bfloat16),
         "host_us_per_training_call": host_rows(),
     }
     if a.json:

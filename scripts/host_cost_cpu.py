@@ -2,19 +2,21 @@
 """The host path of an eager training call, measured on a CPU without a GPU (issue 47).
 
     PYTHONPATH=. python scripts/host_cost_cpu.py [--calls 5000] [--rounds 5] [--top 25]
-        [--x-dtype float32|bfloat16] [--strided] [--no-profile]
+        [--x-dtype float32|bfloat16] [--strided] [--dout sum|dense|both] [--no-profile]
 
 One eager training call of ``QuackRMSNorm`` as ``scripts/bench_qk_rows.py`` (host_rows) times it
-on the GPU: a tiny x (1, 4, 8, 128) that requires grad, bf16 autocast, an fp32 weight, forward
-then ``y.sum().backward()``. Here the tensors are on the CPU and the compiled kernels are never
-launched: ``stubbed()`` replaces what only a GPU can do (compiling is skipped, each kernel's
-TVM-FFI callable is a Python no-op that counts its calls, the device check and the SM count
-answer as an H100's would), so the library's own per-call Python (keys, plans, checks,
-allocation, autograd bookkeeping) runs as it does on the GPU. The stubs live here, not in the
-library, and are undone on exit.
+on the GPU, the step of ``scripts/host_profile.py`` (``make_step``): a tiny x (1, 4, 8, 128)
+that requires grad, bf16 autocast, an fp32 weight, forward then ``y.sum().backward()``
+(``--dout sum``) or ``y.backward(g)`` with a dense g made once (``--dout dense``). Here the
+tensors are on the CPU and the compiled kernels are never launched: ``stubbed()`` replaces what
+only a GPU can do (compiling is skipped, each kernel's TVM-FFI callable is a Python no-op that
+counts its calls, the device check and the SM count answer as an H100's would), so the
+library's own per-call Python (keys, plans, checks, allocation, autograd bookkeeping) runs as
+it does on the GPU. The stubs live here, not in the library, and are undone on exit.
 
 Reported: microseconds per training call (median of ``--rounds`` rounds of ``--calls`` calls),
-Python function calls and C calls per training call (``sys.setprofile``), kernel launches per
+Python function calls and C calls per training call (``sys.setprofile``), torch ops per call
+(the aten ops the step calls itself, forward and backward, torch.profiler), kernel launches per
 call, and a cProfile top list. The same step with ``torch.nn.RMSNorm`` on the CPU is timed for
 scale only: **CPU torch's cost is not its CUDA cost.** On the CPU, ``F.rms_norm`` computes the
 norm (a few microseconds of arithmetic on 4 K elements) and allocates from the CPU allocator;
@@ -27,6 +29,7 @@ excluded and must be measured on the GPU: ``scripts/bench_qk_rows.py`` (host_row
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import cProfile
 import io
@@ -137,13 +140,85 @@ def profile_top(step, calls, top):
     return s.getvalue()
 
 
-def make_x(dtype, strided):
-    H, D = 8, 128
-    if strided:  # q of a fused projection: rows in two modes, read in place
-        qkv = torch.randn(1, 4, 3 * H * D, dtype=dtype, requires_grad=True)
-        return lambda: qkv.view(1, 4, 3, H, D).unbind(2)[0]
-    x = torch.randn(1, 4, H, D, dtype=dtype, requires_grad=True)
-    return lambda: x
+def torch_ops(step, calls=20) -> list[tuple[str, float]]:
+    """(aten op, calls a step) of the ops ``step`` calls itself (an op's own inner ops not
+    counted), forward and autograd's backward, under torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            step()
+    n = collections.Counter()
+    for e in prof.events():
+        parent = e.cpu_parent
+        while parent is not None and not parent.name.startswith("aten::"):
+            parent = parent.cpu_parent
+        if e.name.startswith("aten::") and parent is None:
+            n[e.name] += 1
+    return [(name, c / calls) for name, c in n.most_common()]
+
+
+def report(a, dout):
+    """Time, count and profile the floor, QuackRMSNorm and nn.RMSNorm steps with ``dout``'s
+    gradient (host_profile.make_step's steps, on the CPU)."""
+    from host_profile import make_step
+
+    from quack_edu.rmsnorm import QuackRMSNorm
+
+    D, xd = 128, getattr(torch, a.x_dtype)
+
+    def steps_of(ours):
+        return {
+            "floor: no norm (y = x.view_as(x))": make_step(
+                lambda x: x.view_as(x), dout, a.strided, "cpu", "cpu", xd
+            ),
+            "QuackRMSNorm (launches stubbed)": make_step(ours, dout, a.strided, "cpu", "cpu", xd),
+            "nn.RMSNorm (CPU torch: scale only)": make_step(
+                torch.nn.RMSNorm(D, eps=1e-6), dout, a.strided, "cpu", "cpu", xd
+            ),
+        }
+
+    ours_name = "QuackRMSNorm (launches stubbed)"
+    with stubbed(_counting_launch):  # kernel launches per call, counted
+        step = steps_of(QuackRMSNorm(D))[ours_name]
+        for _ in range(3):
+            step()
+        LAUNCHES[0] = 0
+        step()
+        launches = LAUNCHES[0]
+    with stubbed():
+        steps = steps_of(QuackRMSNorm(D))
+        floor_name = next(iter(steps))
+        for _ in range(200):  # plans made, caches warm
+            for step in steps.values():
+                step()
+        rows = {}
+        for _ in range(2):  # alternate, twice: the second pass is reported
+            for name, step in steps.items():
+                rows[name] = time_us(step, a.calls, a.rounds)
+        calls = {name: count_calls(step) for name, step in steps.items()}
+        ops = {name: torch_ops(step) for name, step in steps.items()}
+        how = "y.sum().backward()" if dout == "sum" else "y.backward(g), g dense"
+        print(f"eager training call: x (1, 4, 8, 128) {a.x_dtype}"
+              f"{' (unbind view)' if a.strided else ''}, fp32 weight, bf16 autocast, {how}, "
+              f"torch {torch.__version__}, 1 thread")  # fmt: skip
+        floor = rows[floor_name][0]
+        for name, (med, per) in rows.items():
+            py, c = calls[name]
+            spread = f"{min(per):.1f}-{max(per):.1f}"
+            over = f"{med - floor:+6.1f}" if name != floor_name else "      "
+            n_ops = sum(k for _, k in ops[name])
+            print(f"  {name:38s} {med:6.1f} us/call {over} over the floor ({spread})"
+                  f"  Python calls {py:5.1f}  C calls {c:5.1f}"
+                  f"  torch ops {n_ops:4.1f}")  # fmt: skip
+        print(f"  kernel launches per QuackRMSNorm call (a TVM-FFI no-op each here): {launches}")
+        for name in (floor_name, ours_name):
+            print(
+                f"  torch ops a step, {name.split(' (')[0]}: "
+                + ", ".join(f"{op.removeprefix('aten::')} {k:g}" for op, k in ops[name])
+            )
+        if not a.no_profile:
+            print(profile_top(steps[ours_name], a.calls, a.top))
 
 
 def main(argv=None) -> int:
@@ -153,59 +228,12 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--x-dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--strided", action="store_true", help="x: the unbind view of a fused qkv")
+    ap.add_argument("--dout", default="both", choices=("sum", "dense", "both"))
     ap.add_argument("--no-profile", action="store_true")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
-    from quack_edu.rmsnorm import QuackRMSNorm
-
-    D = 128
-    get_x = make_x(getattr(torch, a.x_dtype), a.strided)
-    ours, theirs = QuackRMSNorm(D), torch.nn.RMSNorm(D, eps=1e-6)
-
-    def step_of(norm):
-        def step():
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                y = norm(get_x())
-            y.sum().backward()
-
-        return step
-
-    ours_name, theirs_name = "QuackRMSNorm (launches stubbed)", "nn.RMSNorm (CPU torch: scale only)"
-    floor_name = "floor: no norm (y = x.view_as(x))"
-    with stubbed(_counting_launch):  # kernel launches per call, counted
-        for _ in range(3):
-            step_of(QuackRMSNorm(D))()
-        LAUNCHES[0] = 0
-        step_of(ours)()
-        launches = LAUNCHES[0]
-    with stubbed():
-        steps = {
-            floor_name: step_of(lambda x: x.view_as(x)),
-            ours_name: step_of(ours),
-            theirs_name: step_of(theirs),
-        }
-        for _ in range(200):  # plans made, caches warm
-            for step in steps.values():
-                step()
-        rows = {}
-        for _ in range(2):  # alternate, twice: the second pass is reported
-            for name, step in steps.items():
-                rows[name] = time_us(step, a.calls, a.rounds)
-        calls = {name: count_calls(step) for name, step in steps.items()}
-        x = get_x()
-        print(f"eager training call: x {tuple(x.shape)} {a.x_dtype}"
-              f"{' (unbind view)' if a.strided else ''}, fp32 weight, bf16 autocast, "
-              f"torch {torch.__version__}, 1 thread")  # fmt: skip
-        floor = rows[floor_name][0]
-        for name, (med, per) in rows.items():
-            py, c = calls[name]
-            spread = f"{min(per):.1f}-{max(per):.1f}"
-            over = f"{med - floor:+6.1f}" if name != floor_name else "      "
-            print(f"  {name:38s} {med:6.1f} us/call {over} over the floor ({spread})"
-                  f"  Python calls {py:5.1f}  C calls {c:5.1f}")  # fmt: skip
-        print(f"  kernel launches per QuackRMSNorm call (a TVM-FFI no-op each here): {launches}")
-        if not a.no_profile:
-            print(profile_top(steps[ours_name], a.calls, a.top))
+    for dout in ("sum", "dense") if a.dout == "both" else (a.dout,):
+        report(a, dout)
     return 0
 
 

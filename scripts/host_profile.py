@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
-"""Where a training call's host time goes: cProfile of an eager training step of one
-QuackRMSNorm (bf16 autocast, an fp32 weight, a tiny x so the GPU waits on the host) (issue 47).
+"""Where a training call's host time goes: cProfile of an eager training step of one norm
+(``QuackRMSNorm`` or ``nn.RMSNorm``; bf16 autocast, an fp32 weight, a tiny x so the GPU waits
+on the host), then the kernels one step launches (torch.profiler) (issue 47).
 The time a call takes against nn.RMSNorm's is scripts/bench_qk_rows.py's (host_rows).
 
-    source .gpu/env.sh; python3 scripts/host_profile.py [--calls 3000] [--top 30]
+    source .gpu/env.sh; python3 scripts/host_profile.py [--norm quack_edu|torch]
+        [--dout sum|dense] [--strided] [--x-dtype float32|bfloat16] [--calls 3000] [--top 30]
+
+``--dout sum``: ``y.sum().backward()``, whose gradient reaches the norm expanded from a scalar
+(stride 0: the library makes it dense first, one copy kernel); ``--dout dense``:
+``y.backward(g)`` with a dense g made once, the gradient a model hands a norm.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
 import io
 import pstats
@@ -22,20 +29,73 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from quack_edu.rmsnorm import QuackRMSNorm  # noqa: E402
 
 
+def make_step(norm, dout: str, strided: bool, device="cuda", autocast="cuda", dtype=None):
+    """An eager training step of ``norm`` on a tiny x (1, 4, 8, 128) that requires grad (fp32
+    unless ``dtype``):
+    forward under bf16 autocast, then ``y.sum().backward()`` (``dout="sum"``) or
+    ``y.backward(g)`` with a dense g made once (``"dense"``). ``strided``: x is q of a fused
+    projection, ``qkv.view(1, 4, 3, 8, 128).unbind(2)[0]``. (scripts/host_cost_cpu.py's
+    steps are these, on the CPU.)"""
+    H, D = 8, 128
+    if strided:
+        qkv = torch.randn(1, 4, 3 * H * D, device=device, dtype=dtype, requires_grad=True)
+
+        def get_x():
+            return qkv.view(1, 4, 3, H, D).unbind(2)[0]
+    else:
+        x = torch.randn(1, 4, H, D, device=device, dtype=dtype, requires_grad=True)
+
+        def get_x():
+            return x
+
+    with torch.autocast(autocast, dtype=torch.bfloat16):
+        like = norm(get_x()).detach()
+    g = torch.randn_like(like, memory_format=torch.contiguous_format)
+
+    if dout == "sum":
+
+        def step():
+            with torch.autocast(autocast, dtype=torch.bfloat16):
+                y = norm(get_x())
+            y.sum().backward()
+    else:
+
+        def step():
+            with torch.autocast(autocast, dtype=torch.bfloat16):
+                y = norm(get_x())
+            y.backward(g)
+
+    return step
+
+
+def kernels_per_step(step, steps=20) -> list[tuple[str, float]]:
+    """(kernel name, launches a step) of ``steps`` steps under torch.profiler (CUDA
+    activity: every launch, TVM-FFI's included)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    n = collections.Counter()
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            n[e.name] += 1
+    return [(name[:90], c / steps) for name, c in n.most_common()]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--norm", default="quack_edu", choices=("quack_edu", "torch"))
+    ap.add_argument("--dout", default="sum", choices=("sum", "dense"))
+    ap.add_argument("--strided", action="store_true", help="x: the unbind view of a fused qkv")
+    ap.add_argument("--x-dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--calls", type=int, default=3000)
     ap.add_argument("--top", type=int, default=30)
     a = ap.parse_args(argv)
-    D, H = 128, 8
-    norm = QuackRMSNorm(D).cuda()
-    x = torch.randn(1, 4, H, D, device="cuda", requires_grad=True)
-
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            y = norm(x)
-        y.sum().backward()
-
+    D = 128
+    norm = QuackRMSNorm(D) if a.norm == "quack_edu" else torch.nn.RMSNorm(D, eps=1e-6)
+    step = make_step(norm.cuda(), a.dout, a.strided, dtype=getattr(torch, a.x_dtype))
     for _ in range(100):  # warm: plans made, kernels loaded
         step()
     torch.cuda.synchronize()
@@ -45,9 +105,20 @@ def main(argv=None) -> int:
         step()
     torch.cuda.synchronize()
     prof.disable()
+    print(f"== {type(norm).__name__}, x {a.x_dtype}, dout {a.dout}"
+          f"{', unbind view' if a.strided else ''}, "
+          f"{a.calls} steps, {torch.cuda.get_device_name()}")  # fmt: skip
     s = io.StringIO()
     pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(a.top)
     print(s.getvalue())
+    try:
+        launches = kernels_per_step(step)
+    except Exception as e:  # noqa: BLE001  (the profile above is the point)
+        print(f"kernels per step: torch.profiler failed: {e}")
+    else:
+        print(f"kernels per step: {sum(c for _, c in launches):g}")
+        for name, c in launches:
+            print(f"  {c:4g}  {name}")
     return 0
 
 
