@@ -274,6 +274,47 @@ def test_one_backward_plan_per_key(fake_kernel, counted_checks, has_bias):
         R.rmsnorm_bwd(x, w, dout, rstd_ref(x)[:5])
 
 
+@pytest.mark.parametrize("wdtype", [torch.float32, BF16])
+def test_one_partial_row_is_dw_itself(fake_kernel, wdtype):
+    """With one partial row (M up to a CTA's rows) and an fp32 weight, the kernel's row is dw
+    (and db): no PartialSum launch; a bf16 weight's is summed (cast) as ever. dw is a tensor of
+    its own (N,), not a view of the partial buffer, on every path."""
+    sums = []
+    fb = B._final_bwd()
+    fn = fb.partial_sum_fn
+
+    def counted(dtype, P):  # the compiled sum's call, counted
+        call = fn(dtype, P)
+        return lambda partial, out: (sums.append(partial.shape[0]), call(partial, out))[1]
+
+    fb.partial_sum_fn = counted
+    norm = R.QuackRMSNorm(48, dtype=wdtype)
+    for M, P in [(4, 1), (1, 1), (5, 2), (3, 1)]:
+        x, w, dout = _bwd_inputs(M, 48, BF16, wdtype, seed=M)
+        rstd = rstd_ref(x)
+        ex, ew, eb = bwd_ref32(x, w, dout, rstd, has_bias=True)
+        for _ in range(2):  # a first call, then its plan
+            sums.clear()
+            dx, dw, db, _ = R.rmsnorm_bwd(x, w, dout, rstd, has_bias=True)
+            torch.testing.assert_close(dw, ew.to(wdtype))
+            torch.testing.assert_close(db, eb.to(wdtype))
+            for g in (dw, db):
+                assert g._base is None and g.shape == (48,) and g.dtype == wdtype
+        assert sums == ([] if P == 1 and wdtype == torch.float32 else [P, P])
+        with torch.no_grad():
+            norm.weight.copy_(w)
+        norm.weight.grad = None
+        xg = x.detach().requires_grad_()
+        for _ in range(2):  # the plain training call's plans
+            sums.clear()
+            norm.weight.grad = xg.grad = None
+            norm(xg).backward(dout)
+        torch.testing.assert_close(xg.grad, ex.to(BF16))
+        torch.testing.assert_close(norm.weight.grad, ew.to(wdtype))
+        assert norm.weight.grad._base is None
+        assert sums == ([] if P == 1 and wdtype == torch.float32 else [P])
+
+
 def test_training_through_plans_matches_nn_rmsnorm(fake_kernel, counted_checks):
     torch.manual_seed(2)
     ours, theirs = R.QuackRMSNorm(64), torch.nn.RMSNorm(64, eps=1e-6)

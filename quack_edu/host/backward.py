@@ -209,6 +209,16 @@ class _BwdPlan:
         self.dw, self.db, self.dres_dtype, self.lay = dw, db, dres_dtype, lay
         self.sums = {}  # P -> the compiled PartialSum that adds P partial rows
 
+    def partials(self, x, P):
+        """``(buffer, out)`` for dw or db of P partial rows: the (P, N) fp32 buffer the kernel
+        writes, and the gradient itself when the kernel's write is it (``run_rows`` says
+        when), else None: then it is ``sum_of(buffer)``."""
+        N = self.N
+        if P == 1 and self.pdtype is torch.float32:
+            out = x.new_empty(N, dtype=torch.float32)
+            return out.view(1, N), out
+        return x.new_empty((P, N), dtype=torch.float32), None
+
     def sum_of(self, partial):
         """dw (or db) from its (P, N) fp32 partials, in the plan's dtype."""
         P = partial.shape[0]
@@ -221,33 +231,42 @@ class _BwdPlan:
 
     def run_rows(self, x, weight, dout, rstd):
         """(dx, dw) of the plain backward (``plain_backward``): x and dout contiguous rows
-        (M, N), M > 0, rstd (M,); dw None without a weight."""
-        M, N = x.shape
-        P = min(-(-M // self.rows), self.most)
+        (M, N), M > 0, rstd (M,); dw None without a weight. One partial row (M up to a CTA's
+        rows) in an fp32 weight's dtype is dw itself, neither summed nor cast: the kernel
+        writes dw, and the PartialSum launch and its allocation are skipped (``partials``,
+        inlined on this, the training call's path)."""
+        N = self.N
+        P = min(-(-x.shape[0] // self.rows), self.most)
         dx = torch.empty_like(x)
-        dw_p = x.new_empty((P, N), dtype=torch.float32) if self.dw else None
+        if not self.dw:
+            self.fn(x, weight, dout, None, rstd, dx, None, None, None, P)
+            return dx, None
+        if P == 1 and self.pdtype is torch.float32:
+            dw = x.new_empty(N, dtype=torch.float32)
+            self.fn(x, weight, dout, None, rstd, dx, None, dw.view(1, N), None, 1)
+            return dx, dw
+        dw_p = x.new_empty((P, N), dtype=torch.float32)
         self.fn(x, weight, dout, None, rstd, dx, None, dw_p, None, P)
-        return dx, None if dw_p is None else self.sum_of(dw_p)
+        return dx, self.sum_of(dw_p)
 
     def run_strided(self, x, weight, dout, rstd):
         """``run`` of a strided x's plan (rows read in place; no dresidual_out: its key has
         none)."""
-        lay, N = self.lay, self.N
-        M = x.numel() // N
+        lay = self.lay
+        M = x.numel() // self.N
         P = min(-(-M // self.rows), self.most)
         dx = lay.empty(x)
-        f32 = torch.float32
-        dw_p = x.new_empty((P, N), dtype=f32) if self.dw else None
-        db_p = x.new_empty((P, N), dtype=f32) if self.db else None
+        dw_p, dw = self.partials(x, P) if self.dw else (None, None)
+        db_p, db = self.partials(x, P) if self.db else (None, None)
         self.fn(
             lay.view(x), weight, lay.like(dout, x), None, lay.like_rows(rstd, x), lay.view(dx),
             None, dw_p, db_p, P,
         )  # fmt: skip
         outs = [dx]
         if self.dw:
-            outs.append(self.sum_of(dw_p))
+            outs.append(self.sum_of(dw_p) if dw is None else dw)
         if self.db:
-            outs.append(self.sum_of(db_p))
+            outs.append(self.sum_of(db_p) if db is None else db)
         return outs
 
     def run(self, x, weight, dout, rstd, dres_out):
@@ -259,9 +278,8 @@ class _BwdPlan:
         P = min(-(-M // self.rows), self.most)
         dx = torch.empty_like(x)
         dres = None if self.dres_dtype is None else torch.empty_like(x, dtype=self.dres_dtype)
-        f32 = torch.float32
-        dw_p = x.new_empty((P, N), dtype=f32) if self.dw else None
-        db_p = x.new_empty((P, N), dtype=f32) if self.db else None
+        dw_p, dw = self.partials(x, P) if self.dw else (None, None)
+        db_p, db = self.partials(x, P) if self.db else (None, None)
         rows = (M, N)
         dro = None if dres_out is None else dres_out.view(rows)
         dr = None if dres is None else dres.view(rows)
@@ -271,9 +289,9 @@ class _BwdPlan:
         )  # fmt: skip
         outs = [dx]
         if self.dw:
-            outs.append(self.sum_of(dw_p))
+            outs.append(self.sum_of(dw_p) if dw is None else dw)
         if self.db:
-            outs.append(self.sum_of(db_p))
+            outs.append(self.sum_of(db_p) if db is None else db)
         if dres is not None:
             outs.append(dres)
         return outs
@@ -283,20 +301,22 @@ def plain_backward(fwd, x, weight, dout, rstd):
     """(dx, dw) of the plain training call whose forward ran ``fwd.run_saving`` (x and rstd
     as it saved them; dout the gradient of out, in x's dtype: autograd casts it); dw None
     without a weight. Through the backward plan ``fwd`` keeps (``fwd.bwd``), which its first
-    backward finds; else, and for empty or misaligned rows, through ``rmsnorm_bwd``."""
+    backward finds; else, and for empty or misaligned rows, through ``rmsnorm_bwd``. Only
+    dout's address is checked per call: ``fwd.bwd`` is found only where x, the weight and
+    rstd were 16-byte aligned, x's and the weight's alignment is in ``fwd``'s key, and rstd is
+    a new tensor of the forward's."""
     if fwd.lay is not None:
         return _plain_backward_strided(fwd, x, weight, dout, rstd)
     if not dout.is_contiguous():
         dout = dout.contiguous()  # (the expanded gradient of a sum, say)
-    N = fwd.N
+    bwd = fwd.bwd
+    if bwd is not None and not dout.data_ptr() & 15 and x.shape[0]:
+        return bwd.run_rows(x, weight, dout.view(-1, fwd.N), rstd)
+    dout = dout.view(-1, fwd.N)
+    dx, dw, _, _ = rmsnorm_bwd(x, weight, dout, rstd)
     bits = x.data_ptr() | dout.data_ptr() | rstd.data_ptr()
     if weight is not None:
         bits |= weight.data_ptr()
-    bwd = fwd.bwd
-    if bwd is not None and not bits & 15 and x.shape[0]:
-        return bwd.run_rows(x, weight, dout.view(-1, N), rstd)
-    dout = dout.view(-1, N)
-    dx, dw, _, _ = rmsnorm_bwd(x, weight, dout, rstd)
     if bwd is None and not bits & 15 and x.shape[0]:  # a plan for aligned rows only
         fwd.bwd = _BWD_PLANS.get(bwd_key(x, weight, dout, rstd, None, False, None, 0.0))
     return dx, dw
@@ -304,17 +324,18 @@ def plain_backward(fwd, x, weight, dout, rstd):
 
 def _plain_backward_strided(fwd, x, weight, dout, rstd):
     """``plain_backward`` of rows read in place (x strided, dx dense in its dim order): the
-    backward plan is for the gradient's strides it was found with (``fwd.bwd_dout``)."""
+    backward plan is for the gradient's strides it was found with (``fwd.bwd_dout``); only
+    dout's address is checked per call, as there."""
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
-    bits = x.data_ptr() | dout.data_ptr() | rstd.data_ptr()
-    if weight is not None:
-        bits |= weight.data_ptr()
     bwd, stride = fwd.bwd, dout.stride()
-    if bwd is not None and not bits & 15 and stride == fwd.bwd_dout:
+    if bwd is not None and not dout.data_ptr() & 15 and stride == fwd.bwd_dout:
         dx, *dw = bwd.run_strided(x, weight, dout, rstd)
         return dx, dw[0] if dw else None
     dx, dw, _, _ = rmsnorm_bwd(x, weight, dout, rstd)
+    bits = x.data_ptr() | dout.data_ptr() | rstd.data_ptr()
+    if weight is not None:
+        bits |= weight.data_ptr()
     if bwd is None and not bits & 15 and x.numel():
         fwd.bwd = _BWD_PLANS.get(bwd_key(x, weight, dout, rstd, None, False, None, 0.0))
         fwd.bwd_dout = stride
