@@ -93,6 +93,40 @@ ATTEMPTS = {
     "read raw memory": "import ctypes; ctypes.string_at(id(1), 8)",
     "open a socket": "import socket; socket.create_connection(('127.0.0.1', 9))",
     "call a tripwired function": "finished(1, 2)",
+    # a frame leads, through f_back, to the grader's own code in the process (red team 8)
+    "take a frame through sys._getframe": "sys._getframe()",
+    "take a frame through inspect": "import inspect; inspect.currentframe()",
+    "take frames through traceback": "import traceback; list(traceback.walk_stack(None))",
+    "take a generator's frame": "_g = (i for i in [1]); _g.gi_frame",
+    "take a traceback's frame": (
+        "try:\n    1 / 0\nexcept ZeroDivisionError as e:\n    e.__traceback__.tb_frame"
+    ),
+    "take every thread's frame": "sys._current_frames()",
+    "add an audit hook (handed frames)": (
+        "_hooked = []; sys.addaudithook(lambda e, a: _hooked.append(e)); open('z', 'w').close()\n"
+        "if not _hooked:\n    raise PermissionError('not added')"
+    ),
+    # ... and code that passes for the installation's would be taken for the library's
+    "compile text under an installed file's name": "exec(compile('x = 1', json.__file__, 'exec'))",
+    "compile a syntax tree": "import ast; compile(ast.parse('x = 1'), json.__file__, 'exec')",
+    "a code object named as an installed file": (
+        "(lambda: 0).__code__.replace(co_filename=json.__file__)"
+    ),
+    "load marshalled code": (
+        "import marshal; marshal.loads(marshal.dumps(compile('1', 'x', 'eval')))"
+    ),
+    "rename a code object's file": (
+        "import _imp; _imp._fix_co_filename(compile('1', 'x', 'eval'), json.__file__)"
+    ),
+    "a fresh copy of _signal": (
+        "import importlib.util as u; u.module_from_spec(u.find_spec('_signal'))"
+    ),
+    "import compiled code from the scratch folder": (
+        "import importlib.util as u, marshal\n"
+        "open('evil.pyc', 'wb').write(u.MAGIC_NUMBER + bytes(12) + "
+        "marshal.dumps(compile('x = 1', 'evil.py', 'exec')))\n"
+        "sys.path.insert(0, os.getcwd()); import evil"
+    ),
 }
 #: what a locked-down process may still do (each must run cleanly)
 ALLOWED = {
@@ -107,6 +141,19 @@ ALLOWED = {
     "import sqlite3 (not connect)": "import sqlite3",
     "resolve a path": "os.path.realpath('/proc/self/status')",
     "call its own functions": "(lambda a: a + 1)(1)",
+    # library code (the standard library's here) reads its caller's frame as before
+    "a library reads its caller's frame": (
+        "import collections, enum, typing; collections.namedtuple('P', 'a b'); "
+        "typing.TypeVar('T'); enum.Enum('C', 'A B')"
+    ),
+    "a signal handler, handed no frame": (
+        "import signal; _got = []; signal.signal(signal.SIGUSR1, lambda s, f: _got.append(f)); "
+        "os.kill(os.getpid(), signal.SIGUSR1)\nif _got != [None]:\n    raise ValueError(_got)"
+    ),
+    "compile an installed file's own text": (
+        "compile(open(json.__file__).read(), json.__file__, 'exec')"
+    ),
+    "exec text": "exec('x = 1')",
 }
 
 CHILD = textwrap.dedent(

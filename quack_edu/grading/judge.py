@@ -114,6 +114,10 @@ FORBIDDEN_ATTRIBUTES = {
     "marshal", "shutil", "socket", "multiprocessing", "atexit", "pathlib", "io", "modules",
     "readline", "sqlite3", "open", "exec", "eval", "globals", "locals", "getattr", "setattr",
     "attrgetter", "methodcaller",
+    # frames and closures: a frame's f_back leads to the grader's code in the worker (red team 8)
+    "f_back", "f_globals", "f_locals", "f_builtins", "gi_frame", "tb_frame", "cr_frame",
+    "ag_frame", "currentframe", "_getframe", "inspect", "linecache", "__closure__",
+    "cell_contents", "__globals__", "__builtins__",
 }  # fmt: skip
 #: special methods a class in an answer cell may not define (an answer that compares equal to
 #: anything, or converts to whatever is asked)

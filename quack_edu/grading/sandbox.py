@@ -20,7 +20,15 @@ names the rule:
 * loading a native library from outside the Python installation, or reading raw memory, through
   ``ctypes``; walking every object the interpreter holds (``gc.get_objects``/``get_referrers``);
   installing or removing a profiler or tracer;
-* importing the grader's exercises (reference answers, hidden checks), the solutions, or QuACK.
+* importing the grader's exercises (reference answers, hidden checks), the solutions, or QuACK;
+* taking a frame of the interpreter's stack for learner code (``sys._getframe``, ``inspect``,
+  a generator's ``gi_frame``, a traceback's ``tb_frame``, a signal handler's argument, an audit
+  hook of its own): a frame's ``f_back`` leads to the grader's own code in the process (its
+  request loop, its pipe, this module's record). Library code (CuTe DSL, torch, the library)
+  that reads its caller's frame keeps doing so: who asks is the first frame outside the
+  standard library's frame helpers (``learner_code``), and learner code cannot pass for
+  library code (text compiled under an installed file's name must be that file's own text;
+  syntax trees, code objects and marshalled code from learner code are refused).
 
 What it refused is kept (``incidents()``) and the judge reports it: a refusal is a flag.
 
@@ -129,6 +137,18 @@ _DRIVER = ("libcuda.so.1", "libcuda.so")
 #: (``ldconfig -p``, the loader's cache: Triton and ``ctypes.util.find_library`` find libcuda
 #: with it)
 _QUERIES = (("ldconfig", "-p"),)
+#: the attributes that hand out a frame of the interpreter's stack (each raises the audit event
+#: ``object.__getattr__``); ``sys._getframe`` and ``sys._current_frames`` raise their own
+FRAME_ATTRIBUTES = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame"))
+#: standard-library files that hand the frames they take to their caller (``inspect``'s
+#: ``currentframe``/``stack``, ``traceback.walk_stack``, ``logging.currentframe``, a task's
+#: ``get_stack``, a wrapped generator's ``gi_frame``, ``signal.signal``): a frame one of them takes
+#: is taken for whoever called it
+_FRAME_HELPERS = (
+    "/inspect.py", "/traceback.py", "/logging/__init__.py", "/functools.py", "/contextlib.py",
+    "/types.py", "/signal.py", "/bdb.py", "/pdb.py", "/asyncio/base_tasks.py",
+    "/asyncio/tasks.py", "/asyncio/coroutines.py", "/asyncio/format_helpers.py",
+)  # fmt: skip
 #: /proc entries of this process that are not a way out (no cwd, root, fd, mem, environ)
 _PROC_SELF_OK = ("stat", "statm", "status", "maps", "cmdline", "comm", "limits", "cgroup", "task")
 
@@ -136,7 +156,8 @@ _PROC_SELF_OK = ("stat", "statm", "status", "maps", "cmdline", "comm", "limits",
 BOUNDARY = (
     "sandbox: a Python audit hook (PEP 578) in every process that runs learner code, from before "
     "its first line (files outside its scratch folder, processes, signals, sockets, native "
-    "libraries, the exercises and the solutions refused); its process group killed at the end, "
+    "libraries, frames of the stack, the exercises and the solutions refused); its process "
+    "group killed at the end, "
     "which nothing it starts can leave (seccomp: setsid and setpgid fail); "
     "tripwires on the finished versions of what is asked; verdicts computed in the grader's "
     "process from the data sent back"
@@ -275,7 +296,7 @@ def lock_down(
     run_folder = os.path.dirname(home)
     # and, once locked, a fresh copy of the modules whose process and file functions are
     # replaced below (``importlib.util.module_from_spec`` would make one)
-    denied = (*denied_modules, "_posixsubprocess", "posix", *_UNAUDITED)
+    denied = (*denied_modules, "_posixsubprocess", "posix", "_signal", *_UNAUDITED)
     seen: list[str] = []  # what was refused or reached, in order: only ever appended to
     _state.update(scratch=home, seen=seen)
     changes, refused, write_flags, proc_ok = _CHANGES, _REFUSED, _WRITE_FLAGS, _PROC_SELF_OK
@@ -336,13 +357,94 @@ def lock_down(
             return "query" if any(under(exe[1], r) for r in system_dirs) else None
         return "tool" if name in tools and any(under(exe[1], r) for r in installed) else None
 
+    getframe, own_file = sys._getframe, lock_down.__code__.co_filename
+
     def callers(n: int = 8) -> list:
-        """(file, function) of the Python frames above the audited call, nearest first."""
-        f, out = sys._getframe(2), []
+        """(file, function) of the Python frames above the audited call, nearest first (this
+        module's own frames left out). Data only: it hands no frame to anyone."""
+        f, out = getframe(0), []  # (the hook lets a frame of this code through: ``own_codes``)
         while f is not None and len(out) < n:
-            out.append((f.f_code.co_filename, f.f_code.co_name))
+            code = f.f_code
+            if code.co_filename != own_file:
+                out.append((code.co_filename, code.co_name))
             f = f.f_back
         return out
+
+    known: dict = {}  # file name -> whether it names a file of the installation
+
+    def library_file(filename) -> bool:
+        """Whether code under ``filename`` is the installation's: one of Python's frozen
+        modules, or a real file of the installation outside the scratch folder. (Learner code
+        cannot take such a name: see "compile", "code.__new__" and "marshal.loads".)"""
+        if type(filename) is not str:
+            return False
+        hit = known.get(filename)
+        if hit is None:
+            if filename.startswith("<frozen "):
+                hit = True
+            elif not filename.startswith("/") or under(_normal(filename, cwd), home):
+                hit = False  # a cell, exec'd text, a relative path (into the scratch folder)
+            else:
+                try:
+                    real = realpath(filename)
+                    hit = (
+                        not under(real, home)
+                        and any(under(real, r) for r in installed)
+                        and not is_dir(stat(real).st_mode)
+                    )
+                except Exception:  # noqa: BLE001  (no such file)
+                    hit = False
+            if len(known) < 100_000:
+                known[filename] = hit
+        return hit
+
+    def learner_asks() -> bool:
+        """Whether the code that raised the audited event is learner code: the first frame
+        above it (this module's frames and the standard library's frame helpers passed) is not
+        a file of the installation. Data only: it hands no frame to anyone."""
+        f = getframe(0)
+        while f is not None:
+            name = f.f_code.co_filename
+            if name != own_file and not (name.endswith(_FRAME_HELPERS) and library_file(name)):
+                return not library_file(name)
+            f = f.f_back
+        return False  # (no Python frame: the interpreter itself)
+
+    own_codes = (callers.__code__, learner_asks.__code__)
+    sources = dict(_state.get("sources", {}))  # the library's text as the line cache has it
+    file_lines: dict = {}
+
+    def own_text(text: str, filename: str) -> bool:
+        """Whether ``text`` is ``filename``'s own (the whole file, as an import compiles it,
+        or a function of it, dedented, as CuTe DSL parses one). A secret is never read: only
+        its text in the line cache (``hide_sources``), which the learner can read anyway."""
+        lines = file_lines.get(filename)
+        if lines is None:
+            lines = sources.get(filename) or sources.get(realpath(filename))
+            if lines is None and not secret(as_path(filename)):
+                try:
+                    with open(filename, "rb") as fh:
+                        lines = fh.read().decode("utf-8", "replace").splitlines()
+                except OSError:
+                    lines = None
+            lines = [ln.rstrip("\r\n") for ln in lines or ()]
+            file_lines[filename] = lines
+        want = text.splitlines()
+        first = next((i for i, w in enumerate(want) if w.strip()), None)
+        if first is None:
+            return True
+        head = want[first]
+        for i, line in enumerate(lines):
+            k = i - first
+            if k < 0 or not line.endswith(head) or line[: len(line) - len(head)].strip():
+                continue
+            pad = line[: len(line) - len(head)]
+            if k + len(want) <= len(lines) and all(
+                (lines[k + j] == pad + w) if w.strip() else not lines[k + j].strip()
+                for j, w in enumerate(want)
+            ):
+                return True
+        return False
 
     def tolerant_reader(frames) -> bool:
         return any(file.endswith(tf) and fn == tfn
@@ -395,6 +497,12 @@ def lock_down(
             if secret(p) and not in_scratch(p):
                 frames = callers()
                 refuse(f"reading {p[0]} (by {by(frames)})", quiet=tolerant_reader(frames))
+            if in_scratch(p) and not writes:  # compiled code made in the scratch folder would
+                # carry any file name it likes: an import reads the source instead
+                if p[1].endswith(".pyc"):
+                    refuse(f"loading compiled code from {p[0]}", quiet=True)
+                if any(file == "<frozen zipimport>" for file, _ in callers()):
+                    refuse(f"importing from the archive {p[0]}")
         elif event in changes:
             if any(relative_up(a) for a in args if isinstance(a, str | bytes)):
                 refuse(f"{event} on a relative path that climbs with ..")
@@ -464,7 +572,23 @@ def lock_down(
             if what not in seen:
                 seen.append(what)
         elif event == "compile":
+            src, filename = (tuple(args) + (None, None))[:2]
+            if isinstance(src, str | bytes | bytearray):
+                if library_file(filename):  # text that says it is the installation's file
+                    text_ = src if isinstance(src, str) else bytes(src).decode("utf-8", "replace")
+                    if filename.startswith("<frozen ") or not own_text(text_, filename):
+                        refuse(f"compiling text under the name of {filename} (not its text)")
+            elif learner_asks():  # a syntax tree: its file name is the compiler's, unaudited
+                refuse("compiling a syntax tree (learner code compiles text)")
             _record_compiled(args)
+        elif event == "code.__new__":
+            if len(args) > 1 and library_file(args[1]) and learner_asks():
+                refuse(f"making a code object under the name of {args[1]}")
+        elif event in ("marshal.loads", "marshal.load"):
+            if learner_asks():
+                refuse("loading marshalled code (learner code compiles text)")
+        elif event == "sys.addaudithook":
+            refuse("adding an audit hook (it would be handed frames)")
 
     # A process started through _posixsubprocess.fork_exec (what subprocess and multiprocessing
     # call) raises no audit event of its own: the C function is held by the hook alone, and what
@@ -525,8 +649,66 @@ def lock_down(
             refuse(f"starting {exes[0] if exes else None!r}")
         box.append(spawn(*args))
 
+    # A signal handler is handed the frame that ran when the signal came: a learner's handler
+    # gets None in its place. The C function is held here alone (and ``_signal`` is denied a
+    # fresh copy), as ``fork_exec`` is.
+    import _signal
+
+    set_handler, builtin = _signal.signal, type(len)
+
+    def guarded_signal(signalnum, handler):
+        if callable(handler) and not isinstance(handler, builtin) and learner_asks():
+            learner_handler = handler
+
+            def handler(signum, frame):  # noqa: ARG001  (the frame stays here)
+                return learner_handler(signum, None)
+
+        return set_handler(signalnum, handler)
+
+    for mod in list(sys.modules.values()):
+        names = getattr(mod, "__dict__", None)
+        for k, v in list(names.items()) if isinstance(names, dict) else ():
+            if v is set_handler:
+                names[k] = guarded_signal
+            elif type(v) is type(guarded_signal) and v.__dict__.get("__wrapped__") is set_handler:
+                v.__wrapped__ = guarded_signal  # (signal.signal's @wraps)
+
+    # ``_imp`` makes a fresh copy of a built-in module (a new ``_signal.signal``) and renames a
+    # code object's file (``_fix_co_filename``) without an audit event: both for the import
+    # system alone
+    import _imp
+
+    create_builtin, fix_co_filename = _imp.create_builtin, _imp._fix_co_filename
+    held = {"_signal", "_imp", "posix", "_posixsubprocess", *_UNAUDITED}
+    spec_type = type(sys.implementation)
+
+    def guarded_create_builtin(spec):
+        name = str(spec.name)
+        if name in held:
+            refuse(f"a fresh copy of the built-in module {name}")
+        return create_builtin(spec_type(name=name))
+
+    def guarded_fix_co_filename(code, path):
+        if learner_asks():
+            refuse("renaming a code object's file")
+        return fix_co_filename(code, path)
+
+    _imp.create_builtin, _imp._fix_co_filename = guarded_create_builtin, guarded_fix_co_filename
+
     def guarded(event: str, args: tuple) -> None:
-        if event == spawned:
+        if event == "object.__getattr__":
+            if args[1] in FRAME_ATTRIBUTES and learner_asks():
+                refuse(f"taking a frame ({args[1]}; learner code gets none)")
+        elif event == "sys._getframe":
+            code = args[0].f_code if args[0] is not None else None
+            if code is own_codes[0] or code is own_codes[1]:
+                return  # this module's own look at the stack (``callers``, ``learner_asks``)
+            if learner_asks():
+                refuse("taking a frame (sys._getframe, inspect; learner code gets none)")
+        elif event == "sys._current_frames":
+            if learner_asks():
+                refuse("taking a frame (sys._current_frames; learner code gets none)")
+        elif event == spawned:
             spawn_tool(*args)
         else:
             hook(event, args)
@@ -564,6 +746,8 @@ def hide_sources(root: str) -> int:
             for i in range(first - 1, min(last, len(lines))):
                 lines[i] = "\n"
         linecache.cache[path] = (st.st_size, st.st_mtime, lines, path)
+        for name in {path, real}:  # (lock_down keeps a copy: what "the file's own text" is)
+            _state.setdefault("sources", {})[name] = list(lines)
         for name in {path, real}:  # torch.compile hashes the file of each function it traces
             _prime_dynamo_file_hash(name)
         n += 1
