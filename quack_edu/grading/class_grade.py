@@ -42,7 +42,7 @@ from pathlib import Path
 
 from .deadline import BUDGET_S, MAX_RESTARTS, RunBounds
 from .registry import TIERS, all_exercises, lessons
-from .report import SKIP, ExerciseResult, NotebookResult
+from .report import SKIP, ExerciseResult, NotebookResult, printable
 from .submission import REFUSED, Refused, read_bytes, read_notebook
 
 RESULT_VERSION = 1
@@ -172,6 +172,7 @@ def notebook_from_record(d: dict) -> NotebookResult:
     res.exercises = [ExerciseResult.from_json(e) for e in d.get("exercises", [])]
     res.problems = list(d.get("problems", []))
     res.flags = list(d.get("own_flags", []))
+    res.evidence = list(d.get("evidence", []))
     res.seconds = float(d.get("seconds", 0.0))
     return res
 
@@ -310,12 +311,6 @@ def _columns(lessons_: list[str], only: str | None) -> list[tuple[str, str]]:
 #: what a spreadsheet takes for the start of a formula (red team 6: a student who named a file
 #: ``=HYPERLINK(...)_00_setup_and_roofline.ipynb``)
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def printable(text: str) -> str:
-    """``text`` with each character a terminal or a spreadsheet would act on (a newline, an
-    escape) written as its escape: a student name from a file name is shown, not obeyed."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def csv_cell(value):

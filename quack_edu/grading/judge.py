@@ -42,7 +42,7 @@ from . import answer_key, deadline, hints
 from .context import Context
 from .deadline import MAX_REPLY, killed_after
 from .registry import MISSING, Check, CheckFailed, Exercise
-from .report import FAIL, NOT_ATTEMPTED, ExerciseResult
+from .report import FAIL, NOT_ATTEMPTED, ExerciseResult, shown_text
 from .runner import run_exercise
 from .similarity import copied_at_run_time, copied_from_library
 from .wire import Unencodable, decode, encode  # noqa: F401  (the judge's codec, re-exported)
@@ -736,6 +736,24 @@ def _judge_with(worker: Worker, ex: Exercise, source: str, hidden, seed, gpu) ->
     return run_exercise(judged, answer, hidden=hidden, seed=seed, gpu=gpu, context=JudgeContext)
 
 
+#: how many incidents the instructor's record keeps, and how much of each
+EVIDENCE_N, EVIDENCE_MAX = 20, 4000
+
+
+def incident_words(incidents, ex: Exercise) -> list[str]:
+    """The incidents as a student may read them: each one's fixed words, once."""
+    from .sandbox import incident_kind
+    from .worker import FINISHED_EVERYWHERE
+
+    finished = {*FINISHED_EVERYWHERE, *ex.finished, "torch's rms_norm"}
+    out: list[str] = []
+    for what in incidents:
+        kind = incident_kind(what, finished)
+        if kind not in out:
+            out.append(kind)
+    return out
+
+
 def judge_exercise(
     ex: Exercise,
     source: str | None,
@@ -777,15 +795,20 @@ def judge_exercise(
         res.forced_status = FAIL
         res.forced_message = e.message
     ran = copied_at_run_time(ex, worker.compiled) if worker.compiled else None
-    if ran:  # the finished version's text, compiled at run time (encoded in the cell, say)
-        worker.incidents.append(f"its code compiled at run time {ran}")
-    if worker.incidents:  # the sandbox refused something, or a tripwire was reached
+    # what the worker reported is the learner's process's text: a student reads it in fixed
+    # words (``sandbox.incident_kind``), the instructor's record keeps it whole (red team 8: a
+    # forged incident carried a hidden check's inputs into the feedback)
+    said = incident_words(worker.incidents, ex)
+    if ran:  # the finished version's text, compiled at run time (encoded in the cell, say):
+        said.append(f"its code compiled at run time {ran}")  # (the grader's own words)
+    if said:  # the sandbox refused something, or a tripwire was reached
         res = _blank(ex, hidden, gpu)
         res.forced_status = FAIL
         res.forced_message = (
-            "flagged by the grader's sandbox (" + "; ".join(worker.incidents[:4]) + "). An "
+            "flagged by the grader's sandbox (" + "; ".join(said[:4]) + "). An "
             "answer computes from its inputs with torch, math and the DSL; it does not reach "
             "the grader, the process, files or the library's finished version of what is asked."
         )
+        res.evidence = [shown_text(w, EVIDENCE_MAX) for w in worker.incidents[:EVIDENCE_N]]
     res.seconds = time.perf_counter() - t0
     return res

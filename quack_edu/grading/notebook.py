@@ -165,7 +165,7 @@ def grade_notebook(
     linked folder below its ``root`` or a solution notebook is refused, 0 and flagged.
     """
     from .. import MODE
-    from .judge import judge_exercise
+    from .judge import judge_exercise, screen
 
     t0 = time.time()
     path = Path(path)
@@ -209,7 +209,8 @@ def grade_notebook(
             e.kind == "error" and e.grade_id == ex.cell_id for e in events[ex.id]
         )
         judged = None
-        if not forced:
+        # (a cell that errored is judged only where the screen flags it: the flag is kept)
+        if not forced or (sources[ex.id] is not None and screen(sources[ex.id], ex)):
             judged = judge_exercise(
                 ex,
                 sources[ex.id],
@@ -274,7 +275,8 @@ def _run_cells(
         return by_cell.get(grade_id(cell) or "")
 
     from .judge import secret_paths
-    from .sandbox import SCRATCH_ENV
+    from .report import shown_text
+    from .sandbox import SCRATCH_ENV, incident_kind
 
     with tempfile.TemporaryDirectory(prefix="quack_edu_grade_") as tmp:
         scratch = str(Path(tmp) / "scratch")  # the cells' own folder (sandbox.lock_down)
@@ -298,8 +300,11 @@ def _run_cells(
                         events[ex_id].append(ev)
                     elif ev.kind != "stopped":  # (said once, in the flag below)
                         res.problems.append(ev.describe(timeout))
-                flags = [f"a cell, flagged by the grader's sandbox ({w})" for w in engine.incidents]
-                res.flags += flags
+                # (the cells' process's own text: fixed words for the student, whole in the
+                # instructor's record)
+                kinds = dict.fromkeys(incident_kind(w) for w in engine.incidents)
+                res.flags += [f"a cell, flagged by the grader's sandbox ({k})" for k in kinds]
+                res.evidence += [shown_text(w, 4000) for w in engine.incidents[:20]]
                 if run.stopped:
                     res.flags.append(
                         f"the grader stopped running the notebook at cell {run.stopped_at}: "
@@ -320,7 +325,9 @@ def _final_result(
     r.points = dict(ex.points)  # the registry, not the notebook, decides the points
     hard = [e for e in events if e.kind in HARD]
     answer_errors = [e for e in events if e.kind == "error" and e.grade_id == ex.cell_id]
-    if hard:
+    if judged is not None and judged.flagged:
+        pass  # the judge's flag stands (its answer cell's own error, if any, is a consequence)
+    elif hard:
         e = hard[0]
         r.forced_status = FAIL
         hint = {"timeout": ex.timeout_hint or hints.TIMEOUT, "stopped": hints.STOPPED}

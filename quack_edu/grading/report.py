@@ -37,6 +37,25 @@ COMPILE_SIMULATED_MEANS = (
 )
 
 
+#: how much of a text that may come from the learner (an exception's message, a file name) a
+#: student's report shows, in characters
+SHOWN_MAX = 600
+
+
+def printable(text: str) -> str:
+    """``text`` with each character a terminal or a spreadsheet would act on (a newline, an
+    escape) written as its escape: a learner's text is shown, not obeyed."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+def shown_text(text, limit: int | None = SHOWN_MAX):
+    """``printable(text)`` cut to ``limit`` characters (None: whole); None stays None."""
+    if text is None:
+        return None
+    text = printable(text)
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
+
+
 #: a hidden check's failure in what a student reads: its inputs stay with the grader
 HIDDEN_CASE_FAILED = (
     "a hidden case failed (its inputs are not shown: the class is graded with one seed, and "
@@ -62,8 +81,11 @@ class CheckResult:
         class's feedback, ``quack-edu grade``'s table and JSON) leaves a hidden check that ran
         its name, status and hint only: its why, expected, seen and a pass's detail name its
         cases, which a class keeps for every regrade (red team 6: a lookup table of them)."""
-        if hidden_inputs or not self.hidden or self.status not in (PASS, FAIL):
+        if hidden_inputs:
             return self
+        if not self.hidden or self.status not in (PASS, FAIL):  # (its text may be the learner's)
+            return replace(self, message=shown_text(self.message), expected=shown_text(
+                self.expected), seen=shown_text(self.seen))  # fmt: skip
         why = HIDDEN_CASE_FAILED if self.status == FAIL else ""
         return replace(self, message=why, expected=None, seen=None)
 
@@ -89,8 +111,9 @@ class ExerciseResult:
     forced_status: str | None = None  # set when the grader overrides (timeout, cell error)
     forced_message: str | None = None
     mode: str = "compile-only"
-    #: checks the judge ran whole in its worker, where they trace the learner's code (the
-    #: trust boundary docs/grading.md describes)
+    #: what flagged it, whole, as the learner's process reported it (the sandbox's incidents):
+    #: the instructor's record only; a student reads ``forced_message``, in fixed words
+    evidence: list[str] = field(default_factory=list)
 
     # ---- scoring --------------------------------------------------------------------------
     def tier_status(self, tier: str) -> str:
@@ -164,7 +187,7 @@ class ExerciseResult:
         (``CheckResult.shown``)."""
         out = []
         if self.forced_message:
-            out.append(self.forced_message)
+            out.append(shown_text(self.forced_message, None if hidden_inputs else SHOWN_MAX))
         out += [c.shown(hidden_inputs).failure_text() for c in self.checks if c.status == FAIL]
         if self.status == NOT_ATTEMPTED and not self.forced_message:
             first = next((c for c in self.checks if c.status == NOT_ATTEMPTED), None)
@@ -172,8 +195,11 @@ class ExerciseResult:
         return out + list(self.notes)
 
     def to_json(self, hidden_inputs: bool = True) -> dict:
-        """As data; ``hidden_inputs=False``: as a student may read it (``CheckResult.shown``)."""
+        """As data; ``hidden_inputs=False``: as a student may read it (``CheckResult.shown``,
+        no ``evidence``)."""
+        extra = {"evidence": list(self.evidence)} if hidden_inputs else {}
         return dict(
+            **extra,
             id=self.id,
             title=self.title,
             lesson=self.lesson,
@@ -195,6 +221,7 @@ class ExerciseResult:
         r.forced_status = d.get("forced_status")
         r.forced_message = d.get("forced_message")
         r.mode = d.get("mode", r.mode)
+        r.evidence = list(d.get("evidence", []))
         return r
 
     def to_record(self) -> dict:
@@ -229,7 +256,8 @@ class ExerciseResult:
         keeps a hidden check's why, expected and seen out: they name its inputs."""
         lines = [f"{self.id}  {self.title}"]
         if self.forced_message:
-            lines.append(f"  FAIL  {self.forced_message}")
+            limit = None if hidden_inputs else SHOWN_MAX
+            lines.append(_wrap_line(f"  FAIL  {shown_text(self.forced_message, limit)}", width, 8))
         for c in (c.shown(hidden_inputs) for c in self.checks):
             mark = {
                 PASS: "pass",
@@ -261,7 +289,7 @@ class ExerciseResult:
             if first and first.message:
                 lines.append(_wrap("", first.message, width))
         for n in self.notes:
-            lines.append(_wrap("note", n, width))
+            lines.append(_wrap("note", shown_text(n, None if hidden_inputs else SHOWN_MAX), width))
         t = self.tiers()
         if t.get("gpu", {}).get("status") == SKIP and t.get("compile", {}).get("status") == PASS:
             simulated = any(
@@ -320,6 +348,9 @@ class NotebookResult:
     mode: str = "compile-only"
     #: what the grader flagged about the notebook itself (metadata that claims another lesson)
     flags: list[str] = field(default_factory=list)
+    #: the notebook's flags whole, as its cells' process reported them (the instructor's
+    #: record only: ``flags`` says them in fixed words)
+    evidence: list[str] = field(default_factory=list)
 
     @property
     def flagged(self) -> list[str]:
@@ -353,10 +384,11 @@ class NotebookResult:
             max_score=self.max_score,
             skipped_points=self.skipped_points,
             seconds=round(self.seconds, 2),
-            problems=self.problems,
-            flags=self.flagged,
+            problems=[shown_text(p, None if hidden_inputs else SHOWN_MAX) for p in self.problems],
+            flags=[shown_text(f, None if hidden_inputs else SHOWN_MAX) for f in self.flagged],
             boundary=self.boundary(),
             exercises=[e.to_json(hidden_inputs) for e in self.exercises],
+            **({"evidence": list(self.evidence)} if hidden_inputs else {}),
         )
 
     def boundary(self) -> dict:
@@ -403,10 +435,11 @@ class NotebookResult:
             pad = 8 + sum(w)
             for f in notes.get(i, []):
                 lines.append(_wrap_line(" " * pad + f, width, pad))
+        limit = None if hidden_inputs else SHOWN_MAX
         for p in self.problems:
-            lines.append(_wrap_line(f"  note: {p}", width, 8))
+            lines.append(_wrap_line(f"  note: {shown_text(p, limit)}", width, 8))
         for f in self.flags:
-            lines.append(_wrap_line(f"  FLAGGED: {f}", width, 11))
+            lines.append(_wrap_line(f"  FLAGGED: {shown_text(f, limit)}", width, 11))
         return "\n".join(lines)
 
 

@@ -800,6 +800,70 @@ def compiled(since: int = 0) -> list[tuple[str, str]]:
     return list(_state.get("compiled", ())[since:])
 
 
+#: what a student reads of a refusal, by how the sandbox's rule begins its words (an incident
+#: comes from the learner's process, which could write anything in it: no word of it is shown
+#: but these; the instructor's record keeps it whole)
+INCIDENT_KINDS = (
+    ("taking a frame", "taking a frame of the interpreter's stack"),
+    ("compiling", "making code that passes for the library's"),
+    ("making a code object", "making code that passes for the library's"),
+    ("loading marshalled code", "making code that passes for the library's"),
+    ("loading compiled code", "making code that passes for the library's"),
+    ("renaming a code object", "making code that passes for the library's"),
+    ("importing from the archive", "making code that passes for the library's"),
+    ("adding an audit hook", "adding an audit hook"),
+    ("a fresh copy of the built-in", "a fresh copy of a guarded built-in module"),
+    ("a module that reads or writes", "a module that reads or writes files unaudited"),
+    ("opening an sqlite", "opening an SQLite database"),
+    ("making a fifo", "making a fifo or a device file"),
+    ("writing", "writing outside its scratch folder"),
+    ("opening", "opening a file or folder outside its scratch folder"),
+    ("reading", "reading what it may not read"),
+    ("listing", "listing a folder it may not read"),
+    ("importing", "importing a module it may not import"),
+    ("changing the working directory", "changing the working directory"),
+    ("setting", "setting a loader variable"),
+    ("loading the native library", "loading a native library"),
+    ("ctypes.", "native functions or raw memory through ctypes"),
+    ("gc.", "walking every object of the process"),
+    ("sys.set", "switching a profiler or tracer"),
+    ("sys.monitoring", "switching a profiler or tracer"),
+    ("socket.", "opening a network connection"),
+    ("os.kill", "signalling another process"),
+    ("signal.", "signalling another process"),
+    ("subprocess.", "starting a process"),
+    ("starting", "starting a process"),
+    ("running", "starting a process"),
+    ("giving", "starting a process"),
+    ("pty.", "starting a process"),
+    ("os.system", "starting a process"),
+    ("os.exec", "starting a process"),
+    ("os.posix_spawn", "starting a process"),
+    ("os.spawn", "starting a process"),
+    ("os.fork", "starting a process"),
+    ("os.startfile", "starting a process"),
+    ("os.symlink", "linking a file"),
+    ("os.chroot", "changing the root folder"),
+    ("os.", "changing files outside its scratch folder"),
+    ("shutil.", "changing files outside its scratch folder"),
+)
+#: an incident the learner's process reported that is none of the sandbox's
+OTHER_INCIDENT = "something the sandbox refuses"
+
+
+def incident_kind(text: str, finished=()) -> str:
+    """What a student reads of the incident ``text``: a fixed phrase (``INCIDENT_KINDS``), and
+    of a tripwire reached its name only where it is one of ``finished`` (the grader's own)."""
+    if not isinstance(text, str):
+        return OTHER_INCIDENT
+    if text.startswith("reached: "):
+        name = text.removeprefix("reached: ")
+        what = "reaching the finished version of what is asked"
+        return f"{what} ({name})" if name in finished else what
+    rule = text.removeprefix("refused: ").lower()
+    return next((kind for start, kind in INCIDENT_KINDS if rule.startswith(start)), OTHER_INCIDENT)
+
+
 def incidents() -> list[str]:
     """What the sandbox refused, and the tripwires reached, since ``lock_down`` (a copy)."""
     return list(_state.get("seen", ()))
