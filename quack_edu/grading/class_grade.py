@@ -239,6 +239,12 @@ def grade_one(job: dict) -> dict:
             "the submission was rewritten on disk while it was graded "
             f"({rewritten['at'][:16]}): a cell wrote to it"
         )
+    return _write_result(job, res, rewritten)
+
+
+def _write_result(job: dict, res: NotebookResult, rewritten=None) -> dict:
+    """The submission's signed result and its feedback, written; the progress line's data."""
+    out, student, lesson = Path(job["out"]), job["student"], job["lesson"]
     rec = {
         "version": RESULT_VERSION,
         "for": "the instructor: the hidden checks' cases are in it; a student gets the feedback",
@@ -246,7 +252,7 @@ def grade_one(job: dict) -> dict:
         "lesson": lesson,
         "digest": job["digest"],
         "late": job["late"],
-        "grader_files": grader.summary(),
+        "grader_files": job["grader"].summary(),
         "result": notebook_record(res),
         "rewritten": rewritten,
     }
@@ -258,6 +264,35 @@ def grade_one(job: dict) -> dict:
     fdir.mkdir(parents=True, exist_ok=True)
     (fdir / f"{lesson}.txt").write_text(feedback_text(student, res, job["late"]))
     return {"student": student, "lesson": lesson, "score": res.score, "max": res.max_score}
+
+
+#: what the feedback of a submission the grader failed on says
+GRADER_FAILED = (
+    "flagged: the grader failed while grading this submission ({what}): it scores 0 until "
+    "the instructor looks at it"
+)
+
+
+def grade_failed(job: dict, error: BaseException) -> dict:
+    """A submission whose grading raised ``error`` (the grader's bug, or a submission that found
+    one): a result of 0 for each exercise, flagged with the error's name (its message, which
+    may be the learner's text, is in the instructor's record only), so that the class goes on."""
+    from .. import MODE
+    from .integrity import check
+    from .report import shown_text
+
+    check(job["grader"])  # (a changed grader stops the class here too)
+    what = type(error).__name__
+    res = NotebookResult(job["path"], job["lesson"], mode="gpu" if MODE.gpu else "compile-only")
+    for ex in all_exercises(job["lesson"]):
+        if job.get("only") and ex.id != job["only"]:
+            continue
+        e = ExerciseResult(ex.id, ex.title, ex.lesson, dict(ex.points), mode=res.mode)
+        e.forced_status, e.forced_message = "fail", GRADER_FAILED.format(what=what)
+        res.exercises.append(e)
+    res.flags.append(f"the grader failed while grading this submission ({what})")
+    res.evidence.append(shown_text(f"{what}: {error}", 4000))
+    return _write_result(job, res)
 
 
 # ---- the class --------------------------------------------------------------------------------
@@ -545,21 +580,51 @@ def grade_class(
     def done(r: dict) -> None:
         bar.step(f"{printable(r['student'])} {r['lesson']}: {r['score']}/{r['max']}")
 
+    def failed(job: dict, e: Exception) -> None:
+        """One submission the grader failed on: 0 and flagged, named; the class goes on."""
+        r = grade_failed(job, e)
+        bar.step(
+            f"{printable(r['student'])} {r['lesson']}: the grader failed on this submission "
+            f"({type(e).__name__}): 0, flagged"
+        )
+
+    stop = (GraderTampered, ResultTampered)  # nothing further may be graded or written
     if opts.jobs <= 1 or len(todo) <= 1:
         for job in todo:
-            done(grade_one(job))
+            try:
+                done(grade_one(job))
+            except stop:
+                raise
+            except Exception as e:  # noqa: BLE001  (red team 8: one submission ended the run)
+                failed(job, e)
     else:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures.process import BrokenProcessPool
 
+        again = []  # the jobs of a pool that broke (a pool process died): graded here, in turn
         with ProcessPoolExecutor(max_workers=opts.jobs, mp_context=mp.get_context("spawn")) as pool:
-            futs = [pool.submit(grade_one, job) for job in todo]
+            futs = {pool.submit(grade_one, job): job for job in todo}
             try:
                 for f in as_completed(futs):
-                    done(f.result())
-            except GraderTampered:
+                    try:
+                        done(f.result())
+                    except stop:
+                        raise
+                    except BrokenProcessPool:
+                        again.append(futs[f])
+                    except Exception as e:  # noqa: BLE001
+                        failed(futs[f], e)
+            except stop:
                 pool.shutdown(cancel_futures=True)  # grade no submission that has not started
                 raise
+        for job in again:
+            try:
+                done(grade_one(job))
+            except stop:
+                raise
+            except Exception as e:  # noqa: BLE001
+                failed(job, e)
 
     rows = []
     graded_lessons = sorted({s.lesson for s in subs if s.lesson != "?"})

@@ -323,10 +323,15 @@ class ChildEngine:
             return CellEvent(index, grade_id(cell), "timeout")
         if not line:
             return self._died(cell, index)
-        out = json.loads(line)
-        for what in out.get("incidents") or ():
+        try:  # the child's reply, as data (red team 8: nesting past the parser's depth)
+            out = _reply(line)
+        except Exception as e:  # noqa: BLE001
+            self._kill()
+            return CellEvent(index, grade_id(cell), "died", evalue=f"its reply was not data "
+                             f"({type(e).__name__})")  # fmt: skip
+        for what in out["incidents"]:
             if what not in self.incidents:
-                self.incidents.append(str(what))
+                self.incidents.append(what)
         outputs = [{"output_type": "stream", "name": "stdout", "text": out["stdout"]}]
         if not out["ok"]:
             tb = out["error"].splitlines()
@@ -360,6 +365,20 @@ class ChildEngine:
         """After a timeout the child interrupted the cell's Python code itself: it answers
         while it lives."""
         return self.alive()
+
+
+def _reply(line: str) -> dict:
+    """A cell worker's reply (``_cellworker.serve``) checked to be what it says: its fields of
+    their types, ``incidents`` a list of strings; anything else raises."""
+    out = json.loads(line)
+    kinds = {"ok": bool, "stdout": str, "error": str, "ename": str, "evalue": str,
+             "timed_out": bool}  # fmt: skip
+    if type(out) is not dict or any(type(out.get(k)) is not t for k, t in kinds.items()):
+        raise ValueError("not a cell's outcome")
+    incidents = out.setdefault("incidents", [])
+    if type(incidents) is not list or not all(type(w) is str for w in incidents):
+        raise ValueError("incidents are not a list of strings")
+    return out
 
 
 def child_env(base: dict | None = None) -> dict:

@@ -509,18 +509,34 @@ class Worker:
                 "died",
                 f"{what} crashed the grader's worker process (it exited). hint: {hints.DIED}",
             ) from None
-        try:
-            msg = json.loads(data)
-            if not isinstance(msg, dict):
-                raise ValueError("not an object")
-        except ValueError as e:
-            raise JudgeAbort("garbled", f"the worker's reply was not data ({e})") from None
-        for what in msg.pop("incidents", None) or ():
-            if str(what) not in self.incidents:
-                self.incidents.append(str(what))
-        for item in msg.pop("compiled", None) or ():
-            if isinstance(item, list) and len(item) == 2:
-                self.compiled.append((str(item[0]), str(item[1])))
+        try:  # whatever the bytes are (nested past the parser's depth, the wrong types): garbled
+            return self._parse(data)
+        except Exception as e:  # noqa: BLE001  (red team 8: a RecursionError ended the class run)
+            self._kill()
+            raise JudgeAbort(
+                "garbled", f"the worker's reply was not data ({type(e).__name__})"
+            ) from None
+
+    def _parse(self, data: bytes) -> dict:
+        """A reply as data: a JSON object whose ``incidents`` is a list of strings and whose
+        ``compiled`` is a list of [file name, text] pairs; anything else raises."""
+        msg = json.loads(data)
+        if type(msg) is not dict:
+            raise ValueError("not an object")
+        incidents, compiled = msg.pop("incidents", None) or [], msg.pop("compiled", None) or []
+        if type(incidents) is not list or not all(type(w) is str for w in incidents):
+            raise ValueError("incidents are not a list of strings")
+        if type(compiled) is not list or not all(
+            type(c) is list and len(c) == 2 and all(type(x) is str for x in c) for c in compiled
+        ):
+            raise ValueError("compiled is not a list of [file, text] pairs")
+        for k, v in msg.items():  # every field but the value (``decoded``) is a scalar
+            if k != "value" and type(v) not in (str, bool, int, float, type(None)):
+                raise ValueError(f"the field {k!r} is not a scalar")
+        for what in incidents:
+            if what not in self.incidents:
+                self.incidents.append(what)
+        self.compiled += [(c[0], c[1]) for c in compiled]
         return msg
 
     def ask(self, req: tuple, what: str = "the answer") -> dict:
@@ -553,7 +569,17 @@ class Worker:
                 "tensor",
                 hint="return the plain value (a number, a tuple of numbers, a torch tensor)",
             )
-        return decode(reply.get("value"))
+        return decoded(reply.get("value"))
+
+
+def decoded(value):
+    """``decode(value)``, a value that is not one (deep, of the wrong types) a ``JudgeAbort``."""
+    try:
+        return decode(value)
+    except Exception as e:  # noqa: BLE001
+        raise JudgeAbort(
+            "garbled", f"the worker's reply was not data ({type(e).__name__})"
+        ) from None
 
 
 class RemoteAnswer:
@@ -727,7 +753,7 @@ def _judge_with(worker: Worker, ex: Exercise, source: str, hidden, seed, gpu) ->
     if worker.kind == "missing":
         return _blank(ex, hidden, gpu)
     if worker.kind == "value":
-        answer = decode(worker.value)
+        answer = decoded(worker.value)
     elif worker.kind == "callable":
         answer = RemoteAnswer(worker, ex.answer, source)
     else:
