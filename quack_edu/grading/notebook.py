@@ -205,12 +205,13 @@ def grade_notebook(
             nb, path, lesson, solutions, exercises, events, res, timeout, executed_dir, bounds
         )
     for ex in exercises:
-        forced = any(e.kind in HARD for e in events[ex.id]) or any(
-            e.kind == "error" and e.grade_id == ex.cell_id for e in events[ex.id]
-        )
+        hard = any(e.kind in HARD for e in events[ex.id])
+        errored = any(e.kind == "error" and e.grade_id == ex.cell_id for e in events[ex.id])
         judged = None
-        # (a cell that errored is judged only where the screen flags it: the flag is kept)
-        if not forced or (sources[ex.id] is not None and screen(sources[ex.id], ex)):
+        # (an answer cell that errored is judged only where the screen flags it: the flag stands)
+        if not hard and (
+            not errored or (sources[ex.id] is not None and screen(sources[ex.id], ex))
+        ):
             judged = judge_exercise(
                 ex,
                 sources[ex.id],
@@ -325,14 +326,14 @@ def _final_result(
     r.points = dict(ex.points)  # the registry, not the notebook, decides the points
     hard = [e for e in events if e.kind in HARD]
     answer_errors = [e for e in events if e.kind == "error" and e.grade_id == ex.cell_id]
-    if judged is not None and judged.flagged:
-        pass  # the judge's flag stands (its answer cell's own error, if any, is a consequence)
-    elif hard:
+    if hard:
         e = hard[0]
         r.forced_status = FAIL
         hint = {"timeout": ex.timeout_hint or hints.TIMEOUT, "stopped": hints.STOPPED}
         hint = hint.get(e.kind, hints.DIED)
         r.forced_message = f"{e.describe(timeout)}. hint: {hint}"
+    elif judged is not None and judged.flagged:
+        pass  # the judge's flag stands (its answer cell's own error is a consequence)
     elif answer_errors:
         e = answer_errors[0]
         if e.ename == "NotImplementedError":
