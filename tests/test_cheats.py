@@ -420,7 +420,9 @@ def test_a_classmates_submission_is_out_of_reach(tmp_path):
         get("00.bytes_moved"), copy, seed=1, timeout=60, screened=False,
         secrets=[tmp_path / "submissions"],
     )  # fmt: skip
-    assert res.score == 0 and res.flagged and str(ana) in res.forced_message, res.table()
+    # (the path in the instructor's record: a student reads the rule's words only)
+    assert res.score == 0 and res.flagged and str(ana) in " ".join(res.evidence), res.evidence
+    assert "reading what it may not read" in res.forced_message, res.table()
 
 
 def test_reading_the_seed_finds_nothing_in_the_worker():
@@ -606,8 +608,13 @@ SANDBOX_CHEATS = {
     ),
     "stopping the grader": "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n",
 }
-#: what the sandbox's flags name for them
-SANDBOX_FLAGS = ("subprocess.Popen", "writing", "/cmdline", "os.kill")
+#: what the sandbox's flags say of them (its rules' fixed words: red team 8 forged an incident)
+SANDBOX_FLAGS = (
+    "starting a process", "writing outside its scratch folder", "reading what it may not read",
+    "signalling another process",
+)  # fmt: skip
+#: what the instructor's record keeps of them (the incidents whole)
+SANDBOX_EVIDENCE = ("subprocess.Popen", "writing", "/cmdline", "os.kill")
 #: the last cell: fails (a cell problem the test looks for) if a cheat did not take effect
 CHEATS_AUDIT = (
     "import quack_edu.grading as g\n"

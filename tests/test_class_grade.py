@@ -14,7 +14,7 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
-from test_cheats import LESSON, SANDBOX_FLAGS, cheat_notebook, solution
+from test_cheats import LESSON, SANDBOX_EVIDENCE, SANDBOX_FLAGS, cheat_notebook, solution
 
 from quack_edu.grading import get
 from quack_edu.grading.cli import grade_main
@@ -76,6 +76,9 @@ def _gradebook_rows(graded):
     assert rows["dan"]["flagged"] == "yes" and "00.bytes_moved: flagged" in rows["dan"]["flags"]
     for what in SANDBOX_FLAGS:  # each cell that reached past its process, refused and named
         assert what in rows["dan"]["flags"], (what, rows["dan"]["flags"])
+    record = (graded["out"] / "results" / "dan" / f"{LESSON}.json").read_text()
+    for what in SANDBOX_EVIDENCE:  # ... and in the instructor's record, whole
+        assert what in record, what
     # ana's, cat's and dan's notebooks are one solution (cat's with a mutant, dan's with cheats
     # in other cells): their long answer is the same, which the gradebook names (no points
     # taken); nothing else of ana's or cat's is flagged
