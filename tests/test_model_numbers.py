@@ -220,3 +220,20 @@ def test_the_chain_goal_holds_at_every_point_of_the_record():
         f"costs {min(ratios):.2f}-{max(ratios):.2f}x the eager one per norm and less than "
         "QuACK's compiled chain" in text
     )
+
+
+def test_the_small_model_on_the_h100_is_its_record():
+    """docs/benchmarks.md's H100 paragraph: the hidden-1024 fused-qkv record's eager ratios
+    (ours and the control's) and qk_rows_h100.json's dense-gradient host cost, to the digit."""
+    rows = _record("model_h1024_qkv_h100.json")["rows"]
+    docs = " ".join(_readme().split())  # a quote may break across lines
+    by = {(r["workload"], r["norm"]): r["vs_torch"] for r in rows if r.get("mode") == "eager"}
+    for w, label in (("train", "the training step"), ("decode@1", "decode of one row")):
+        ours, ctl = f"{by[w, 'quack_edu']:.3f}", f"{by[w, 'control']:.3f}"
+        said = f"{label} {ours}, a tie (the {'A/A ' * (w == 'train')}control read {ctl})"
+        assert said in docs, said
+        verdict = {r["norm"]: r.get("verdict") for r in rows if r["workload"] == w}
+        assert verdict["quack_edu"] == "tie"
+    host = json.loads((RESULTS / "qk_rows_h100.json").read_text())
+    dense = host["host_us_per_training_call"]["contiguous"]["y.backward(g)"]
+    assert f"{dense['QuackRMSNorm']:.0f} against {dense['nn.RMSNorm']:.0f} us" in docs
