@@ -1,6 +1,7 @@
 """Run a stage kernel of the ladder on the CPU: compile it for sm_90a, simulate its PTX.
 
     >>> y = run_stage("warp", x, w, eps=1e-6)     # x: (M, N) torch tensor on the CPU
+    >>> dx, dw = run_stage("final_bwd", x, w, dout=dout, rstd=rstd)   # the backward, two kernels
 
 The kernel is compiled exactly as for a GPU (``tools.inspect.kernel_report``: fake tensors,
 ``cute.compile``, ptxas), once per (kernel class, dtypes, N, config), and its PTX is run by
@@ -24,9 +25,12 @@ import torch
 from .executor import Schedule, TensorArg, launch
 from .parser import Kernel, parse
 
-#: the stages whose kernels this simulator runs (``final``: its plain forward, x, weight and y;
-#: not its bias, residual or rstd features, nor the backward ``final_bwd``)
+#: the stages whose forward kernels this simulator runs (``final``: its plain forward, x,
+#: weight and y; not its bias, residual or rstd features). The backward: ``run_bwd``.
 SIMULATED_STAGES = ("naive", "warp", "block", "cluster", "cpasync", "final")
+#: the backward stage ptxsim runs (its library kernel: the atomic variant of lesson 07 needs
+#: ``red.global.add.f32`` (.v2, .v4), which ptxsim does not run)
+BACKWARD = "final_bwd"
 
 
 def stage_kernel(stage: str, N: int, dtype, weight_dtype=None, config=None):
@@ -108,11 +112,106 @@ def run_ptx(
     return torch.from_numpy(y_bits).view(x.dtype)
 
 
-def run_stage(stage: str, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, config=None):
+def run_stage(
+    stage: str,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    config=None,
+    *,
+    dout: torch.Tensor | None = None,
+    rstd: torch.Tensor | None = None,
+):
     """y = RMSNorm(x) * weight computed by simulating the stage's kernel (one of
-    ``SIMULATED_STAGES``). No rstd is stored: only y is returned."""
+    ``SIMULATED_STAGES``). No rstd is stored: only y is returned. ``"final_bwd"`` (with
+    ``dout`` and the forward's ``rstd``; eps unused) returns (dx, dw): ``run_bwd``."""
+    if stage == BACKWARD:
+        if dout is None or rstd is None:
+            raise ValueError("final_bwd needs dout and the forward's rstd")
+        return run_bwd(x, weight, dout, rstd, config)
     kernel = stage_kernel(stage, x.shape[1], x.dtype, weight.dtype, config)
     return run_kernel(kernel, x, weight, eps)
+
+
+@functools.cache
+def _compiled_ptx(kernel_cls, *key) -> Kernel:
+    """The parsed PTX of ``kernel_cls(*key)``, compiled once (any kernel with compile_args)."""
+    import tempfile
+
+    from ..runtime import compile_kernel
+    from ..tools.inspect import _read_artifact
+
+    with tempfile.TemporaryDirectory(prefix="ptxsim_") as tmp:
+        compiled = compile_kernel(kernel_cls(*key), f"--keep-ptx --dump-dir {tmp}")
+        return parse(_read_artifact(compiled.__ptx__))
+
+
+def run_bwd(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    dout: torch.Tensor,
+    rstd: torch.Tensor,
+    config=None,
+    *,
+    grid_x: int | None = None,
+    order: str = "forward",
+    seed: int = 0,
+    max_steps: int = 5_000_000,
+):
+    """(dx, dw) of the final stage's backward (``final_bwd.FinalBwdRMSNorm``: x, weight, dout,
+    rstd; no bias, residual or weight offset), both kernels simulated: the backward, whose
+    ``grid_x`` persistent CTAs (default: the library's, at most the row blocks) each walk the
+    row blocks b, b + grid_x, ... and store row b of the fp32 partial sums of dw, then
+    ``PartialSum``, which adds those rows in order into dw in the weight's dtype.
+
+    How the arguments are packed (read off the PTX): x, dout and dx as the forward's x (pointer,
+    M, row stride); rstd (M,) fp32 its pointer and M; dw_partial (P, N) fp32 its pointer, P and
+    its row stride; grid_x a ``.u32``. PartialSum's partial (P, N) passes P, N and the stride,
+    its output N."""
+    from ..stages.final_bwd import FinalBwdRMSNorm, PartialSum, default_config
+
+    M, N = x.shape
+    config = config or default_config(N, x.dtype, weight.dtype)
+    kernel = FinalBwdRMSNorm(x.dtype, N, config, weight.dtype)
+    shape = kernel.launch_shape(M)
+    P = int(grid_x or shape.grid[0])
+    row = (np.int32(M), np.int64(N))
+    x_bits = _bits(x.contiguous())
+    schedule = Schedule(order, seed)
+    _, _, _, _, dx_bits, partial, *_ = launch(
+        _compiled_ptx(FinalBwdRMSNorm, x.dtype, N, config, weight.dtype),
+        (P, *shape.grid[1:]),
+        shape.block,
+        [
+            TensorArg(x_bits, row),
+            TensorArg(_bits(weight.contiguous())),
+            TensorArg(_bits(dout.contiguous()), row),
+            TensorArg(_bits(rstd.float().contiguous()), (np.int32(M),)),
+            TensorArg(np.full_like(x_bits, 0xFF), row),
+            TensorArg(np.full((P, N), 0xFFFFFFFF, np.uint32), (np.int32(P), np.int64(N))),
+            np.int32(P),
+        ],
+        dynamic_smem=shape.smem_bytes,
+        cluster=shape.cluster,
+        schedule=schedule,
+        max_steps=max_steps,
+    )
+    groups = PartialSum.plan(P)
+    summer = PartialSum(weight.dtype, groups)
+    w_bits = _bits(torch.empty(N, dtype=weight.dtype))
+    _, dw_bits = launch(
+        _compiled_ptx(PartialSum, weight.dtype, groups),
+        (-(-N // summer.lanes),),
+        (summer.lanes * groups,),
+        [
+            TensorArg(partial, (np.int32(P), np.int32(N), np.int64(N))),
+            TensorArg(np.full_like(w_bits, 0xFF), (np.int32(N),)),
+        ],
+        schedule=schedule,
+        max_steps=max_steps,
+    )
+    dx = torch.from_numpy(dx_bits).view(x.dtype)
+    return dx, torch.from_numpy(dw_bits).view(weight.dtype)
 
 
 def _bits(t: torch.Tensor) -> np.ndarray:
