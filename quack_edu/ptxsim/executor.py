@@ -211,8 +211,15 @@ class CTA:
             typ = self.kernel.registers.get(name)
             if typ is None:
                 raise SimError(f"register {name} is not declared ({ins.where()})")
-            dtype = np.bool_ if typ == "pred" else UINT[width_of(typ)]
-            self.regs[name] = np.zeros(self.n, dtype)
+            if typ == "pred":
+                self.regs[name] = np.zeros(self.n, np.bool_)
+            else:
+                # never written: every bit set (NaN as fp32, and as each bf16 or fp16 half; -1
+                # as an integer). A GPU's register holds whatever it held, not zero: a
+                # fragment of x whose skipped vectors are never zeroed must not sum as if
+                # they were
+                dtype = UINT[width_of(typ)]
+                self.regs[name] = np.full(self.n, np.iinfo(dtype).max, dtype)
         return self.regs[name]
 
     def read(self, op: str, typ: str, ins: Instruction):
