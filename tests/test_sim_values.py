@@ -190,3 +190,29 @@ def test_a_learner_runs_the_cluster_kernel_on_the_cpu(tmp_path, capsys):
     yours, _ = on_cpu("04.cluster_kernel", load(wrong, "parity04"), M=3)
     out = capsys.readouterr().out
     assert yours is None and "Race" in out and "st.async" in out, out
+
+
+def test_the_01b_demo_shows_a_race_that_the_values_may_hide(capsys):
+    """lesson 01b's swap demo: with bar.sync right in every order; without it right in
+    lockstep, NaN a warp at a time (the other warp's slots not yet written), and a Race
+    named by both PTX lines whatever the values."""
+    import numpy as np
+
+    from quack_edu.lessons.simulate import swap_demo
+
+    want = (np.arange(64) + 32) % 64
+    assert (swap_demo(True, "reversed") == want).all()
+    assert (swap_demo(False, check=False) == want).all()
+    assert np.isnan(swap_demo(False, "reversed", check=False)[32:]).all()
+    capsys.readouterr()
+    assert swap_demo(False) is None
+    out = capsys.readouterr().out
+    assert "Race" in out and "st.shared.f32" in out and "ld.shared.f32" in out
+
+
+def test_stage_values_prints_values_never_times(capsys):
+    from quack_edu.lessons.simulate import stage_values
+
+    ys = stage_values({"warp": None}, M=1, N=64)
+    out = capsys.readouterr().out
+    assert ys["warp"].shape == (1, 64) and "every element within" in out and "no timing" in out

@@ -12,6 +12,10 @@ slow (tens of thousands of instructions a second): small shapes only. It says no
 speed. The stages it runs: naive, warp, block, cluster and cpasync (lessons 01-05, and lesson
 06's persistent kernel, which is the block stage's); lesson 04's kernel runs as a 4-CTA cluster,
 lesson 05's with 4 commit groups.
+
+Also here: ``stage_values`` (the values of library stages at a small shape, beside the lessons'
+recorded GPU timings: values only) and ``swap_demo`` (lesson 01b: two warps exchanging through
+shared memory, with and without a barrier, and the race the simulator names).
 """
 
 from __future__ import annotations
@@ -91,3 +95,78 @@ def on_cpu(exercise: str, answer, *, M: int = 4, N: int = 1000, dtype=torch.bflo
               f"column {c}: expected {ref[r, c].item():.6g}, yours {yours[r, c].item():.6g}"
               + (" (never written)" if torch.isnan(yours[r, c]) else ""))  # fmt: skip
     return yours, ref
+
+
+#: lesson 01b's demo kernel, in PTX: 64 threads (two warps) each store their index into shared
+#: memory, then read the slot of the thread 32 away (in the other warp) and store it to out
+SWAP_PTX = """.version 8.8
+.target sm_90a
+.address_size 64
+.shared .align 16 .b8 s[256];
+.visible .entry swap(.param .u64 out)
+{
+    .reg .b32 %r<8>;
+    .reg .f32 %f<3>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r1, %tid.x;          // a register: one value per thread
+    mov.u32 %r2, s;
+    shl.b32 %r3, %r1, 2;
+    add.u32 %r4, %r2, %r3;
+    cvt.rn.f32.u32 %f1, %r1;
+    st.shared.f32 [%r4], %f1;     // s[tid] = tid
+BARRIER
+    add.u32 %r5, %r1, 32;
+    and.b32 %r5, %r5, 63;         // the thread 32 away, in the other warp
+    shl.b32 %r6, %r5, 2;
+    add.u32 %r6, %r2, %r6;
+    ld.shared.f32 %f2, [%r6];     // its slot
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.f32 [%rd3], %f2;    // out[tid] = s[(tid + 32) % 64]
+    ret;
+}
+"""
+
+
+def swap_demo(barrier: bool, order: str = "forward", check: bool = True):
+    """Run ``SWAP_PTX`` (with ``bar.sync 0`` between the store and the load when ``barrier``)
+    in ptxsim, in ``order``, and print what threads 0-3 and 32-35 read, or the race the
+    happens-before check finds (``check``). Returns out (64 floats), or None on a race."""
+    import numpy as np
+
+    from ..ptxsim import Race, Schedule, TensorArg, launch
+
+    ptx = SWAP_PTX.replace("BARRIER", "    bar.sync 0;" if barrier else "")
+    out = np.full(64, 0x7FC00000, np.uint32)  # NaN until written
+    try:
+        (got,) = launch(ptx, (1,), (64,), [TensorArg(out)], schedule=Schedule(order, 0, check))
+    except Race as e:
+        print(f"{'with' if barrier else 'without'} bar.sync, {order}: Race\n{e}")
+        return None
+    got = got.view(np.float32)
+    shown = " ".join(f"{v:g}" for v in (*got[:4], *got[32:36]))
+    print(f"{'with' if barrier else 'without'} bar.sync, {order} order"
+          f"{'' if check else ' (no check)'}: threads 0-3, 32-35 read {shown}")  # fmt: skip
+    return got
+
+
+def stage_values(configs: dict, *, M: int = 3, N: int = 2048, dtype=torch.bfloat16, seed: int = 0):
+    """The values, never the speed, of stage kernels on this machine's CPU: each stage of
+    ``configs`` (stage -> its config, None: its heuristic) simulated on the same M x N inputs,
+    its largest error against ``rmsnorm_ref`` printed. Returns {stage: y}."""
+    from ..grading.sim_values import cpu_inputs
+    from ..ptxsim import run_stage
+    from ..reference import TOLERANCES, rmsnorm_ref
+
+    x, w = cpu_inputs(M, N, dtype, dtype, torch.Generator().manual_seed(seed))
+    ref = rmsnorm_ref(x, w)
+    out = {}
+    for stage, config in configs.items():
+        y = out[stage] = run_stage(stage, x, w, config=config)
+        err = (y.float() - ref).abs().nan_to_num(float("inf")).max().item()
+        ok = bool(torch.isclose(y.float(), ref, **TOLERANCES[dtype]).all())
+        within = "every element within" if ok else "NOT within"
+        print(f"{stage:>8} (PTX simulated, {M} x {N} {str(dtype)[6:]}): largest error "
+              f"{err:.3g}, {within} the tolerance; no timing")  # fmt: skip
+    return out
