@@ -123,9 +123,19 @@ def bench_commands(a, out: Path, py: str) -> list[tuple[str, list[str], Path]]:
         runs.append(("bench bwd", cmd + common, out / "bench_bwd.json"))
     for _, cmd, result in runs:
         cmd += ["--json", str(result), "--png", str(result.with_suffix(".png"))]
-    if a.bench_pass == "qk-rows":  # rows in two modes in place, and a training call's host cost
+    if a.bench_pass in ("qk-rows", "host"):  # rows in two modes in place, a call's host cost
         qk = out / "qk_rows.json"
         runs.append(("qk rows", [py, "scripts/bench_qk_rows.py", "--json", str(qk)], qk))
+    if a.bench_pass == "host":  # where a training step's host time goes, each norm, each x
+        for norm in ("quack_edu", "torch"):
+            for extra in ([], ["--strided", "--x-dtype", "bfloat16"]):
+                tag = f"{norm}{'_strided' if extra else ''}"
+                cmd = [py, "scripts/host_profile.py", "--norm", norm, "--dout", "dense"]
+                cmd += [*extra, "--calls", "1500", "--top", "30"]
+                runs.append((f"host profile {tag}", cmd, out / f"host_profile_{tag}.txt"))
+    if a.bench_pass == "sim":  # ptxsim against the GPU: every simulated kernel's values
+        sim = out / "sim_vs_gpu.json"
+        runs.append(("sim vs gpu", [py, "scripts/sim_vs_gpu.py", "--out", str(sim)], sim))
     return runs
 
 
@@ -266,12 +276,14 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--bench-pass",
-        choices=("fwd", "bwd", "both", "ladder", "qk-rows"),
+        choices=("fwd", "bwd", "both", "ladder", "qk-rows", "host", "sim"),
         default="fwd",
         help="bench the forward (--stages, --peers), the backward (lib against QuACK and "
         "torch.compile, bench_bwd.json/png), both, the whole ladder in one record "
         "(bench --pass both: ladder.json/png), or qk-rows (scripts/bench_qk_rows.py: a fused "
-        "projection's q rows in place against contiguous, and a training call's host cost)",
+        "projection's q rows in place against contiguous, and a training call's host cost), host "
+        "(qk-rows and scripts/host_profile.py of both norms, contiguous and strided) or sim "
+        "(scripts/sim_vs_gpu.py: ptxsim's values against the GPU's, every simulated kernel)",
     )
     p.add_argument(
         "--tests", default="tests", help="pytest paths for the other gpu tests (none: skip)"
@@ -382,8 +394,8 @@ def main() -> int:
         rc, text, dt = sh(cmd, result.with_suffix(".log"), timeout=a.bench_timeout)
         print(text[-6000:], flush=True)
         summary.append((name, f"rc={rc}", dt))
-        if name == "qk rows":  # its own record (scripts/bench_qk_rows.py), printed as it ran
-            continue
+        if name == "qk rows" or name.startswith(("host profile", "sim vs")):  # own records,
+            continue  # printed as they ran
         bench_table += ("\n" if bench_table else "") + bench_summary(
             result, a.ours if name == "bench" else "lib"
         )

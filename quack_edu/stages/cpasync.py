@@ -52,6 +52,26 @@ CONFIG = RowConfig
 default_config = cpasync_config
 
 
+def stages_config(N: int, dtype, want: int = 4) -> RowConfig:
+    """A config without a cluster whose thread holds a multiple of ``want`` vectors, so the
+    row goes out in ``want`` commit groups (or fewer, down to 2, where no thread layout allows
+    ``want``): what lesson 05's exercises (their grader, ``lessons.simulate``) run."""
+    from ..primitives.tiling import RowTiling
+
+    base = cpasync_config(N, dtype)
+    cands = [replace(base, cluster_n=1)] + [
+        RowConfig(threads_per_row=t, num_threads=max(128, t)) for t in (32, 16, 64, 8, 128, 256)
+    ]
+    for s in [want] + [k for k in (4, 2) if k < want]:
+        for c in cands:
+            t = RowTiling.make(N, dtype, c)
+            if t.chunks == 1 and t.vecs % s == 0:
+                cfg = replace(c, stages=s)
+                if CpAsyncRMSNorm.accepts(N, dtype, cfg):
+                    return cfg
+    raise ValueError(f"no config with >= 2 commit groups fits N={N} {dtype}")
+
+
 def configs(N: int, dtype) -> list[RowConfig]:
     """The heuristic's pick; the same with one commit group and with four; a forced cluster of
     2 (small N too) and, for rows of >= 4 vectors per thread at 16 x 256 threads, the

@@ -19,7 +19,6 @@ is a race named with both instructions, reliably).
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 from .. import answer_key
 from ..checks import (
@@ -49,25 +48,10 @@ _WAIT = re.compile(r"cp\.async\.wait_group\s+(\d+)")
 
 # ---- configs ---------------------------------------------------------------------------------
 def stages_config(N: int, dtype, want: int = 4):
-    """A cpasync config without a cluster whose thread holds a multiple of ``want`` vectors, so
-    the row goes out in ``want`` commit groups (or fewer, down to 2, where no thread layout
-    allows ``want``)."""
-    from ...config import RowConfig, cpasync_config
-    from ...primitives.tiling import RowTiling
-    from ...stages.cpasync import CpAsyncRMSNorm
+    """``stages.cpasync.stages_config``: ``want`` commit groups a row (the lesson's config)."""
+    from ...stages.cpasync import stages_config as grouped
 
-    base = cpasync_config(N, dtype)
-    cands = [replace(base, cluster_n=1)] + [
-        RowConfig(threads_per_row=t, num_threads=max(128, t)) for t in (32, 16, 64, 8, 128, 256)
-    ]
-    for s in [want] + [k for k in (4, 2) if k < want]:
-        for c in cands:
-            t = RowTiling.make(N, dtype, c)
-            if t.chunks == 1 and t.vecs % s == 0:
-                cfg = replace(c, stages=s)
-                if CpAsyncRMSNorm.accepts(N, dtype, cfg):
-                    return cfg
-    raise ValueError(f"no config with >= 2 commit groups fits N={N} {dtype}")
+    return grouped(N, dtype, want)
 
 
 def two_stages(N, dtype):
