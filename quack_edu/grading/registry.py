@@ -196,6 +196,10 @@ class Exercise:
     #: ``quack_edu.stages.warp.WarpRMSNorm.kernel``): in the learner's process each is a
     #: tripwire (``sandbox.tripwire``) that flags the answer reaching it, by any route
     finished: tuple[str, ...] = ()
+    #: library functions whose text the answer must not copy but which its process may run
+    #: (the stage around the hole calls them): judged like ``finished``'s text
+    #: (``similarity.copied_from_library``), never tripwires
+    copy_of: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not _ID_RE.match(self.id):

@@ -25,6 +25,7 @@ import keyword
 import re
 import textwrap
 import tokenize
+from collections import Counter
 from pathlib import Path
 
 #: tokens per shingle
@@ -39,6 +40,16 @@ HONEST_MAX = 0.55
 MIN_SHINGLES = 15
 #: identical answers shorter than this (in tokens) are not flagged: one-line answers coincide
 MIN_SAME_TOKENS = 120
+#: consecutive canonical statements per run (containment)
+STMTS = 2
+#: the share of an answer's runs (those off the page) found in the finished functions that
+#: makes a copy: pastes with one branch deleted keep 0.93 or more, honest whole kernels 0.59
+CONTAINED = 0.85
+#: a solution whose own containment reaches this is written as the library writes it: the
+#: exercise's containment tells nothing
+HONEST_CONTAINED = 0.7
+#: an answer with fewer runs off the page is too short to tell
+MIN_RUNS = 8
 
 _SKIP = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
          tokenize.ENDMARKER)  # fmt: skip
@@ -93,13 +104,17 @@ def tokens(source: str, *, names: bool = True) -> list[str]:
     return out
 
 
-def shingles(source: str) -> set[tuple[str, ...]]:
-    t = tokens(source, names=False)
+def shingles(source: str, canon: bool = False) -> set[tuple[str, ...]]:
+    """Runs of ``K`` tokens with every name one placeholder, of the text as the compiler reads
+    it or (``canon``) of its canonical form (``canonical``: aliases folded, chains cut,
+    docstrings gone; the text itself where it does not parse)."""
+    text = canonical(source) if canon else None
+    t = tokens(source if text is None else text, names=False)
     return {tuple(t[i : i + K]) for i in range(len(t) - K + 1)}
 
 
 @functools.cache
-def page_shingles(lesson: str) -> frozenset:
+def page_shingles(lesson: str, canon: bool = False) -> frozenset:
     """The shingles of the code a lesson's student notebook shows: its code cells and the
     fenced Python blocks of its text cells."""
     from .nbfiles import notebooks_dir, read
@@ -110,38 +125,39 @@ def page_shingles(lesson: str) -> frozenset:
     seen: set = set()
     for cell in read(path).cells:
         if cell.cell_type == "code":
-            seen |= shingles(cell.source)
+            seen |= shingles(cell.source, canon)
         else:
             for block in re.findall(r"```(?:python)?\n(.*?)```", cell.source, re.S):
-                seen |= shingles(block)
+                seen |= shingles(block, canon)
     return frozenset(seen)
 
 
 @functools.cache
-def finished_shingles(dotted: str) -> frozenset:
+def finished_shingles(dotted: str, canon: bool = False) -> frozenset:
     """The shingles of a library function's source (empty if it has none to read)."""
     from .worker import resolve  # (how the tripwires find the same function)
 
     try:
         obj = inspect.unwrap(resolve(dotted))
-        return frozenset(shingles(textwrap.dedent(inspect.getsource(obj))))
+        return frozenset(shingles(textwrap.dedent(inspect.getsource(obj)), canon))
     except (ImportError, AttributeError, OSError, TypeError):
         return frozenset()
 
 
-def cover(source: str, dotted: str, lesson: str) -> float | None:
+def cover(source: str, dotted: str, lesson: str, canon: bool = False) -> float | None:
     """The share of ``dotted``'s shingles, among those the lesson page does not show, found in
-    ``source``; None when too few are left to tell."""
-    off_page = finished_shingles(dotted) - page_shingles(lesson)
+    ``source`` (``canon``: in both canonical forms); None when too few are left to tell."""
+    off_page = finished_shingles(dotted, canon) - page_shingles(lesson, canon)
     if len(off_page) < MIN_SHINGLES:
         return None
-    return len(shingles(source) & off_page) / len(off_page)
+    return len(shingles(source, canon) & off_page) / len(off_page)
 
 
 @functools.cache
-def telling(ex_id: str) -> tuple[str, ...]:
+def telling(ex_id: str, canon: bool = False) -> tuple[str, ...]:
     """The finished functions of exercise ``ex_id`` that its solution does not resemble (the
-    ones a copy can be told by); none where the solutions are not installed."""
+    ones a copy can be told by, in the text as the compiler reads it or, ``canon``, in the
+    canonical form); none where the solutions are not installed."""
     from .nbfiles import find_cell, read, solutions_dir
     from .registry import get
 
@@ -151,8 +167,8 @@ def telling(ex_id: str) -> tuple[str, ...]:
     if cell is None:
         return ()
     out = []
-    for dotted in ex.finished:
-        c = cover(cell.source, dotted, ex.lesson)
+    for dotted in pieces_of(ex):
+        c = cover(cell.source, dotted, ex.lesson, canon)
         if c is not None and c < HONEST_MAX:
             out.append(dotted)
     return tuple(out)
@@ -161,11 +177,242 @@ def telling(ex_id: str) -> tuple[str, ...]:
 def copied_from_library(ex, source: str) -> str | None:
     """Why ``source`` is a copy of the library's finished version of ``ex`` (a flag's words), or
     None."""
-    for dotted in telling(ex.id):
-        c = cover(source, dotted, ex.lesson)
-        if c is not None and c >= COPIED:
-            return f"copies the library's finished {dotted}"  # (no share: no target to edit to)
+    for canon in (False, True):  # (aliased chains: the canonical form)
+        for dotted in telling(ex.id, canon):
+            c = cover(source, dotted, ex.lesson, canon)
+            if c is not None and c >= COPIED:
+                return f"copies the library's finished {dotted}"  # (no share: nothing to aim at)
+    pieces = containing(ex.id)
+    if pieces:
+        c = contained(source, pieces, ex.lesson)
+        if c is not None and c[0] >= CONTAINED:
+            return f"copies the library's finished {c[1]}"
     return None
+
+
+def pieces_of(ex) -> tuple[str, ...]:
+    """The library functions ``ex``'s answer must not be a copy of: its finished versions
+    (tripwires too) and ``copy_of`` (text only: the honest answer's process runs them)."""
+    return (*ex.finished, *getattr(ex, "copy_of", ()))
+
+
+class _Canon(ast.NodeTransformer):
+    """``canonical``'s rewrite: ``local`` names become ``_v``, ``aliases`` are folded, chains
+    from a module are cut to their last name, ``dropped`` statements go."""
+
+    def __init__(self, local, imported, aliases, dropped):
+        self.local, self.imported, self.aliases, self.dropped = local, imported, aliases, dropped
+
+    def _from_module(self, node) -> bool:
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        return isinstance(node, ast.Name) and (node.id not in self.local or node.id in self.aliases)
+
+    def _body(self, body):
+        out = [self.visit(st) for st in body if id(st) not in self.dropped]
+        return out or [ast.Pass()]
+
+    def generic_visit(self, node):
+        for field, value in ast.iter_fields(node):
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                setattr(node, field, self._body(value))
+            elif isinstance(value, list):
+                setattr(node, field, [self.visit(v) if isinstance(v, ast.AST) else v
+                                      for v in value])  # fmt: skip
+            elif isinstance(value, ast.AST):
+                setattr(node, field, self.visit(value))
+        return node
+
+    def visit_FunctionDef(self, node):
+        node.name, node.returns = "_v", None
+        return self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_ClassDef(self, node):
+        node.name = "_v"
+        return self.generic_visit(node)
+
+    def visit_arg(self, node):
+        node.arg, node.annotation = "_v", None
+        return node
+
+    def visit_Attribute(self, node):
+        if self._from_module(node):
+            return ast.Name(id=node.attr, ctx=node.ctx)
+        node.value = self.visit(node.value)
+        return node
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load) and node.id in self.aliases:
+            return self.visit(_copy(self.aliases[node.id]))
+        if node.id in self.local:
+            return ast.Name(id="_v", ctx=node.ctx)
+        return ast.Name(id=self.imported.get(node.id, node.id), ctx=node.ctx)
+
+
+def _copy(node):
+    return ast.parse(ast.unparse(node), mode="eval").body
+
+
+def _bindings(tree):
+    """(locals, imported {name: what it imports}, loaded names) of a parsed source."""
+    imported: dict[str, str] = {}
+    stores: Counter = Counter()
+    loads: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                first = a.name.split(".")[0]
+                imported[a.asname or first] = a.name.rsplit(".", 1)[-1] if a.asname else first
+        elif isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                imported[a.asname or a.name] = a.name
+        elif isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load):
+                loads.add(node.id)
+            else:
+                stores[node.id] += 1
+        elif isinstance(node, ast.arg):
+            stores[node.arg] += 2  # (never an alias)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            stores[node.name] += 2
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            stores.update({n: 2 for n in node.names})
+    return stores, imported, loads
+
+
+def canonical(source: str) -> str | None:
+    """``source`` as the containment measure reads it (None where it does not parse): what a
+    paste can change without changing what it does is made the same. Docstrings, imports, bare
+    expressions without a call and stores that nothing reads are dropped; a name bound once to
+    a constant or to an attribute chain from a module (``bar = cute.arch.barrier``) is folded
+    into its uses; a chain from a module is cut to its last name (``cute.arch.barrier``,
+    ``C.arch.barrier`` and an imported ``barrier`` read alike); every local name, argument and
+    function name is ``_v``; annotations go; ``ast.unparse`` lays it out."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    stores, imported, loads = _bindings(tree)
+    local = set(stores)
+    aliases: dict[str, ast.AST] = {}
+    dropped: set[int] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign):
+            continue
+        names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        if len(names) != len(node.targets):
+            continue
+        value = node.value
+        root = value
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if (len(names) == 1 and stores[names[0]] == 1
+                and (isinstance(value, ast.Constant)
+                     or isinstance(root, ast.Name) and root.id not in local)):  # fmt: skip
+            aliases[names[0]] = value
+            dropped.add(id(node))
+        elif not any(n in loads for n in names) and not any(
+            isinstance(n, ast.Call) for n in ast.walk(value)
+        ):
+            dropped.add(id(node))  # a store nothing reads
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(node, field, None)
+            for st in body if isinstance(body, list) else ():
+                if not isinstance(st, ast.stmt):
+                    continue
+                if isinstance(st, ast.Import | ast.ImportFrom | ast.Pass) or (
+                    isinstance(st, ast.Expr)
+                    and not any(isinstance(n, ast.Call) for n in ast.walk(st))
+                ):
+                    dropped.add(id(st))  # docstrings, bare names and constants
+    tree = _Canon(local, imported, aliases, dropped).visit(tree)
+    try:
+        return ast.unparse(ast.fix_missing_locations(tree))
+    except (ValueError, RecursionError):
+        return None
+
+
+#: canonical lines that say nothing alone
+_EMPTY = {"pass", "else:", "try:", "finally:", "return"}
+
+
+def runs(source: str) -> Counter:
+    """The answer's runs of ``STMTS`` consecutive canonical statements (a compound statement's
+    header is one; decorators are none), counted."""
+    text = canonical(source) or ""
+    lines = [ln.strip() for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln and ln not in _EMPTY and not ln.startswith("@")]
+    return Counter(tuple(lines[i : i + STMTS]) for i in range(len(lines) - STMTS + 1))
+
+
+@functools.cache
+def page_runs(lesson: str) -> frozenset:
+    """The runs of the code a lesson's student notebook shows (``page_shingles``' cells)."""
+    from .nbfiles import notebooks_dir, read
+
+    path = notebooks_dir() / f"{lesson}.ipynb"
+    if not path.exists():
+        return frozenset()
+    seen: set = set()
+    for cell in read(path).cells:
+        if cell.cell_type == "code":
+            seen |= set(runs(cell.source))
+        else:
+            for block in re.findall(r"```(?:python)?\n(.*?)```", cell.source, re.S):
+                seen |= set(runs(block))
+    return frozenset(seen)
+
+
+@functools.cache
+def finished_runs(dotted: str) -> Counter:
+    """The runs of a library function's source (empty if it has none to read)."""
+    from .worker import resolve
+
+    try:
+        return runs(textwrap.dedent(inspect.getsource(inspect.unwrap(resolve(dotted)))))
+    except (ImportError, AttributeError, OSError, TypeError):
+        return Counter()
+
+
+def contained(source: str, pieces, lesson: str) -> tuple[float, str] | None:
+    """The share of ``source``'s runs (those the lesson page does not show, each as often as it
+    comes) found in the finished functions ``pieces``, and the one holding most of them; None
+    when too few are left to tell."""
+    page = page_runs(lesson)
+    mine = Counter({r: n for r, n in runs(source).items() if r not in page})
+    total = sum(mine.values())
+    if total < MIN_RUNS:
+        return None
+    lib: Counter = Counter()
+    best, most = "", -1
+    for dotted in pieces:
+        theirs = finished_runs(dotted)
+        lib |= theirs
+        found = sum(min(n, theirs[r]) for r, n in mine.items())
+        if found > most:
+            best, most = dotted, found
+    return sum(min(n, lib[r]) for r, n in mine.items()) / total, best
+
+
+@functools.cache
+def containing(ex_id: str) -> tuple[str, ...]:
+    """The finished functions of ``ex_id`` its answers' containment is measured against: all
+    of them, where the solution's own containment stays under ``HONEST_CONTAINED`` and the
+    solutions are installed; else none."""
+    from .nbfiles import find_cell, read, solutions_dir
+    from .registry import get
+
+    ex = get(ex_id)
+    pieces = tuple(d for d in pieces_of(ex) if finished_runs(d))
+    path = solutions_dir() / f"{ex.lesson}.ipynb"
+    cell = find_cell(read(path), ex.cell_id) if path.exists() and pieces else None
+    if cell is None:
+        return ()
+    c = contained(cell.source, pieces, ex.lesson)
+    return pieces if c is None or c[0] < HONEST_CONTAINED else ()
 
 
 def fingerprint(source: str) -> str | None:
@@ -201,7 +448,7 @@ def copied_at_run_time(ex, compiled: list[tuple[str, str]]) -> str | None:
     piece of the file it names (the DSL parses the source of every jit function it compiles,
     the library's among them) and no piece of the finished version itself."""
     finished = []
-    for dotted in telling(ex.id):
+    for dotted in dict.fromkeys((*telling(ex.id), *telling(ex.id, True), *containing(ex.id))):
         try:
             from .worker import resolve
 

@@ -235,6 +235,7 @@ EAGER_RMSNORM_MUTANTS = mutants(COMPILE,
 eager = register(
     Exercise(
         id="00.eager_rmsnorm",
+        copy_of=("quack_edu.reference.rmsnorm_ref",),  # (a tripwire everywhere: worker.py)
         lesson=LESSON,
         answer="eager_rmsnorm",
         title="RMSNorm from separate PyTorch ops (what eager mode runs): eager_rmsnorm(x, w, eps)",
