@@ -400,13 +400,15 @@ def contained(source: str, pieces, lesson: str) -> tuple[float, str] | None:
 @functools.cache
 def containing(ex_id: str) -> tuple[str, ...]:
     """The finished functions of ``ex_id`` its answers' containment is measured against: all
-    of them, where the solution's own containment stays under ``HONEST_CONTAINED`` and the
-    solutions are installed; else none."""
+    of them, where one is long enough to tell (``MIN_RUNS``), the solution's own containment
+    stays under ``HONEST_CONTAINED`` and the solutions are installed; else none."""
     from .nbfiles import find_cell, read, solutions_dir
     from .registry import get
 
     ex = get(ex_id)
     pieces = tuple(d for d in pieces_of(ex) if finished_runs(d))
+    if max((finished_runs(d).total() for d in pieces), default=0) < MIN_RUNS:
+        return ()  # no finished function long enough to find in an answer
     path = solutions_dir() / f"{ex.lesson}.ipynb"
     cell = find_cell(read(path), ex.cell_id) if path.exists() and pieces else None
     if cell is None:
