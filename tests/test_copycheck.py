@@ -241,3 +241,11 @@ def test_where_the_solution_is_the_library_a_paste_is_the_solution(ex_id, dotted
             )
     assert canonical(paste) == canonical(solution)
     assert copied_from_library(ex, paste) is None
+
+
+@pytest.mark.parametrize("ex", LOOKED, ids=lambda e: e.id)
+def test_no_mutant_of_a_solution_is_a_copy(ex):
+    # a mutant is the solution with one mistake: it fails on its hint, never on the copy check
+    solution = _cell(solutions_dir(), ex)
+    for m in ex.mutants:
+        assert copied_from_library(ex, m.apply(solution)) is None, (ex.id, m.name)
