@@ -15,8 +15,9 @@ import time
 import pytest
 
 from quack_edu.grading import get
+from quack_edu.grading.answer_screen import screen
 from quack_edu.grading.exercises.lesson03 import OWN_BUFFER
-from quack_edu.grading.judge import judge_exercise, screen
+from quack_edu.grading.judge import judge_exercise
 from quack_edu.grading.notebook import find_cell, read, solutions_dir
 
 LESSON = "00_setup_and_roofline"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from quack_edu.grading import all_exercises
-from quack_edu.grading.judge import screen
+from quack_edu.grading.answer_screen import screen
 from quack_edu.grading.notebook import find_cell, read, solutions_dir
 from quack_edu.grading.report import CheckResult, ExerciseResult, NotebookResult
 from quack_edu.grading.wire import Unencodable, decode, encode

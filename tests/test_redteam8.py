@@ -21,7 +21,8 @@ import json
 import pytest
 
 from quack_edu.grading import get
-from quack_edu.grading.judge import judge_exercise, screen
+from quack_edu.grading.answer_screen import screen
+from quack_edu.grading.judge import judge_exercise
 
 #: walks from a frame to the worker's ``main`` and replaces its ``serve`` by one that answers
 #: every call with the right byte count, worked out from the request (no answer of its own)

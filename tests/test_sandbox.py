@@ -163,12 +163,12 @@ CHILD = textwrap.dedent(
     TOOL = sys.prefix + "/bin/ptxas"  # (need not exist: a refusal comes before it runs)
     attempts, allowed = json.loads(sys.argv[5]), json.loads(sys.argv[6])
     sys.path.insert(0, SECRET)  # the denied package lives there
-    from quack_edu.grading import sandbox
+    from quack_edu.grading import sandbox, tripwires
 
     def finished(a, b):
         return a + b
 
-    sandbox.tripwire(finished, "finished")
+    tripwires.tripwire(finished, "finished")
     sandbox.lock_down(SCRATCH, secrets=[SECRET], denied_modules=("secretpkg",))
     out = {}
     for name, code in {**attempts, **allowed}.items():
@@ -251,16 +251,16 @@ def test_a_locked_down_process_is_refused_what_would_reach_past_it(tmp_path, sub
 def test_a_tripwire_keeps_the_signature_and_compiles_as_dsl_code():
     """The DSL checks a @cute.kernel's parameters against its call and compiles it from its
     source: a tripwired kernel still raises the tripwire's error (not a DSL error)."""
-    from quack_edu.grading import sandbox
+    from quack_edu.grading import tripwires
 
     def f(a, b=2, /, c=3, *args, d, e=5, **kw):
         return a
 
-    sandbox.tripwire(f, "f")
+    tripwires.tripwire(f, "f")
     try:
         f(1, d=2)
     except PermissionError as e:
-        assert str(e).startswith(sandbox.REACHED)
+        assert str(e).startswith(tripwires.REACHED)
     else:
         raise AssertionError("the tripwire did not raise")
     assert f.__defaults__ == (2, 3) and f.__kwdefaults__ == {"e": 5}
@@ -274,9 +274,9 @@ COMPILE_CHILD = textwrap.dedent(
     sys.path.insert(0, ROOT)
     import torch, torch._dynamo.pgo
     import hiddenpkg
-    from quack_edu.grading import sandbox
+    from quack_edu.grading import sandbox, tripwires
 
-    sandbox.hide_sources(SECRET)
+    tripwires.hide_sources(SECRET)
     sandbox.lock_down(SCRATCH, secrets=[SECRET])
     out = torch.compile(hiddenpkg.double, backend="eager", fullgraph=True)(torch.ones(3))
     print(json.dumps({"sum": float(out.sum()), "incidents": sandbox.incidents()}))

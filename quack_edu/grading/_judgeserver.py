@@ -29,7 +29,7 @@ def main(argv=None) -> int:
         import matplotlib
         import numpy  # noqa: F401
         import torch  # noqa: F401
-        import torch._dynamo.pgo  # noqa: F401  (its file hashes are primed: sandbox.hide_sources)
+        import torch._dynamo.pgo  # noqa: F401  (its file hashes are primed: tripwires.hide_sources)
 
         matplotlib.use("Agg")
     if preload == "all":  # quack_edu first: it pins the DSL's target to sm_90a without a Hopper

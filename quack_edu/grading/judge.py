@@ -4,10 +4,10 @@
 but what an exercise scores is decided here, in the grader's own process, which never runs the
 learner's code:
 
-1. The answer cell's source is screened (``screen``): a cell that names the grader, the
-   process, the file system or the library's own implementation of the piece is flagged and
-   scores 0, unjudged. The screen only gives an early, clear message; the boundary below does
-   not rely on it.
+1. The answer cell's source is screened (``answer_screen.screen``): a cell that names the
+   grader, the process, the file system or the library's own implementation of the piece is
+   flagged and scores 0, unjudged. The screen only gives an early, clear message; the boundary
+   below does not rely on it.
 2. The source is loaded into a worker (``worker.main``): a fork of a judge server that imported
    torch, CuTe DSL and the library, never the exercises or the solutions. The worker sets its
    tripwires, locks itself down (``sandbox``) in a session of its own that ``Worker.close``
@@ -28,7 +28,6 @@ reported as a crash; neither stops the grader.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import json
 import os
@@ -39,6 +38,7 @@ import time
 from pathlib import Path
 
 from . import answer_key, deadline, hints
+from .answer_screen import screen
 from .context import Context
 from .deadline import MAX_REPLY, killed_after
 from .registry import MISSING, Check, CheckFailed, Exercise
@@ -46,198 +46,6 @@ from .report import FAIL, NOT_ATTEMPTED, ExerciseResult, shown_text
 from .runner import run_exercise
 from .similarity import copied_at_run_time, copied_from_library
 from .wire import Unencodable, decode, encode  # noqa: F401  (the judge's codec, re-exported)
-
-# ---- the screen -------------------------------------------------------------------------------
-#: modules an answer cell may import (roots), and names it may import from quack_edu
-ALLOWED_IMPORTS = {
-    "math",
-    "operator",
-    "functools",
-    "itertools",
-    "typing",
-    "dataclasses",
-    "numpy",
-    "torch",
-    "cutlass",
-}
-ALLOWED_FROM_QUACK_EDU = {"f32_bits"}  # a bit-cast helper lesson 04 hands the learner
-#: names that reach the process, the file system, the grader or Python's own machinery
-FORBIDDEN_NAMES = {
-    "os",
-    "sys",
-    "subprocess",
-    "builtins",
-    "importlib",
-    "ctypes",
-    "signal",
-    "gc",
-    "inspect",
-    "pickle",
-    "marshal",
-    "shutil",
-    "socket",
-    "threading",
-    "multiprocessing",
-    "atexit",
-    "pathlib",
-    "Path",
-    "io",
-    "IPython",
-    "get_ipython",
-    "exec",
-    "eval",
-    "compile",
-    "open",
-    "globals",
-    "locals",
-    "vars",
-    "getattr",
-    "setattr",
-    "delattr",
-    "exit",
-    "quit",
-    "breakpoint",
-    "input",
-    "check",
-    "run_exercise",
-    "_record",
-    "grading",
-    "environ",
-    "super",  # a whole-kernel answer sits on a subclass of the stage: super() is its kernel
-    "attrgetter",  # operator.attrgetter("sys.modules")(torch): getattr by another name
-    "methodcaller",
-}
-#: the names above that reach the process or files through any module (``torch.sys``,
-#: ``typing.sys``): flagged as attributes too
-FORBIDDEN_ATTRIBUTES = {
-    "os", "sys", "subprocess", "builtins", "importlib", "ctypes", "signal", "gc", "pickle",
-    "marshal", "shutil", "socket", "multiprocessing", "atexit", "pathlib", "io", "modules",
-    "readline", "sqlite3", "open", "exec", "eval", "globals", "locals", "getattr", "setattr",
-    "attrgetter", "methodcaller",
-    # frames and closures: a frame's f_back leads to the grader's code in the worker (red team 8)
-    "f_back", "f_globals", "f_locals", "f_builtins", "gi_frame", "tb_frame", "cr_frame",
-    "ag_frame", "currentframe", "_getframe", "inspect", "linecache", "__closure__",
-    "cell_contents", "__globals__", "__builtins__",
-}  # fmt: skip
-#: special methods a class in an answer cell may not define (an answer that compares equal to
-#: anything, or converts to whatever is asked)
-FORBIDDEN_METHODS = {"__eq__", "__ne__", "__hash__", "__float__", "__int__", "__index__"}
-FORBIDDEN_METHODS |= {"__bool__", "__str__", "__repr__", "__format__"}
-FORBIDDEN_METHODS |= {"__array__", "__torch_function__", "__torch_dispatch__", "__getattr__"}
-FORBIDDEN_METHODS |= {"__getattribute__", "__instancecheck__", "__class_getitem__", "__del__"}
-
-
-def _given_name(ex: Exercise, module: str, name: str) -> bool:
-    """Whether ``name`` of the library module ``module`` is one the exercise hands over."""
-    import importlib
-    import types
-
-    given = getattr(ex, "given", None) or {}
-    if module not in given or name.startswith("_"):
-        return False
-    names = given[module]
-    if names is not None:
-        return name in names
-    obj = getattr(importlib.import_module(module), name, None)
-    return obj is not None and not isinstance(obj, types.ModuleType)
-
-
-def screen(source: str, ex: Exercise) -> list[str]:
-    """Why the answer cell is flagged (empty: it may be judged). A syntax error is not a flag:
-    loading the cell reports it. The library's code is off limits except what the exercise
-    hands the learner (``Exercise.given``): a given module may be imported under a name
-    (``from quack_edu.primitives import copy as copy_utils``) and used only as
-    ``copy_utils.<given helper>``; a given helper may be imported by name."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return []
-    why: list[str] = []
-    given = getattr(ex, "given", None) or {}
-
-    def flag(node, text):
-        line = getattr(node, "lineno", None)
-        msg = f"line {line}: {text}" if line else text
-        if msg not in why:
-            why.append(msg)
-
-    # the names a given module is bound to, and their uses as `alias.helper`
-    aliases: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.name in given and a.asname:
-                    aliases[a.asname] = a.name
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            for a in node.names:
-                if f"{node.module}.{a.name}" in given:
-                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-    used_ok: set[int] = set()
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Name)
-            and node.value.id in aliases
-        ):
-            if _given_name(ex, aliases[node.value.id], node.attr):
-                used_ok.add(id(node.value))
-            else:
-                flag(node, f"uses {node.value.id}.{node.attr} (not one of the helpers given)")
-                used_ok.add(id(node.value))
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                root = a.name.split(".")[0]
-                if a.name in given and a.asname:
-                    continue  # a module the exercise hands over, under its own name
-                if root == "quack_edu":
-                    flag(node, f"imports {a.name} (the library's own code)")
-                elif root not in ALLOWED_IMPORTS:
-                    flag(node, f"imports {a.name}")
-        elif isinstance(node, ast.ImportFrom):
-            root = (node.module or "").split(".")[0]
-            if node.level:
-                flag(node, "a relative import")
-            elif root == "quack_edu":
-                bad = [
-                    a.name
-                    for a in node.names
-                    if a.name not in ALLOWED_FROM_QUACK_EDU
-                    and f"{node.module}.{a.name}" not in given
-                    and not _given_name(ex, node.module, a.name)
-                ]
-                if bad:
-                    flag(node, f"imports {', '.join(bad)} from {node.module} (the library's own)")
-            elif root not in ALLOWED_IMPORTS:
-                flag(node, f"imports from {node.module}")
-        elif isinstance(node, ast.Name):
-            if node.id in FORBIDDEN_NAMES:
-                flag(node, f"uses `{node.id}`")
-            elif node.id in (getattr(ex, "forbidden", None) or {}):
-                flag(node, f"uses `{node.id}` ({ex.forbidden[node.id]})")
-            elif node.id == "quack_edu":
-                flag(node, "uses the library's own code (quack_edu...)")
-            elif node.id.startswith("__") and node.id.endswith("__") and node.id != "__name__":
-                flag(node, f"uses `{node.id}`")
-            elif node.id in aliases and id(node) not in used_ok:
-                flag(node, f"uses `{node.id}` other than to call the helpers it gives")
-        elif isinstance(node, ast.Attribute):
-            a = node.attr
-            if a.startswith("__") and a.endswith("__"):
-                flag(node, f"uses the attribute `{a}`")
-            elif a in ("_record", "run_exercise", "environ", "check", "showtraceback"):
-                flag(node, f"uses the attribute `{a}`")
-            elif a in FORBIDDEN_ATTRIBUTES:  # torch.sys, x.os, torch.builtins: the same reach
-                flag(node, f"uses the attribute `{a}` (the process, files or Python's machinery)")
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            if node.name in FORBIDDEN_METHODS:
-                flag(node, f"defines `{node.name}` (an answer that compares or converts as asked)")
-        elif isinstance(node, ast.Delete):
-            flag(node, "deletes names (`del`)")
-        elif isinstance(node, ast.Global | ast.Nonlocal):
-            flag(node, "declares `global`/`nonlocal` names")
-    return why
 
 
 def _plain_args(v, _depth=0) -> bool:
@@ -768,7 +576,7 @@ EVIDENCE_N, EVIDENCE_MAX = 20, 4000
 
 def incident_words(incidents, ex: Exercise) -> list[str]:
     """The incidents as a student may read them: each one's fixed words, once."""
-    from .sandbox import incident_kind
+    from .sandbox_rules import incident_kind
     from .worker import FINISHED_EVERYWHERE
 
     finished = {*FINISHED_EVERYWHERE, *ex.finished, "torch's rms_norm"}
@@ -822,7 +630,7 @@ def judge_exercise(
         res.forced_message = e.message
     ran = copied_at_run_time(ex, worker.compiled) if worker.compiled else None
     # what the worker reported is the learner's process's text: a student reads it in fixed
-    # words (``sandbox.incident_kind``), the instructor's record keeps it whole (red team 8: a
+    # words (``sandbox_rules.incident_kind``), the instructor's record keeps it whole (red team 8: a
     # forged incident carried a hidden check's inputs into the feedback)
     said = incident_words(worker.incidents, ex)
     if ran:  # the finished version's text, compiled at run time (encoded in the cell, say):

@@ -165,7 +165,8 @@ def grade_notebook(
     linked folder below its ``root`` or a solution notebook is refused, 0 and flagged.
     """
     from .. import MODE
-    from .judge import judge_exercise, screen
+    from .answer_screen import screen
+    from .judge import judge_exercise
 
     t0 = time.time()
     path = Path(path)
@@ -277,7 +278,8 @@ def _run_cells(
 
     from .judge import secret_paths
     from .report import shown_text
-    from .sandbox import SCRATCH_ENV, incident_kind
+    from .sandbox import SCRATCH_ENV
+    from .sandbox_rules import incident_kind
 
     with tempfile.TemporaryDirectory(prefix="quack_edu_grade_") as tmp:
         scratch = str(Path(tmp) / "scratch")  # the cells' own folder (sandbox.lock_down)

@@ -194,7 +194,7 @@ class Exercise:
     forbidden: dict[str, str] = field(default_factory=dict)
     #: the library's finished versions of what the exercise asks (dotted names of functions,
     #: ``quack_edu.stages.warp.WarpRMSNorm.kernel``): in the learner's process each is a
-    #: tripwire (``sandbox.tripwire``) that flags the answer reaching it, by any route
+    #: tripwire (``tripwires.tripwire``) that flags the answer reaching it, by any route
     finished: tuple[str, ...] = ()
     #: library functions whose text the answer must not copy but which its process may run
     #: (the stage around the hole calls them): judged like ``finished``'s text

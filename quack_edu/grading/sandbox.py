@@ -32,12 +32,8 @@ names the rule:
 
 What it refused is kept (``incidents()``) and the judge reports it: a refusal is a flag.
 
-``tripwire(...)`` replaces, in this process only, the code of functions an answer may not
-reach (torch's RMSNorm, the library's reference and finished kernels, the piece an exercise
-asks for): every route to them (an attribute of an allowed module, ``getattr`` with a built
-string, ``importlib``, ``sys.modules``, an alias) ends in the same function object, whose code
-now records the reach and raises. The original code is gone from the process, so a learner who
-silences the record still gets no answer from it.
+Tripwires (``tripwires``) replace the code of the functions an answer may not reach; the hook
+keeps the record of each one reached. The events and their rules are data (``sandbox_rules``).
 
 The hook watches Python code. Native code that opens files itself (``torch.from_file``) raises
 no audit event: where the kernel has Landlock, ``lock_down`` also confines the process's files
@@ -51,106 +47,24 @@ import errno
 import os
 import sys
 
+from .sandbox_rules import (
+    CHANGES,
+    DRIVER,
+    FRAME_ATTRIBUTES,
+    FRAME_HELPERS,
+    PROC_SELF_OK,
+    QUERIES,
+    REFUSED,
+    TOLERANT_READERS,
+    TOOLS,
+    UNAUDITED,
+    VERSION_PROBES,
+    WRITE_FLAGS,
+)
+from .tripwires import SOURCES
+
 #: the modules a learner process may not import (prefixes of dotted names)
 DENIED_MODULES = ("quack_edu.grading.exercises", "quack", "torch._vendor.quack", "solutions")
-
-#: ``open`` flags that write
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-#: audit events of file operations that change the file system: the arguments that are paths
-_CHANGES = {
-    "os.remove": (0,),
-    "os.rmdir": (0,),
-    "os.rename": (0, 1),
-    "os.mkdir": (0,),
-    "os.chmod": (0,),
-    "os.chown": (0,),
-    "os.utime": (0,),
-    "os.truncate": (0,),
-    "os.setxattr": (0,),
-    "os.removexattr": (0,),
-    "os.chflags": (0,),
-    "os.lchflags": (0,),
-    "os.lchmod": (0,),
-    "shutil.rmtree": (0,),
-    "shutil.copyfile": (1,),
-    "shutil.copymode": (1,),
-    "shutil.copystat": (1,),
-    "shutil.copytree": (1,),
-    "shutil.move": (0, 1),
-    "shutil.chown": (0,),
-    "os.link": (0, 1),  # a hard link from the scratch folder into it (caches write so)
-}
-#: events refused outright once locked
-_REFUSED = {
-    "os.system": "starts a process",
-    "os.exec": "starts a process",
-    "os.posix_spawn": "starts a process",
-    "os.spawn": "starts a process",
-    "os.fork": "starts a process",
-    "os.forkpty": "starts a process",
-    "os.startfile": "starts a process",
-    "pty.spawn": "starts a process",
-    "os.symlink": "links a file",
-    "os.chroot": "changes the root folder",
-    "socket.connect": "opens a network connection",
-    "socket.bind": "opens a network connection",
-    "socket.sendto": "opens a network connection",
-    "ctypes.dlsym": "looks up a native function",
-    "ctypes.dlsym/handle": "looks up a native function",
-    "ctypes.string_at": "reads raw memory",
-    "ctypes.wstring_at": "reads raw memory",
-    "ctypes.cdata": "reads raw memory",
-    "ctypes.PyObj_FromPtr": "reads raw memory",
-    "gc.get_objects": "walks every object of the process",
-    "gc.get_referrers": "walks every object of the process",
-    "gc.get_referents": "walks every object of the process",
-    "sys.setprofile": "switches a profiler on or off",
-    "sys.settrace": "switches a tracer on or off",
-    "sys.monitoring.register_callback": "switches a profiler on or off",
-}
-#: modules that read or write files (or shared memory) without raising an audit event: not
-#: importable once locked, and their functions replaced where they were imported before
-_UNAUDITED = (
-    "readline",
-    "_posixshmem",
-    "_gdbm",
-    "_dbm",
-    "dbm",
-    "_curses",
-    "curses",
-)
-#: library code that reads source files and takes a refusal as "no file" (torch.compile's
-#: line-to-function-name cache): its reads of a secret are refused without an incident
-_TOLERANT_READERS = (("torch/_dynamo/funcname_cache.py", "_add_file"),)
-#: programs a learner process may start (from the Python installation only): the lessons show a
-#: kernel's SASS, which ``nvdisasm`` makes, and torch.compile's kernels go through ``ptxas``;
-#: they end with the process group
-_TOOLS = ("nvdisasm", "ptxas")
-#: the arguments of a version query: any other program asked only this is answered "not
-#: installed" (FileNotFoundError, as a missing program is), without an incident
-_VERSION_PROBES = (["--version"], ["-V"])
-#: the CUDA driver, by the name the loader finds it by: a learner process may load it and look
-#: its functions up through ctypes (``runtime.resident_clusters`` does); the driver's API is in
-#: reach anyway, through the DSL's ``cuda.bindings``, and its files are the kernel's to guard
-_DRIVER = ("libcuda.so.1", "libcuda.so")
-#: system programs a learner process may run with exactly these arguments: they only print
-#: (``ldconfig -p``, the loader's cache: Triton and ``ctypes.util.find_library`` find libcuda
-#: with it)
-_QUERIES = (("ldconfig", "-p"),)
-#: the attributes that hand out a frame of the interpreter's stack (each raises the audit event
-#: ``object.__getattr__``); ``sys._getframe`` and ``sys._current_frames`` raise their own
-FRAME_ATTRIBUTES = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame"))
-#: standard-library files that hand the frames they take to their caller (``inspect``'s
-#: ``currentframe``/``stack``, ``traceback.walk_stack``, ``logging.currentframe``, a task's
-#: ``get_stack``, a wrapped generator's ``gi_frame``, ``signal.signal``): a frame one of them takes
-#: is taken for whoever called it
-_FRAME_HELPERS = (
-    "/inspect.py", "/traceback.py", "/logging/__init__.py", "/functools.py", "/contextlib.py",
-    "/types.py", "/signal.py", "/bdb.py", "/pdb.py", "/asyncio/base_tasks.py",
-    "/asyncio/tasks.py", "/asyncio/coroutines.py", "/asyncio/format_helpers.py",
-)  # fmt: skip
-#: /proc entries of this process that are not a way out (no cwd, root, fd, mem, environ)
-_PROC_SELF_OK = ("stat", "statm", "status", "maps", "cmdline", "comm", "limits", "cgroup", "task")
 
 #: the boundary every learner process of a grading run is behind (each grade's JSON says so)
 BOUNDARY = (
@@ -296,11 +210,11 @@ def lock_down(
     run_folder = os.path.dirname(home)
     # and, once locked, a fresh copy of the modules whose process and file functions are
     # replaced below (``importlib.util.module_from_spec`` would make one)
-    denied = (*denied_modules, "_posixsubprocess", "posix", "_signal", *_UNAUDITED)
+    denied = (*denied_modules, "_posixsubprocess", "posix", "_signal", *UNAUDITED)
     seen: list[str] = []  # what was refused or reached, in order: only ever appended to
     _state.update(scratch=home, seen=seen)
-    changes, refused, write_flags, proc_ok = _CHANGES, _REFUSED, _WRITE_FLAGS, _PROC_SELF_OK
-    tools, loader_env = _TOOLS, ("LD_", "GCONV_PATH")
+    changes, refused, write_flags, proc_ok = CHANGES, REFUSED, WRITE_FLAGS, PROC_SELF_OK
+    tools, loader_env = TOOLS, ("LD_", "GCONV_PATH")
     from .confine import SYSTEM as system_dirs
 
     loader0 = {k: v for k, v in os.environ.items() if k.startswith(loader_env)}
@@ -348,12 +262,12 @@ def lock_down(
         )
 
     def program(exe, argv) -> str | None:
-        """What a learner process may run: "tool" (``_TOOLS``, from the Python installation),
-        "query" (``_QUERIES``, from the system's folders, exactly those arguments), or None."""
+        """What a learner process may run: "tool" (``TOOLS``, from the Python installation),
+        "query" (``QUERIES``, from the system's folders, exactly those arguments), or None."""
         if exe is None:
             return None
         name = exe[1].rsplit("/", 1)[-1]
-        if (name, *(text(a) for a in argv[1:])) in _QUERIES:
+        if (name, *(text(a) for a in argv[1:])) in QUERIES:
             return "query" if any(under(exe[1], r) for r in system_dirs) else None
         return "tool" if name in tools and any(under(exe[1], r) for r in installed) else None
 
@@ -405,19 +319,20 @@ def lock_down(
         f = getframe(0)
         while f is not None:
             name = f.f_code.co_filename
-            if name != own_file and not (name.endswith(_FRAME_HELPERS) and library_file(name)):
+            if name != own_file and not (name.endswith(FRAME_HELPERS) and library_file(name)):
                 return not library_file(name)
             f = f.f_back
         return False  # (no Python frame: the interpreter itself)
 
     own_codes = (callers.__code__, learner_asks.__code__)
-    sources = dict(_state.get("sources", {}))  # the library's text as the line cache has it
+    sources = dict(SOURCES)  # the library's text as the line cache has it
     file_lines: dict = {}
 
     def own_text(text: str, filename: str) -> bool:
         """Whether ``text`` is ``filename``'s own (the whole file, as an import compiles it,
         or a function of it, dedented, as CuTe DSL parses one). A secret is never read: only
-        its text in the line cache (``hide_sources``), which the learner can read anyway."""
+        its text in the line cache (``tripwires.hide_sources``), which the learner can read
+        anyway."""
         lines = file_lines.get(filename)
         if lines is None:
             lines = sources.get(filename) or sources.get(realpath(filename))
@@ -448,7 +363,7 @@ def lock_down(
 
     def tolerant_reader(frames) -> bool:
         return any(file.endswith(tf) and fn == tfn
-                   for file, fn in frames for tf, tfn in _TOLERANT_READERS)  # fmt: skip
+                   for file, fn in frames for tf, tfn in TOLERANT_READERS)  # fmt: skip
 
     def by(frames) -> str:
         """Who asked, for the record: the first frames outside the standard library's readers."""
@@ -524,7 +439,7 @@ def lock_down(
             argv = list(args[1]) if isinstance(args[1], list | tuple) else []
             kind = program(exe, argv)
             if kind is None:
-                if [text(a) for a in argv[1:]] in _VERSION_PROBES:  # a library asking which
+                if [text(a) for a in argv[1:]] in VERSION_PROBES:  # a library asking which
                     # compiler is there (torch.compile on a GPU asks nvcc) takes "none"
                     raise FileNotFoundError(errno.ENOENT, "not in the grader's sandbox", name)
                 refuse(f"subprocess.Popen of {args[0]} (starts a process; by {by(callers())})")
@@ -547,7 +462,7 @@ def lock_down(
                 refuse(f"setting {text(args[0])} (loads native code into a tool)")
         elif event == "ctypes.dlsym" and len(args) > 1:  # (the library, the function's name)
             lib = getattr(args[0], "_name", args[0])
-            if lib in _DRIVER:  # the CUDA driver: reachable anyway (the DSL's cuda.bindings)
+            if lib in DRIVER:  # the CUDA driver: reachable anyway (the DSL's cuda.bindings)
                 return
             refuse(f"{event} of {text(args[1])} in {lib} ({refused[event]})")
         elif event in refused:
@@ -559,7 +474,7 @@ def lock_down(
             refuse("opening an SQLite database")
         elif event == "ctypes.dlopen":
             p = as_path(args[0]) if args and args[0] else None
-            if args and args[0] in _DRIVER:
+            if args and args[0] in DRIVER:
                 return
             if p is None or not any(under(p[1], r) for r in installed):
                 refuse(f"loading the native library {args[0] if args else None}")
@@ -622,7 +537,7 @@ def lock_down(
     def no_unaudited_files(*args, **kwargs):
         refuse("a module that reads or writes files without an audit event")
 
-    for modname in _UNAUDITED:  # already imported: their file functions go
+    for modname in UNAUDITED:  # already imported: their file functions go
         mod = sys.modules.get(modname)
         for name in [n for n in dir(mod) if callable(getattr(mod, n, None))] if mod else ():
             if not name.startswith("__") and not isinstance(getattr(mod, name), type):
@@ -679,7 +594,7 @@ def lock_down(
     import _imp
 
     create_builtin, fix_co_filename = _imp.create_builtin, _imp._fix_co_filename
-    held = {"_signal", "_imp", "posix", "_posixsubprocess", *_UNAUDITED}
+    held = {"_signal", "_imp", "posix", "_posixsubprocess", *UNAUDITED}
     spec_type = type(sys.implementation)
 
     def guarded_create_builtin(spec):
@@ -716,56 +631,6 @@ def lock_down(
     sys.addaudithook(guarded)
 
 
-def hide_sources(root: str) -> int:
-    """Put the source of every module imported from under ``root`` in ``linecache`` (where
-    ``inspect``, and so CuTe DSL, reads a function's source) with the text of each tripwired
-    function blanked (its lines kept, as empty lines), so that ``root`` itself can then be made
-    a secret: a learner process reads no finished function's text, from the cache or the disk.
-    Before ``lock_down``. Returns how many files."""
-    import linecache
-
-    root = os.path.realpath(root)
-    blank: dict[str, list] = {}
-    for filename, first, last in _state.get("hidden", ()):
-        blank.setdefault(os.path.realpath(filename), []).append((first, last))
-    n = 0
-    for mod in list(sys.modules.values()):
-        path = getattr(mod, "__file__", None)
-        if not path or not path.endswith(".py"):
-            continue
-        real = os.path.realpath(path)
-        if not real.startswith(root + "/"):
-            continue
-        try:
-            st = os.stat(path)
-            with open(path, encoding="utf-8") as f:
-                lines = f.readlines()
-        except OSError:
-            continue
-        for first, last in blank.get(real, ()):
-            for i in range(first - 1, min(last, len(lines))):
-                lines[i] = "\n"
-        linecache.cache[path] = (st.st_size, st.st_mtime, lines, path)
-        for name in {path, real}:  # (lock_down keeps a copy: what "the file's own text" is)
-            _state.setdefault("sources", {})[name] = list(lines)
-        for name in {path, real}:  # torch.compile hashes the file of each function it traces
-            _prime_dynamo_file_hash(name)
-        n += 1
-    return n
-
-
-def _prime_dynamo_file_hash(path: str) -> None:
-    """Fill torch.compile's cache of file hashes (``torch._dynamo.pgo``, where its caller has
-    imported it) for ``path``, so that compiling a function of a hidden file reads nothing."""
-    pgo = sys.modules.get("torch._dynamo.pgo")
-    file_hash = getattr(pgo, "_hash_containing_file", None)
-    if callable(file_hash):
-        try:
-            file_hash(path)
-        except Exception:  # noqa: BLE001  (another torch: then it reads the file, and is refused)
-            pass
-
-
 #: text a learner process may compile at run time that ``compiled`` keeps, in characters
 COMPILED_MAX = 2_000_000
 
@@ -800,70 +665,6 @@ def compiled(since: int = 0) -> list[tuple[str, str]]:
     return list(_state.get("compiled", ())[since:])
 
 
-#: what a student reads of a refusal, by how the sandbox's rule begins its words (an incident
-#: comes from the learner's process, which could write anything in it: no word of it is shown
-#: but these; the instructor's record keeps it whole)
-INCIDENT_KINDS = (
-    ("taking a frame", "taking a frame of the interpreter's stack"),
-    ("compiling", "making code that passes for the library's"),
-    ("making a code object", "making code that passes for the library's"),
-    ("loading marshalled code", "making code that passes for the library's"),
-    ("loading compiled code", "making code that passes for the library's"),
-    ("renaming a code object", "making code that passes for the library's"),
-    ("importing from the archive", "making code that passes for the library's"),
-    ("adding an audit hook", "adding an audit hook"),
-    ("a fresh copy of the built-in", "a fresh copy of a guarded built-in module"),
-    ("a module that reads or writes", "a module that reads or writes files unaudited"),
-    ("opening an sqlite", "opening an SQLite database"),
-    ("making a fifo", "making a fifo or a device file"),
-    ("writing", "writing outside its scratch folder"),
-    ("opening", "opening a file or folder outside its scratch folder"),
-    ("reading", "reading what it may not read"),
-    ("listing", "listing a folder it may not read"),
-    ("importing", "importing a module it may not import"),
-    ("changing the working directory", "changing the working directory"),
-    ("setting", "setting a loader variable"),
-    ("loading the native library", "loading a native library"),
-    ("ctypes.", "native functions or raw memory through ctypes"),
-    ("gc.", "walking every object of the process"),
-    ("sys.set", "switching a profiler or tracer"),
-    ("sys.monitoring", "switching a profiler or tracer"),
-    ("socket.", "opening a network connection"),
-    ("os.kill", "signalling another process"),
-    ("signal.", "signalling another process"),
-    ("subprocess.", "starting a process"),
-    ("starting", "starting a process"),
-    ("running", "starting a process"),
-    ("giving", "starting a process"),
-    ("pty.", "starting a process"),
-    ("os.system", "starting a process"),
-    ("os.exec", "starting a process"),
-    ("os.posix_spawn", "starting a process"),
-    ("os.spawn", "starting a process"),
-    ("os.fork", "starting a process"),
-    ("os.startfile", "starting a process"),
-    ("os.symlink", "linking a file"),
-    ("os.chroot", "changing the root folder"),
-    ("os.", "changing files outside its scratch folder"),
-    ("shutil.", "changing files outside its scratch folder"),
-)
-#: an incident the learner's process reported that is none of the sandbox's
-OTHER_INCIDENT = "something the sandbox refuses"
-
-
-def incident_kind(text: str, finished=()) -> str:
-    """What a student reads of the incident ``text``: a fixed phrase (``INCIDENT_KINDS``), and
-    of a tripwire reached its name only where it is one of ``finished`` (the grader's own)."""
-    if not isinstance(text, str):
-        return OTHER_INCIDENT
-    if text.startswith("reached: "):
-        name = text.removeprefix("reached: ")
-        what = "reaching the finished version of what is asked"
-        return f"{what} ({name})" if name in finished else what
-    rule = text.removeprefix("refused: ").lower()
-    return next((kind for start, kind in INCIDENT_KINDS if rule.startswith(start)), OTHER_INCIDENT)
-
-
 def incidents() -> list[str]:
     """What the sandbox refused, and the tripwires reached, since ``lock_down`` (a copy)."""
     return list(_state.get("seen", ()))
@@ -872,67 +673,3 @@ def incidents() -> list[str]:
 def reached(since: int = 0) -> list[str]:
     """The tripwires reached (their names), among the incidents from index ``since`` on."""
     return [x.removeprefix("reached: ") for x in incidents()[since:] if x.startswith("reached: ")]
-
-
-def _parameters(sig) -> list[str]:
-    """A ``def``'s parameter list for ``sig``, without defaults or annotations (a function's
-    defaults live on the function object, not on its code)."""
-    P = type(next(iter(sig.parameters.values()))) if sig.parameters else None
-    out, star, prev = [], False, None
-    for p in sig.parameters.values():
-        if prev == P.POSITIONAL_ONLY and p.kind != P.POSITIONAL_ONLY:
-            out.append("/")
-        if p.kind == P.KEYWORD_ONLY and not star:
-            out.append("*")
-        star = star or p.kind in (P.VAR_POSITIONAL, P.KEYWORD_ONLY)
-        out.append({P.VAR_POSITIONAL: "*", P.VAR_KEYWORD: "**"}.get(p.kind, "") + p.name)
-        prev = p.kind
-    if P is not None and prev == P.POSITIONAL_ONLY:
-        out.append("/")
-    return out
-
-
-def tripwire(fn, name: str) -> None:
-    """Replace the code of the Python function ``fn`` (and of what it wraps) by one that records
-    ``name`` as reached and raises ``PermissionError``. Before ``lock_down``: afterwards a
-    learner could do the same to a grader's function (nothing forbids it; it gains nothing).
-
-    The new code keeps the function's parameters and free variables, and its source is where
-    ``inspect`` finds a function's source (``linecache``): CuTe DSL, which compiles a
-    ``@cute.jit`` function from its source, compiles the tripwire too."""
-    import inspect
-    import linecache
-
-    target = inspect.unwrap(fn)
-    code = getattr(target, "__code__", None)
-    if code is None:
-        raise TypeError(f"{name}: not a Python function")
-    try:  # where its text is, to leave out of the sources a learner process may read
-        lines, first = inspect.getsourcelines(target)
-        _state.setdefault("hidden", []).append((code.co_filename, first, first + len(lines) - 1))
-    except (OSError, TypeError):
-        pass
-    params = _parameters(inspect.signature(target, follow_wrapped=False))
-    free = code.co_freevars
-    message = f"{REACHED} {name}, the finished version of what is asked: an answer computes it"
-    # a closure of the same free variables (a code object keeps its closure's size); what it
-    # says lives in its constants, not in globals that code elsewhere could change
-    lines = ["def _outer():", *(f"    {v} = None" for v in free), "    pass"]
-    lines += [f"    def {code.co_name}({', '.join(params)}):"]
-    lines += [f"        ({', '.join(free)},)"] if free else []
-    lines += [
-        f"        __import__('sys').audit('quack_edu.sandbox.reached', {name!r})",
-        f"        raise PermissionError({message!r})",
-        f"    return {code.co_name}",
-    ]
-    source = "\n".join(lines) + "\n"
-    filename = f"<tripwire {name}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    glob: dict = {}
-    exec(compile(source, filename, "exec"), glob)
-    new = glob["_outer"]().__code__
-    target.__code__ = new.replace(co_qualname=code.co_qualname)
-
-
-#: how a tripwire's error begins
-REACHED = "the grader's sandbox: the answer reached"

@@ -27,7 +27,7 @@ import os
 import pickle
 import sys
 
-from . import hints, sandbox
+from . import hints, sandbox, tripwires
 from .context import is_not_implemented
 from .registry import MISSING
 from .wire import Unencodable, encode
@@ -86,7 +86,7 @@ def _trip_torch(keep: list) -> None:
 
     def reached(*args, **kwargs):
         sys.audit("quack_edu.sandbox.reached", "torch's rms_norm")
-        raise PermissionError(f"{sandbox.REACHED} torch's rms_norm: an answer computes it")
+        raise PermissionError(f"{tripwires.REACHED} torch's rms_norm: an answer computes it")
 
     ops = _TORCH_OPS + (_TORCH_OPS_GPU if torch.cuda.is_available() else ())
     with warnings.catch_warnings():
@@ -113,7 +113,7 @@ def _set_tripwires(names, keep: list) -> None:
         except (ImportError, AttributeError, KeyError):
             continue  # a name this version of the library does not have
         if callable(obj) and not isinstance(obj, type):
-            sandbox.tripwire(obj, name)
+            tripwires.tripwire(obj, name)
 
 
 def preload_library() -> None:
@@ -175,7 +175,7 @@ def main(conn) -> None:
     # the library's text: in the line cache with the finished functions blanked, and its files
     # out of reach (re-running a module's source would make fresh, untripped functions)
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    sandbox.hide_sources(package)
+    tripwires.hide_sources(package)
     sandbox.lock_down(job["scratch"], secrets=[*job.get("secrets", ()), package])
     try:
         answer = answer_from_source(job["source"], job["answer"])

@@ -1,0 +1,168 @@
+"""The sandbox's rules as data (``sandbox.lock_down`` applies them): the audit events it
+watches and what it allows of each, and the words a student reads of a refusal (an incident
+comes from the learner's process, which could write anything in it)."""
+
+from __future__ import annotations
+
+import os
+
+#: ``open`` flags that write
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+#: audit events of file operations that change the file system: the arguments that are paths
+CHANGES = {
+    "os.remove": (0,),
+    "os.rmdir": (0,),
+    "os.rename": (0, 1),
+    "os.mkdir": (0,),
+    "os.chmod": (0,),
+    "os.chown": (0,),
+    "os.utime": (0,),
+    "os.truncate": (0,),
+    "os.setxattr": (0,),
+    "os.removexattr": (0,),
+    "os.chflags": (0,),
+    "os.lchflags": (0,),
+    "os.lchmod": (0,),
+    "shutil.rmtree": (0,),
+    "shutil.copyfile": (1,),
+    "shutil.copymode": (1,),
+    "shutil.copystat": (1,),
+    "shutil.copytree": (1,),
+    "shutil.move": (0, 1),
+    "shutil.chown": (0,),
+    "os.link": (0, 1),  # a hard link from the scratch folder into it (caches write so)
+}
+#: events refused outright once locked
+REFUSED = {
+    "os.system": "starts a process",
+    "os.exec": "starts a process",
+    "os.posix_spawn": "starts a process",
+    "os.spawn": "starts a process",
+    "os.fork": "starts a process",
+    "os.forkpty": "starts a process",
+    "os.startfile": "starts a process",
+    "pty.spawn": "starts a process",
+    "os.symlink": "links a file",
+    "os.chroot": "changes the root folder",
+    "socket.connect": "opens a network connection",
+    "socket.bind": "opens a network connection",
+    "socket.sendto": "opens a network connection",
+    "ctypes.dlsym": "looks up a native function",
+    "ctypes.dlsym/handle": "looks up a native function",
+    "ctypes.string_at": "reads raw memory",
+    "ctypes.wstring_at": "reads raw memory",
+    "ctypes.cdata": "reads raw memory",
+    "ctypes.PyObj_FromPtr": "reads raw memory",
+    "gc.get_objects": "walks every object of the process",
+    "gc.get_referrers": "walks every object of the process",
+    "gc.get_referents": "walks every object of the process",
+    "sys.setprofile": "switches a profiler on or off",
+    "sys.settrace": "switches a tracer on or off",
+    "sys.monitoring.register_callback": "switches a profiler on or off",
+}
+#: modules that read or write files (or shared memory) without raising an audit event: not
+#: importable once locked, and their functions replaced where they were imported before
+UNAUDITED = (
+    "readline",
+    "_posixshmem",
+    "_gdbm",
+    "_dbm",
+    "dbm",
+    "_curses",
+    "curses",
+)
+#: library code that reads source files and takes a refusal as "no file" (torch.compile's
+#: line-to-function-name cache): its reads of a secret are refused without an incident
+TOLERANT_READERS = (("torch/_dynamo/funcname_cache.py", "_add_file"),)
+#: programs a learner process may start (from the Python installation only): the lessons show a
+#: kernel's SASS, which ``nvdisasm`` makes, and torch.compile's kernels go through ``ptxas``;
+#: they end with the process group
+TOOLS = ("nvdisasm", "ptxas")
+#: the arguments of a version query: any other program asked only this is answered "not
+#: installed" (FileNotFoundError, as a missing program is), without an incident
+VERSION_PROBES = (["--version"], ["-V"])
+#: the CUDA driver, by the name the loader finds it by: a learner process may load it and look
+#: its functions up through ctypes (``runtime.resident_clusters`` does); the driver's API is in
+#: reach anyway, through the DSL's ``cuda.bindings``, and its files are the kernel's to guard
+DRIVER = ("libcuda.so.1", "libcuda.so")
+#: system programs a learner process may run with exactly these arguments: they only print
+#: (``ldconfig -p``, the loader's cache: Triton and ``ctypes.util.find_library`` find libcuda
+#: with it)
+QUERIES = (("ldconfig", "-p"),)
+#: the attributes that hand out a frame of the interpreter's stack (each raises the audit event
+#: ``object.__getattr__``); ``sys._getframe`` and ``sys._current_frames`` raise their own
+FRAME_ATTRIBUTES = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame"))
+#: standard-library files that hand the frames they take to their caller (``inspect``'s
+#: ``currentframe``/``stack``, ``traceback.walk_stack``, ``logging.currentframe``, a task's
+#: ``get_stack``, a wrapped generator's ``gi_frame``, ``signal.signal``): a frame one of them takes
+#: is taken for whoever called it
+FRAME_HELPERS = (
+    "/inspect.py", "/traceback.py", "/logging/__init__.py", "/functools.py", "/contextlib.py",
+    "/types.py", "/signal.py", "/bdb.py", "/pdb.py", "/asyncio/base_tasks.py",
+    "/asyncio/tasks.py", "/asyncio/coroutines.py", "/asyncio/format_helpers.py",
+)  # fmt: skip
+#: /proc entries of this process that are not a way out (no cwd, root, fd, mem, environ)
+PROC_SELF_OK = ("stat", "statm", "status", "maps", "cmdline", "comm", "limits", "cgroup", "task")
+
+#: what a student reads of a refusal, by how the sandbox's rule begins its words (an incident
+#: comes from the learner's process, which could write anything in it: no word of it is shown
+#: but these; the instructor's record keeps it whole)
+INCIDENT_KINDS = (
+    ("taking a frame", "taking a frame of the interpreter's stack"),
+    ("compiling", "making code that passes for the library's"),
+    ("making a code object", "making code that passes for the library's"),
+    ("loading marshalled code", "making code that passes for the library's"),
+    ("loading compiled code", "making code that passes for the library's"),
+    ("renaming a code object", "making code that passes for the library's"),
+    ("importing from the archive", "making code that passes for the library's"),
+    ("adding an audit hook", "adding an audit hook"),
+    ("a fresh copy of the built-in", "a fresh copy of a guarded built-in module"),
+    ("a module that reads or writes", "a module that reads or writes files unaudited"),
+    ("opening an sqlite", "opening an SQLite database"),
+    ("making a fifo", "making a fifo or a device file"),
+    ("writing", "writing outside its scratch folder"),
+    ("opening", "opening a file or folder outside its scratch folder"),
+    ("reading", "reading what it may not read"),
+    ("listing", "listing a folder it may not read"),
+    ("importing", "importing a module it may not import"),
+    ("changing the working directory", "changing the working directory"),
+    ("setting", "setting a loader variable"),
+    ("loading the native library", "loading a native library"),
+    ("ctypes.", "native functions or raw memory through ctypes"),
+    ("gc.", "walking every object of the process"),
+    ("sys.set", "switching a profiler or tracer"),
+    ("sys.monitoring", "switching a profiler or tracer"),
+    ("socket.", "opening a network connection"),
+    ("os.kill", "signalling another process"),
+    ("signal.", "signalling another process"),
+    ("subprocess.", "starting a process"),
+    ("starting", "starting a process"),
+    ("running", "starting a process"),
+    ("giving", "starting a process"),
+    ("pty.", "starting a process"),
+    ("os.system", "starting a process"),
+    ("os.exec", "starting a process"),
+    ("os.posix_spawn", "starting a process"),
+    ("os.spawn", "starting a process"),
+    ("os.fork", "starting a process"),
+    ("os.startfile", "starting a process"),
+    ("os.symlink", "linking a file"),
+    ("os.chroot", "changing the root folder"),
+    ("os.", "changing files outside its scratch folder"),
+    ("shutil.", "changing files outside its scratch folder"),
+)
+#: an incident the learner's process reported that is none of the sandbox's
+OTHER_INCIDENT = "something the sandbox refuses"
+
+
+def incident_kind(text: str, finished=()) -> str:
+    """What a student reads of the incident ``text``: a fixed phrase (``INCIDENT_KINDS``), and
+    of a tripwire reached its name only where it is one of ``finished`` (the grader's own)."""
+    if not isinstance(text, str):
+        return OTHER_INCIDENT
+    if text.startswith("reached: "):
+        name = text.removeprefix("reached: ")
+        what = "reaching the finished version of what is asked"
+        return f"{what} ({name})" if name in finished else what
+    rule = text.removeprefix("refused: ").lower()
+    return next((kind for start, kind in INCIDENT_KINDS if rule.startswith(start)), OTHER_INCIDENT)
