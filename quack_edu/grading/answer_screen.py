@@ -185,7 +185,9 @@ def screen(source: str, ex: Exercise) -> list[str]:
                 flag(node, f"uses `{node.id}` other than to call the helpers it gives")
         elif isinstance(node, ast.Attribute):
             a = node.attr
-            if a.startswith("__") and a.endswith("__"):
+            if a in (getattr(ex, "forbidden", None) or {}):  # cute.make_layout, c.make_layout
+                flag(node, f"uses `{a}` ({ex.forbidden[a]})")
+            elif a.startswith("__") and a.endswith("__"):
                 flag(node, f"uses the attribute `{a}`")
             elif a in ("_record", "run_exercise", "environ", "check", "showtraceback"):
                 flag(node, f"uses the attribute `{a}`")

@@ -161,11 +161,19 @@ _COMPILE_ERRORS: list[tuple[str, str]] = [
     (r"Cannot use a Runtime value", NOT_JIT),
     (
         r"expects pred to have compatible shape",
-        "a copy's pred= must have the shape of that copy's own partition: a predicate made from "
-        "another tensor's partition does not fit when the two move different numbers of "
-        "elements per 16-byte access (an fp32 weight beside bf16 x: 4, not 8). The weight has "
-        "its own partition of the identity tensor (thr_W.partition_S(cX)) and so its own "
-        "predicate",
+        "a copy's pred= holds one Boolean per atom of that copy's own partition: the "
+        "partition's shape with its first mode, (values, atoms), cut to its atoms (((8, 1), 1), "
+        "one 16-byte atom, takes a predicate of shape (1,); ((4, 2), 1), two 8-byte atoms, one "
+        "of (2, 1)). A predicate shaped for another partition (another atom width, or another "
+        "tensor's copy with another dtype) does not fit: build it from the partition of the "
+        "copy that uses it",
+    ),
+    (
+        r"cannot broadcast",
+        "two TensorSSA values of different shapes meet in one expression: fragments cut by "
+        "different copies do not line up (a copy of 4 fp32 values an atom beside one of 8 "
+        "bf16). Values combined element by element come from partitions of the same copy "
+        "(the same columns in the same order)",
     ),
     (
         r"'nvvm\.red' op operand #1 must be",

@@ -367,7 +367,8 @@ class Worker:
         if "raised" in reply:
             dsl = str(reply.get("module", "")).startswith("cutlass")
             if call and dsl and not reply.get("not_implemented"):
-                raise NeedsTrace()  # a DSL call outside the trace the grader had open
+                # a DSL call outside the trace the grader had open: its error, for the message
+                raise NeedsTrace(str(reply.get("short") or reply.get("raised") or ""))
             raise _rebuild(reply)
         if "unencodable" in reply:
             if str(reply.get("module", "")).startswith("cutlass"):
@@ -398,6 +399,7 @@ class RemoteAnswer:
         self.__name__ = name
         self._judge_source = source
         self.needs_trace = False
+        self.dsl_error = ""  # the DSL's error when a call of the answer raised one
 
     def __call__(self, *args, **kwargs):
         if not (_plain_args(args) and _plain_args(kwargs)):
@@ -406,8 +408,9 @@ class RemoteAnswer:
         w = self._worker
         try:
             return w.value_of(w.ask(("call", args, kwargs), f"calling {self.__name__}"), call=True)
-        except NeedsTrace:
+        except NeedsTrace as e:
             self.needs_trace = True
+            self.dsl_error = str(e.args[0]) if e.args else ""
             raise
 
     def __repr__(self):
@@ -510,19 +513,19 @@ def _judged_checks(ex: Exercise, worker: Worker, answer) -> Exercise:
                 )
             if not isinstance(answer, RemoteAnswer):
                 return c.fn(ctx)  # plain data, here
-            answer.needs_trace = False
+            answer.needs_trace, answer.dsl_error = False, ""
             try:
                 out = c.fn(ctx)
             except NeedsTrace:
-                raise _untraceable(c) from None
+                raise _untraceable(c, answer.dsl_error) from None
             except JudgeAbort:
                 raise
             except BaseException:
                 if answer.needs_trace:
-                    raise _untraceable(c) from None
+                    raise _untraceable(c, answer.dsl_error) from None
                 raise
             if answer.needs_trace:
-                raise _untraceable(c)
+                raise _untraceable(c, answer.dsl_error)
             return out
 
         return dataclasses.replace(c, fn=fn)
@@ -530,7 +533,20 @@ def _judged_checks(ex: Exercise, worker: Worker, answer) -> Exercise:
     return dataclasses.replace(ex, checks=[wrap(c) for c in ex.checks])
 
 
-def _untraceable(c: Check) -> CheckFailed:
+def _untraceable(c: Check, dsl_error: str = "") -> CheckFailed:
+    if dsl_error:  # the answer, called with plain values, raised an error of the DSL: say it
+        return CheckFailed(
+            f"your answer raised an error of the CuTe DSL when '{c.name}' called it with plain "
+            f"values: {dsl_error}",
+            hint="the check calls your function with plain Python values (ints, tuples), "
+            "outside any kernel or @cute.jit trace: a DSL call there fails. Compute the answer "
+            "with Python arithmetic"
+            + (
+                f" ({hints.diagnose_compile_text(dsl_error)})"
+                if hints.diagnose_compile_text(dsl_error)
+                else ""
+            ),
+        )
     return CheckFailed(
         f"the grader cannot judge '{c.name}' without running your answer in its own process, "
         "which it never does",

@@ -15,7 +15,7 @@ import math
 
 from ...lessons.evidence import SCALE_THREADS, SCALE_TILE
 from .. import checks
-from ..checks import Ptx, bounds, numbers_close, value_check
+from ..checks import Ptx, bounds, numbers_close, thread_guards, value_check
 from ..hints import Variant
 from ..registry import COMPILE, GPU, TIERS, CheckFailed, Exercise, mutants, register
 
@@ -129,6 +129,13 @@ LAYOUT_OFFSET_MUTANTS = mutants(COMPILE,
 # fmt: on
 # END KEY
 
+#: the exercise is the layout function itself: an answer computes it, it does not ask the DSL
+COMPUTE_IT = (
+    "the exercise asks for the arithmetic of a layout: compute the offset in Python (split a "
+    "1-D index, multiply by the strides), without a CuTe layout to evaluate"
+)
+LAYOUT_CALLS = ("cute", "cutlass", "make_layout", "make_ordered_layout", "crd2idx", "Layout")
+
 layout_offset = register(
     Exercise(
         id="01.layout_offset",
@@ -137,6 +144,7 @@ layout_offset = register(
         title="a layout is a function: the offset of a coordinate under shape:stride",
         points={COMPILE: 1},
         mutants=LAYOUT_OFFSET_MUTANTS,
+        forbidden=dict.fromkeys(LAYOUT_CALLS, COMPUTE_IT),
     )
 )
 layout_offset.add(
@@ -385,12 +393,41 @@ OFF_BY_ONE = (
 )
 
 
+STORE_UNGUARDED = (
+    "the store of y is not guarded: the tail test keeps the load of x inside the vector, but "
+    "the store runs for every thread, and the last CTA's threads past N write 16 bytes each "
+    "past the end of y. The store needs the same test as the load"
+)
+
+
+def _unguarded(ptx: Ptx, near) -> list:
+    """The global loads and stores that no test of a coordinate against ``near`` (N - 8 .. N)
+    guards: neither predicated on such a predicate (or one made from it: ``and.pred``), nor
+    inside a forward branch over one (``ptx.thread_guards``)."""
+    consts = {str(v) for v in near}
+
+    def tail(p: Ptx, pred: str) -> bool:
+        return any(
+            s.opcode.startswith("setp") and any(o.strip() in consts for o in s.operands)
+            for j in p.defs.get(pred, [])
+            for s in (p.instrs[j], *p.ancestors(p.instrs[j]))
+        )
+
+    guards = thread_guards(ptx.text, guard=tail)
+    return [
+        i
+        for i in ptx.instrs
+        if i.opcode.startswith(("ld.global", "st.global")) and not guards.get(i.index)
+    ]
+
+
 def _check_guard(ptx: Ptx, N: int) -> str:
     """Some comparison of a coordinate with N (or with N - 8 .. N - 1: the same test on a
     thread's first element, a multiple of 8) guards the tail, and none whose use the PTX shows
     (``bounds``: a branch over the copies, or copies predicated on it) lets in the thread whose
-    first element is N, past the end. (A guard that shuts out the last vector leaves outputs
-    unwritten: the gpu tier's values show it.)"""
+    first element is N, past the end; every load of x and store of y is under such a test.
+    (A guard that shuts out the last vector leaves outputs unwritten: the gpu tier's values
+    show it.)"""
     near = range(N - VEC, N + 1)
     for b in bounds(ptx.text, near):
         if b.admits(N):
@@ -403,7 +440,21 @@ def _check_guard(ptx: Ptx, N: int) -> str:
             )
     for s in ptx.find("setp"):
         if any(o.strip() in {str(v) for v in near} for o in s.operands):
-            return f"`{s.text}` guards the tail"
+            loose = _unguarded(ptx, near)
+            if loose:
+                what = "store of y" if loose[0].opcode.startswith("st") else "load of x"
+                raise CheckFailed(
+                    f"a {what} that the tail test does not guard",
+                    expected=f"every ld.global and st.global under `{s.text}` (a branch over "
+                    "them, or predicated on it)",
+                    seen=f"`{loose[0].text}` runs for every thread",
+                    hint=STORE_UNGUARDED
+                    if what.startswith("store")
+                    else "the load of x is "
+                    "not guarded: the last CTA's threads past N read 16 bytes each past the "
+                    "end of x. The load needs the tail test too",
+                )
+            return f"`{s.text}` guards the tail, the load and the store"
     raise CheckFailed(
         f"nothing keeps the last CTA inside the {N} elements",
         expected=f"a comparison of the element's coordinate with N = {N} (setp ... {N - 1})",
@@ -499,6 +550,10 @@ SCALE_KERNEL_MUTANTS = [
     ),
     *mutants(COMPILE,
         ("not a kernel", "@cute.kernel", "@cute.kernel\n", ""),
+    ),
+    *mutants(COMPILE,
+        ("the store of y after the guard", "the store of y is not guarded",
+         "        cute.copy(copy, tYrY, tYgY)\n", "    cute.copy(copy, tYrY, tYgY)\n"),
     ),
 ]
 # fmt: on
