@@ -36,6 +36,7 @@ from .context import (  # noqa: F401  (re-exported: the exercises' kit)
     fail_on_error,
     not_launched,
     shared,
+    your_kernel,
 )
 from .ptx import (  # noqa: F401  (re-exported: the exercises' probes import them from here)
     Ptx,
@@ -241,7 +242,7 @@ def compiles(
         out = []
         for dt in dtypes:
             for n in [ctx.hidden_N(hole, dt)] if hidden else [N]:
-                what = f"the {hole.stage} kernel with your {hole.piece} does not compile"
+                what = f"{your_kernel(ctx, hole)} does not compile"
                 with fail_on_error(f"{what} ({dt}, N={n})"):
                     rep = ctx.report(hole, n, dt, _config(config, n, dt))
                 if rep.target != "sm_90a":

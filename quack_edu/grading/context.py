@@ -260,6 +260,16 @@ def not_launched():
         raise
 
 
+def your_kernel(ctx, hole) -> str:
+    """What a compile error names: "your persistent_kernel" for a whole kernel (the answer's
+    own name, whatever stage it is built on), "the warp kernel with your row_copy" for a
+    piece."""
+    ex = getattr(ctx, "exercise", None)
+    if hole.piece == "kernel" and ex is not None:
+        return f"your {ex.answer}"
+    return f"the {hole.stage} kernel with your {hole.piece}"
+
+
 @contextmanager
 def fail_on_error(what: str, hint: str | None = None, detail: Callable | None = None):
     """Inside, an error of the learner's code (compiling their kernel, replaying it) fails the

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import hints
-from .checks import EPS, POISON, KernelHole, fail_on_error, rmsnorm_inputs
+from .checks import EPS, POISON, KernelHole, fail_on_error, rmsnorm_inputs, your_kernel
 from .registry import COMPILE, Check, CheckFailed
 
 #: rows per launch, in the order they run (the first holds a zero row and a row at eps's scale)
@@ -144,7 +144,7 @@ def sim_values(
         for N, xd, wd, cfg in cases(ctx) if callable(cases) else cases:
             xdt, wdt = torch_dtype(xd), torch_dtype(wd)
             cfg = cfg(N, xdt) if callable(cfg) else cfg
-            with fail_on_error(f"your {hole.stage} kernel does not compile (x {xd}, N={N})"):
+            with fail_on_error(f"{your_kernel(ctx, hole)} does not compile (x {xd}, N={N})"):
                 kernel, rep = report(ctx, hole, N, xd, wd, cfg)
             where = f"x {xd}, weight {wd}" if xd != wd else xd
             for M in SIM_M:

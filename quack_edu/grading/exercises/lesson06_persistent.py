@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import re
 
-from ..checks import gpu_speed
+from .. import hints
+from ..checks import POISON, gpu_speed
+from ..holes import BLOCKS_PER_CTA
 from ..holes import PERSISTENT_KERNEL_HOLE as KERNEL_HOLE
 from ..ptx import REG, Ptx, PtxInstr, instruction_lines
 from ..registry import COMPILE, TIERS, CheckFailed, mutants
 from .lesson03 import no_divergent_barrier, one_pass_config, refuse_to_hang
 from .lesson06 import LESSON
-from .whole_kernel import GIVEN_COPY, OUT, W, WholeKernel, tensor_accesses
+from .whole_kernel import GIVEN_COPY, OUT, WHOLE_VARIANTS, W, WholeKernel, tensor_accesses
 
 # ---- hints ------------------------------------------------------------------------------------
 NO_LOOP = (
@@ -48,14 +50,57 @@ NOT_FROM_SMEM = (
     "fragment)"
 )
 ONE_BUFFER = (
-    "every block's warps meet in the same slots: a warp that is done with block k stores its "
-    "partial of block k + 1 into a slot another warp of its row may not have read yet (no "
-    "barrier separates them). Two buffers, used in turn, make the barrier of block k + 1 stand "
-    "between block k's reads and block k + 2's writes"
+    "every block's warps meet in the same slots, and no barrier stands between one block's "
+    "reads of them and the next block's writes: a warp that is done with block k stores its "
+    "partial of block k + 1 into a slot another warp of its row may not have read yet. Two "
+    "buffers, used in turn, put the barrier of block k + 1 between block k's reads and block "
+    "k + 2's writes"
 )
-ROWS_SKIPPED = (
-    "some rows of the tensor are never normalised: CTA b owns the seq consecutive row blocks "
-    "that start at block b * seq (the grid has one CTA per seq blocks), and walks each of them"
+CTAS_OVERLAP = (
+    "the CTAs overlap: CTA b starts its seq blocks one block after CTA b - 1 starts its own, so "
+    "neighbouring CTAs normalise the same blocks and the blocks past the last CTA's reach are "
+    "never normalised. The grid has one CTA per seq blocks: each CTA's first block is seq "
+    "blocks after the previous CTA's"
+)
+WEIGHT_NOT_COPIED = (
+    "the weight is never copied into sW: the PTX loads none of it, so no thread runs the copy "
+    "from the weight's tile into shared memory (its condition holds for no thread of the CTA: "
+    "at one row a CTA, the only row is row 0), and y multiplies by whatever sW held"
+)
+SW_UNWRITTEN = (
+    "every output is NaN: the simulator fills shared memory with NaN before the launch, and "
+    "y read sW where nothing was ever written. The weight is never copied into sW (no thread "
+    "runs its copy), or y reads a part of shared memory the copy does not fill"
+)
+
+
+def _overlapping_ctas(x, w, eps):
+    """What a kernel whose CTA b starts at block b (not b * seq) writes: the blocks from 0 to
+    the last CTA's last, normalised; the rows past them left as they were (poisoned)."""
+    import torch
+
+    M, N = x.shape
+    cfg = one_pass_config(N, x.dtype)
+    rows = cfg.num_threads // cfg.threads_per_row  # rows a block
+    blocks = -(-M // rows)
+    ctas = -(-blocks // BLOCKS_PER_CTA)
+    reach = (ctas - 1 + BLOCKS_PER_CTA) * rows  # the rows the last CTA's blocks end at
+    y = hints._rms_variant(x, w, eps)
+    y[reach:] = torch.tensor(POISON, dtype=x.dtype).float()
+    return y
+
+
+def _sw_never_written(x, w, eps):
+    """What a kernel computes whose sW is never written, in the simulator (NaN bytes)."""
+    import torch
+
+    return torch.full(x.shape, float("nan"))
+
+
+VARIANTS = (
+    *WHOLE_VARIANTS,
+    hints.Variant("CTAs start one block apart", _overlapping_ctas, CTAS_OVERLAP),
+    hints.Variant("sW never written", _sw_never_written, SW_UNWRITTEN),
 )
 
 
@@ -90,6 +135,26 @@ def address_carried(ptx: Ptx, st, inside: range) -> bool:
     regs = REG.findall(st.operands[0]) if st.operands else []
     probe = PtxInstr(-1, "address", [], regs, [], "")
     return any(a.index in inside and a in ptx.ancestors(a) for a in ptx.ancestors(probe))
+
+
+def barrier_after_reads(ptx: Ptx, loop: range, stores: list) -> bool:
+    """Whether, in the loop's one body, a ``bar.sync`` stands between the last read of shared
+    memory that follows the slots' barrier and the next iteration's first store into the slots
+    (after those reads, or before the stores): one buffer and a second barrier, which orders
+    block k's reads before block k + 1's writes as two buffers do. Vector loads (the weight's
+    slice) are not the slots' reads."""
+    bars = [i.index for i in ptx.find("bar.sync") if i.index in loop]
+    first = min(st.index for st in stores)
+    after = [b for b in bars if b > first]
+    if not after:
+        return False
+    reads = [
+        i.index
+        for i in ptx.find("ld.shared")
+        if i.index in loop and i.index > after[0] and ".v" not in i.opcode
+    ]
+    last = max(reads, default=after[0])
+    return any(b > last or b < first for b in bars)
 
 
 def _staged_once(rep, kernel) -> str:
@@ -139,16 +204,21 @@ def _staged_once(rep, kernel) -> str:
         )
     slots = [i for i in ptx.find("st.shared") if i.index in loop]
     fixed = [i for i in slots if not address_carried(ptx, i, loop)]
-    if fixed:
+    if fixed and not barrier_after_reads(ptx, loop, fixed):
         raise CheckFailed(
             "the reduction's slots are the same in every iteration of the loop",
             expected="a slot address that alternates with the block (two buffers)",
             seen=f"`{fixed[0].text}`, its address the same for every block",
             hint=ONE_BUFFER,
         )
+    slots_ok = (
+        "the slots alternate with the block"
+        if not fixed
+        else "one set of slots, a barrier after its reads"
+    )
     return (
         f"the weight's {len(w_loads)} loads staged in shared memory before the loop; y from "
-        "shared memory; the slots alternate with the block"
+        f"shared memory; {slots_ok}"
     )
 
 
@@ -184,8 +254,14 @@ PERSISTENT_KERNEL_MUTANTS = [
              "              thr_W.retile(tXsW), pred=tWpW)"),
         ]),
     ),
+    *mutants(COMPILE,
+        ("the weight copied by a row no CTA has", "the weight is never copied into sW",
+         "if thr_X.partition_S(cW)[0][0] == 0:", "if thr_X.partition_S(cW)[0][0] == 1:"),
+        ("sW read through the weight's copy", "fragments cut by different copies",
+         "tXsW = thr_X.partition_S(sW)", "tXsW = thr_W.partition_S(sW)"),
+    ),
     *mutants(TIERS,
-        ("CTAs start one block apart", "some outputs were never written",
+        ("CTAs start one block apart", "the CTAs overlap",
          "    blk0 = bidx * self.seq", "    blk0 = bidx"),
         ("the CTA's last block skipped", "some outputs were never written",
          "cutlass.min(self.seq, ", "cutlass.min(self.seq - 1, "),
@@ -218,4 +294,6 @@ persistent_kernel = WholeKernel(
     "weight dtypes)",
     speed=gpu_speed(KERNEL_HOLE, fraction=0.8, N=8192),
     guard=refuse_to_hang,
+    variants=VARIANTS,
+    hint_weight=WEIGHT_NOT_COPIED,
 ).register()

@@ -103,6 +103,11 @@ L_COMPILED = (
     "loop body, each helper called once in it (rearm under its condition), with arguments "
     "computed from it, not a branch on how the loop is being run"
 )
+L_RANGE = (
+    "the PTX has no loop with one body: the loop over the blocks is not a cutlass.range(..., "
+    "unroll=1) loop (a Python range over a run-time count becomes a loop the compiler may "
+    "unroll, several blocks a body). Loop with cutlass.range and unroll=1"
+)
 L_HELPERS = (
     "the loop calls something other than its helpers (or fails in plain Python): write it with "
     "the helpers given, plain arithmetic on it, and cutlass.range for the loop"
@@ -478,6 +483,13 @@ def loop_protocol(ptx: str, commits: int) -> None:
     block's ``commits`` copy groups issued an iteration."""
     import re
 
+    if '.pragma "nounroll"' not in ptx:
+        raise CheckFailed(
+            "compiled, the loop over the blocks is not kept as one body",
+            expected='a loop after .pragma "nounroll" (cutlass.range(n_iter, unroll=1))',
+            seen="no such pragma in the PTX",
+            hint=L_RANGE,
+        )
     region = _loop_region(ptx)
     waits = [ln for ln in region if "mbarrier.try_wait.parity" in ln]
     if not waits:
@@ -617,6 +629,8 @@ ROW_LOOP_MUTANTS = mutants(COMPILE,
         ("parity = it % 2", "parity = 0"),
         ("it + 2 < n_iter", "it + 1 < n_iter"),
     ]),
+    ("a Python range", "Loop with cutlass.range",
+     "for it in cutlass.range(n_iter, unroll=1):", "for it in range(n_iter):"),
     ("no issue in the last iteration", "the last iteration issues no next block",
      "issue(blk + 1, 1 - buf)", "if it + 1 < n_iter:\n            issue(blk + 1, 1 - buf)"),
     ("the next block into the buffer being read", "still reads",

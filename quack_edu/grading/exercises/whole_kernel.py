@@ -133,9 +133,18 @@ def _words(ins) -> int:
     return int(m.group(1)) if m else 1
 
 
-def probe_accesses(rep, kernel, *, cluster: bool = False, hint_tile: str, hint_rank: str = ""):
+def probe_accesses(
+    rep,
+    kernel,
+    *,
+    cluster: bool = False,
+    hint_tile: str,
+    hint_rank: str = "",
+    hint_weight: str | None = None,
+):
     """x read once and tiled by the CTA (and its rank in the cluster), the weight read, y
-    written once; raises CheckFailed with a hint in the learner's terms."""
+    written once; raises CheckFailed with a hint in the learner's terms (``hint_weight``: when
+    the weight is not loaded, the exercise's own)."""
     t = kernel.tiling
     acc, ptx = tensor_accesses(rep.ptx)
     xb = kernel.dtype.width // 8
@@ -183,7 +192,8 @@ def probe_accesses(rep, kernel, *, cluster: bool = False, hint_tile: str, hint_r
             f"{where}: the weight is loaded {w_loads} times, for {want_w} 16-byte pieces",
             expected=f"{want_w} loads of the weight",
             seen=seen,
-            hint=hints.NO_WEIGHT
+            hint=hint_weight
+            or hints.NO_WEIGHT
             + ": load the weight's tile (broadcast over the CTA's rows) into a fragment of "
             "x's shape and multiply by it",
         )
@@ -505,6 +515,7 @@ def access_check(
     name: str,
     hint_tile: str,
     hint_rank: str = "",
+    hint_weight: str | None = None,
     cluster: bool = False,
     extra: Callable | None = None,
     hidden: bool = False,
@@ -513,20 +524,25 @@ def access_check(
     ``(N, x dtype, weight dtype, config)`` of ``cases`` (or ``cases(ctx)``; a config may be a
     callable of (N, dtype))."""
     from ...runtime import torch_dtype
-    from ..checks import fail_on_error
+    from ..checks import fail_on_error, your_kernel
 
     def fn(ctx):
         msgs = []
         for N, xd, wd, cfg in cases(ctx) if callable(cases) else cases:
             cfg = cfg(N, torch_dtype(xd)) if callable(cfg) else cfg
             with fail_on_error(
-                f"your {hole.stage} kernel does not compile (x {xd}, weight {wd}, N={N})"
+                f"{your_kernel(ctx, hole)} does not compile (x {xd}, weight {wd}, N={N})"
             ):
                 kernel, rep = whole_report(ctx, hole, N, xd, wd, cfg)
             msgs.append(
                 f"x {xd}/w {wd} N={N}: "
                 + probe_accesses(
-                    rep, kernel, cluster=cluster, hint_tile=hint_tile, hint_rank=hint_rank
+                    rep,
+                    kernel,
+                    cluster=cluster,
+                    hint_tile=hint_tile,
+                    hint_rank=hint_rank,
+                    hint_weight=hint_weight,
                 )
             )
             if extra is not None:
@@ -598,6 +614,8 @@ class WholeKernel:
     hidden_values: str = "values at more shapes and dtype pairs, grading seed"
     #: the hint of a race the simulator finds (``sim_values``' ``RACE`` when None)
     ordering_hint: str | None = None
+    #: the hint when the weight is never loaded (``hints.NO_WEIGHT`` when None)
+    hint_weight: str | None = None
 
     def register(self) -> Exercise:
         ex = register(
@@ -620,6 +638,7 @@ class WholeKernel:
         access = dict(
             hint_tile=self.hint_tile,
             hint_rank=self.hint_rank,
+            hint_weight=self.hint_weight,
             cluster=self.cluster,
             extra=self.extra,
         )
