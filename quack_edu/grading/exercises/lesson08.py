@@ -2,8 +2,11 @@
 
 The learner is handed the block kernel (rows that fit one pass) with a TODO and writes what
 PDL adds to it: ``cute.arch.griddepcontrol_wait()`` before the kernel's first access to global
-memory (what the previous kernel on the stream writes may be read only after it), then
-``cute.arch.griddepcontrol_launch_dependents()``, and the launch flag (``use_pdl()`` beside the
+memory (what the previous kernel on the stream writes may be read only after it),
+``cute.arch.griddepcontrol_launch_dependents()`` anywhere (the dependent grid's own wait still
+waits for this grid's completion and its memory: PTX ISA, griddepcontrol; so its place changes
+how early the next grid may start, never what it reads, and no order is checked), and the
+launch flag (``use_pdl()`` beside the
 kernel returns True), which ``block.BlockPdl``'s host side passes to ``launch(use_pdl=...)``
 (``holes.PDL_KERNEL_HOLE``; the final stage does the same: ``stages/final.py``).
 
@@ -48,7 +51,8 @@ WAIT_GUARDED = (
 NO_TRIGGER = (
     "the PTX has no griddepcontrol.launch_dependents: without it the next kernel on the stream "
     "is launched only when this grid ends, and PDL overlaps nothing. Call "
-    "cute.arch.griddepcontrol_launch_dependents() once the wait is done"
+    "cute.arch.griddepcontrol_launch_dependents() (before or after the wait: the next kernel's "
+    "own wait still waits for this grid to end)"
 )
 FLAG_OFF = (
     "use_pdl() does not return True: the kernel is launched without programmatic dependent "
@@ -164,7 +168,7 @@ pdl_kernel = WholeKernel(
     hole=KERNEL_HOLE,
     cases=_KERNEL_CASES,
     access="x read once, the weight read, y written once; griddepcontrol.wait before the first "
-    "global access, then launch_dependents",
+    "global access, and launch_dependents",
     extra=_waits_first,
     Ns=(1000, 8200),
     hidden_Ns=(1544, 3000, 6136, 12296),
