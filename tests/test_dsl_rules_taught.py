@@ -22,6 +22,10 @@ RULES = [
     ("01b_cute_dsl", "a scalar meets every value", "01_scale_kernel"),
     ("01b_cute_dsl", "`(start, stop)` as Python's `range`", "01_scale_kernel"),
     ("01b_cute_dsl", "needs its own partition and its own predicate", None),
+    # issue 50's second cold learner: a predicate's shape (01b), and for 06.persistent_kernel a
+    # copy into shared memory with the plain atom and a slice at a run-time index
+    ("01b_cute_dsl", "Its shape is the copy's partition's with the first mode", "01_scale_kernel"),
+    ("01b_cute_dsl", "`((8, 1), 1)` takes `make_layout(1)`", "01_scale_kernel"),
     # lesson 04: an mbarrier's wait takes the parity of a phase
     ("04_cluster_reduction", "a wait names one by its parity, `phase % 2`", "04_cluster_exchange"),
     # lesson 05: the cache modes, and the part a commit group holds
@@ -31,7 +35,18 @@ RULES = [
         "05_g2s_atom",
     ),
     ("05_cp_async_pipelining", "`per_stage`: the vectors of one part", "05_pipeline"),
-    # lesson 06: phases past the first, and where the kernel's one cluster wait is
+    # lesson 06: a copy into shared memory, a run-time slice; phases past the first, and where
+    # the kernel's one cluster wait is
+    (
+        "06_final_kernel",
+        "`cute.copy` with the plain atom (`CopyUniversalOp`) moves between any two memories",
+        "06_persistent_kernel",
+    ),
+    (
+        "06_final_kernel",
+        "a slice's index may be a DSL value known only on the GPU",
+        "06_persistent_kernel",
+    ),
     ("06_final_kernel", "A wait names the phase by its **parity**, `phase % 2`", "06_row_loop"),
     ("06_final_kernel", "made its one cluster wait", "06_row_loop"),
 ]
