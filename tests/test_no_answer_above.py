@@ -772,3 +772,47 @@ def test_tokens():
     assert _near(tokens("send(val, p, q, r)"), tokens("send(sum, p, q, r)"))
     assert not _near(tokens("send(val, p)"), tokens("send(sum, p)"))  # 6 tokens: no rename
     assert not _near(tokens("make_layout(128) + make_layout(8)"), tokens("make_layout(T) + x"))
+
+
+# ---- the page under the check -----------------------------------------------------------------
+def page_under_check(nb, cell_id: str) -> list[Text]:
+    """The markdown a learner sees under the exercise while writing it: the cells after its
+    answer cell (its check cell skipped) up to the next code cell, read as code: an expression
+    in backticks there is the answer's own text, not a statement of what to compute (issue 50:
+    a cell under 06.row_loop's check listed every rule of the loop as its expressions)."""
+    cells = nb.cells
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in cells]
+    i = ids.index(cell_id) + 1
+    texts = []
+    while i < len(cells):
+        c = cells[i]
+        if c.cell_type == "code" and "check" not in c.metadata.get("tags", []):
+            break
+        if c.cell_type == "markdown":
+            texts.append(Text(f"cell {i} (markdown under the check)", c.source, "code", c.id))
+        i += 1
+    return texts
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=[ex.id for ex in EXERCISES])
+def test_the_markdown_under_an_exercise_does_not_hold_its_answer(ex):
+    lines = _answer_lines(ex)
+    shown = shown_lines(lines, page_under_check(_student(ex.lesson), ex.cell_id))
+    assert len(shown) <= few(len(lines)), (
+        f"{ex.id}: {len(shown)} of the solution's {len(lines)} lines are in the markdown under "
+        f"it (at most {few(len(lines))}):\n"
+        + "\n".join(f"  {' '.join(lines[k].text.split())}  <-  {w}" for k, w in shown.items())
+    )
+
+
+def test_the_rule_under_the_check_sees_the_row_loop_recap():
+    """What 06's page showed under row_loop's check before issue 50's fix: three of its ten
+    lines (two may be shown)."""
+    recap = (
+        "Each rule is a line of the loop: buffer `it % 2`; the next block into `1 - buf` first;\n"
+        "exchange buffer and mbarrier `it % 2`, phase `(it // 2) % 2`; one re-arm by thread 0, "
+        "after the\nwait, for a block that follows."
+    )
+    loop = _lines(_ROW_LOOP)
+    assert len(shown_lines(loop, [Text("md", recap, "code")])) > few(len(loop))
+    assert shown_lines(loop, [Text("md", recap, "prose")]) == {}  # as prose it passed
