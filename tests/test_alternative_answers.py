@@ -1,0 +1,121 @@
+"""Answers a cold learner wrote (issue 50), graded as they should be on the compile tier: right
+alternatives to a solution pass, and wrong ones fail with the hint that names their mistake.
+Each answer is its exercise's solution with one edit, as a mutant is."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from quack_edu.grading import COMPILE, registry, run_exercise
+from quack_edu.grading.notebook import answer_from_source, exercise_source, read, solutions_dir
+
+
+@functools.cache
+def _solution(ex_id: str) -> str:
+    ex = registry.get(ex_id)
+    return exercise_source(read(solutions_dir() / f"{ex.lesson}.ipynb"), ex)
+
+
+def _grade(ex_id: str, old: str, new: str):
+    src = _solution(ex_id)
+    assert src.count(old) == 1, old
+    ex = registry.get(ex_id)
+    answer = answer_from_source(src.replace(old, new), ex.answer)
+    return run_exercise(ex, answer, seed=3, gpu=False, hidden=True)
+
+
+SCALE_IF = """    if cute.elem_less(tXcX[0], mX.shape):
+        cute.copy(copy, tXgX, tXrX)
+        x = tXrX.load().to(Float32)
+        tYrY.store((x * factor).to(mY.element_type))
+        cute.copy(copy, tYrY, tYgY)
+"""
+SCALE_PRED = """    pred = cute.make_rmem_tensor(cute.make_layout(1), cutlass.Boolean)  # one atom
+    pred[0] = cute.elem_less(tXcX[0], mX.shape)
+    cute.copy(copy, tXgX, tXrX, pred=pred)
+    x = tXrX.load().to(Float32)
+    tYrY.store((x * factor).to(mY.element_type))
+    cute.copy(copy, tYrY, tYgY{})
+"""
+
+
+def test_scale_kernel_with_a_predicate_passes_and_without_it_on_the_store_fails():
+    res = _grade("01.scale_kernel", SCALE_IF, SCALE_PRED.format(", pred=pred"))
+    assert res.tiers()[COMPILE]["status"] == "pass", res.table()
+    res = _grade("01.scale_kernel", SCALE_IF, SCALE_PRED.format(""))
+    assert res.tiers()[COMPILE]["score"] == 0, res.table()
+    assert "the store of y is not guarded" in " ".join(res.table().split())
+
+
+def test_pdl_kernel_may_let_the_next_kernel_launch_before_its_wait():
+    """griddepcontrol.launch_dependents only lets the dependent grid launch early; that grid's
+    griddepcontrol.wait still waits for this grid's completion and memory (PTX ISA): no order
+    between the two is required."""
+    both = "    cute.arch.griddepcontrol_wait()\n    cute.arch.griddepcontrol_launch_dependents()\n"
+    swapped = (
+        "    cute.arch.griddepcontrol_launch_dependents()\n    cute.arch.griddepcontrol_wait()\n"
+    )
+    res = _grade("08.pdl_kernel", both, swapped)
+    assert res.tiers()[COMPILE]["status"] == "pass", res.table()
+
+
+def test_persistent_kernel_takes_one_buffer_and_a_second_barrier():
+    old = "        sum_sq = self.block_reduce(sum_sq, buffers[None, None, it % 2])\n"
+    new = (
+        "        sum_sq = self.block_reduce(sum_sq, buffers[None, None, 0])\n"
+        "        cute.arch.barrier()  # every warp has read the slots before the next block\n"
+    )
+    res = _grade("06.persistent_kernel", old, new)
+    assert res.tiers()[COMPILE]["status"] == "pass", res.table()
+    assert "a barrier after its reads" in " ".join(res.table().split())
+
+
+def test_a_dsl_error_inside_an_answer_is_shown():
+    """01.thread_elements answered with a CuTe layout, called by the check with plain values:
+    the DSL's own error is in the message, not only "cannot judge"."""
+    from quack_edu.grading.judge import judge_exercise
+
+    ex = registry.get("01.thread_elements")
+    src = _solution(ex.id)
+    body = src.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
+    dsl = (
+        "\n    L = cute.make_layout(thr_shape, stride=thr_stride)\n"
+        "    for r in range(thr_shape[0]):\n        for c in range(thr_shape[1]):\n"
+        "            if L((r, c)) == t:\n                return [(r, c * vec + j) for j in "
+        "range(vec)]\n    "
+    )
+    res = judge_exercise(ex, src.replace(body, dsl), gpu=False)
+    assert res.score == 0
+    text = " ".join(res.table().split())
+    assert "raised an error of the CuTe DSL" in text and "make_layout" in text, text
+
+
+def test_layout_offset_refuses_a_layout_call():
+    from quack_edu.grading.judge import judge_exercise
+
+    ex = registry.get("01.layout_offset")
+    src = _solution(ex.id)
+    body = src.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
+    call = "\n    return int(cute.make_layout(shape, stride=stride)(coord))\n    "
+    res = judge_exercise(ex, src.replace(body, call), gpu=False)
+    assert res.score == 0 and "compute the offset in Python" in (res.forced_message or "")
+    assert judge_exercise(ex, src, gpu=False).status == "pass"
+
+
+@pytest.mark.parametrize(
+    "hint,old,new",
+    [
+        (  # the weight partitioned by its own copy, multiplied with x's values
+            "fragments cut by different copies",
+            "tXsW = thr_X.partition_S(sW)",
+            "tXsW = thr_W.partition_S(sW)",
+        ),
+    ],
+)
+def test_persistent_kernel_names_its_kernel_in_a_compile_error(hint, old, new):
+    res = _grade("06.persistent_kernel", old, new)
+    text = " ".join(res.table().split())
+    assert "your persistent_kernel does not compile" in text and "your block kernel" not in text
+    assert hint in text
