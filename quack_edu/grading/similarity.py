@@ -174,15 +174,20 @@ def telling(ex_id: str, canon: bool = False) -> tuple[str, ...]:
     return tuple(out)
 
 
-def copied_from_library(ex, source: str) -> str | None:
+def copied_from_library(ex, source: str, run_time: bool = False) -> str | None:
     """Why ``source`` is a copy of the library's finished version of ``ex`` (a flag's words), or
-    None."""
+    None. ``run_time``: text the answer's process compiled, judged against the finished
+    versions only (``copy_of``'s code is what the honest process compiles: 06.row_loop's
+    kernel, which the DSL parses with the learner's loop in it)."""
+    judged = set(ex.finished) if run_time else None
     for canon in (False, True):  # (aliased chains: the canonical form)
         for dotted in telling(ex.id, canon):
+            if judged is not None and dotted not in judged:
+                continue
             c = cover(source, dotted, ex.lesson, canon)
             if c is not None and c >= COPIED:
                 return f"copies the library's finished {dotted}"  # (no share: nothing to aim at)
-    pieces = containing(ex.id)
+    pieces = tuple(d for d in containing(ex.id) if judged is None or d in judged)
     if pieces:
         c = contained(source, pieces, ex.lesson)
         if c is not None and c[0] >= CONTAINED:
@@ -459,13 +464,13 @@ def copied_at_run_time(ex, compiled: list[tuple[str, str]]) -> str | None:
             pass
     kept = []
     for name, text in compiled:
-        why = copied_from_library(ex, text)
+        why = copied_from_library(ex, text, run_time=True)
         if why:
             return why
         if _in_file(name, text) and not any(_flat(text) in _flat(f) for f in finished):
             continue
         kept.append(text)
-    return copied_from_library(ex, "\n".join(kept)) if kept else None
+    return copied_from_library(ex, "\n".join(kept), run_time=True) if kept else None
 
 
 def _flat(text: str) -> str:
