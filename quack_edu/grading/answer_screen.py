@@ -113,6 +113,9 @@ def screen(source: str, ex: Exercise) -> list[str]:
         tree = ast.parse(source)
     except SyntaxError:
         return []
+    except Exception as e:  # noqa: BLE001  (RecursionError: ``1+1+...+1``, 20000 terms, red team 9)
+        why = "too deeply nested" if isinstance(e, RecursionError) else type(e).__name__
+        return [f"could not be read ({why})"]
     why: list[str] = []
     given = getattr(ex, "given", None) or {}
 

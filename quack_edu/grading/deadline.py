@@ -56,3 +56,44 @@ def killed_after(seconds: float, kill: Callable[[], None]) -> Iterator[threading
         yield fired
     finally:
         timer.cancel()
+
+
+class TooSlow(BaseException):
+    """The grader's own work on a learner's text or reply ran past its bound (``cpu_bound``).
+    A BaseException, so that a check's ``except Exception`` does not take it for the
+    learner's error."""
+
+
+#: seconds of the grader's own CPU time that similarity may spend on one answer, and that one
+#: check may spend on what a worker sent back (PTX it parses and simulates): an honest answer
+#: needs a fraction (``tests/test_redteam9.py`` names the largest measured)
+SIMILARITY_CPU_S = 60.0
+CHECK_CPU_S = 240.0
+
+
+@contextmanager
+def cpu_bound(seconds: float, what: str) -> Iterator[None]:
+    """Run the block; raise ``TooSlow(what)`` in it once this process has spent ``seconds`` of
+    CPU time on it (``ITIMER_PROF``: waiting for a worker costs nothing). In the main thread
+    only, and not inside another bound (the outer one holds); elsewhere the block runs
+    unbounded."""
+    import signal
+
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or not hasattr(signal, "setitimer")
+        or signal.getitimer(signal.ITIMER_PROF)[0] > 0
+    ):
+        yield
+        return
+
+    def fire(signum, frame):  # noqa: ARG001
+        raise TooSlow(what)
+
+    old = signal.signal(signal.SIGPROF, fire)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, old)

@@ -40,7 +40,7 @@ from pathlib import Path
 from . import answer_key, deadline, hints
 from .answer_screen import screen
 from .context import Context
-from .deadline import MAX_REPLY, killed_after
+from .deadline import CHECK_CPU_S, MAX_REPLY, SIMILARITY_CPU_S, TooSlow, cpu_bound, killed_after
 from .registry import MISSING, Check, CheckFailed, Exercise
 from .report import FAIL, NOT_ATTEMPTED, ExerciseResult, shown_text
 from .runner import run_exercise
@@ -321,9 +321,7 @@ class Worker:
             return self._parse(data)
         except Exception as e:  # noqa: BLE001  (red team 8: a RecursionError ended the class run)
             self._kill()
-            raise JudgeAbort(
-                "garbled", f"the worker's reply was not data ({type(e).__name__})"
-            ) from None
+            raise JudgeAbort("garbled", f"{GARBLED} ({type(e).__name__})") from None
 
     def _parse(self, data: bytes) -> dict:
         """A reply as data: a JSON object whose ``incidents`` is a list of strings and whose
@@ -386,9 +384,33 @@ def decoded(value):
     try:
         return decode(value)
     except Exception as e:  # noqa: BLE001
-        raise JudgeAbort(
-            "garbled", f"the worker's reply was not data ({type(e).__name__})"
-        ) from None
+        raise JudgeAbort("garbled", f"{GARBLED} ({type(e).__name__})") from None
+
+
+#: how a reply that is not data is reported: the worker's own code writes data, so one that is
+#: not was written by the learner's (red team 9 replaced the worker's reply function)
+GARBLED = "flagged: the worker's reply was not data"
+#: the longest text (PTX, SASS, a log) a probe's reply may hold, in characters: a lesson
+#: kernel's PTX is under 100 kB (the stages at N = 1024 ... 65536, bf16: 4.9 kB to 82 kB,
+#: tests/test_redteam9.py); 80 times that, and the grader parses nothing longer
+TEXT_MAX = 8_000_000
+
+
+def within_text_cap(value):
+    """``value`` (a probe's decoded reply), unless a string in it is longer than ``TEXT_MAX``:
+    then the reply is garbled (red team 9 appended ``'\\n/*x' * 100000`` to a PTX)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str) and len(v) > TEXT_MAX:
+            raise JudgeAbort(
+                "garbled", f"{GARBLED} (a text of {len(v)} characters: more than {TEXT_MAX})"
+            )
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list | tuple):
+            stack.extend(v)
+    return value
 
 
 class RemoteAnswer:
@@ -482,7 +504,7 @@ class JudgeContext(Context):
         w = self.answer._worker if isinstance(self.answer, RemoteAnswer) else None
         if w is None:
             return super().probe(fn, *args)
-        return w.value_of(w.ask(("probe", ref, args), f"the probe {ref[1]}"))
+        return within_text_cap(w.value_of(w.ask(("probe", ref, args), f"the probe {ref[1]}")))
 
     def launcher(self, hole, N: int, dtype, config=None, wdtype=None):
         from ..runtime import torch_dtype
@@ -515,7 +537,14 @@ def _judged_checks(ex: Exercise, worker: Worker, answer) -> Exercise:
                 return c.fn(ctx)  # plain data, here
             answer.needs_trace, answer.dsl_error = False, ""
             try:
-                out = c.fn(ctx)
+                with cpu_bound(CHECK_CPU_S, f"the check '{c.name}'"):
+                    out = c.fn(ctx)
+            except TooSlow as e:  # the grader's own work on what the worker sent
+                raise JudgeAbort(
+                    "slow",
+                    f"flagged: the grader spent more than {CHECK_CPU_S:g} s of its own time on "
+                    f"what the worker sent back for {e}",
+                ) from None
             except NeedsTrace:
                 raise _untraceable(c, answer.dsl_error) from None
             except JudgeAbort:
@@ -586,6 +615,20 @@ def _judge_with(worker: Worker, ex: Exercise, source: str, hidden, seed, gpu) ->
     return run_exercise(judged, answer, hidden=hidden, seed=seed, gpu=gpu, context=JudgeContext)
 
 
+def run_time_copy(ex: Exercise, compiled: list) -> str | None:
+    """``copied_at_run_time``, in bounded time: the grader's words when what the answer
+    compiled at run time is a copy, or could not be read in time."""
+    if not compiled:
+        return None
+    try:
+        with cpu_bound(SIMILARITY_CPU_S, "reading what the answer compiled"):
+            return copied_at_run_time(ex, compiled)
+    except TooSlow:
+        return f"that could not be read within {SIMILARITY_CPU_S:g} s"
+    except Exception as e:  # noqa: BLE001
+        return f"that could not be read ({type(e).__name__})"
+
+
 #: how many incidents the instructor's record keeps, and how much of each
 EVIDENCE_N, EVIDENCE_MAX = 20, 4000
 
@@ -602,6 +645,23 @@ def incident_words(incidents, ex: Exercise) -> list[str]:
         if kind not in out:
             out.append(kind)
     return out
+
+
+def read_answer(ex: Exercise, source: str) -> list[str]:
+    """The screen's flags and the similarity's (``copied_from_library``) on ``source``, in
+    bounded time; a text the grader cannot read (nested past the parser's depth: red team 9's
+    ``1+1+...+1``, 20000 terms) or not within the bound is flagged, never an error."""
+    try:
+        with cpu_bound(SIMILARITY_CPU_S, "reading the answer cell"):
+            flags = screen(source, ex)
+            copied = copied_from_library(ex, source)
+    except TooSlow:
+        return [f"could not be read within {SIMILARITY_CPU_S:g} s"]
+    except Exception as e:  # noqa: BLE001  (RecursionError, MemoryError: the grader goes on)
+        return [f"could not be read ({type(e).__name__})"]
+    if copied:  # the finished version's text, pasted (its functions are tripwired, its text not)
+        flags.append(copied)
+    return flags
 
 
 def judge_exercise(
@@ -623,10 +683,7 @@ def judge_exercise(
     t0 = time.perf_counter()
     if source is None:
         return _blank(ex, hidden, gpu)
-    flags = screen(source, ex) if screened else []
-    copied = copied_from_library(ex, source) if screened else None
-    if copied:  # the finished version's text, pasted (its functions are tripwired, its text not)
-        flags.append(copied)
+    flags = read_answer(ex, source) if screened else []
     if flags:
         res = _blank(ex, hidden, gpu)
         res.forced_status = FAIL
@@ -644,7 +701,7 @@ def judge_exercise(
         res = _blank(ex, hidden, gpu)
         res.forced_status = FAIL
         res.forced_message = e.message
-    ran = copied_at_run_time(ex, worker.compiled) if worker.compiled else None
+    ran = run_time_copy(ex, worker.compiled)
     # what the worker reported is the learner's process's text: a student reads it in fixed
     # words (``sandbox_rules.incident_kind``), the instructor's record keeps it whole (red team 8: a
     # forged incident carried a hidden check's inputs into the feedback)
