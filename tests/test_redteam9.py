@@ -20,7 +20,9 @@ Each test failed before its fix.
 from __future__ import annotations
 
 import re
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +119,99 @@ def test_the_graders_own_work_is_bounded_in_cpu_time():
     assert time.perf_counter() - t0 < 5
     with cpu_bound(5, "sleeping"):  # waiting (for a worker) costs no CPU time
         time.sleep(0.5)
+
+
+# ---- B: the record of what is compiled at run time -------------------------------------------
+def _finished_warp_kernel(prelude: str) -> str:
+    """An answer cell that runs ``prelude`` (text evaluated by ``typing.ForwardRef``, which the
+    screen never reads), then execs the finished warp kernel from hex-encoded text."""
+    import inspect
+
+    from quack_edu.stages.warp import WarpRMSNorm
+
+    body = "class _K:\n" + inspect.getsource(WarpRMSNorm.kernel)
+    payload = (
+        "import sys, linecache\n"
+        + prelude
+        + f"text = bytes.fromhex({body.encode().hex()!r}).decode()\n"
+        "f = '/tmp/enc_k.py'\n"
+        "linecache.cache[f] = (len(text), None, text.splitlines(True), f)\n"
+        "g = dict(vars(sys.modules['quack_edu.stages.warp']))\n"
+        "exec(compile(text, f, 'exec'), g)\n"
+        "_D['warp_kernel'] = g['_K'].kernel\n"
+    )
+    return (
+        "import typing\n"
+        f"_P = bytes.fromhex({payload.encode().hex()!r}).decode()\n"
+        "_D = {'_P': _P}\n_D['_D'] = _D\n"
+        "typing.ForwardRef('[exec(_P, _D), int][1]')._evaluate(_D, None, frozenset())\n"
+        "warp_kernel = _D['warp_kernel']\n"
+    )
+
+
+#: a1: the worker's own count of what it kept, set past its quota
+RECORD_OFF = "sys.modules['quack_edu.grading.sandbox']._state['compiled_chars'] = 10 ** 9\n"
+#: the record's socket (the process's one SOCK_SEQPACKET socket) replaced, or closed
+SOCKETS_GONE = (
+    "import os, socket as _s\n"
+    "for fd in range(3, 256):\n"
+    "    try:\n"
+    "        _k = _s.socket(fileno=os.dup(fd))\n"
+    "        _t = _k.type\n"
+    "        _k.close()\n"
+    "        if _t == _s.SOCK_SEQPACKET:\n"
+    "            _a, _b = _s.socketpair(_s.AF_UNIX, _s.SOCK_SEQPACKET)\n"
+    "            try:\n"
+    "                os.dup2(_a.fileno(), fd)\n"
+    "            except OSError:\n"
+    "                os.close(fd)\n"
+    "    except OSError:\n"
+    "        pass\n"
+)
+
+
+@pytest.mark.parametrize("prelude", [RECORD_OFF, SOCKETS_GONE], ids=["record off", "sockets"])
+def test_the_record_of_compiled_text_is_out_of_the_learners_reach(prelude):
+    """a1: 2/2 unflagged before the fix."""
+    src = _finished_warp_kernel(prelude)
+    ex = get("02.warp_kernel")
+    assert any("ForwardRef" in w or "_evaluate" in w for w in screen(src, ex))
+    res = judge_exercise(ex, src, seed=1, timeout=120, screened=False)
+    assert res.score == 0, res.table()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="seccomp is Linux's")
+def test_the_record_socket_cannot_be_closed_or_replaced():
+    import os
+    import subprocess
+
+    code = (
+        "import os, socket, sys\nfrom quack_edu.grading import confine\n"
+        "a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n"
+        "assert confine.guard_fd(b.fileno())\n"
+        "out = []\n"
+        "for f in (lambda: os.close(b.fileno()), lambda: os.dup2(0, b.fileno())):\n"
+        "    try:\n        f()\n        out.append('done')\n"
+        "    except OSError:\n        out.append('refused')\n"
+        "os.closerange(b.fileno(), b.fileno() + 1)\n"
+        "os.write(b.fileno(), b'still')\nout.append(a.recv(9).decode())\nprint(out)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.stdout.strip() == "['refused', 'refused', 'still']", r.stderr
+
+
+def test_a_record_message_out_of_the_hooks_order_is_a_flag():
+    from quack_edu.grading.record import OVER_QUOTA, TAMPERED, Record
+
+    rec = Record(None)
+    rec._take(b"C1:0:/a.py\0x = ")
+    rec._take(b"C1:1:/a.py\x001\n")
+    rec._take(b"Irefused: something")
+    assert rec.compiled == [("/a.py", "x = 1\n")] and rec.incidents == ["refused: something"]
+    rec._take(b"C5:1:/b.py\0junk")  # a learner's own, ahead of the hook's next
+    rec._take(b"C2:1:/c.py\0y")
+    assert TAMPERED in rec.incidents
+    big = Record(None)
+    big._take(b"C1:1:/a.py\0" + b"x" * 20_000_000)
+    assert OVER_QUOTA in big.incidents and big.compiled == []

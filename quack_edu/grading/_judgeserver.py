@@ -5,11 +5,12 @@
 It is started as a file, not with ``-m``, so that importing it does not import ``quack_edu``
 (whose GPU detection initialises CUDA: a process that forks must not have done that). It
 imports what ``QUACK_EDU_JUDGE_PRELOAD`` names once, then waits on a Unix socket for requests from
-the grader (``judge.Server``): each request carries one end of a new socket pair, and the
-server forks a worker (``worker.main``) that talks to the grader over it. A worker is a fresh
-copy of this process, so the learner's code it loads has never run anywhere the grader reads
-from. ``QUACK_EDU_JUDGE_PRELOAD=0`` leaves the imports to each worker (slower; for a machine
-where importing the DSL before a fork would be unsafe).
+the grader (``judge.Server``): each request carries one end of a new socket pair and one of a
+record socket (``sandbox.RECORD_FORMAT``), and the server forks a worker (``worker.main``) that
+talks to the grader over the first and whose audit hook alone writes to the second. A worker
+is a fresh copy of this process, so the learner's code it loads has never run anywhere the
+grader reads from. ``QUACK_EDU_JUDGE_PRELOAD=0`` leaves the imports to each worker (slower;
+for a machine where importing the DSL before a fork would be unsafe).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped by the kernel
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(ctl, 64, 1)
+            msg, fds, _, _ = socket.recv_fds(ctl, 64, 2)
         except OSError:
             return 0
         if not msg or not fds:
@@ -61,12 +62,13 @@ def main(argv=None) -> int:
 
                 from quack_edu.grading.worker import main
 
-                main(Connection(fds[0]))
+                main(Connection(fds[0]), fds[1] if len(fds) > 1 else None)
             except BaseException:
                 code = 1
             finally:
                 os._exit(code)
-        os.close(fds[0])
+        for fd in fds:
+            os.close(fd)
         ctl.sendall((json.dumps({"pid": pid}) + "\n").encode())
 
 

@@ -67,6 +67,8 @@ FORBIDDEN_NAMES = {
     "super",  # a whole-kernel answer sits on a subclass of the stage: super() is its kernel
     "attrgetter",  # operator.attrgetter("sys.modules")(torch): getattr by another name
     "methodcaller",
+    "ForwardRef",  # its ``_evaluate`` evaluates a string the screen cannot read (red team 9)
+    "get_type_hints",
 }
 #: the names above that reach the process or files through any module (``torch.sys``,
 #: ``typing.sys``): flagged as attributes too
@@ -75,6 +77,9 @@ FORBIDDEN_ATTRIBUTES = {
     "marshal", "shutil", "socket", "multiprocessing", "atexit", "pathlib", "io", "modules",
     "readline", "sqlite3", "open", "exec", "eval", "globals", "locals", "getattr", "setattr",
     "attrgetter", "methodcaller",
+    # text evaluated as code where the screen cannot read it (red team 9: a string evaluated by
+    # ``typing.ForwardRef(s)._evaluate(...)`` reached ``sys.modules``)
+    "ForwardRef", "_evaluate", "_eval_type", "get_type_hints", "evaluate_forward_ref",
     # frames and closures: a frame's f_back leads to the grader's code in the worker (red team 8)
     "f_back", "f_globals", "f_locals", "f_builtins", "gi_frame", "tb_frame", "cr_frame",
     "ag_frame", "currentframe", "_getframe", "inspect", "linecache", "__closure__",

@@ -99,6 +99,63 @@ def stay_in_group() -> bool:
     return libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) == 0  # PR_SET_SECCOMP, MODE_FILTER
 
 
+#: (audit arch, close, dup2 or None, dup3, close_range) by machine: the calls ``guard_fd`` watches
+_FD_CALLS = {"x86_64": (0xC000003E, 3, 33, 292, 436), "aarch64": (0xC00000B7, 57, None, 24, 436)}
+
+
+def _install(code: list) -> bool:
+    """Install the seccomp filter ``code`` ((op, jt, jf, k) rows) on this process."""
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                    ("k", ctypes.c_uint32)]  # fmt: skip
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Filter))]
+
+    prog = (Filter * len(code))(*(Filter(*c) for c in code))
+    fprog = Prog(len(code), prog)
+    libc = _libc()
+    if libc.prctl(_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return False
+    return libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) == 0  # PR_SET_SECCOMP, MODE_FILTER
+
+
+def guard_fd(fd: int) -> bool:
+    """Linux seccomp: the descriptor ``fd`` can never be closed or replaced in this process
+    (``close(fd)``, ``dup2``/``dup3`` onto it, a ``close_range`` over it fail with EPERM), so
+    what the sandbox's hook writes to it (the judge's record) cannot be sent elsewhere. A
+    descriptor closed on ``exec`` still is (no close call). Returns whether it is in force."""
+    import platform
+
+    calls = _FD_CALLS.get(platform.machine())
+    if calls is None or not sys.platform.startswith("linux"):
+        return False
+    arch, close, dup2, dup3, close_range = calls
+    ld, jeq, jge, jgt, ret = 0x20, 0x15, 0x35, 0x25, 0x06
+    allow, eperm = 0x7FFF0000, 0x00050000 | 1
+    arg0, arg1 = 16, 24  # seccomp_data.args[i]'s low word (little-endian machines)
+    fd_rows = [(ld, 0, 0, arg0), (jeq, 0, 1, fd), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
+    onto = [(ld, 0, 0, arg1), (jeq, 0, 1, fd), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
+    # close_range(first, last): refused when first <= fd <= last
+    spans = [(ld, 0, 0, arg0), (jgt, 4, 0, fd), (ld, 0, 0, arg1), (jge, 0, 2, fd),
+             (ret, 0, 0, eperm), (ret, 0, 0, allow), (ret, 0, 0, allow)]  # fmt: skip
+    dups = [c for c in (dup2, dup3) if c is not None]
+    head = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, allow), (ld, 0, 0, 0)]
+    # the dispatch on the call's number: close -> fd_rows, dup2/dup3 -> onto, close_range -> spans
+    n_jumps = 1 + len(dups) + 1
+    code = list(head)
+    at_fd, at_onto = n_jumps + 1, n_jumps + 1 + len(fd_rows)
+    at_spans = at_onto + len(onto)
+    code.append((jeq, at_fd - 1, 0, close))
+    for i, c in enumerate(dups):
+        code.append((jeq, at_onto - 2 - i, 0, c))
+    code.append((jeq, at_spans - 2 - len(dups), 0, close_range))
+    code.append((ret, 0, 0, allow))
+    code += fd_rows + onto + spans
+    return _install(code)
+
+
 #: capset(2)'s number by machine
 _CAPSET = {"x86_64": 126, "aarch64": 91}
 

@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import answer_key, deadline, hints
+from . import answer_key, deadline, hints, record
 from .answer_screen import screen
 from .context import Context
 from .deadline import CHECK_CPU_S, MAX_REPLY, SIMILARITY_CPU_S, TooSlow, cpu_bound, killed_after
@@ -164,7 +164,8 @@ class Server:
 
     @classmethod
     def fork(cls):
-        """A new worker: (its pid, the grader's end of its connection)."""
+        """A new worker: (its pid, the grader's end of its connection, the grader's end of its
+        record: ``record.Record``)."""
         import socket
         import threading
         from multiprocessing.connection import Connection
@@ -174,14 +175,16 @@ class Server:
         with cls._lock:
             cls._start()
             a, b = socket.socketpair()
-            socket.send_fds(cls._ctl, [b"fork"], [b.fileno()])
+            rec, theirs = record.pair()
+            socket.send_fds(cls._ctl, [b"fork"], [b.fileno(), theirs.fileno()])
             b.close()
+            theirs.close()
             line = cls._ctl_file.readline()
             if not line:
                 cls._proc = None
                 raise JudgeAbort("died", "the grader's judge server did not start")
             pid = int(json.loads(line)["pid"])
-        return pid, Connection(a.detach())
+        return pid, Connection(a.detach()), record.Record(rec)
 
 
 def _git_dirs(root: Path) -> list[Path]:
@@ -235,13 +238,15 @@ class Worker:
         self.value = None
         self.load_error: dict | None = None
         self.incidents: list[str] = []
-        #: the text the answer compiled at run time (``sandbox.compiled``), as the worker said
-        self.compiled: list[str] = []
+        #: (file name, text) the answer compiled at run time, as the worker's record holds it
+        #: (``record``; and as its replies said, where it has none)
+        self.compiled: list[tuple[str, str]] = []
         self.scratch = None
+        self.record, self._recorded = record.Record(None), 0
 
     def __enter__(self):
         self.scratch = tempfile.mkdtemp(prefix="quack_edu_judge_")
-        self.pid, self.conn = Server.fork()
+        self.pid, self.conn, self.record = Server.fork()
         job = {
             "source": self.source,
             "answer": self.ex.answer,
@@ -273,6 +278,8 @@ class Worker:
                 pass
             self.conn = None
         self._kill()
+        self._sync()  # (what the hook sent before the worker ended)
+        self.record.close()
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
             self.scratch = None
@@ -288,10 +295,37 @@ class Worker:
                     pass
             self.pid = None
 
+    def _sync(self) -> None:
+        """Take what the worker's record holds now into ``incidents`` and ``compiled``."""
+        self.record.drain()
+        for what in self.record.incidents:
+            if what not in self.incidents:
+                self.incidents.append(what)
+        new = self.record.compiled[self._recorded :]
+        self._recorded += len(new)
+        self.compiled += new
+
+    def _wait(self, timeout: float) -> bool:
+        """Whether a reply began within ``timeout`` s; the record read meanwhile (its socket
+        must never fill: the hook would wait on it)."""
+        import select
+
+        end = time.monotonic() + timeout
+        while True:
+            left = max(end - time.monotonic(), 0.0)
+            watch = [self.conn] + ([self.record] if self.record.sock is not None else [])
+            ready = select.select(watch, [], [], left)[0]
+            if self.record in ready:
+                self.record.drain()
+            if self.conn in ready:
+                return True
+            if left <= 0:
+                return False
+
     def _receive(self, timeout: float, what: str) -> dict:
         try:
-            ready = self.conn.poll(timeout)
-        except (EOFError, OSError):
+            ready = self._wait(timeout)
+        except (EOFError, OSError, ValueError):
             ready = True
         if not ready:
             self._kill()
@@ -305,6 +339,7 @@ class Worker:
                 data = self.conn.recv_bytes(MAX_REPLY)
             except (EOFError, OSError) as e:
                 data, error = None, e
+        self._sync()  # what the hook sent before this reply is waiting on its socket
         if data is None:
             self._kill()
             if cut.is_set() or "too long" in str(error).lower() or "bad message" in str(error):

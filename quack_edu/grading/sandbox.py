@@ -142,14 +142,21 @@ def files_boundary() -> str:
 
 
 def lock_down(
-    scratch: str, *, secrets=(), denied_modules=DENIED_MODULES, landlock: bool | None = None
+    scratch: str,
+    *,
+    secrets=(),
+    denied_modules=DENIED_MODULES,
+    landlock: bool | None = None,
+    record_fd: int | None = None,
 ) -> None:
     """Lock this process down (see the module docstring). Call it once, after everything the
     grader's side of the process needs is imported and before any learner code runs; the
     working directory becomes ``scratch/work`` and temporary files go to ``scratch/tmp``.
     ``secrets``: folders no path under which may be read, or name prefixes (``/tmp/x_*``).
     ``landlock``: confine the process's files in the kernel too (``confine``; default
-    ``confine_default()``), where the kernel can."""
+    ``confine_default()``), where the kernel can. ``record_fd``: a ``SOCK_SEQPACKET`` socket
+    to the judge on which the hook sends, at once, each text compiled at run time and each
+    incident (``RECORD_FORMAT``); a compile it cannot send is refused."""
     if locked():
         raise RuntimeError("this process is locked down already")
     from . import confine
@@ -205,6 +212,8 @@ def lock_down(
             secrets=hidden,
         )
     _state["in_group"] = confine.stay_in_group()  # (native code too: the group is killed whole)
+    if record_fd is not None:  # the record's socket cannot be closed or replaced (seccomp)
+        _state["record_guarded"] = confine.guard_fd(record_fd)
     _state["no_capabilities"] = confine.drop_capabilities()  # (a root grader's are not theirs)
     pid = str(getpid())
     run_folder = os.path.dirname(home)
@@ -378,7 +387,9 @@ def lock_down(
             what = f"{what} (by {by(callers(12)) or 'the cell'})"
         if not quiet and f"refused: {what}" not in seen:
             seen.append(f"refused: {what}")
-        raise PermissionError(f"the grader's sandbox refused: {what}")
+        e = PermissionError(f"{REFUSED_PREFIX}{what}")
+        e.quack_edu_quiet = quiet  # (the hook records a refusal that is not quiet)
+        raise e
 
     def relative_up(p) -> bool:
         """A relative path that climbs (``..``): it may be relative to a folder descriptor
@@ -484,6 +495,8 @@ def lock_down(
                 refuse(f"importing {name}")
         elif event == tripped:
             what = f"reached: {args[0]}"
+            if record_fd is not None:
+                record(b"I", str(what)[:4000].encode("utf-8", "surrogatepass"))
             if what not in seen:
                 seen.append(what)
         elif event == "compile":
@@ -496,6 +509,8 @@ def lock_down(
             elif learner_asks():  # a syntax tree: its file name is the compiler's, unaudited
                 refuse("compiling a syntax tree (learner code compiles text)")
             _record_compiled(args)
+            if record_fd is not None:
+                record_compile(src, filename)
         elif event == "code.__new__":
             if len(args) > 1 and library_file(args[1]) and learner_asks():
                 refuse(f"making a code object under the name of {args[1]}")
@@ -610,7 +625,54 @@ def lock_down(
 
     _imp.create_builtin, _imp._fix_co_filename = guarded_create_builtin, guarded_fix_co_filename
 
+    # The record (``RECORD_FORMAT``): written by the hook alone. Nothing a learner can reach
+    # closes over these names (``refuse`` and the guarded functions above are reachable, through
+    # a function's closure: they do not), so none of them can be changed from learner code.
+    import threading
+
+    record_write, record_seq, record_lock = os.write, [0], threading.Lock()
+
+    def record(kind: bytes, payload: bytes) -> None:
+        try:
+            if record_write(record_fd, kind + payload) != len(kind) + len(payload):
+                raise OSError("short write")
+        except OSError as e:  # the record cannot be kept: what it would record is refused
+            raise PermissionError(
+                f"{REFUSED_PREFIX}compiling, or an incident, that the grader's record could not "
+                f"take ({type(e).__name__})"
+            ) from None
+
+    def record_compile(src, filename) -> None:
+        if isinstance(src, bytes | bytearray):
+            text = bytes(src).decode("utf-8", "replace")
+        elif isinstance(src, str):
+            text = src
+        else:
+            return
+        if not text:
+            return
+        name = str(filename).replace("\0", "?").encode("utf-8", "surrogatepass")[:4000]
+        with record_lock:  # (a text's pieces in order, whatever thread compiles)
+            record_seq[0] += 1
+            for i in range(0, len(text), RECORD_CHUNK):
+                last = i + RECORD_CHUNK >= len(text)
+                head = f"{record_seq[0]}:{int(last)}:".encode()
+                body = text[i : i + RECORD_CHUNK].encode("utf-8", "surrogatepass")
+                record(b"C", head + name + b"\0" + body)
+
     def guarded(event: str, args: tuple) -> None:
+        if record_fd is None:
+            return watched(event, args)
+        try:
+            watched(event, args)
+        except PermissionError as e:
+            message = str(e)
+            if message.startswith(REFUSED_PREFIX) and not getattr(e, "quack_edu_quiet", False):
+                what = "refused: " + message.removeprefix(REFUSED_PREFIX)
+                record(b"I", what[:4000].encode("utf-8", "surrogatepass"))
+            raise
+
+    def watched(event: str, args: tuple) -> None:
         if event == "object.__getattr__":
             if args[1] in FRAME_ATTRIBUTES and learner_asks():
                 refuse(f"taking a frame ({args[1]}; learner code gets none)")
@@ -630,6 +692,16 @@ def lock_down(
 
     sys.addaudithook(guarded)
 
+
+#: how a refusal's error begins
+REFUSED_PREFIX = "the grader's sandbox refused: "
+#: characters of compiled text in one message of the record
+RECORD_CHUNK = 8192
+#: the record's messages (one ``write`` each on a ``SOCK_SEQPACKET`` socket: never merged,
+#: never split): ``b"C" + b"<seq>:<last>:" + file name + b"\0" + a piece of the text`` (a
+#: text's pieces in order, ``<seq>`` counting texts from 1, ``<last>`` 1 on its last piece),
+#: ``b"I" + an incident`` ("refused: ...", "reached: ...")
+RECORD_FORMAT = "C<seq>:<last>:<file>\0<text> | I<incident>"
 
 #: text a learner process may compile at run time that ``compiled`` keeps, in characters
 COMPILED_MAX = 2_000_000

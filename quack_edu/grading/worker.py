@@ -148,8 +148,10 @@ def raised(e: BaseException) -> dict:
     }
 
 
-def main(conn) -> None:
-    """The worker's life: the job, the lock-down, the answer cell, then the grader's requests."""
+def main(conn, record_fd: int | None = None) -> None:
+    """The worker's life: the job, the lock-down, the answer cell, then the grader's requests.
+    ``record_fd``: the socket on which the sandbox's hook sends the judge what is compiled at
+    run time and every incident (``sandbox.RECORD_FORMAT``)."""
     job = pickle.loads(conn.recv_bytes())
     os.setsid()  # a session of its own: the grader kills the group
     for k in [k for k in os.environ if k.startswith("QUACK_EDU_GRAD") or k in ("PWD", "OLDPWD")]:
@@ -176,7 +178,10 @@ def main(conn) -> None:
     # out of reach (re-running a module's source would make fresh, untripped functions)
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     tripwires.hide_sources(package)
-    sandbox.lock_down(job["scratch"], secrets=[*job.get("secrets", ()), package])
+    sandbox.lock_down(
+        job["scratch"], secrets=[*job.get("secrets", ()), package], record_fd=record_fd
+    )
+    _sent["recorded"] = record_fd is not None
     try:
         answer = answer_from_source(job["source"], job["answer"])
     except BaseException as e:  # SystemExit and KeyboardInterrupt are the learner's too
@@ -211,13 +216,15 @@ def main(conn) -> None:
         conn.send_bytes(data)
 
 
-_sent = {"compiled": 0}
+_sent = {"compiled": 0, "recorded": False}
 
 
 def _seen() -> dict:
     """What goes back with every reply: the sandbox's incidents, and the text compiled at run
     time since the last reply (``sandbox.compiled``), which the judge holds against the
     library's finished version."""
+    if _sent["recorded"]:  # the hook sent them already, to the judge's record
+        return {"incidents": sandbox.incidents()}
     new = sandbox.compiled(_sent["compiled"])
     _sent["compiled"] += len(new)
     return {"incidents": sandbox.incidents(), "compiled": new}
