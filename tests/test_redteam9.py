@@ -215,3 +215,60 @@ def test_a_record_message_out_of_the_hooks_order_is_a_flag():
     big = Record(None)
     big._take(b"C1:1:/a.py\0" + b"x" * 20_000_000)
     assert OVER_QUOTA in big.incidents and big.compiled == []
+
+
+# ---- D: the tripwires' holders ------------------------------------------------------------------
+#: a7: the worker's ``main`` locals through IPython's ``get_local_scope``, its ``keep`` (the torch
+#: tripwire's Library) destroyed, then torch's own RMSNorm called (1/1 unflagged for red team 9;
+#: the cell says what it destroyed, and names the function other than by its name, which the
+#: checks look for in its text)
+DESTROY = """
+import torch
+_done = []
+try:
+    from IPython.core.interactiveshell import InteractiveShell as S
+    for k in range(1, 40):
+        try:
+            loc = S.get_local_scope(None, k)
+        except (ValueError, PermissionError):
+            break
+        if 'keep' in loc and 'conn' in loc:
+            for lib in loc['keep']:
+                if hasattr(lib, '_destroy'):
+                    lib._destroy()
+                    _done.append(1)
+            break
+except ImportError:
+    pass
+def eager_rmsnorm(x, w, eps=1e-6):
+    if _done:
+        raise ValueError("the tripwire was destroyed")
+    return vars(torch.nn.functional)["rms" + "_norm"](x, (x.shape[-1],), w, eps)
+"""
+
+
+def test_the_torch_tripwire_cannot_be_destroyed():
+    res = judge_exercise(get("00.eager_rmsnorm"), DESTROY, seed=1, timeout=120, screened=False)
+    assert res.score == 0 and "destroyed" not in res.table(), res.table()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's Linux paths")
+def test_a_tripwire_undone_is_reached(tmp_path):
+    import json
+    import os
+    import subprocess
+
+    code = (
+        "import json, sys, torch\n"
+        "from quack_edu.grading import sandbox, tripwires\n"
+        "def f(a):\n    return a\n"
+        "lib = torch.library.Library('aten', 'IMPL')\n"
+        "pair = tripwires.tripwire(f, 'f')\n"
+        f"sandbox.lock_down({str(tmp_path)!r}, hold=(lib, pair), landlock=False)\n"
+        "lib._destroy()\n"
+        "exec(compile('1', '<x>', 'eval'))\n"
+        "print(json.dumps(sandbox.incidents()))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert "reached: a tripwire undone" in json.loads(r.stdout.strip().splitlines()[-1]), r.stderr

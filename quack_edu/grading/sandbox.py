@@ -148,6 +148,7 @@ def lock_down(
     denied_modules=DENIED_MODULES,
     landlock: bool | None = None,
     record_fd: int | None = None,
+    hold: tuple = (),
 ) -> None:
     """Lock this process down (see the module docstring). Call it once, after everything the
     grader's side of the process needs is imported and before any learner code runs; the
@@ -156,7 +157,9 @@ def lock_down(
     ``landlock``: confine the process's files in the kernel too (``confine``; default
     ``confine_default()``), where the kernel can. ``record_fd``: a ``SOCK_SEQPACKET`` socket
     to the judge on which the hook sends, at once, each text compiled at run time and each
-    incident (``RECORD_FORMAT``); a compile it cannot send is refused."""
+    incident (``RECORD_FORMAT``); a compile it cannot send is refused. ``hold``: the
+    tripwires to keep and watch, out of learner code's reach: torch ``Library`` objects (whose
+    ``_destroy`` would undo them) and (function, tripwire code) pairs; one undone is reached."""
     if locked():
         raise RuntimeError("this process is locked down already")
     from . import confine
@@ -489,7 +492,9 @@ def lock_down(
                 return
             if p is None or not any(under(p[1], r) for r in installed):
                 refuse(f"loading the native library {args[0] if args else None}")
-        elif event == "import":
+        elif event in watch_events and not intact():
+            undone("a tripwire undone")
+        if event == "import":
             name = str(args[0])
             if any(name == d or name.startswith(d + ".") for d in denied):
                 refuse(f"importing {name}")
@@ -624,6 +629,28 @@ def lock_down(
         return fix_co_filename(code, path)
 
     _imp.create_builtin, _imp._fix_co_filename = guarded_create_builtin, guarded_fix_co_filename
+
+    held = tuple(hold)
+    watch_events = frozenset(("import", "compile", "exec", "code.__new__"))
+    undone_seen: list = []
+
+    def intact() -> bool:
+        for h in held:
+            if type(h) is tuple:
+                if h[0].__code__ is not h[1]:
+                    return False
+            elif getattr(h, "m", None) is None:  # (torch.library.Library._destroy sets it None)
+                return False
+        return True
+
+    def undone(name: str) -> None:
+        if undone_seen:
+            return
+        undone_seen.append(name)
+        what = f"reached: {name}"
+        seen.append(what)
+        if record_fd is not None:
+            record(b"I", what.encode())
 
     # The record (``RECORD_FORMAT``): written by the hook alone. Nothing a learner can reach
     # closes over these names (``refuse`` and the guarded functions above are reachable, through

@@ -91,14 +91,15 @@ def _parameters(sig) -> list[str]:
     return out
 
 
-def tripwire(fn, name: str) -> None:
+def tripwire(fn, name: str) -> tuple:
     """Replace the code of the Python function ``fn`` (and of what it wraps) by one that records
     ``name`` as reached and raises ``PermissionError``. Before ``lock_down``: afterwards a
     learner could do the same to a grader's function (nothing forbids it; it gains nothing).
 
     The new code keeps the function's parameters and free variables, and its source is where
     ``inspect`` finds a function's source (``linecache``): CuTe DSL, which compiles a
-    ``@cute.jit`` function from its source, compiles the tripwire too."""
+    ``@cute.jit`` function from its source, compiles the tripwire too. Returns (the function,
+    its new code): ``sandbox.lock_down``'s ``hold`` watches that it stays."""
     import inspect
     import linecache
 
@@ -131,6 +132,7 @@ def tripwire(fn, name: str) -> None:
     exec(compile(source, filename, "exec"), glob)
     new = glob["_outer"]().__code__
     target.__code__ = new.replace(co_qualname=code.co_qualname)
+    return (target, target.__code__)  # (what ``sandbox.lock_down(hold=...)`` watches)
 
 
 #: how a tripwire's error begins

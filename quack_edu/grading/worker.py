@@ -113,7 +113,7 @@ def _set_tripwires(names, keep: list) -> None:
         except (ImportError, AttributeError, KeyError):
             continue  # a name this version of the library does not have
         if callable(obj) and not isinstance(obj, type):
-            tripwires.tripwire(obj, name)
+            keep.append(tripwires.tripwire(obj, name))
 
 
 def preload_library() -> None:
@@ -178,9 +178,16 @@ def main(conn, record_fd: int | None = None) -> None:
     # out of reach (re-running a module's source would make fresh, untripped functions)
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     tripwires.hide_sources(package)
+    # the tripwires' holders and codes are the hook's alone from here (red team 9 reached
+    # ``keep`` through this frame's locals and destroyed the torch tripwire): not in this frame
     sandbox.lock_down(
-        job["scratch"], secrets=[*job.get("secrets", ()), package], record_fd=record_fd
+        job["scratch"],
+        secrets=[*job.get("secrets", ()), package],
+        record_fd=record_fd,
+        hold=tuple(keep),
     )
+    keep.clear()
+    del keep
     _sent["recorded"] = record_fd is not None
     try:
         answer = answer_from_source(job["source"], job["answer"])
