@@ -272,3 +272,35 @@ def test_a_tripwire_undone_is_reached(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert "reached: a tripwire undone" in json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+
+# ---- C: frames from library functions; text passed off as an installed file's ----------------
+ANSWER = "\ndef bytes_moved(M, N, dtype):\n    return 0\n"
+FRAME_ROUTES = {
+    "numpy get_frame": "import numpy.distutils.misc_util as m\n_fr = m.get_frame(0)\n",
+    "IPython get_local_scope": (
+        "from IPython.core.interactiveshell import InteractiveShell as S\n"
+        "_loc = S.get_local_scope(None, 2)\n"
+    ),
+    "torch set_eval_frame": (
+        "import torch\n_prev = torch._C._dynamo.eval_frame.set_eval_frame(lambda *a: None)\n"
+    ),
+    "one line of an installed file": (
+        "import typing\n_f = typing.__file__\n"
+        "_line = next(ln for ln in open(_f).read().splitlines() if ln.startswith('import '))\n"
+        "exec(compile(_line, _f, 'exec'))\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("route", sorted(FRAME_ROUTES))
+def test_library_functions_hand_learner_code_no_frame(route):
+    """a2, a4, a5, a7 took their frames so (scored full before the fixes of B and D)."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    res = judge_exercise(
+        get("00.bytes_moved"), FRAME_ROUTES[route] + ANSWER, seed=1, timeout=120, screened=False
+    )
+    assert res.score == 0 and res.flagged, res.table()
+    assert "frame" in res.forced_message or "passes for the library" in res.forced_message

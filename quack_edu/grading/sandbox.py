@@ -51,6 +51,7 @@ from .sandbox_rules import (
     CHANGES,
     DRIVER,
     FRAME_ATTRIBUTES,
+    FRAME_HELPER_FUNCTIONS,
     FRAME_HELPERS,
     PROC_SELF_OK,
     QUERIES,
@@ -331,12 +332,17 @@ def lock_down(
         f = getframe(0)
         while f is not None:
             name = f.f_code.co_filename
-            if name != own_file and not (name.endswith(FRAME_HELPERS) and library_file(name)):
+            fn = frame_functions.get(f.f_code.co_name)
+            helper = name.endswith(FRAME_HELPERS) or (fn is not None and name.endswith(fn))
+            if name != own_file and not (helper and library_file(name)):
                 return not library_file(name)
             f = f.f_back
         return False  # (no Python frame: the interpreter itself)
 
     own_codes = (callers.__code__, learner_asks.__code__)
+    # installed functions that hand the frame (or locals) they take to their caller: who asks
+    # is their caller, as for the standard library's helpers (``FRAME_HELPER_FUNCTIONS``)
+    frame_functions = {fn: suffix for suffix, fn in FRAME_HELPER_FUNCTIONS}
     sources = dict(SOURCES)  # the library's text as the line cache has it
     file_lines: dict = {}
 
@@ -370,8 +376,21 @@ def lock_down(
                 (lines[k + j] == pad + w) if w.strip() else not lines[k + j].strip()
                 for j, w in enumerate(want)
             ):
-                return True
+                if whole_block(lines, k + first, k + len(want), pad, head):
+                    return True
         return False
+
+    def whole_block(lines: list, start: int, end: int, pad: str, head: str) -> bool:
+        """Whether ``lines[start:end]`` is the whole file or a whole block of it (a ``def``,
+        ``class`` or decorated one, to where the file goes back to its indentation): not one
+        line of it (red team 9 compiled a line of matplotlib under its name, to pass for it)."""
+        rest = [ln for ln in lines[end:] if ln.strip()]
+        if not any(ln.strip() for ln in lines[:start]) and not rest:
+            return True  # the whole file
+        if not head.startswith(("def ", "async def ", "class ", "@")):
+            return False
+        nxt = rest[0] if rest else ""
+        return not nxt or len(nxt) - len(nxt.lstrip()) <= len(pad)
 
     def tolerant_reader(frames) -> bool:
         return any(file.endswith(tf) and fn == tfn
@@ -629,6 +648,7 @@ def lock_down(
         return fix_co_filename(code, path)
 
     _imp.create_builtin, _imp._fix_co_filename = guarded_create_builtin, guarded_fix_co_filename
+    _guard_eval_frame(learner_asks, refuse)
 
     held = tuple(hold)
     watch_events = frozenset(("import", "compile", "exec", "code.__new__"))
@@ -718,6 +738,30 @@ def lock_down(
             hook(event, args)
 
     sys.addaudithook(guarded)
+
+
+def _guard_eval_frame(learner_asks, refuse) -> None:
+    """torch's ``set_eval_frame`` (a C function: no audit event) hands its callback every frame
+    Python evaluates: learner code may not set one (red team 9); torch.compile, library code,
+    still does. The C function is held by the wrapper alone, whose closure is this function's
+    (changing a cell of it changes nothing of ``lock_down``'s)."""
+    torch = sys.modules.get("torch")
+    frames = getattr(getattr(getattr(torch, "_C", None), "_dynamo", None), "eval_frame", None)
+    original = getattr(frames, "set_eval_frame", None)
+    if original is None:
+        return
+
+    def set_eval_frame(*args, **kwargs):
+        if learner_asks():
+            refuse("taking a frame (torch's set_eval_frame; learner code gets none)")
+        return original(*args, **kwargs)
+
+    frames.set_eval_frame = set_eval_frame
+    for mod in list(sys.modules.values()):
+        names = getattr(mod, "__dict__", None)
+        for k, v in list(names.items()) if isinstance(names, dict) else ():
+            if v is original:
+                names[k] = set_eval_frame
 
 
 #: how a refusal's error begins

@@ -101,6 +101,15 @@ FRAME_HELPERS = (
     "/types.py", "/signal.py", "/bdb.py", "/pdb.py", "/asyncio/base_tasks.py",
     "/asyncio/tasks.py", "/asyncio/coroutines.py", "/asyncio/format_helpers.py",
 )  # fmt: skip
+#: installed functions (file under the installation, function) that hand the frame, or the
+#: locals, they take to their caller (found by reading the installation for ``sys._getframe``
+#: and ``f_locals`` returned: docs/grading.md): a frame one of them takes is taken for its caller
+FRAME_HELPER_FUNCTIONS = (
+    ("/numpy/distutils/misc_util.py", "get_frame"),
+    ("/IPython/core/interactiveshell.py", "get_local_scope"),
+    ("/pip/_vendor/rich/console.py", "_caller_frame_info"),
+    ("/typing_extensions.py", "_caller"),
+)
 #: /proc entries of this process that are not a way out (no cwd, root, fd, mem, environ)
 PROC_SELF_OK = ("stat", "statm", "status", "maps", "cmdline", "comm", "limits", "cgroup", "task")
 
@@ -108,6 +117,9 @@ PROC_SELF_OK = ("stat", "statm", "status", "maps", "cmdline", "comm", "limits", 
 #: comes from the learner's process, which could write anything in it: no word of it is shown
 #: but these; the instructor's record keeps it whole)
 INCIDENT_KINDS = (
+    ("compiling, or an incident, that the grader", "tampering with the grader's record"),
+    ("writing to the grader's record", "tampering with the grader's record"),
+    ("compiling more text at run time", "compiling more text at run time than the grader keeps"),
     ("taking a frame", "taking a frame of the interpreter's stack"),
     ("compiling", "making code that passes for the library's"),
     ("making a code object", "making code that passes for the library's"),
