@@ -505,10 +505,14 @@ def test_a_hang_and_a_crash_in_the_worker_are_reported():
 
 
 HALF_A_REPLY = (  # (red team 5) a length header promising 1000 bytes, one sent, then a sleep
-    "import os, stat, time\n"
+    # (to the reply's stream socket: a write to the record's SOCK_SEQPACKET one is a flag itself)
+    "import os, socket, stat, time\n"
     "for fd in range(3, 256):\n"
     "    try:\n"
-    "        if stat.S_ISSOCK(os.fstat(fd).st_mode):\n"
+    "        _t = socket.socket(fileno=os.dup(fd))\n"
+    "        _k = _t.type\n"
+    "        _t.close()\n"
+    "        if _k == socket.SOCK_STREAM:\n"
     "            os.write(fd, (1000).to_bytes(4, 'big') + b'{')\n"
     "    except OSError:\n"
     "        pass\n"

@@ -258,3 +258,30 @@ def restrict(scratch: str, *, readable, executable, secrets) -> bool:
         return True
     finally:
         os.close(fd)
+
+
+def confine_default() -> bool:
+    """Whether learner processes are confined with Landlock (``confine``) when the kernel has
+    it: yes, unless ``QUACK_EDU_LANDLOCK=0``. (On an H100, 2026-12-06, the grader's boundary
+    tests ran with it on: 209 of 211 passed, the two failures were the audit hook's, since
+    fixed; the CUDA driver and the DSL found every file they read.)"""
+    return os.environ.get("QUACK_EDU_LANDLOCK", "").strip() != "0"
+
+
+def files_boundary() -> str:
+    """What confines a learner process's own file access here, in words (a grade's JSON)."""
+    version = abi()
+    if not confine_default():
+        return "the audit hook (Landlock off: QUACK_EDU_LANDLOCK, or GPU mode)"
+    if version < 1:
+        return "the audit hook (this kernel has no Landlock)"
+    scoped = (
+        "; it signals no process outside its domain (the grader)"
+        if version >= 6
+        else "; signals to the grader from native code are not stopped (Landlock ABI 6 does)"
+    )
+    return (
+        f"the audit hook and Landlock (ABI {version}): native code too reads only the system's "
+        "and the Python installation's folders and the repository without its secrets, and "
+        f"writes only its scratch folder{scoped}"
+    )

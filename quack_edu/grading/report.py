@@ -393,7 +393,8 @@ class NotebookResult:
 
     def boundary(self) -> dict:
         """Which boundary the grade was made behind (``sandbox.BOUNDARY``)."""
-        from .sandbox import BOUNDARY, files_boundary
+        from .confine import files_boundary
+        from .sandbox import BOUNDARY
 
         return {
             "learner_processes": BOUNDARY,

@@ -113,35 +113,6 @@ def _normal(path: str, cwd: str) -> str:
     return "/" + "/".join(out)
 
 
-def confine_default() -> bool:
-    """Whether learner processes are confined with Landlock (``confine``) when the kernel has
-    it: yes, unless ``QUACK_EDU_LANDLOCK=0``. (On an H100, 2026-12-06, the grader's boundary
-    tests ran with it on: 209 of 211 passed, the two failures were the audit hook's, since
-    fixed; the CUDA driver and the DSL found every file they read.)"""
-    return os.environ.get("QUACK_EDU_LANDLOCK", "").strip() != "0"
-
-
-def files_boundary() -> str:
-    """What confines a learner process's own file access here, in words (a grade's JSON)."""
-    from . import confine
-
-    version = confine.abi()
-    if not confine_default():
-        return "the audit hook (Landlock off: QUACK_EDU_LANDLOCK, or GPU mode)"
-    if version < 1:
-        return "the audit hook (this kernel has no Landlock)"
-    scoped = (
-        "; it signals no process outside its domain (the grader)"
-        if version >= 6
-        else "; signals to the grader from native code are not stopped (Landlock ABI 6 does)"
-    )
-    return (
-        f"the audit hook and Landlock (ABI {version}): native code too reads only the system's "
-        "and the Python installation's folders and the repository without its secrets, and "
-        f"writes only its scratch folder{scoped}"
-    )
-
-
 def lock_down(
     scratch: str,
     *,
@@ -206,7 +177,7 @@ def lock_down(
     )
     # the kernel's own file boundary, for native code that opens files without an audit event
     # (before the hook: the hook would refuse its opening of the folders it allows)
-    if confine_default() if landlock is None else landlock:
+    if confine.confine_default() if landlock is None else landlock:
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         _state["landlock"] = confine.restrict(
             home,
@@ -650,12 +621,12 @@ def lock_down(
     _imp.create_builtin, _imp._fix_co_filename = guarded_create_builtin, guarded_fix_co_filename
     _guard_eval_frame(learner_asks, refuse)
 
-    held = tuple(hold)
+    kept_wires = tuple(hold)  # (not `held`: the built-in modules above)
     watch_events = frozenset(("import", "compile", "exec", "code.__new__"))
     undone_seen: list = []
 
     def intact() -> bool:
-        for h in held:
+        for h in kept_wires:
             if type(h) is tuple:
                 if h[0].__code__ is not h[1]:
                     return False
