@@ -304,3 +304,11 @@ def test_library_functions_hand_learner_code_no_frame(route):
     )
     assert res.score == 0 and res.flagged, res.table()
     assert "frame" in res.forced_message or "passes for the library" in res.forced_message
+
+
+def test_the_canonical_form_reads_a_deeply_nested_answer():
+    from quack_edu.grading.similarity import canonical
+
+    deep = "_x = " + "(" * 90 + "1" + ")" * 90 + "\n" + "_y = " + "-" * 900 + "1\n"
+    assert canonical(DEEP) is None or isinstance(canonical(DEEP), str)
+    assert canonical(deep) is None or isinstance(canonical(deep), str)

@@ -300,8 +300,15 @@ def canonical(source: str) -> str | None:
     function name is ``_v``; annotations go; ``ast.unparse`` lays it out."""
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    except Exception:  # noqa: BLE001  (a syntax error; nested past the parser's depth)
         return None
+    try:  # (the walks below recurse: a tree near the parser's depth goes past Python's)
+        return _canonical_of(tree)
+    except RecursionError:
+        return None
+
+
+def _canonical_of(tree: ast.Module) -> str | None:
     stores, imported, loads = _bindings(tree)
     local = set(stores)
     aliases: dict[str, ast.AST] = {}
