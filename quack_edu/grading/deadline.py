@@ -66,7 +66,8 @@ class TooSlow(BaseException):
 
 #: seconds of the grader's own CPU time that similarity may spend on one answer, and that one
 #: check may spend on what a worker sent back (PTX it parses and simulates): an honest answer
-#: needs a fraction (``tests/test_redteam9.py`` names the largest measured)
+#: needs a fraction (2026-12-08, 2 shared cores: solutions 00, 02, 04, 06, 07 each graded whole,
+#: notebook run included, in 7 to 31 s of wall time)
 SIMILARITY_CPU_S = 60.0
 CHECK_CPU_S = 240.0
 

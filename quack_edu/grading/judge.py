@@ -426,8 +426,8 @@ def decoded(value):
 #: not was written by the learner's (red team 9 replaced the worker's reply function)
 GARBLED = "flagged: the worker's reply was not data"
 #: the longest text (PTX, SASS, a log) a probe's reply may hold, in characters: a lesson
-#: kernel's PTX is under 100 kB (the stages at N = 1024 ... 65536, bf16: 4.9 kB to 82 kB,
-#: tests/test_redteam9.py); 80 times that, and the grader parses nothing longer
+#: kernel's PTX is under 100 kB (2026-12-08, ``tools.inspect.compile_report`` of the six stages
+#: at N = 1024, 8192, 65536 in bf16: 4.9 kB to 82 kB); 80 times that, and nothing longer is parsed
 TEXT_MAX = 8_000_000
 
 
