@@ -548,7 +548,7 @@ WARP_KERNEL_MUTANTS = [
         ]),
         ("y's tile cut from x", "the output is stored into x's tensor",
          "gO = cute.local_tile(mO,", "gO = cute.local_tile(mX,"),
-        ("the weight's predicate from x's partition", "its own predicate",
+        ("the weight's predicate from x's partition", "the partition of the copy that uses it",
          "predicate_cols(thr_W.partition_S(cX), self.N)", "predicate_cols(tXcX, self.N)"),
         ("the weight's fragment not retiled", "thr_W.retile(tXrW)", "thr_W.retile(tXrW)", "tXrW"),
     ),
