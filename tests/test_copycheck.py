@@ -39,8 +39,9 @@ PIECED = [e for e in all_exercises() if pieces_of(e)]
 LOOKED = [e for e in PIECED if telling(e.id) or telling(e.id, True) or containing(e.id)]
 #: those whose answer the library holds (07.dx_row's finished versions are torch's autograd)
 OWN = [e for e in LOOKED if any(d.startswith("quack_edu.") for d in pieces_of(e))]
-#: red team 8's notebooks (a10: the warp kernel with a branch deleted; a11: 07's paste)
-RT8 = Path("/work/rt8/attacks")
+#: red team 8's answer cells, kept as they were handed in (a10: the warp kernel with a branch
+#: deleted; a11: 07's paste)
+RT8 = Path(__file__).resolve().parent / "data" / "redteam8"
 
 
 def _cell(folder, ex) -> str:
@@ -174,29 +175,14 @@ def _graded_with(tmp_path, ex, answer: str) -> dict:
     return next(r for r in rows if r["id"] == ex.id)
 
 
-def _rt8_cell(name: str, grade_id: str) -> str | None:
-    path = RT8 / name
-    if not path.exists():
-        return None
-    for cell in json.loads(path.read_text())["cells"]:
-        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
-            src = cell["source"]
-            return "".join(src) if isinstance(src, list) else src
-    return None
-
-
 #: red team 8's a10: the finished warp kernel with its unused branch (rows longer than one
-#: pass) deleted (2/2 unflagged before); the text where the notebook is not on this machine
-A10 = _rt8_cell("a10_branchdel.ipynb", "02_warp_kernel")
+#: pass) deleted (2/2 unflagged before)
+A10 = (RT8 / "a10_warp_kernel_branch_deleted.txt").read_text()
 
 
 def test_the_warp_kernel_with_a_branch_deleted_is_flagged_end_to_end(tmp_path):
     ex = get("02.warp_kernel")
     answer = A10
-    if answer is None:  # the same cheat, made here: the branch for rows of one pass kept
-        head = "from quack_edu.primitives import copy as copy_utils\n\n"
-        answer = head + max(_branch_deleted(_pasted(ex, "quack_edu.stages.warp.WarpRMSNorm"
-                                                            ".kernel")), key=len)  # fmt: skip
     assert cover(answer, "quack_edu.stages.warp.WarpRMSNorm.kernel", ex.lesson) < COPIED
     row = _graded_with(tmp_path, ex, answer)
     assert row["score"] == 0 and row["flagged"], row
@@ -224,21 +210,10 @@ def test_where_the_solution_is_the_library_a_paste_is_the_solution(ex_id, dotted
     solution. What is compared is what the learner writes, the hole's body."""
     ex = get(ex_id)
     solution = _cell(solutions_dir(), ex)
-    paste = _rt8_cell("a11_07paste.ipynb", ex.cell_id) if ex_id == "07.dw_partial" else None
-    if paste is None:
+    if ex_id == "07.dw_partial":
+        paste = (RT8 / "a11_dw_partial_paste.txt").read_text()
+    else:
         paste = _pasted(ex, dotted)
-        if ex_id == "07.dw_partial":  # the method made a function of the hole's arguments
-            paste = (
-                paste.replace("self, acc: cute.Tensor,", "acc,")
-                .replace(
-                    "rows: cutlass.Constexpr[int]\n):", "rows: cutlass.Constexpr[int], drain):"
-                )
-                .replace("self.drain_copies()", "drain()")
-            )
-            paste = (
-                "def accumulate_dw(acc, v, dy, x_hat):\n"
-                "    acc[None, None, v].store(acc[None, None, v].load() + dy * x_hat)\n\n\n" + paste
-            )
     assert canonical(paste) == canonical(solution)
     assert copied_from_library(ex, paste) is None
 

@@ -293,10 +293,23 @@ FRAME_ROUTES = {
 }
 
 
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:  # numpy 2 on Python 3.12: numpy.distutils is gone
+        return False
+
+
 @pytest.mark.parametrize("route", sorted(FRAME_ROUTES))
 def test_library_functions_hand_learner_code_no_frame(route):
     """a2, a4, a5, a7 took their frames so (scored full before the fixes of B and D)."""
     import warnings
+
+    needs = {"numpy get_frame": "numpy.distutils", "IPython get_local_scope": "IPython"}
+    if route in needs and not _importable(needs[route]):  # the H200/H100 machines lack both
+        pytest.skip(f"{needs[route]} is not installed here: the route does not exist")
 
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     res = judge_exercise(

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from quack_edu.grading import release
 from quack_edu.grading.nbfiles import exercise_source, read, solutions_dir
 from quack_edu.grading.registry import all_exercises
+
+ROOT = Path(__file__).resolve().parents[1]
 
 LESSON = "00_setup_and_roofline"
 LESSONS = (LESSON, "09_in_a_model")  # host exercises: quick to judge
@@ -94,6 +98,14 @@ CHECK = textwrap.dedent(
 )
 
 
+def _release_path(out) -> str:
+    """The student's copy first, then what this process's PYTHONPATH holds besides the checkout
+    (the device machine puts the CuTe DSL there)."""
+    keep = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    keep = [p for p in keep if Path(p).resolve() != ROOT.resolve()]
+    return os.pathsep.join([str(out), *keep])
+
+
 def test_the_students_copy_checks_answers_from_its_recorded_cases(copy, subprocess_env):
     out, _ = copy
     sol = _solutions()
@@ -103,7 +115,7 @@ def test_the_students_copy_checks_answers_from_its_recorded_cases(copy, subproce
     answers["no weight"] = ("00.bytes_moved", no_weight)
     done = subprocess.run(
         [sys.executable, "-c", CHECK, json.dumps(answers)],
-        cwd=out, env={**subprocess_env, "PYTHONPATH": str(out)},
+        cwd=out, env={**subprocess_env, "PYTHONPATH": _release_path(out)},
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

@@ -94,6 +94,30 @@ def test_compare_tells_bitwise_rounding_and_differs():
     assert s.compare(n, n.clone())["status"] == "bitwise"
 
 
+def test_the_backward_is_bounded_by_its_terms_not_its_cancelled_value():
+    """A dx element that is a difference of terms near 1 (an FFMA against two roundings moves
+    it by an fp32 step of the terms) is within fp32 rounding of the terms, not of itself; a
+    difference past the terms' bound still differs."""
+    s = _script()
+    gpu = _t([[3.0e-6, 1.0]], torch.float32)
+    sim = gpu.clone()
+    sim[0, 0] = 3.0e-6 + 2**-24  # one fp32 step at 1.0
+    terms = torch.tensor([[2.0, 1.0]], dtype=torch.float64)
+    assert s.compare(gpu, sim)["status"] == "differs"
+    assert s.compare(gpu, sim, terms=terms)["status"] == "fp32 rounding"
+    sim[0, 0] = 3.0e-6 + 2**-16
+    assert s.compare(gpu, sim, terms=terms)["status"] == "differs"
+    # the terms of dx and dw: x_hat = x * rstd, g = dout * w
+    x, w, dout = (
+        _t([[1.0, -1.0]], torch.float32),
+        _t([2.0, 3.0], torch.float32),
+        _t([[1.0, 1.0]], torch.float32),
+    )
+    dx_terms, dw_terms = s.bwd_terms(x, w, dout, torch.tensor([0.5]))
+    assert dx_terms.tolist() == [[0.5 * (2 + 0.5 * 1.25), 0.5 * (3 + 0.5 * 1.25)]]
+    assert dw_terms.tolist() == [0.5, 0.5]
+
+
 def test_compare_reports_each_side_against_the_reference():
     s = _script()
     ref = _t([[1.0, 2.0]], torch.float32)

@@ -53,6 +53,7 @@ from .sandbox_rules import (
     FRAME_ATTRIBUTES,
     FRAME_HELPER_FUNCTIONS,
     FRAME_HELPERS,
+    PRELOADED,
     PROC_SELF_OK,
     QUERIES,
     REFUSED,
@@ -137,6 +138,11 @@ def lock_down(
     from . import confine
 
     confine.die_with_parent()
+    for name in PRELOADED:  # imported now: their import does what learner code may not
+        try:
+            __import__(name)
+        except ImportError:
+            pass
     import site
     import stat as _stat
     import tempfile

@@ -74,6 +74,10 @@ UNAUDITED = (
 #: library code that reads source files and takes a refusal as "no file" (torch.compile's
 #: line-to-function-name cache): its reads of a secret are refused without an incident
 TOLERANT_READERS = (("torch/_dynamo/funcname_cache.py", "_add_file"),)
+#: libraries imported before the hook is set, because importing them does what learner code may
+#: not: filelock, as installed on the GPU machines (torch.compile imports it), adds an audit hook
+#: of its own in ``_register_fork_hooks`` (2026-12-06, an H100: a compile in a worker was flagged)
+PRELOADED = ("filelock",)
 #: programs a learner process may start (from the Python installation only): the lessons show a
 #: kernel's SASS, which ``nvdisasm`` makes, and torch.compile's kernels go through ``ptxas``;
 #: they end with the process group
