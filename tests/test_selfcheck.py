@@ -68,6 +68,30 @@ def test_a_cell_function_sends_its_cell_text():
     assert "unencodable" in selfcheck.request("00.bytes_moved", object())
 
 
+def test_a_cell_that_stopped_before_its_def_is_not_judged_by_the_old_function(monkeypatch, capsys):
+    """A cold learner's: the exercise cell edited into a SyntaxError, ``check`` judged the
+    function defined before it (2/2). Now the latest defining cell must be the function's."""
+    import types
+
+    src = solution_cell("00.bytes_moved")
+    fn = in_cell(src, "bytes_moved")
+    user_ns = {"In": ["", src, "check('00.bytes_moved', bytes_moved)"]}
+    shell = types.SimpleNamespace(user_ns=user_ns)
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+    assert selfcheck.stale_definition(fn) is None
+    broken = src.replace("def bytes_moved(", "def bytes_moved((")  # a SyntaxError
+    user_ns["In"].append(broken)
+    assert "stopped before its def ran" in selfcheck.stale_definition(fn)
+    asked = []
+    monkeypatch.setattr(selfcheck, "_ask", asked.append)
+    assert selfcheck.check("00.bytes_moved", fn) is None and not asked
+    assert "not checked" in capsys.readouterr().out
+    user_ns["In"].append(src)  # fixed and run again
+    assert selfcheck.stale_definition(fn) is None
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))
+    assert selfcheck.stale_definition(fn) is None  # a script, not a notebook
+
+
 def test_a_function_exercise_passes_its_solution_and_fails_a_mutant_with_the_hint(capsys):
     ex = get("00.bytes_moved")
     src = solution_cell(ex.id)

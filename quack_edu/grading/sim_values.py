@@ -71,6 +71,12 @@ PARTIAL_BARRIER = (
     "depends on the thread or the row, or after some threads returned. Every thread of the CTA "
     "must reach the same barrier: keep it outside `if row < M` and the like"
 )
+DIVERGENT_SHUFFLE = (
+    "a shuffle (shfl.sync) waits for every lane its mask names, and some of them never reach "
+    "it: it sits under a branch that depends on the row or the thread (or after a return). On "
+    "a GPU that is undefined: wrong sums or a hang. Every lane of the warp must run the "
+    "reduction; rows past M take part with zeros, and only their loads and stores are guarded"
+)
 DIFFERENT_ORDERS = (
     "the values depend on the order the threads run in: warps or CTAs that run in another order "
     "(as they may on a GPU) compute other values, so something is read before a barrier makes "
@@ -194,6 +200,7 @@ def simulate(ptx: str, kernel, x, w, where: str, *, order="forward", seed=0, ord
     import torch
 
     from ..ptxsim import (
+        DivergentShuffle,
         Hang,
         MemoryFault,
         OrderingError,
@@ -214,6 +221,12 @@ def simulate(ptx: str, kernel, x, w, where: str, *, order="forward", seed=0, ord
     except PartialBarrier as e:
         raise CheckFailed(
             f"{where}: a barrier only part of the CTA reaches", seen=str(e), hint=PARTIAL_BARRIER
+        ) from None
+    except DivergentShuffle as e:
+        raise CheckFailed(
+            f"{where}: a warp shuffle part of its warp does not reach (simulated)",
+            seen=str(e),
+            hint=DIVERGENT_SHUFFLE,
         ) from None
     except OrderingError as e:
         raise CheckFailed(

@@ -36,6 +36,7 @@ import functools
 import json
 import linecache
 import os
+import re
 import sys
 import threading
 import time
@@ -120,6 +121,27 @@ def answer_source(obj) -> str | None:
         return None
     lines = linecache.getlines(code.co_filename)
     return "".join(lines) if lines else None
+
+
+def stale_definition(answer) -> str | None:
+    """Where ``answer`` is a function and the notebook's latest cell defining its name is not
+    the cell it came from (that cell raised before its ``def`` ran: a SyntaxError, say), the
+    line that says so; None where they agree, or outside IPython. Otherwise ``check`` would
+    judge the version defined before (a cold learner's 2/2 for a cell that no longer ran)."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    name = str(getattr(answer, "__name__", "") or "")
+    text = answer_source(answer) if callable(answer) else None
+    if shell is None or not name.isidentifier() or text is None:
+        return None
+    defines = re.compile(rf"^\s*def\s+{name}\s*\(", re.M)
+    cells = [c for c in shell.user_ns.get("In", ()) if isinstance(c, str) and defines.search(c)]
+    if not cells or "".join(cells[-1].split()) == "".join(text.split()):
+        return None
+    return (
+        f"not checked: your latest cell that defines `{name}` stopped before its def ran (a "
+        f"SyntaxError, or an error above it), so `{name}` is still the version from before. "
+        "Fix that cell, run it, then check again."
+    )
 
 
 def encode(v, _depth: int = 0):
@@ -384,6 +406,10 @@ def check(
     if grading():  # the grader judges the answer cell itself, outside this notebook
         if not quiet:
             print(f"{exercise_id}: judged by the grader, outside this notebook")
+        return None
+    stale = stale_definition(answer) if answer is not _MISSING else None
+    if stale:
+        print(f"{exercise_id}: {stale}")
         return None
     reply = _ask(request(exercise_id, answer, hidden=hidden, seed=seed))
     if not reply.get("ok"):

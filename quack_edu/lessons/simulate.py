@@ -47,6 +47,15 @@ CONFIGS = {
 }
 
 
+class OnCpu(tuple):
+    """``on_cpu``'s (yours, ref): unpacks as a pair, shown as one line rather than two tensors."""
+
+    def __repr__(self) -> str:
+        yours, ref = self
+        got = "none (see above)" if yours is None else f"{tuple(yours.shape)} {yours.dtype}"
+        return f"(yours: {got}, ref: {tuple(ref.shape)} {ref.dtype})"
+
+
 def on_cpu(exercise: str, answer, *, M: int = 4, N: int = 1000, dtype=torch.bfloat16,
            weight_dtype=None, seed: int = 0, eps: float = 1e-6, order="forward"):  # fmt: skip
     """Build the exercise's kernel with ``answer`` in its hole, simulate it on M x N fresh
@@ -83,7 +92,7 @@ def on_cpu(exercise: str, answer, *, M: int = 4, N: int = 1000, dtype=torch.bflo
         yours = run_ptx(compiled_kernel(kernel), kernel, x, w, eps, order=order, seed=seed)
     except OrderingError as e:
         print(f"{exercise} on the CPU (PTX simulated, {order} order): {type(e).__name__}\n{e}")
-        return None, ref
+        return OnCpu((None, ref))
     close = torch.isclose(yours.float(), ref.float(), **TOLERANCES[dtype])
     err = (yours.float() - ref.float()).abs().nan_to_num(float("inf")).max().item()
     print(f"{exercise} on the CPU (PTX simulated), x {M} x {N} {str(dtype)[6:]}, "
@@ -95,7 +104,7 @@ def on_cpu(exercise: str, answer, *, M: int = 4, N: int = 1000, dtype=torch.bflo
         print(f"  {int((~close).sum())} of {M * N} elements differ; the first at row {r}, "
               f"column {c}: expected {ref[r, c].item():.6g}, yours {yours[r, c].item():.6g}"
               + (" (never written)" if torch.isnan(yours[r, c]) else ""))  # fmt: skip
-    return yours, ref
+    return OnCpu((yours, ref))
 
 
 #: lesson 01b's demo kernel, in PTX: 64 threads (two warps) each store their index into shared

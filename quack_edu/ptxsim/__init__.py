@@ -48,6 +48,7 @@ from .stages import (
     stage_kernel,
 )
 from .values import (
+    DivergentShuffle,
     Hang,
     MemoryFault,
     OrderingError,
@@ -62,6 +63,7 @@ __all__ = [
     "BACKWARD",
     "ORDERS",
     "SIMULATED_STAGES",
+    "DivergentShuffle",
     "Hang",
     "MemoryFault",
     "OrderingError",

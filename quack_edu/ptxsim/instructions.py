@@ -31,6 +31,7 @@ from .values import (
     TYPED,
     UINT,
     WARP,
+    DivergentShuffle,
     SimError,
     UnsupportedInstruction,
     width_of,
@@ -483,7 +484,7 @@ def op_shfl(cta, ins, mask):
     missing = warps_here[warp] & member & ~mask
     if missing.any():
         t = int(np.argmax(missing))
-        raise SimError(
+        raise DivergentShuffle(
             f"shfl.sync: lane {lane[t]} of warp {warp[t]} is named in the member mask but is not "
             f"at this instruction (divergent, exited or waiting) ({ins.where()})"
         )

@@ -73,6 +73,12 @@ class PartialBarrier(OrderingError):
     another barrier (a barrier under a branch that depends on the row or the thread)."""
 
 
+class DivergentShuffle(OrderingError):
+    """A ``shfl.sync`` that a lane its member mask names does not reach with the others (it took
+    the other side of a branch, exited, or waits elsewhere): on a GPU, undefined values or a
+    hang. Names the lane, its warp and the instruction."""
+
+
 class StepLimit(SimError):
     """The launch ran out of its step budget (``launch(max_steps=...)``): an endless loop, or
     more work than the budget allows."""

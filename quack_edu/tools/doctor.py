@@ -33,6 +33,9 @@ class DoctorReport:
     def add(self, name, value, ok=True, fix=""):
         self.checks.append(Check(name, str(value), ok, fix))
 
+    def __str__(self) -> str:  # print(doctor_report()) shows the table
+        return self.text()
+
     def text(self) -> str:
         width = max(len(c.name) for c in self.checks) + 2
         lines = ["quack-edu doctor", ""]

@@ -553,6 +553,18 @@ WARP_KERNEL_MUTANTS = [
         ("the weight's fragment not retiled", "thr_W.retile(tXrW)", "thr_W.retile(tXrW)", "tXrW"),
     ),
     *SIM_VALUE_MUTANTS,
+    *mutants(COMPILE,  # (a cold learner's, 2/2 before: the simulator named it and passed)
+        ("the reduction under `if row < M`", "part of its warp does not reach", [
+            ("    x = tXrX.load().to(Float32)\n",
+             "    if row < M:\n        x = tXrX.load().to(Float32)\n"),
+            ("    sum_sq = (x * x)", "        sum_sq = (x * x)"),
+            ("    sum_sq = self.warp_reduce(sum_sq)", "        sum_sq = self.warp_reduce(sum_sq)"),
+            ("    rstd = self.rstd(sum_sq, eps)", "        rstd = self.rstd(sum_sq, eps)"),
+            ("    y = x * rstd", "        y = x * rstd"),
+            ("    tXrO.store(y.to(mO.element_type))\n    if row < M:\n        cute.copy(copy_O",
+             "        tXrO.store(y.to(mO.element_type))\n        cute.copy(copy_O"),
+        ]),
+    ),
     *mutants(TIERS,
         ("y stored by lane 0 of each warp only", "some outputs were never written",
          STORE_Y,
