@@ -1,8 +1,9 @@
 """What the notebooks use besides the library: pictures and models (``viz``, ``viz_cluster``),
 the roofline's numbers (``roofline``), the recorded H200 results (``results``), lesson 07's
-dw strategies (``bwd_strategies``), a stage's kernel shown with what changed (``show``), the
-DSL lesson's helpers (``dsl``), the learner's own kernel after its exercise, as the checks
-compile and read it (``evidence``), running a notebook without Jupyter (``nbexec``), and
+dw strategies (``bwd_strategies``), a stage's kernel shown with what changed, and the library's
+version of an answer once the learner's passed its check (``show``), the DSL lesson's helpers
+(``dsl``), the learner's own kernel after its exercise, as the checks compile and read it
+(``evidence``), running a notebook without Jupyter (``nbexec``), and
 ``check``, an exercise's pass/fail table judged by a grader process outside the notebook
 (``selfcheck``: this process imports nothing of ``quack_edu.grading`` for it).
 

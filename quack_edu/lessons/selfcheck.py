@@ -23,6 +23,10 @@ The first call waits for the server to import torch, the DSL and the library (``
 that early); later calls reuse it. While ``quack-edu grade`` runs the notebook,
 ``check`` only prints a line: the grader judges each answer cell itself.
 
+``check`` remembers, in this process, the exercises whose answer passed (``passed``): a lesson
+shows the library's version of an answer only after the learner's own passed
+(``show.show_kernel(..., after=exercise_id)``; never while ``quack-edu grade`` runs it).
+
 Timeouts (seconds, from the environment): ``QUACK_EDU_CHECK_START_TIMEOUT`` (300) for the server
 to be ready, ``QUACK_EDU_CHECK_TIMEOUT`` (900) for one check. Past either, or if the server dies,
 ``check`` raises ``GraderUnavailable`` with the end of the server's log, and the next call
@@ -333,11 +337,19 @@ class _Server:
 
 _lock = threading.Lock()
 _server: _Server | None = None
+#: the exercises whose answer ``check`` saw pass in this process
+_passed: set[str] = set()
 
 
 def grading() -> bool:
     """True inside a notebook that ``quack-edu grade`` is running."""
     return os.environ.get(ENV_GRADING) == "1"
+
+
+def passed(exercise_id: str) -> bool:
+    """Whether an answer to ``exercise_id`` passed its ``check`` in this process (a notebook
+    session); never while ``quack-edu grade`` runs the notebook."""
+    return not grading() and str(exercise_id) in _passed
 
 
 def start() -> None:
@@ -401,7 +413,7 @@ def check(
     ``hidden=True`` adds the hidden checks (more shapes, a fresh seed) and raises AssertionError
     unless every check that can run here passes. The answer is judged by the grader's process,
     outside this notebook (see the module's doc); while ``quack-edu grade`` runs the notebook it
-    does nothing but print a line.
+    does nothing but print a line. A pass is remembered for the session (``passed``).
     """
     if grading():  # the grader judges the answer cell itself, outside this notebook
         if not quiet:
@@ -426,6 +438,8 @@ def check(
         reply.get("table", ""),
         reply.get("summary", ""),
     )
+    if res.passed:
+        _passed.add(str(exercise_id))
     if not quiet:
         print(res.table())
     if hidden and res.status not in ("pass", "skip"):

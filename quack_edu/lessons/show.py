@@ -4,10 +4,17 @@
     show_kernel("final_bwd", prev="final")      # the backward kernel (and its dw partial sum)
     show_kernel("block", prev="warp", fn="row_sum")   # one method instead of the kernel
     show_excerpt("final", "# -- the weight", "seq = ")  # a few lines of the kernel, numbered
+    show_source(reduce_utils.warp_reduce)       # a library function's source, as getsource has it
 
 Lines are compared without their indentation, so a line that only moved into an ``if`` counts
 as unchanged. In Jupyter the changed lines are highlighted; elsewhere (and in the plain-text
 copy of the output) they carry a ``+`` in the gutter.
+
+The library's version of an exercise's answer waits for the learner's own: with
+``after="02.warp_kernel"`` (or a tuple of ids) each of them shows nothing but one line, "the
+library's version is shown here once your `check("02.warp_kernel", ...)` passes", until that
+check passed in this notebook session (``selfcheck.passed``); while ``quack-edu grade`` runs
+the notebook, nothing at all.
 """
 
 from __future__ import annotations
@@ -20,6 +27,10 @@ import textwrap
 from dataclasses import dataclass
 
 from ..stages import get_stage, kernel_class
+from . import selfcheck
+
+#: ``after=``: the exercise (or exercises) whose check must pass before the library's version
+After = str | tuple[str, ...] | None
 
 
 @dataclass(frozen=True)
@@ -162,9 +173,42 @@ def excerpt_text(stage: str, start: str, end: str, *, fn=None) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def show_excerpt(stage: str, start: str, end: str, *, fn=None) -> None:
-    """Print ``excerpt_text(stage, start, end, fn=fn)``."""
-    print(excerpt_text(stage, start, end, fn=fn), end="")
+def gate_message(exercise_ids) -> str:
+    """The line shown in place of the library's version until these exercises' checks pass."""
+    ids = (exercise_ids,) if isinstance(exercise_ids, str) else tuple(exercise_ids)
+    checks = " and ".join(f'`check("{i}", ...)`' for i in ids)
+    verb = "passes" if len(ids) == 1 else "pass"
+    return f"the library's version is shown here once your {checks} {verb}"
+
+
+def revealed(after: After) -> bool:
+    """Whether the library's version may be shown: with no ``after``, yes; otherwise once the
+    check of every exercise in ``after`` passed in this notebook session. Where not, prints
+    ``gate_message`` of those still to pass (nothing while ``quack-edu grade`` runs it)."""
+    if after is None:
+        return True
+    ids = (after,) if isinstance(after, str) else tuple(after)
+    if selfcheck.grading():
+        return False
+    waiting = [i for i in ids if not selfcheck.passed(i)]
+    if waiting:
+        print(gate_message(waiting))
+    return not waiting
+
+
+def show_source(*objs, after: After = None) -> None:
+    """Print each object's source, as ``print(inspect.getsource(obj))`` does; with ``after``,
+    only once that exercise's check passed (``revealed``)."""
+    if revealed(after):
+        for obj in objs:
+            print(inspect.getsource(obj))
+
+
+def show_excerpt(stage: str, start: str, end: str, *, fn=None, after: After = None) -> None:
+    """Print ``excerpt_text(stage, start, end, fn=fn)``; with ``after``, only once that
+    exercise's check passed (``revealed``)."""
+    if revealed(after):
+        print(excerpt_text(stage, start, end, fn=fn), end="")
 
 
 def _in_jupyter() -> bool:
@@ -176,10 +220,14 @@ def _in_jupyter() -> bool:
     return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
 
 
-def show_kernel(stage: str, prev: str | None = None, *, fn=None) -> None:
+def show_kernel(stage: str, prev: str | None = None, *, fn=None, after: After = None) -> None:
     """Print ``stage``'s ``@cute.kernel`` body (for ``final_bwd`` the backward kernel and its
     dw partial sum), marking the lines that are new or changed since stage ``prev``'s kernel.
-    ``fn``: a method name of the stage's kernel class (or a function) to show instead."""
+    ``fn``: a method name of the stage's kernel class (or a function) to show instead.
+    ``after``: the exercise whose answer this shows, shown only once its check passed
+    (``revealed``)."""
+    if not revealed(after):
+        return
     text = render_text(stage, prev, fn=fn)
     if _in_jupyter():
         from IPython.display import display
