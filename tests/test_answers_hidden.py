@@ -1,5 +1,5 @@
 """A lesson does not print its own answer: before an exercise's check cell, no code cell prints the
-source of the helper the exercise replaces (``inspect.getsource``, ``print_source``, a stage's
+source of the helper the exercise replaces (``inspect.getsource``, ``show_source``, a stage's
 kernel through ``show_kernel``). The previous stage's code, the concept and a worked example on
 something else come first; the library's version may be shown after the check.
 
@@ -52,7 +52,7 @@ KERNELS: dict[str, tuple[str, ...]] = {
 #: rewritten); strict: one that is fixed must leave this set
 KNOWN_REVEALED: set[str] = set()
 
-_PRINTERS = re.compile(r"\b(?:inspect\.getsource|getsource|print_source)\s*\(")
+_PRINTERS = re.compile(r"\b(?:inspect\.getsource|getsource|print_source|show_source)\s*\(")
 _SHOW = re.compile(r"show_kernel\(\s*([\"'])(\w+)\1([^)]*)\)")
 
 
@@ -123,6 +123,7 @@ def test_the_rule_sees_what_the_lessons_did():
     assert reveals(
         "02.tv_layout", "row_tv_layouts", "print(inspect.getsource(copy_utils.row_thread_layout))"
     )
+    assert reveals("02.warp_reduce", "warp_reduce_sum", "show_source(reduce_utils.warp_reduce)")
     loop = (
         "for fn in (cluster.ClusterRMSNorm.__call__, cluster.ClusterRMSNorm.arm_cluster_barrier,\n"
         "           cluster.ClusterRMSNorm.row_sum):\n    print(inspect.getsource(fn))"

@@ -5,9 +5,10 @@ shares none.
 ``test_answers_hidden`` looks for names (a cell that prints the helper an exercise replaces);
 this one compares text. What a cell above the exercise shows is its source, its recorded
 outputs, and what it prints of the library, resolved statically: ``inspect.getsource(X)``,
-``X.__doc__``, ``show_kernel(...)`` and ``show_excerpt(...)`` become the text they print, with
-``X`` looked up through the imports of the cells above (a loop ``for fn in (A, B):`` names
-each of its items).
+``show_source(X)``, ``X.__doc__``, ``show_kernel(...)`` and ``show_excerpt(...)`` become the
+text they print, with ``X`` looked up through the imports of the cells above (a loop
+``for fn in (A, B):`` names each of its items). A print gated on an earlier exercise
+(``after=``) counts: once that exercise passed, its text is on the page.
 
 A line of the solution (a statement between the solution markers; an ``if``/``for`` by its
 header) is *shown* when the text holds it, or a part of it: a sub-expression of 5 tokens or
@@ -367,9 +368,53 @@ def _literal(node):
     return node.value if isinstance(node, ast.Constant) else None
 
 
-def printed(source: str, env: dict[str, str]) -> list[str]:
+@dataclass(frozen=True)
+class Printed:
+    """One library text a code cell prints: the text, the exercises whose check it waits for
+    (``after=``, see ``quack_edu.lessons.show``; () when it is always shown), and the source of
+    the expression that prints it."""
+
+    text: str
+    after: tuple[str, ...]
+    call: str
+
+
+def _ids(node) -> tuple[str, ...]:
+    """The exercise ids a gate names: a string or a tuple of strings; () where it is not a
+    literal (then what it gates counts as always shown)."""
+    try:
+        v = ast.literal_eval(node)
+    except ValueError:
+        return ()
+    ids = (v,) if isinstance(v, str) else tuple(v) if isinstance(v, tuple) else ()
+    return tuple(i for i in ids if isinstance(i, str))
+
+
+def _gates(tree) -> dict[int, tuple[str, ...]]:
+    """{id of a node: the exercise ids it waits for} for the nodes in the body of an
+    ``if revealed(...):``, the gate of ``quack_edu.lessons.show``."""
+    gates: dict[int, tuple[str, ...]] = {}
+    for node in ast.walk(tree):
+        test = getattr(node, "test", None)
+        if not (isinstance(node, ast.If) and isinstance(test, ast.Call) and test.args):
+            continue
+        if _dotted(test.func) not in ("revealed", "show.revealed"):
+            continue
+        for stmt in node.body:
+            for n in ast.walk(stmt):
+                gates[id(n)] = gates.get(id(n), ()) + _ids(test.args[0])
+    return gates
+
+
+def _after(node: ast.Call) -> tuple[str, ...]:
+    """The exercise ids of a call's ``after=``; () without one."""
+    return next((_ids(k.value) for k in node.keywords if k.arg == "after"), ())
+
+
+def prints(source: str, env: dict[str, str]) -> list[Printed]:
     """What a code cell prints of the library: the texts of its source and docstring printers
-    and of ``show_kernel`` / ``show_excerpt`` calls with literal arguments."""
+    (``inspect.getsource``, ``show_source``, ``__doc__``) and of ``show_kernel`` /
+    ``show_excerpt`` calls with literal arguments, each with its gate."""
     from quack_edu.lessons import show
 
     try:
@@ -385,10 +430,13 @@ def printed(source: str, env: dict[str, str]) -> list[str]:
             and isinstance(node.iter, (ast.Tuple, ast.List))
         ):
             loops[node.target.id] = list(node.iter.elts)
+    gates = _gates(tree)
     out = []
     for node in ast.walk(tree):
+        seg = ast.get_source_segment(source, node) or ""
+        gate = gates.get(id(node), ())
         if isinstance(node, ast.Attribute) and node.attr == "__doc__":
-            out += [o.__doc__ or "" for o in _objects(node.value, env, loops)]
+            out += [Printed(o.__doc__ or "", gate, seg) for o in _objects(node.value, env, loops)]
         if not isinstance(node, ast.Call):
             continue
         fname = (
@@ -397,15 +445,24 @@ def printed(source: str, env: dict[str, str]) -> list[str]:
             else getattr(node.func, "id", None)
         )
         if fname in _PRINTERS and node.args:
-            out += [_source_of(o) for o in _objects(node.args[0], env, loops)]
+            out += [Printed(_source_of(o), gate, seg) for o in _objects(node.args[0], env, loops)]
+        elif fname == "show_source":
+            after = gate + _after(node)
+            for a in node.args:
+                out += [Printed(_source_of(o), after, seg) for o in _objects(a, env, loops)]
         elif fname in ("show_kernel", "show_excerpt"):
             args = [_literal(a) for a in node.args]
-            kw = {k.arg: _literal(k.value) for k in node.keywords}
+            kw = {k.arg: _literal(k.value) for k in node.keywords if k.arg != "after"}
             if None in args or None in kw.values():
                 continue
             render = show.render_text if fname == "show_kernel" else show.excerpt_text
-            out.append(render(*args, **kw))
+            out.append(Printed(render(*args, **kw), gate + _after(node), seg))
     return out
+
+
+def printed(source: str, env: dict[str, str]) -> list[str]:
+    """The texts of ``prints``, gated or not."""
+    return [p.text for p in prints(source, env)]
 
 
 def _outputs(cell) -> str:
@@ -751,12 +808,24 @@ def test_printed_library_text_is_resolved():
         "import inspect\nprint(inspect.getsource(forward._fwd_fake))\nprint(naive.__doc__)\n"
         "for fn in (naive.NaiveRMSNorm.rstd,):\n    print(inspect.getsource(fn))\n"
         'show_kernel("naive", fn="rstd")\n'
+        "from quack_edu.lessons.show import show_source\n"
+        'show_source(naive.NaiveRMSNorm.sum_squares, after="01.sum_squares")\n'
+        'show_kernel("naive", fn="sum_squares", after=("01.sum_squares", "01.rstd"))\n'
+        'if revealed("01.rstd"):\n    print(inspect.getsource(naive.NaiveRMSNorm.rstd))\n'
     )
-    texts = printed(src, env)
-    assert len(texts) == 4 and all(texts)
+    found = prints(src, env)
+    texts = [p.text for p in found]
+    assert len(texts) == 7 and all(texts)
     assert any("def _fwd_fake" in t for t in texts)
     assert any("Stage 0, naive" in t for t in texts)
-    assert sum("def rstd" in t for t in texts) == 2
+    assert sum("def rstd" in t for t in texts) == 3
+    assert sum("def sum_squares" in t for t in texts) == 2  # gated, still on the page after
+    gated = [(p.text.split("(")[0].split()[-1], p.after) for p in found if p.after]
+    assert gated == [
+        ("sum_squares", ("01.sum_squares",)),
+        ("sum_squares", ("01.sum_squares", "01.rstd")),
+        ("rstd", ("01.rstd",)),
+    ]
 
 
 def test_tokens():
