@@ -173,3 +173,19 @@ def test_the_script_runs_end_to_end_without_a_gpu(tmp_path):
     body = json.loads(out.read_text())
     assert rc == 0 and body["complete"] and body["summary"]["by_status"] == {"bitwise": 3}
     assert body["gpu"].startswith("none") and "date" in body and "versions" in body
+
+
+def test_the_recorded_h100_comparison_is_what_docs_testing_quotes():
+    rec = json.loads((ROOT / "benchmarks" / "results" / "sim_vs_gpu_h100.json").read_text())
+    assert rec["gpu"].startswith("NVIDIA H100") and rec["complete"]
+    by = rec["summary"]["by_status"]
+    assert (len(rec["cases"]), by["bitwise"], by["fp32 rounding"], by["differs"]) == (
+        900, 650, 235, 15,
+    )  # fmt: skip
+    differs = [c for c in rec["cases"] if c["status"] == "differs"]
+    assert all(c["kind"] == "backward" and c["dtype"] == "fp32" for c in differs)
+    assert len(rec["recheck"]["cases"]) == 15
+    assert all(r["diff_over_terms_bound"] <= 1 for r in rec["recheck"]["cases"])
+    text = " ".join((ROOT / "docs" / "testing.md").read_text().split())
+    assert "900 cases (300 kernels" in text and "650 bit for bit, 235 within" in text
+    assert "15 beyond it" in text
