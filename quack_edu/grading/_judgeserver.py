@@ -7,7 +7,10 @@ It is started as a file, not with ``-m``, so that importing it does not import `
 imports what ``QUACK_EDU_JUDGE_PRELOAD`` names once, then waits on a Unix socket for requests from
 the grader (``judge.Server``): each request carries one end of a new socket pair and one of a
 record socket (``sandbox.RECORD_FORMAT``), and the server forks a worker (``worker.main``) that
-talks to the grader over the first and whose audit hook alone writes to the second. A worker
+talks to the grader over the first and whose audit hook alone writes to the second. The worker's
+first byte on the first carries its pid to the grader in the kernel's credentials
+(``isolate.sender_pid``: the pid the server sees is its own PID namespace's under
+``--isolate namespaces``). A worker
 is a fresh copy of this process, so the learner's code it loads has never run anywhere the
 grader reads from. ``QUACK_EDU_JUDGE_PRELOAD=0`` leaves the imports to each worker (slower;
 for a machine where importing the DSL before a fork would be unsafe).
@@ -56,6 +59,7 @@ def main(argv=None) -> int:
         if pid == 0:
             code = 0
             try:
+                os.write(fds[0], b"\0")  # the grader learns this worker's pid as it numbers it
                 ctl.close()
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 from multiprocessing.connection import Connection

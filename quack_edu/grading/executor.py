@@ -15,7 +15,8 @@ reported as "stopped", and ``Executor.stopped`` says why.
 The engine, ``ChildEngine``, runs one cell in a child Python of the grader's (``_cellworker``)
 and says how it went; the executor decides the rest. The child is the learner's side of the
 grader's boundary: it locks itself down before the first cell (``sandbox.lock_down``) and is
-killed with its process group at the end. Python code is interrupted in the child at the
+killed with its process group at the end (under ``--isolate namespaces`` it runs inside bwrap
+too: ``isolate``). Python code is interrupted in the child at the
 timeout; what an alarm cannot reach (a GPU kernel that never finishes) is killed with the
 child after a grace. (A Jupyter kernel is not used to grade: the grader could not lock it
 down before the first cell, and it writes its own files.)
@@ -231,6 +232,11 @@ class ChildEngine:
         req_r, self._req_w = os.pipe()
         self._rep_r, rep_w = os.pipe()
         cmd = [sys.executable, "-m", "quack_edu.grading._cellworker", str(req_r), str(rep_w)]
+        if self.sandbox is not None:  # a grading's: inside bwrap too where asked (``isolate``)
+            from . import isolate
+
+            cmd = isolate.wrap(cmd, env=self.env, writable=[self.sandbox["scratch"]],
+                               hidden=self.sandbox.get("secrets", ()))  # fmt: skip
         log = open(self.log, "ab") if self.log else None
         try:
             self.proc = subprocess.Popen(

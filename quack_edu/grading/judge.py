@@ -118,6 +118,11 @@ class Server:
     _lock = None
     _proc = None
     _ctl = None
+    _isolated = None  # the isolation the running server was started with (``isolate.mode``)
+    #: under isolation: the folder its workers' scratch folders are made in (its view's own)
+    box: str | None = None
+    #: more paths its isolated view leaves empty (a class's submissions and gradebook)
+    hidden: tuple = ()
 
     @classmethod
     def start(cls) -> None:
@@ -131,9 +136,16 @@ class Server:
 
     @classmethod
     def _start(cls) -> None:
+        import atexit
+        import shutil
         import socket
         import subprocess
 
+        from . import isolate
+
+        if cls._proc is not None and cls._proc.poll() is None and cls._isolated != isolate.mode():
+            cls._proc.kill()  # (started under another isolation)
+            cls._proc.wait()
         if cls._proc is None or cls._proc.poll() is not None:
             mine, theirs = socket.socketpair()
             env = {k: v for k, v in os.environ.items() if not k.startswith("QUACK_EDU_GRAD")}
@@ -148,8 +160,16 @@ class Server:
 
             env.setdefault("QUACK_EDU_JUDGE_PRELOAD", "dsl" if MODE.gpu else "all")
             server = str(Path(__file__).with_name("_judgeserver.py"))  # a file: see its doc
+            cmd = [sys.executable, server, str(theirs.fileno())]
+            cls._isolated = isolate.mode()
+            if cls._isolated != "none":
+                if cls.box is None:
+                    cls.box = tempfile.mkdtemp(prefix="quack_edu_judgebox_")
+                    atexit.register(shutil.rmtree, cls.box, True)
+                cmd = isolate.wrap(cmd, env=env, writable=[cls.box],
+                                   hidden=secret_paths(cls.hidden))  # fmt: skip
             cls._proc = subprocess.Popen(
-                [sys.executable, server, str(theirs.fileno())],
+                cmd,
                 pass_fds=(theirs.fileno(),),
                 env=env,
                 cwd=tempfile.gettempdir(),
@@ -170,11 +190,14 @@ class Server:
         import threading
         from multiprocessing.connection import Connection
 
+        from . import isolate
+
         if cls._lock is None:
             cls._lock = threading.Lock()
         with cls._lock:
             cls._start()
             a, b = socket.socketpair()
+            isolate.pass_credentials(a)
             rec, theirs = record.pair()
             socket.send_fds(cls._ctl, [b"fork"], [b.fileno(), theirs.fileno()])
             b.close()
@@ -183,7 +206,10 @@ class Server:
             if not line:
                 cls._proc = None
                 raise JudgeAbort("died", "the grader's judge server did not start")
-            pid = int(json.loads(line)["pid"])
+            # the worker's first byte: its pid as this process numbers it (under isolation the
+            # server's is its own namespace's, another process's here)
+            ours = isolate.sender_pid(a)
+            pid = ours if cls._isolated != "none" else int(json.loads(line)["pid"])
         return pid, Connection(a.detach()), record.Record(rec)
 
 
@@ -245,8 +271,8 @@ class Worker:
         self.record, self._recorded = record.Record(None), 0
 
     def __enter__(self):
-        self.scratch = tempfile.mkdtemp(prefix="quack_edu_judge_")
         self.pid, self.conn, self.record = Server.fork()
+        self.scratch = tempfile.mkdtemp(prefix="quack_edu_judge_", dir=Server.box)
         job = {
             "source": self.source,
             "answer": self.ex.answer,
