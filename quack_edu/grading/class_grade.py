@@ -15,7 +15,8 @@ kernel; its answers judged outside it), ``-j N`` at a time. Written under ``--ou
     results/<student>/<lesson>.json  the instructor's full result (hidden cases included), and
                                      the hash of the notebook it is for
     run.json                         the run's seed of the hidden checks (so a resumed run
-                                     grades every submission on the same inputs)
+                                     grades every submission on the same inputs) and the
+                                     learner processes' isolation (``isolate``)
 
 The grader's own files are hashed at the start (``integrity``) and checked before each
 submission is graded and before each result, feedback file and the gradebook is written: if one
@@ -36,7 +37,7 @@ import re
 import secrets
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -196,12 +197,15 @@ def feedback_text(student: str, res: NotebookResult, late: bool) -> str:
 
 def grade_one(job: dict) -> dict:
     """Grade one submission and write its result and feedback (runs in a pool process)."""
+    from . import isolate
     from .integrity import check
     from .judge import Server
     from .notebook import grade_notebook
 
     grader = job["grader"]
     check(grader)  # an earlier submission may have written to the grader: grade no next one
+    isolate.use(job.get("isolate"))  # (a pool process: as the run asked)
+    Server.hidden = tuple(job.get("secrets", ()))  # (its isolated view's too)
     Server.start()  # imports while the notebook runs
     path, out = Path(job["path"]), Path(job["out"])
     student, lesson = job["student"], job["lesson"]
@@ -253,6 +257,7 @@ def _write_result(job: dict, res: NotebookResult, rewritten=None) -> dict:
         "digest": job["digest"],
         "late": job["late"],
         "grader_files": job["grader"].summary(),
+        "isolation": job.get("isolate") or "none",
         "result": notebook_record(res),
         "rewritten": rewritten,
     }
@@ -440,7 +445,8 @@ class ClassOptions:
     in ``run.json``, or a fresh one), ``roster`` students who should have submitted,
     ``deadline`` after which a file is late, ``solutions`` the folder of solution notebooks,
     ``only`` one exercise id, ``max_restarts`` and ``budget`` what one notebook's run may cost
-    (``executor.Executor``)."""
+    (``executor.Executor``), ``isolate`` the learner processes' OS isolation (``isolate``;
+    None: ``QUACK_EDU_ISOLATE``'s)."""
 
     lesson: str | None = None
     jobs: int = 1
@@ -454,6 +460,7 @@ class ClassOptions:
     only: str | None = None
     max_restarts: int = MAX_RESTARTS
     budget: float = BUDGET_S
+    isolate: str | None = None
 
 
 class ResultTampered(RuntimeError):
@@ -499,16 +506,16 @@ def read_result(out: Path, rpath: Path) -> dict | None:
     return rec
 
 
-def _run_seed(out: Path, seed: int | None) -> int:
+def _run_seed(out: Path, seed: int | None, isolation: str = "none") -> int:
     """The run's seed of the hidden checks: ``seed``, else the one kept in ``run.json`` (a
-    resumed run), else a fresh one; kept in ``run.json``."""
+    resumed run), else a fresh one; kept in ``run.json``, with this run's ``isolation``."""
     state_path = out / "run.json"
     state = json.loads(state_path.read_text()) if state_path.exists() else {}
     if seed is None:
         seed = state.get("seed")
     if seed is None:
         seed = secrets.randbits(31)
-    state.update(seed=int(seed))
+    state.update(seed=int(seed), isolation=isolation)
     state_path.write_text(json.dumps(state, indent=1) + "\n")
     return int(seed)
 
@@ -547,6 +554,7 @@ def _jobs(
                 only=opts.only,
                 max_restarts=opts.max_restarts,
                 budget=opts.budget,
+                isolate=opts.isolate,
                 digest=digest,
                 options=options,  # what the digest covers beside the notebook
                 late=late,
@@ -565,14 +573,17 @@ def grade_class(
 ) -> dict:
     """Grade every submission in ``folder``; returns a summary (counts, paths, seconds).
     Raises ``integrity.GraderTampered`` if the grader's files change while it grades."""
+    from . import isolate
     from .integrity import GraderTampered, check, grader_roots, snapshot
 
     opts = options or ClassOptions()
+    # (IsolationUnavailable: nothing is graded)
+    opts = replace(opts, isolate=isolate.use(opts.isolate))
     grader = snapshot(*grader_roots(opts.solutions))  # before any submission runs
     t0 = time.time()
     folder, out = Path(folder), Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    seed = _run_seed(out, opts.seed)
+    seed = _run_seed(out, opts.seed, opts.isolate)
     subs = find_submissions(folder, opts.lesson, opts.roster)
     todo, skipped = _jobs(subs, out, opts, seed, grader, folder)
     bar = Progress(len(todo), progress_stream)

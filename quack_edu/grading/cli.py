@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from .deadline import BUDGET_S, MAX_RESTARTS, RunBounds
+from .isolate import MODES as ISOLATIONS
 
 #: each command's arguments, in --help's order: (names, argparse's keywords)
 _STUDENT_ARGS = [
@@ -111,6 +112,16 @@ _GRADE_ARGS = [
         dict(type=Path, help="save the executed notebooks (with outputs) in this folder"),
     ),
     (["--quiet"], dict(action="store_true", help="print only the summary line")),
+    (
+        ["--isolate"],
+        dict(
+            choices=ISOLATIONS,
+            help="namespaces: run every learner process inside bubblewrap (bwrap), a read-only "
+            "file system without the solutions, the results or other gradings' folders, its own "
+            "process IDs, no network; stops with an error where it cannot (default: "
+            "QUACK_EDU_ISOLATE, else none)",
+        ),
+    ),
 ]
 #: ``grade``'s arguments for a class (the argument is a folder of submissions)
 _CLASS_ARGS = [
@@ -223,6 +234,7 @@ def run_class(args) -> int:
         only=args.only,
         max_restarts=args.max_restarts,
         budget=args.budget,
+        isolate=args.isolate,
     )
     try:
         s = grade_class(args.notebooks[0], args.out, options)
@@ -239,12 +251,18 @@ def run_class(args) -> int:
 
 
 def run_grade(args) -> int:
+    from . import isolate
     from .integrity import GraderTampered, check, grader_roots, snapshot
     from .notebook import grade_paths
 
     missing = [p for p in args.notebooks if not p.exists()]
     if missing:
         print(f"error: no such notebook: {', '.join(map(str, missing))}", file=sys.stderr)
+        return 2
+    try:  # before anything runs: never graded without the isolation asked for
+        isolate.use(args.isolate)
+    except (ValueError, isolate.IsolationUnavailable) as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     if any(p.is_dir() for p in args.notebooks):
         return run_class(args)  # takes its own snapshot (class_grade.grade_class)
@@ -267,6 +285,7 @@ def run_grade(args) -> int:
     except GraderTampered as e:
         return _refuse(e)
     run.grader_files = grader.summary()
+    run.isolation = isolate.mode()
     if not args.quiet:
         print(run.table())
     print(

@@ -393,12 +393,14 @@ class NotebookResult:
 
     def boundary(self) -> dict:
         """Which boundary the grade was made behind (``sandbox.BOUNDARY``)."""
+        from . import isolate
         from .confine import files_boundary
         from .sandbox import BOUNDARY
 
         return {
             "learner_processes": BOUNDARY,
             "files": files_boundary(),
+            "isolation": isolate.describe(),
             "verdicts": "computed in the grader's process",
         }
 
@@ -454,6 +456,8 @@ class RunResult:
     #: that the grader's files were checked unchanged before the result was written
     #: (``integrity.Manifest.summary``); None where nothing checked them
     grader_files: str | None = None
+    #: the OS isolation of the learner processes (``isolate.mode``); None where not said
+    isolation: str | None = None
 
     @property
     def score(self) -> int:
@@ -485,6 +489,7 @@ class RunResult:
             hidden_checks=self.hidden,
             seed=self.seed if hidden_inputs else None,
             grader_files=self.grader_files,
+            isolation=self.isolation,
             notebooks=[n.to_json(hidden_inputs) for n in self.notebooks],
         )
 
