@@ -38,7 +38,7 @@ keeps the record of each one reached. The events and their rules are data (``san
 The hook watches Python code. Native code that opens files itself (``torch.from_file``) raises
 no audit event: where the kernel has Landlock, ``lock_down`` also confines the process's files
 in the kernel (``confine``); new native libraries and raw memory are refused. More isolation
-(a separate user, Linux namespaces) can be stacked on top: see docs/grading.md.
+stacks on top: Linux namespaces (``isolate``, ``--isolate namespaces``), a separate user.
 """
 
 from __future__ import annotations
