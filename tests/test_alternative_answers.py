@@ -18,12 +18,15 @@ def _solution(ex_id: str) -> str:
     return exercise_source(read(solutions_dir() / f"{ex.lesson}.ipynb"), ex)
 
 
-def _grade(ex_id: str, old: str, new: str):
+def _grade(ex_id: str, old: str, new: str, more=()):
+    """The solution with ``old`` replaced by ``new`` (and each (old, new) of ``more``), graded
+    on the compile tier, hidden checks too."""
     src = _solution(ex_id)
-    assert src.count(old) == 1, old
+    for o, n in ((old, new), *more):
+        assert src.count(o) == 1, o
+        src = src.replace(o, n)
     ex = registry.get(ex_id)
-    answer = answer_from_source(src.replace(old, new), ex.answer)
-    return run_exercise(ex, answer, seed=3, gpu=False, hidden=True)
+    return run_exercise(ex, answer_from_source(src, ex.answer), seed=3, gpu=False, hidden=True)
 
 
 SCALE_IF = """    if cute.elem_less(tXcX[0], mX.shape):
@@ -119,3 +122,55 @@ def test_persistent_kernel_names_its_kernel_in_a_compile_error(hint, old, new):
     text = " ".join(res.table().split())
     assert "your persistent_kernel does not compile" in text and "your block kernel" not in text
     assert hint in text
+
+
+# ---- 01.sectors_per_request: elem_bytes, straddling and stride 0 decide (issue 50) ------------
+SECTORS_BODY = """    sectors = set()
+    for t in range(threads):
+        first = t * stride_bytes
+        last = first + elem_bytes - 1
+        sectors.update(range(first // 32, last // 32 + 1))
+    return len(sectors)
+"""
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "    return len({(t * stride_bytes + b) // 32 for t in range(threads)"
+        " for b in range(elem_bytes)})\n",
+        "    first = [t * stride_bytes for t in range(threads)]\n"
+        "    return len({a // 32 for f in first for a in (f, f + elem_bytes - 1)})\n",
+    ],
+    ids=["every byte", "first and last byte"],
+)
+def test_sectors_per_request_right_formulations_pass(body):
+    res = _grade("01.sectors_per_request", SECTORS_BODY, body)
+    assert res.status == "pass", res.table()
+
+
+@pytest.mark.parametrize(
+    "hint,body",
+    [
+        (
+            "an element can cross a sector boundary",
+            "    return len({t * stride_bytes // 32 for t in range(threads)})\n",
+        ),
+        (
+            "not the span of the warp",
+            "    import math\n    return min(threads, math.ceil(threads * stride_bytes / 32))\n",
+        ),
+        (
+            "depends on elem_bytes too",
+            "    return threads * stride_bytes // 32 if stride_bytes < 32 else threads\n",
+        ),
+    ],
+    ids=["first byte only", "span over 32", "no elem_bytes"],
+)
+def test_sectors_per_request_weak_formulas_fail_visible_and_hidden_with_their_hint(hint, body):
+    """Each scored full marks before: no case crossed a sector boundary, had stride 0 or
+    depended on elem_bytes."""
+    res = _grade("01.sectors_per_request", SECTORS_BODY, body)
+    failed = [c for c in res.checks if c.status == "fail"]
+    assert {c.hidden for c in failed} == {False, True}, res.table()
+    assert all(hint in c.hint for c in failed), res.table()

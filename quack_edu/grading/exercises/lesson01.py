@@ -303,7 +303,7 @@ def _sector_cases(ctx, hidden):
         e = rng.choice((1, 2, 4, 8, 16))
         cases.append((e * rng.randint(1, 300), e, rng.choice((8, 16, 32))))
     if hidden:
-        return cases
+        return cases + _sector_edges(rng)
     return [
         (2, 2, 32),
         (2000, 2, 32),
@@ -314,7 +314,26 @@ def _sector_cases(ctx, hidden):
         (8, 2, 32),
         (4000, 4, 32),
         (2, 2, 16),
+        (0, 2, 32),  # every thread the same element: the naive kernel's load of w[j]
+        (40, 12, 32),  # 12-byte elements 40 bytes apart: some cross into the next sector
+        (2, 2, 8),  # 8 threads, 16 bytes: part of a sector
     ] + cases
+
+
+def _sector_edges(rng):
+    """The hidden check's cases that elem_bytes decides: every thread at one address, elements
+    that cross a sector boundary into a sector no other thread touches (threads 64 bytes or
+    more apart), and a few threads close together, their span not a whole number of sectors."""
+    e = rng.choice((6, 12))
+    s = rng.randint(64, 300)
+    while not any((t * s) % 32 + e > 32 for t in range(32)):
+        s = rng.randint(64, 300)
+    small = rng.choice((1, 2, 4))
+    return [
+        (0, rng.choice((1, 2, 4, 8, 16)), rng.choice((8, 16, 32))),
+        (s, e, 32),
+        (small * rng.randrange(1, 8, 2), small, rng.randrange(3, 32, 2)),
+    ]
 
 
 # BEGIN KEY
@@ -322,6 +341,13 @@ def _sector_cases(ctx, hidden):
 SECTORS_PER_REQUEST_MUTANTS = mutants(COMPILE,
     ("counts 128-byte lines", "sector is 32 bytes", "// 32", "// 128"),
     ("ignores the stride", "stride", "first = t * stride_bytes", "first = t * elem_bytes"),
+    ("only the first byte's sector", "an element can cross a sector boundary",
+     "last = first + elem_bytes - 1", "last = first"),
+    ("the warp's span over 32", "not the span of the warp",
+     "    return len(sectors)", "    return min(threads, -(-threads * stride_bytes // 32))"),
+    ("ignores elem_bytes", "depends on elem_bytes too",
+     "    return len(sectors)",
+     "    return threads * stride_bytes // 32 if stride_bytes < 32 else threads"),
 )
 # fmt: on
 # END KEY
@@ -354,6 +380,29 @@ _SECTOR_VARIANTS = [
         "one per thread",
         lambda s, e, t: t,
         "threads close together share a sector: count distinct sectors, not threads",
+    ),
+    Variant(
+        "first byte only",
+        lambda s, e, t: len({k * s // 32 for k in range(t)}),
+        "an element can cross a sector boundary: thread t reads bytes t * stride_bytes to "
+        "t * stride_bytes + elem_bytes - 1, and every sector one of them falls in is touched "
+        "(a 12-byte element at byte 120 touches sectors 3 and 4)",
+    ),
+    Variant(
+        "span over 32",
+        lambda s, e, t: min(t, -(-t * s // 32)),
+        "count the distinct sectors the bytes fall in, not the span of the warp divided by 32: "
+        "at stride 0 every thread reads the same sector (1, not 0), the last thread's element "
+        "ends elem_bytes (not stride_bytes) past its address, and an element that crosses a "
+        "sector boundary touches two, so a load can touch more sectors than it has threads",
+    ),
+    Variant(
+        "no elem_bytes",
+        lambda s, e, t: t * s // 32 if s < 32 else t,
+        "the count depends on elem_bytes too: each thread reads elem_bytes bytes from its "
+        "address, and its sectors are those of its first and its last byte (at stride 0 "
+        "every thread reads the same sector: 1, not 0; a 12-byte element at byte 120 touches "
+        "sectors 3 and 4)",
     ),
 ]
 # END KEY
