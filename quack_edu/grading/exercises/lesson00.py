@@ -54,6 +54,7 @@ BYTES_MOVED_MUTANTS = mutants(COMPILE,
     ("forgets the write of y", "both", "2 * M * N * size", "M * N * size"),
     ("bits for bytes", "bits", ".element_size()", ".element_size() * 8"),
     ("forgets the weight", "weight", " + N * size", ""),
+    ("the weight in fp32", "the weight has x's dtype", " + N * size", " + N * 4"),
 )
 # fmt: on
 # END KEY
@@ -86,6 +87,13 @@ _BYTES_VARIANTS = [
         "bits",
         lambda M, N, d: 8 * bytes_moved_ref(M, N, d),
         "off by a factor of 8: bits where bytes are meant (element_size() is in bytes)",
+    ),
+    Variant(
+        "weight in fp32",
+        lambda M, N, d: 2 * M * N * _size(d) + 4 * N,
+        "the weight has x's dtype here (one dtype for x, y and w, as the exercise says): N * "
+        "element_size bytes, not 4 * N. An fp32 weight beside bf16 x is an option of later "
+        "kernels, not of this count",
     ),
     Variant(
         "x read twice",
