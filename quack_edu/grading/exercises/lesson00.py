@@ -236,6 +236,9 @@ EAGER_RMSNORM_MUTANTS = mutants(COMPILE,
     ("forgets eps", "eps", "ms + eps", "ms"),
     ("returns fp32", "dtype", "return y.to(x.dtype)", "return y"),
     ("mean over rows", "last dim", "dim=-1", "dim=0"),
+    ("casts back before the weight (Llama's order)", "cast back last",
+     "    y = xf * rstd * w\n    return y.to(x.dtype)",
+     "    y = (xf * rstd).to(x.dtype)\n    return y * w"),
 )
 # fmt: on
 # END KEY
@@ -334,14 +337,30 @@ eager.check("values vs rmsnorm_ref (M in 1/37/199, N=1000, 3 dtypes)")(
 )
 
 
-@eager.check("launches separate kernels (eager, not a library call)")
-def _eager_is_eager(ctx: Context):
+def _eager_ops(ctx: Context) -> list[str]:
+    """The kernels the answer launches for a bf16 x on meta tensors, counted where the answer
+    lives (once per run)."""
     from ..probes.lesson00_06 import eager_kernels
 
-    # the kernels the answer launches on meta tensors, counted where the answer lives
-    ops = ctx.probe(eager_kernels, (8, 1000), torch.bfloat16)
-    if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
-        raise CheckFailed("the learner's process sent no kernel names back")
+    if "eager ops" not in ctx.cache:
+        ops = ctx.probe(eager_kernels, (8, 1000), torch.bfloat16)
+        if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
+            raise CheckFailed("the learner's process sent no kernel names back")
+        ctx.cache["eager ops"] = ops
+    return ctx.cache["eager ops"]
+
+
+CAST_LAST = (
+    "cast back last, after the multiply by w: the exercise's order multiplies by w in fp32 and "
+    "then casts the product to x.dtype, and 00.eager_bytes counts the bytes of that order. "
+    "Casting back before the weight multiply (as Hugging Face's LlamaRMSNorm does) is another "
+    "sequence: its multiply reads and writes bf16, and its values are rounded twice"
+)
+
+
+@eager.check("launches separate kernels (eager, not a library call)")
+def _eager_is_eager(ctx: Context):
+    ops = _eager_ops(ctx)
     if len(ops) < 4:
         raise CheckFailed(
             "too few kernels for an eager RMSNorm",
@@ -350,6 +369,20 @@ def _eager_is_eager(ctx: Context):
             hint="write it from elementwise ops and a mean, as a PyTorch model does",
         )
     return f"{len(ops)} kernels: {', '.join(ops)}"
+
+
+@eager.check("the order asked: multiply by w in fp32, then cast back (bf16 x)")
+def _eager_order(ctx: Context):
+    ops = _eager_ops(ctx)
+    last = ops[-2:]
+    if len(last) < 2 or last[-1] != "_to_copy" or not last[0].startswith("mul"):
+        raise CheckFailed(
+            "the last two kernels for a bf16 x are not the weight multiply, then the cast back",
+            expected="..., mul (by w, in fp32), _to_copy (to x.dtype)",
+            seen=", ".join(ops[-3:]) or "no kernel",
+            hint=CAST_LAST,
+        )
+    return "mul, then _to_copy: the product with w in fp32, cast back last"
 
 
 eager.check("ragged shapes (grading seed)", hidden=True)(
