@@ -29,6 +29,11 @@ def _grade(ex_id: str, old: str, new: str, more=()):
     return run_exercise(ex, answer_from_source(src, ex.answer), seed=3, gpu=False, hidden=True)
 
 
+def _failure_hints(res) -> list[str]:
+    """The hints of the compile tier's failed checks."""
+    return [c.hint or "" for c in res.checks if c.status == "fail" and c.tier == COMPILE]
+
+
 SCALE_IF = """    if cute.elem_less(tXcX[0], mX.shape):
         cute.copy(copy, tXgX, tXrX)
         x = tXrX.load().to(Float32)
@@ -174,3 +179,13 @@ def test_sectors_per_request_weak_formulas_fail_visible_and_hidden_with_their_hi
     failed = [c for c in res.checks if c.status == "fail"]
     assert {c.hidden for c in failed} == {False, True}, res.table()
     assert all(hint in c.hint for c in failed), res.table()
+
+
+# ---- lesson 01b: a hint that teaches the guard; a partition predicted by hand ---------------
+def test_scale_kernel_tail_hint_teaches_without_the_answer_line():
+    res = _grade("01.scale_kernel", "if cute.elem_less(tXcX[0], mX.shape):", "if True:")
+    found = _failure_hints(res)
+    assert found, res.table()
+    for hint in found:
+        assert "elem_less" not in hint and "tXcX" not in hint, hint
+        assert "identity tensor" in hint and "first element" in hint, hint

@@ -393,6 +393,19 @@ OFF_BY_ONE = (
 )
 
 
+#: what a guard compares and why, without the line that does it (a learner asked for a hint,
+#: not the answer)
+TAIL_GUARD = (
+    "the last tile runs past the end when N is not a multiple of it (4104 is 4 tiles and 8 "
+    "elements): the last CTA's threads whose elements start at N or later must copy nothing, "
+    "or they read and write past the vectors. Each thread can know where its elements sit: "
+    "an identity tensor of x's shape, tiled and partitioned exactly like x (section 4), holds "
+    "their coordinates. Compare the coordinate of the thread's first element with x's size (a "
+    "comparison of a coordinate with a bound, section 5), and run the load, the multiply and "
+    "the store only when it is inside"
+)
+
+
 STORE_UNGUARDED = (
     "the store of y is not guarded: the tail test keeps the load of x inside the vector, but "
     "the store runs for every thread, and the last CTA's threads past N write 16 bytes each "
@@ -459,9 +472,7 @@ def _check_guard(ptx: Ptx, N: int) -> str:
         f"nothing keeps the last CTA inside the {N} elements",
         expected=f"a comparison of the element's coordinate with N = {N} (setp ... {N - 1})",
         seen="no such comparison: threads of the last tile read and write past the end",
-        hint="the last tile runs past the end: compare the coordinate of the thread's first "
-        "element (an identity tensor partitioned like x) with the size, e.g. "
-        "cute.elem_less(tXcX[0], mX.shape), and copy only when it is inside",
+        hint=TAIL_GUARD,
     )
 
 
@@ -500,9 +511,7 @@ def _gpu_values(hidden: bool):
                     f"N={N} {dtype}: elements past N were written",
                     expected=f"y[{N}:] untouched",
                     seen=f"{int((y[N:] != checks.POISON).sum())} of them changed",
-                    hint="the last tile runs past the end: compare the coordinate of the "
-                    "thread's first element with the size (cute.elem_less(tXcX[0], mX.shape)) "
-                    "and copy only when it is inside",
+                    hint=TAIL_GUARD,
                 )
             if torch.equal(got, x[:N]):
                 raise CheckFailed(
