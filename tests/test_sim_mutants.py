@@ -7,9 +7,9 @@ previous one; ptxsim runs one grid at a time). No mutant the gpu tier catches is
 tests/test_grading_exercises.py runs every mutant through the whole compile tier (a PTX probe
 may catch it first); here the simulated values alone must. In particular 02.warp_kernel summing
 ``x*x + x*x`` and multiplying by ``w + w``: wrong values that compile to the right
-instructions, which before ptxsim only the gpu tier saw. 01.scale_kernel (lesson 01b) is not
-simulated (its kernel takes x, y, N and a factor): its ``<=`` tail guard is failed on the CPU by
-the PTX probe of its guard (``test_scale_kernel_off_by_one_scores_short_without_a_gpu``).
+instructions, which before ptxsim only the gpu tier saw; and 01.scale_kernel (lesson 01b)
+computing ``x * factor + x``, whose PTX reads right. Its ``<=`` tail guard is failed on the CPU
+by the PTX probe of its guard too (``test_scale_kernel_off_by_one_scores_short_without_a_gpu``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from quack_edu.grading.notebook import exercise_source, read, solutions_dir
 SPEED = "right values: only speed shows it (the GPU's speed tier or a PTX probe reads it)"
 #: (exercise, mutant) -> why the simulated values cannot show it
 SIM_BLIND = {
+    ("01.scale_kernel", "2-byte accesses"): SPEED + ": eight 2-byte accesses for one 16-byte",
     ("01.sum_squares", "squares in bf16"): "a bf16 square is within bf16's tolerance at N = 37; "
     "the error grows with N; a PTX probe sees the multiply in bf16",
     ("02.warp_reduce", "half the lanes in the mask"): "the mask names the lanes that must "

@@ -7,14 +7,15 @@
 
 The first two run on the compile tier (any machine) by value against the DSL's own answers
 (``tests/test_dsl_lesson.py`` checks the references against the DSL); the kernel is read from
-the PTX it compiles to on any machine and, on a Hopper GPU, run against ``x * factor`` with the
-elements past N poisoned and checked untouched.
+the PTX it compiles to and that PTX is run on the CPU (``quack_edu.ptxsim``) on any machine,
+and on a Hopper GPU the kernel runs too: y against ``x * factor``, the elements past N
+poisoned and checked untouched.
 """
 
 import math
 
 from ...lessons.evidence import SCALE_THREADS, SCALE_TILE
-from .. import checks
+from .. import checks, hints
 from ..checks import Ptx, bounds, numbers_close, thread_guards, value_check
 from ..hints import Variant
 from ..registry import COMPILE, GPU, TIERS, CheckFailed, Exercise, mutants, register
@@ -484,6 +485,106 @@ def _ptx_check(name, probe, N, dtype="bf16", hidden=False, needs=("compiles",)):
     return checks.Check(name, COMPILE, fn, hidden, tuple(needs))
 
 
+def _compare_scaled(x, y, N: int, where: str, factor: float) -> None:
+    """CheckFailed unless ``y[:N]`` is ``x[:N] * factor`` (in fp32, rounded to x's dtype) and
+    ``y[N:]``, the rest of the last tile, still holds the poison it was filled with."""
+    import torch
+
+    want = (x[:N].float() * factor).to(x.dtype)
+    got = y[:N]
+    if not torch.equal(y[N:], torch.full_like(y[N:], checks.POISON)):
+        raise CheckFailed(
+            f"{where}: elements past N were written",
+            expected=f"y[{N}:] untouched",
+            seen=f"{int((y[N:] != checks.POISON).sum())} of them changed",
+            hint=TAIL_GUARD,
+        )
+    if torch.equal(got, x[:N]):
+        raise CheckFailed(
+            f"{where}: y is x",
+            expected=f"y = x * {factor}",
+            seen="y = x",
+            hint="y = x * factor: multiply the loaded value by factor before the store",
+        )
+    bad = (got.float() - want.float()).abs() > 1e-2 * want.float().abs() + 1e-6
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        raise CheckFailed(
+            f"{where}: {int(bad.sum())} of {N} elements are wrong",
+            expected=f"y[{i}] = {float(want[i]):g}",
+            seen=f"{float(got[i]):g}",
+            hint=_wrong_values_hint(x[:N], got, factor),
+        )
+
+
+def _wrong_values_hint(x, got, factor: float) -> str:
+    """Every element x times one other number: the arithmetic is wrong; else the elements
+    are in the wrong places."""
+    nz = x.float() != 0
+    k = (got.float()[nz] / x.float()[nz]).median().item() if bool(nz.any()) else 0.0
+    if k == k and abs(k - factor) > 1e-2 * abs(factor):  # (k == k: not NaN)
+        scaled = (got.float() - k * x.float()).abs() <= 1e-2 * (k * x.float()).abs() + 1e-6
+        if bool(scaled.all()):
+            return (
+                f"every element of y is x times {k:g}, not x times factor ({factor:g}): the "
+                "elements are the right ones, the arithmetic between the load and the store "
+                "is not (y = x * factor, in fp32, then converted to y's type)"
+            )
+    return (
+        "each thread must store its own VEC elements of its CTA's tile: local_tile by "
+        "block_idx, get_slice by thread_idx"
+    )
+
+
+SIM_FAULT = (
+    "the kernel reads or writes outside x and y: a thread copies elements past the last tile, "
+    "or an address is computed from something other than its CTA's tile and its own slice "
+    "(local_tile by block_idx, get_slice by thread_idx)"
+)
+
+
+def _sim_values(ctx) -> str:
+    """y from the answer's PTX run on the CPU (``quack_edu.ptxsim``) in the exercise's launch at
+    N = 4104 (bf16), x and y whole tiles long, y poisoned past N as on a GPU: the values of
+    the gpu tier's first case, on any machine (a few hundred simulated steps)."""
+    import numpy as np
+    import torch
+
+    from ...ptxsim import MemoryFault, SimError, StepLimit, TensorArg, launch
+    from ..sim_values import ENDLESS, STEP_BUDGET
+
+    N, factor = RAGGED_N, 2.5
+    ptx = _ptx(ctx, N)
+    padded = -(-N // TILE) * TILE  # the last CTA's tile, whole: nothing past it is read
+    x = torch.randn(padded, generator=ctx.torch_generator(salt="scale sim")).to(torch.bfloat16)
+    y = torch.full_like(x, checks.POISON)
+    where = f"N={N} bf16 (the PTX run on the CPU)"
+    try:
+        _, y_bits = launch(
+            ptx.text,
+            (padded // TILE, 1, 1),
+            (THREADS, 1, 1),
+            [TensorArg(x.view(torch.int16).numpy()), TensorArg(y.view(torch.int16).numpy()),
+             np.float32(factor)],
+            max_steps=STEP_BUDGET,
+        )  # fmt: skip
+    except StepLimit:
+        raise CheckFailed(
+            f"{where}: the kernel did not end within {STEP_BUDGET} simulated steps",
+            seen=f"still running after {STEP_BUDGET}",
+            hint=ENDLESS,
+        ) from None
+    except MemoryFault as e:
+        raise CheckFailed(
+            f"{where}: an access outside x and y", seen=str(e), hint=SIM_FAULT
+        ) from None
+    except Exception as e:  # noqa: BLE001 (the simulator's limit, never the learner's failure)
+        reason = str(e)[:240] if isinstance(e, SimError) else hints.short_error(e, 240)
+        return f"not simulated ({reason}): the values are checked on a GPU"
+    _compare_scaled(x, torch.from_numpy(y_bits).view(torch.bfloat16), N, where, factor)
+    return f"y = x * {factor} at N={N}, y past N untouched (the PTX run on the CPU)"
+
+
 def _gpu_values(hidden: bool):
     def fn(ctx):
         import torch
@@ -503,33 +604,7 @@ def _gpu_values(hidden: bool):
             y = ctx.probe(scale_kernel_run, x, y, N, dtype, factor)
             if not isinstance(y, torch.Tensor) or y.shape != x.shape or y.dtype != x.dtype:
                 raise CheckFailed(f"N={N} {dtype}: the learner's process sent no y back")
-            y = y.to(x.device)
-            want = (x[:N].float() * factor).to(x.dtype)
-            got = y[:N]
-            if not torch.equal(y[N:], torch.full_like(y[N:], checks.POISON)):
-                raise CheckFailed(
-                    f"N={N} {dtype}: elements past N were written",
-                    expected=f"y[{N}:] untouched",
-                    seen=f"{int((y[N:] != checks.POISON).sum())} of them changed",
-                    hint=TAIL_GUARD,
-                )
-            if torch.equal(got, x[:N]):
-                raise CheckFailed(
-                    f"N={N} {dtype}: y is x",
-                    expected=f"y = x * {factor}",
-                    seen="y = x",
-                    hint="y = x * factor: multiply the loaded value by factor before the store",
-                )
-            bad = (got.float() - want.float()).abs() > 1e-2 * want.float().abs() + 1e-6
-            if bool(bad.any()):
-                i = int(bad.nonzero()[0])
-                raise CheckFailed(
-                    f"N={N} {dtype}: {int(bad.sum())} of {N} elements are wrong",
-                    expected=f"y[{i}] = {float(want[i]):g}",
-                    seen=f"{float(got[i]):g}",
-                    hint="each thread must store its own VEC elements of its CTA's tile: "
-                    "local_tile by block_idx, get_slice by thread_idx",
-                )
+            _compare_scaled(x, y.to(x.device), N, f"N={N} {dtype}", factor)
         return ", ".join(f"N={n} {d}" for n, d in cases)
 
     name = "values on the GPU, grading seed" if hidden else "values on the GPU (y past N kept)"
@@ -560,6 +635,9 @@ SCALE_KERNEL_MUTANTS = [
     *mutants(COMPILE,
         ("not a kernel", "@cute.kernel", "@cute.kernel\n", ""),
     ),
+    *mutants(TIERS,  # (the PTX reads right: only the values show it)
+        ("x * factor + x", "not x times factor", "(x * factor)", "(x * factor + x)"),
+    ),
     *mutants(COMPILE,
         ("the store of y after the guard", "the store of y is not guarded",
          "        cute.copy(copy, tYrY, tYgY)\n", "    cute.copy(copy, tYrY, tYgY)\n"),
@@ -584,6 +662,17 @@ scale_kernel.add(
     _ptx_check("y = x * factor in fp32", _check_scale, RAGGED_N),
     _ptx_check("each CTA its own tile", _check_tile, RAGGED_N),
     _ptx_check("the tail is guarded", _check_guard, RAGGED_N),
+    checks.Check(  # the net for what reading the PTX misses: a mistake it names is not repeated
+        f"values on the CPU (the PTX simulated, N={RAGGED_N} bf16, y past N kept)",
+        COMPILE,
+        _sim_values,
+        needs=(
+            "compiles",
+            "y = x * factor in fp32",
+            "each CTA its own tile",
+            "the tail is guarded",
+        ),
+    ),
     _ptx_check("fp16 at a random N: compiles", lambda p, n: f"N={n}", None, "fp16", True, ()),
     _ptx_check("fp16 at a random N: 16-byte accesses", _check_vectors, None, "fp16", True),
     _ptx_check("fp16 at a random N: scaled", _check_scale, None, "fp16", True),
