@@ -181,6 +181,21 @@ def test_sectors_per_request_weak_formulas_fail_visible_and_hidden_with_their_hi
     assert all(hint in c.hint for c in failed), res.table()
 
 
+# ---- one mistake, one hint: a check whose values only echo a mistake named before is blocked --
+def test_block_reduce_rows_writing_row_0s_slots_get_only_the_slots_hint():
+    """Every row writes its warps' totals into row 0's slots: the slot replay names it; the
+    values of the rows reading slots never written are garbage (by chance the poison value,
+    which read as "outputs never written" before)."""
+    from quack_edu.grading.exercises.lesson03 import BUFFER_ROW
+
+    write = ("buffer[row, warp % warps_per_row] = val", "buffer[0, warp % warps_per_row] = val")
+    read = ("total += buffer[row, w]", "total += buffer[0, w]")
+    for edits in ([write], [write, read]):  # row 0's slots written; written and read
+        res = _grade("03.block_reduce", *edits[0], more=edits[1:])
+        found = _failure_hints(res)
+        assert found and set(found) == {BUFFER_ROW}, res.table()
+
+
 # ---- lesson 01b: a hint that teaches the guard; a partition predicted by hand ---------------
 def test_scale_kernel_tail_hint_teaches_without_the_answer_line():
     res = _grade("01.scale_kernel", "if cute.elem_less(tXcX[0], mX.shape):", "if True:")

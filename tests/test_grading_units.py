@@ -66,6 +66,25 @@ def test_unwritten_rows_hint():
     assert hint.startswith(hints.NOT_WRITTEN) and "whole rows" in hint
 
 
+def test_a_lone_output_equal_to_the_poison_was_computed():
+    """Wrong values at the poison's scale round to it now and then (bf16 steps by 32 near
+    4242): a lone one is not "never written" (03.block_reduce, rows reading slots no warp
+    wrote, issue 50); a vector of them, or a column in every row, is."""
+    x, w = _rms_inputs()
+    ref = rmsnorm_ref(x, w)
+    out = ref * 3000.0
+    out[3, 17] = out[40, 900] = 4242.0
+    hint = hints.diagnose_rmsnorm(out, ref, x, w, 1e-6, tol=TOL, poison=4242.0)
+    assert not (hint or "").startswith(hints.NOT_WRITTEN), hint
+    out[5, 8:16] = 4242.0  # a vector never stored
+    hint = hints.diagnose_rmsnorm(out, ref, x, w, 1e-6, tol=TOL, poison=4242.0)
+    assert hint.startswith(hints.NOT_WRITTEN), hint
+    out = ref.clone()
+    out[:, -1] = 4242.0  # the last column, in every row
+    hint = hints.diagnose_rmsnorm(out, ref, x, w, 1e-6, tol=TOL, poison=4242.0)
+    assert hint.startswith(hints.NOT_WRITTEN) and "whole columns" in hint, hint
+
+
 @pytest.mark.parametrize("variant", hints.RSTD_VARIANTS + hints.SUM_VARIANTS, ids=lambda v: v.name)
 def test_known_wrong_variants_are_recognised(variant):
     x, w = _rms_inputs()

@@ -375,7 +375,7 @@ def diagnose_rmsnorm(
         if cand.shape == o.shape and _close(o, cand, tol).float().mean().item() >= 0.999:
             return v.hint
     if poison is not None:
-        unwritten = o == poison
+        unwritten = _unwritten(o, poison)
         if unwritten.any():
             rows = unwritten.all(1).nonzero().flatten().tolist()
             cols = unwritten.all(0).nonzero().flatten().tolist()
@@ -411,6 +411,19 @@ def diagnose_rmsnorm(
         if abs(ss_ratio * N - 1) < 0.05 or abs(ss_ratio / N - 1) < 0.05:
             return SUM_NOT_MEAN
     return None
+
+
+def _unwritten(o: torch.Tensor, poison: float) -> torch.Tensor:
+    """The outputs of (M, N) that still hold ``poison`` as a store never written leaves them:
+    next to another one in their row (stores move vectors), or in a column that is poison in
+    every row (M > 1). A lone output equal to it is a computed value: wrong values at the
+    poison's scale round to it now and then (bf16 steps by 32 near 4242)."""
+    eq = o == poison
+    near = torch.zeros_like(eq)
+    near[:, 1:] |= eq[:, :-1]
+    near[:, :-1] |= eq[:, 1:]
+    column = eq.all(0, keepdim=True) & (eq.shape[0] > 1)
+    return eq & (near | column)
 
 
 def _uniform_factor(o, r, x, eps: float, tol: dict) -> float | None:

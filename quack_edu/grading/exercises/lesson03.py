@@ -430,6 +430,12 @@ def _guarded_kernel(check: Check) -> Check:
     return Check(check.name, check.tier, fn, check.hidden, check.needs)
 
 
+#: the checks that replay the shared-memory slots from the PTX
+_SLOT_CHECKS = (
+    "every warp reads all of its row's slots",
+    "every warp reads all of its row's slots, 8 warps per row (N=16384)",
+    "each row of the CTA uses its own slots",
+)
 block_reduce.add(
     compiles(BLOCK_HOLE, N=1000, dtypes=("bf16", "fp32")),
     Check(
@@ -440,15 +446,18 @@ block_reduce.add(
     ),
     ptx_probe(BLOCK_HOLE, "a barrier between the shared-memory writes and reads", _probe_barrier),
     ptx_probe(BLOCK_HOLE, "reads the row's slots back", _probe_reads),
-    ptx_probe(BLOCK_HOLE, "every warp reads all of its row's slots", _probe_slots),
+    ptx_probe(BLOCK_HOLE, _SLOT_CHECKS[0], _probe_slots),
     Check(
-        "every warp reads all of its row's slots, 8 warps per row (N=16384)",
+        _SLOT_CHECKS[1],
         COMPILE,
         lambda ctx: _probe_slots(ctx.report(BLOCK_HOLE, 16384, "bf16", WIDE_CFG), ctx),
         needs=("compiles",),
     ),
-    ptx_probe(BLOCK_HOLE, "each row of the CTA uses its own slots", _probe_rows),
-    sim_values(BLOCK_HOLE, BLOCK_SIM, variants=_VARIANTS),
+    ptx_probe(BLOCK_HOLE, _SLOT_CHECKS[2], _probe_rows),
+    # the values run when the reads of the PTX found the slots right: a wrong slot they name
+    # leaves values no hint explains (a row reading slots it never wrote: garbage, or by chance
+    # the poison value), and a second, unrelated hint would mislead
+    sim_values(BLOCK_HOLE, BLOCK_SIM, variants=_VARIANTS, needs=("compiles", *_SLOT_CHECKS)),
     no_local_memory(BLOCK_HOLE),
     compiles(BLOCK_HOLE, dtypes=("fp16",), hidden=True),
     ptx_probe(
