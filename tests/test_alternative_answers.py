@@ -196,6 +196,14 @@ def test_block_reduce_rows_writing_row_0s_slots_get_only_the_slots_hint():
         assert found and set(found) == {BUFFER_ROW}, res.table()
 
 
+def test_tv_layout_column_major_threads_get_only_the_thread_order_hint():
+    from quack_edu.grading.exercises.lesson02 import THREAD_ORDER
+
+    res = _grade("02.tv_layout", "order=(1, 0)", "order=(0, 1)")
+    found = _failure_hints(res)
+    assert found and set(found) == {THREAD_ORDER}, res.table()
+
+
 # ---- lesson 01b: a hint that teaches the guard; a partition predicted by hand ---------------
 def test_scale_kernel_tail_hint_teaches_without_the_answer_line():
     res = _grade("01.scale_kernel", "if cute.elem_less(tXcX[0], mX.shape):", "if True:")

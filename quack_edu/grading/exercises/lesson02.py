@@ -395,12 +395,11 @@ def _layout_check(hidden: bool):
                 )
         return f"{len(cases)} (threads_per_row, num_threads, dtype) cases map like the row layout"
 
-    name = (
-        "more layouts (4..32 threads per row, 64..512 threads)"
-        if hidden
-        else "thread t owns 16 contiguous bytes of row t // threads_per_row"
-    )
+    name = "more layouts (4..32 threads per row, 64..512 threads)" if hidden else _LAYOUT_CHECK
     return Check(name, COMPILE, fn, hidden)
+
+
+_LAYOUT_CHECK = "thread t owns 16 contiguous bytes of row t // threads_per_row"
 
 
 def _describe(m: dict) -> str:
@@ -472,7 +471,13 @@ tv_layout.add(
     ptx_probe(
         COPY_HOLE, "every global load and store is 16 bytes", _probe_128, dtypes=("bf16", "fp32")
     ),
-    sim_values(COPY_HOLE, ((1000, "bf16", "bf16", None), (1000, "fp32", "fp32", None))),
+    # the values run on a layout the map above found right: a wrong map's values only echo it,
+    # under a hint of their own (a row's threads split over warps read as a missing shuffle)
+    sim_values(
+        COPY_HOLE,
+        ((1000, "bf16", "bf16", None), (1000, "fp32", "fp32", None)),
+        needs=("compiles", _LAYOUT_CHECK),
+    ),
     no_local_memory(COPY_HOLE),
     _layout_check(hidden=True),
     compiles(COPY_HOLE, dtypes=("fp16",), hidden=True),
