@@ -81,18 +81,17 @@ def test_persistent_kernel_takes_one_buffer_and_a_second_barrier():
 
 
 def test_a_dsl_error_inside_an_answer_is_shown():
-    """01.thread_elements answered with a CuTe layout, called by the check with plain values:
-    the DSL's own error is in the message, not only "cannot judge"."""
+    """01.sectors_per_request answered with a CuTe layout, called by the check with plain
+    values: the DSL's own error is in the message, not only "cannot judge". (01.thread_elements,
+    where a learner met it, now refuses the DSL as 01.layout_offset does: below.)"""
     from quack_edu.grading.judge import judge_exercise
 
-    ex = registry.get("01.thread_elements")
+    ex = registry.get("01.sectors_per_request")
     src = _solution(ex.id)
     body = src.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
     dsl = (
-        "\n    L = cute.make_layout(thr_shape, stride=thr_stride)\n"
-        "    for r in range(thr_shape[0]):\n        for c in range(thr_shape[1]):\n"
-        "            if L((r, c)) == t:\n                return [(r, c * vec + j) for j in "
-        "range(vec)]\n    "
+        "\n    L = cute.make_layout(threads, stride=stride_bytes)\n"
+        "    return len({L(t) // 32 for t in range(threads)})\n    "
     )
     res = judge_exercise(ex, src.replace(body, dsl), gpu=False)
     assert res.score == 0
@@ -212,3 +211,23 @@ def test_scale_kernel_tail_hint_teaches_without_the_answer_line():
     for hint in found:
         assert "elem_less" not in hint and "tXcX" not in hint, hint
         assert "identity tensor" in hint and "first element" in hint, hint
+
+
+def test_thread_elements_refuses_the_dsl_computing_the_partition():
+    """As 01.layout_offset refuses a layout call: the exercise predicts a partition by hand, and
+    a tiled copy traced in a @cute.jit function computes it (it scored 1/1 unflagged)."""
+    from quack_edu.grading.judge import judge_exercise
+
+    ex = registry.get("01.thread_elements")
+    src = _solution(ex.id)
+    body = src.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
+    traced = (
+        "\n    found = []\n\n    @cute.jit\n    def trace():\n"
+        "        thr = cute.make_layout(thr_shape, stride=thr_stride)\n"
+        "        for r in range(thr_shape[0]):\n            for c in range(thr_shape[1]):\n"
+        "                if thr((r, c)) == t:\n"
+        "                    found.extend((r, c * vec + j) for j in range(vec))\n\n"
+        "    trace()\n    return found\n    "
+    )
+    res = judge_exercise(ex, src.replace(body, traced), gpu=False)
+    assert res.score == 0 and "predict a partition by hand" in (res.forced_message or "")

@@ -47,6 +47,10 @@ def _with(ex_id: str, *lines: str) -> str:
         ("02.warp_kernel", ["from quack_edu.stages.warp import WarpRMSNorm"], "WarpRMSNorm"),
         ("04.cluster_kernel", ["import quack_edu.stages.cluster as s"], "stages.cluster"),
         ("03.block_kernel", ["k = super(type(self), self).kernel"], "super"),
+        # the DSL that would compute what the exercise asks by hand, renamed on import
+        ("01.thread_elements", ["import cutlass.cute as c"], "predict a partition by hand"),
+        ("01.thread_elements", ["from cutlass import cute"], "predict a partition by hand"),
+        ("01.layout_offset", ["from cutlass.cute import make_layout as ml"], "offset in Python"),
         # the loop that could tell the grader's replay from the compiled kernel
         ("06.row_loop", ["replayed = isinstance(1, int)"], "uses `isinstance`"),
         ("06.row_loop", ["replayed = type(cutlass.Int32)"], "uses `type`"),

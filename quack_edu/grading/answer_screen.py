@@ -123,6 +123,7 @@ def screen(source: str, ex: Exercise) -> list[str]:
         return [f"could not be read ({why})"]
     why: list[str] = []
     given = getattr(ex, "given", None) or {}
+    forbidden = getattr(ex, "forbidden", None) or {}
 
     def flag(node, text):
         line = getattr(node, "lineno", None)
@@ -164,6 +165,9 @@ def screen(source: str, ex: Exercise) -> list[str]:
                     flag(node, f"imports {a.name} (the library's own code)")
                 elif root not in ALLOWED_IMPORTS:
                     flag(node, f"imports {a.name}")
+                bad = [p for p in a.name.split(".") if p in forbidden]
+                if bad:  # ``import cutlass.cute as c``: the name the exercise forbids, renamed
+                    flag(node, f"imports {a.name} ({forbidden[bad[0]]})")
         elif isinstance(node, ast.ImportFrom):
             root = (node.module or "").split(".")[0]
             if node.level:
@@ -180,6 +184,10 @@ def screen(source: str, ex: Exercise) -> list[str]:
                     flag(node, f"imports {', '.join(bad)} from {node.module} (the library's own)")
             elif root not in ALLOWED_IMPORTS:
                 flag(node, f"imports from {node.module}")
+            names = [*(node.module or "").split("."), *(a.name for a in node.names)]
+            bad = [n for n in names if n in forbidden]
+            if bad:  # ``from cutlass.cute import make_layout as ml``: renamed, still forbidden
+                flag(node, f"imports {bad[0]} ({forbidden[bad[0]]})")
         elif isinstance(node, ast.Name):
             if node.id in FORBIDDEN_NAMES:
                 flag(node, f"uses `{node.id}`")

@@ -256,6 +256,21 @@ THREAD_ELEMENTS_MUTANTS = mutants(COMPILE,
 # fmt: on
 # END KEY
 
+#: the exercise is the partition itself, predicted by hand: as for 01.layout_offset, an answer
+#: computes it and does not ask the DSL (a tiled copy traced in a @cute.jit function)
+PREDICT_IT = (
+    "the exercise asks you to predict a partition by hand: compute each (row, col) in Python "
+    "from the thread layout's strides and the value layout, without a CuTe layout or tiled "
+    "copy to evaluate"
+)
+PARTITION_CALLS = (
+    *LAYOUT_CALLS,
+    "make_tiled_copy_tv",
+    "make_copy_atom",
+    "make_identity_tensor",
+    "tv_coords",
+)
+
 thread_elements = register(
     Exercise(
         id="01.thread_elements",
@@ -264,6 +279,7 @@ thread_elements = register(
         title="predict a partition: the (row, col) elements one thread of a tiled copy owns",
         points={COMPILE: 1},
         mutants=THREAD_ELEMENTS_MUTANTS,
+        forbidden=dict.fromkeys(PARTITION_CALLS, PREDICT_IT),
     )
 )
 thread_elements.add(
