@@ -47,6 +47,13 @@ def _with(ex_id: str, *lines: str) -> str:
         ("02.warp_kernel", ["from quack_edu.stages.warp import WarpRMSNorm"], "WarpRMSNorm"),
         ("04.cluster_kernel", ["import quack_edu.stages.cluster as s"], "stages.cluster"),
         ("03.block_kernel", ["k = super(type(self), self).kernel"], "super"),
+        # the module a kernel exercise hands over holds this exercise's answer: the flag says so
+        (
+            "02.tv_layout",
+            ["from quack_edu.primitives import copy as copy_utils"],
+            "holds this exercise's answer, row_thread_layout, so it is off limits here; "
+            "02.warp_kernel and 03.block_kernel hand it over",
+        ),
         # the DSL that would compute what the exercise asks by hand, renamed on import
         ("01.thread_elements", ["import cutlass.cute as c"], "predict a partition by hand"),
         ("01.thread_elements", ["from cutlass import cute"], "predict a partition by hand"),

@@ -6,6 +6,7 @@ flagged and scores 0, unjudged. The screen only gives an early, clear message; t
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 from .registry import Exercise
 
@@ -108,6 +109,35 @@ def given_name(ex: Exercise, module: str, name: str) -> bool:
     return obj is not None and not isinstance(obj, types.ModuleType)
 
 
+def holds_answer(ex: Exercise, module: str) -> str:
+    """Why the library module ``module``, imported by the answer cell, is off limits when it
+    holds the library's finished version of this exercise's answer (``Exercise.finished``),
+    which another exercise may hand over as a tool; "" when it does not hold it."""
+    names = [f[len(module) + 1 :] for f in ex.finished if f.startswith(f"{module}.")]
+    if not names:
+        return ""
+    from .registry import all_exercises
+
+    others = [e.id for e in all_exercises() if module in (e.given or {}) and e.id != ex.id]
+    why = f": {module} holds this exercise's answer, {names[0]}, so it is off limits here"
+    if others:
+        why += (
+            f"; {' and '.join(others[:2])} hand{'s' if len(others) == 1 else ''} it over, "
+            f"where {names[0]} is a tool and not what is asked"
+        )
+    return why
+
+
+def _imported_module(module: str, name: str) -> str:
+    """The library module ``from module import name`` brings in: ``module.name`` when that is
+    a module (``from quack_edu.primitives import copy``), else ``module``; read off the
+    package's files (importing it could run a module's code: ``quack_edu.__main__``)."""
+    package = Path(__file__).resolve().parents[1]  # quack_edu/
+    path = package.joinpath(*module.split(".")[1:], name)
+    is_module = path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+    return f"{module}.{name}" if is_module else module
+
+
 def screen(source: str, ex: Exercise) -> list[str]:
     """Why the answer cell is flagged (empty: it may be judged). A syntax error is not a flag:
     loading the cell reports it. The library's code is off limits except what the exercise
@@ -162,7 +192,8 @@ def screen(source: str, ex: Exercise) -> list[str]:
                 if a.name in given and a.asname:
                     continue  # a module the exercise hands over, under its own name
                 if root == "quack_edu":
-                    flag(node, f"imports {a.name} (the library's own code)")
+                    held = holds_answer(ex, a.name)
+                    flag(node, f"imports {a.name} (the library's own code{held})")
                 elif root not in ALLOWED_IMPORTS:
                     flag(node, f"imports {a.name}")
                 bad = [p for p in a.name.split(".") if p in forbidden]
@@ -181,7 +212,12 @@ def screen(source: str, ex: Exercise) -> list[str]:
                     and not given_name(ex, node.module, a.name)
                 ]
                 if bad:
-                    flag(node, f"imports {', '.join(bad)} from {node.module} (the library's own)")
+                    held = [holds_answer(ex, _imported_module(node.module, b)) for b in bad]
+                    held = next((h for h in held if h), "")
+                    flag(
+                        node,
+                        f"imports {', '.join(bad)} from {node.module} (the library's own{held})",
+                    )
             elif root not in ALLOWED_IMPORTS:
                 flag(node, f"imports from {node.module}")
             names = [*(node.module or "").split("."), *(a.name for a in node.names)]
