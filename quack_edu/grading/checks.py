@@ -97,11 +97,13 @@ def value_check(
     close: Callable = None,
     hidden: bool = False,
     tier: str = COMPILE,
+    diagnose: Callable | None = None,
 ) -> Check:
     """Call the answer on ``cases(ctx, hidden)`` and compare with ``reference(*case)``.
 
-    On the first mismatch: if every case matches a known wrong variant, its hint; else a ratio
-    hint (``hints.diagnose_number``).
+    On the first mismatch: if every case matches a known wrong variant, its hint; else
+    ``diagnose(ctx, case, seen, expected)`` where the exercise has its own (None: no hint),
+    else a ratio hint (``hints.diagnose_number``: bytes of a kernel's traffic, units).
     """
     close = close or numbers_close()
     keyless = isinstance(reference, answer_key.Removed)  # a student's copy: recorded values
@@ -149,7 +151,12 @@ def value_check(
                         if isinstance(e, CheckFailed):
                             raise
                         continue
-                hint = v.hint if v else hints.diagnose_number(got, exp)
+                if v:
+                    hint = v.hint
+                elif diagnose is not None:
+                    hint = diagnose(ctx, case, got, exp)
+                else:
+                    hint = hints.diagnose_number(got, exp)
                 raise CheckFailed(
                     f"{_call_repr(ctx.exercise.answer, case)} is wrong",
                     expected=_fmt(exp),
