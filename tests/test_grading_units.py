@@ -660,6 +660,25 @@ def test_a_gpu_check_that_ran_out_of_memory_runs_again(monkeypatch):
     assert len(calls) == runner.OOM_RETRIES + 1
 
 
+def test_a_wrapped_error_line_is_kept_whole_with_its_hint():
+    """The DSL wraps a long ``error:`` line; its continuation, indented deeper, is part of it
+    (the cause of 05.g2s_atom's num_bits_per_copy=dtype.width was on the second line)."""
+    text = (
+        "\x1b[91merror[INTERNAL]:\x1b[0m The compiler could not build valid IR for this code.\n"
+        "\n  --> /x/cpasync.py:148:24\n   |\n> 148 |     cute.copy(g2s, a, b)\n"
+        "  \x1b[91merror:\x1b[0m IR verification failed: 'cute.copy' op "
+        "'!cute_nvgpu.atom.simt_async_copy<bf16, cache =\n"
+        "         global, 16 b>' 'cp_size' only supports (32, 64, 128), but got 16.\n"
+        "  \x1b[92msuggestion:\x1b[0m Check the source location above for invalid primitive\n"
+        "              spaces. If the code looks valid, report this.\n"
+    )
+    err = RuntimeError(text)
+    short = hints.short_error(err, 400)
+    assert short.endswith("'cp_size' only supports (32, 64, 128), but got 16."), short
+    assert "suggestion" not in short and "spaces" not in short
+    assert "not an element's width" in hints.diagnose_compile_error(err)
+
+
 def test_short_error_names_the_cause_torch_testing_wrapped():
     from quack_edu.grading.hints import short_error
 

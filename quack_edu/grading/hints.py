@@ -180,6 +180,12 @@ _COMPILE_ERRORS: list[tuple[str, str]] = [
         "cute.arch.red was given a whole vector: one red adds one value, at one address",
     ),
     (
+        r"'cp_size' only supports \(32, 64, 128\)",
+        "num_bits_per_copy is the bits one copy instruction moves, not an element's width: "
+        "cp.async moves 4, 8 or 16 bytes at once (num_bits_per_copy 32, 64 or 128), several "
+        "elements of x a copy",
+    ),
+    (
         r"restAtomVRank",
         "the two sides of a copy are split for different copy atoms: a register fragment made "
         "like x's partition (8 bf16 per access) copied with the weight's tiled copy (4 fp32 per "
@@ -210,7 +216,20 @@ def short_text(text: str) -> str:
     """The gist of an error message: the DSL's messages are long and coloured; keep their
     ``error:`` lines (without the ``error[...]:`` tag), drop source excerpts, notes and
     suggestions. Empty when nothing is left."""
-    lines = [ln.strip() for ln in ansi_free(text).strip().splitlines() if ln.strip()]
+    lines: list[str] = []
+    tagged = None  # the indent of the last line that opened with a tag ("error:", ...)
+    for raw in ansi_free(text).strip().splitlines():
+        ln = raw.strip()
+        if not ln:
+            continue
+        indent = len(raw) - len(raw.lstrip())
+        opens = re.match(r"(error|note|suggestion|warning)\b|[|=]|-->|\d+ \|", ln)
+        if opens:
+            tagged = indent if re.match(r"error|note|suggestion|warning", ln) else None
+        elif tagged is not None and indent > tagged and lines:
+            lines[-1] += " " + ln  # a tagged line's wrapped continuation
+            continue
+        lines.append(ln)
     keep = [
         ln
         for ln in lines
