@@ -400,9 +400,9 @@ def diagnose_rmsnorm(
             cols = unwritten.all(0).nonzero().flatten().tolist()
             where = ""
             if rows:
-                where = f" (whole rows unwritten, first {rows[:3]} of {len(rows)})"
+                where = f" ({_which('row', rows)})"
             elif cols:
-                where = f" (whole columns unwritten, first {cols[:3]} of {len(cols)})"
+                where = f" ({_which('column', cols)})"
             return NOT_WRITTEN + where
     if bool((o == 0).all()) and bool((r != 0).any()):
         return ALL_ZERO
@@ -443,6 +443,17 @@ def _unwritten(o: torch.Tensor, poison: float) -> torch.Tensor:
     near[:, :-1] |= eq[:, 1:]
     column = eq.all(0, keepdim=True) & (eq.shape[0] > 1)
     return eq & (near | column)
+
+
+def _which(kind: str, idx: list[int]) -> str:
+    """Which rows (columns) were never written, in words: "row 6 not written at all", "3 rows
+    not written at all: 6, 7 and 8", "40 rows not written at all: 6, 7, 8, ..."."""
+    if len(idx) == 1:
+        return f"{kind} {idx[0]} not written at all"
+    head = f"{len(idx)} {kind}s not written at all"
+    if len(idx) <= 3:
+        return f"{head}: {', '.join(map(str, idx[:-1]))} and {idx[-1]}"
+    return f"{head}: {', '.join(map(str, idx[:3]))}, ..."
 
 
 def _uniform_factor(o, r, x, eps: float, tol: dict) -> float | None:

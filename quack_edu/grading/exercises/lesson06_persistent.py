@@ -265,6 +265,8 @@ PERSISTENT_KERNEL_MUTANTS = [
          "    blk0 = bidx * self.seq", "    blk0 = bidx"),
         ("the CTA's last block skipped", "some outputs were never written",
          "cutlass.min(self.seq, ", "cutlass.min(self.seq - 1, "),
+        ("the blocks counted rounded down", "not written at all)",
+         "cute.ceil_div(M, t.rows_per_cta)", "M // t.rows_per_cta"),
     ),
 ]
 # fmt: on

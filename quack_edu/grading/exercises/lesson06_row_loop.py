@@ -73,8 +73,9 @@ L_REARM_EARLY = (
     "next phase (block it + 2), so it comes after wait_peers"
 )
 L_REARM_EXTRA = (
-    "the barrier is re-armed for a block that does not exist (past the CTA's last one): it "
-    "would wait for bytes no peer sends, and the CTA may exit with it armed"
+    "the barrier is re-armed for a block that does not exist (past the CTA's last one): no "
+    "block of this CTA waits on that phase and no peer sends its bytes, so the CTA exits with "
+    "a phase armed that never completes. Arm a phase only for a block that will wait on it"
 )
 L_REARM_ONE = "more than one thread re-arms: the mbarrier counts one arrival, the arming thread's"
 L_COMBINE = "combine(p) reads the peers' partials: only after wait_peers(p, ...) has returned"
@@ -615,7 +616,7 @@ ROW_LOOP_MUTANTS = mutants(COMPILE,
     ("one exchange buffer", "the same buffer and mbarrier", "parity = it % 2", "parity = 0"),
     ("the phase from it % 2", "wrong mbarrier phase",
      "wait_peers(parity, (it // 2) % 2)", "wait_peers(parity, it % 2)"),
-    ("re-armed for the last blocks too", "a block that does not exist",
+    ("re-armed for the last blocks too", "no block of this CTA waits on that phase",
      "if tidx == 0 and it + 2 < n_iter:", "if tidx == 0:"),
     ("every thread re-arms", "more than one thread re-arms",
      "if tidx == 0 and it + 2 < n_iter:", "if it + 2 < n_iter:"),
