@@ -150,6 +150,22 @@ def test_a_function_defined_in_a_file_sends_the_file(tmp_path):
     assert selfcheck.check("00.bytes_moved", mine.bytes_moved, quiet=True).status == "pass"
 
 
+def test_the_library_own_function_is_named_not_judged_as_a_cell():
+    """``rmsnorm_fwd_fake = forward._fwd_fake`` passes the library's function: its file is not
+    the answer cell (a cold learner's flag listed forward.py's lines 9-204 as the cell's)."""
+    from quack_edu.host import forward
+
+    req = selfcheck.request("06.fake_impl", forward._fwd_fake)
+    assert req["library"] == "quack_edu/host/forward.py" and "source" not in req
+    reply = judge_request(json.loads(json.dumps(req)))
+    assert reply["result"]["status"] == "fail" and reply["result"]["score"] == 0
+    said = " ".join(reply["table"].split())
+    assert "is `_fwd_fake` of quack_edu/host/forward.py, the library's own" in said
+    assert "line 9" not in said and "defines `_fwd_fake`" not in said
+    # a function of any other file (this test's, a learner's) is no library's
+    assert selfcheck.library_file(test_the_client_speaks_the_wire_form) is None
+
+
 def test_the_learner_process_holds_no_grader_module(subprocess_env, tmp_path):
     # a notebook's process: IPython's own shell where it is installed (each cell registered
     # in linecache as IPython does), else a cell simulated as in ``in_cell``

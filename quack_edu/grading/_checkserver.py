@@ -17,6 +17,8 @@ one of
 - ``"value"``: plain data in ``wire``'s form (numbers, strings, lists, tensors' bytes), decoded
   and checked here; no learner code runs anywhere for it;
 - ``"unencodable"``: the answer's type, for an object that is neither (it fails, as in ``judge``);
+- ``"library"`` (+ ``"name"``): the library file that defines the answer (the learner passed
+  the library's own function): it fails, naming it, and no text of that file is judged;
 - ``"missing": true``: no answer (not attempted);
 
 gets ``{"ok": true, "table": ..., "summary": ..., "result": ExerciseResult.to_record()}``, or
@@ -67,7 +69,19 @@ def judge_request(req: dict) -> dict:
     ex = get(str(req["exercise"]))
     hidden, seed = bool(req.get("hidden")), req.get("seed")
     note = None
-    if "source" in req:
+    if "library" in req:
+        from .report import shown_text
+
+        res = run_exercise(ex, MISSING, hidden=hidden, seed=seed)
+        res.forced_status = FAIL
+        where = shown_text(f"`{req.get('name') or '?'}` of {req['library']}", 200)
+        res.forced_message = (
+            f"not yours: the {ex.answer} you passed is {where}, the library's own, not a "
+            f"function a cell of this notebook defines. Define {ex.answer} in the exercise's "
+            "cell: the grade judges that cell alone (where importing the library's own version "
+            "is flagged)"
+        )
+    elif "source" in req:
         source, name = str(req["source"]), str(req.get("name") or ex.answer)
         if not _binds(source, ex.answer) and name.isidentifier() and _binds(source, name):
             # what was passed, judged; the grade reads the answer cell's own name

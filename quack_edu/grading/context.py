@@ -105,10 +105,21 @@ def scan_source(answer, allow=()) -> str | None:
     return _FORBIDDEN_NAMES[sorted(found)[0]] if found else None
 
 
-def shortcut_failure(what: str) -> ShortcutUsed:
-    return ShortcutUsed(
-        f"your answer calls {what} instead of computing RMSNorm itself", hint=hints.SHORTCUT
+def shortcut_words(ex: Exercise | None, what: str) -> tuple[str, str]:
+    """(message, hint) of an answer that calls ``what``, a library RMSNorm, in the words of its
+    exercise (``Exercise.shortcut``)."""
+    instead, why = (ex.shortcut if ex is not None else None) or (
+        "computing RMSNorm itself",
+        hints.SHORTCUT,
     )
+    return f"your answer calls {what} instead of {instead}", why
+
+
+def shortcut_failure(what: str, ex: Exercise | None = None) -> ShortcutUsed:
+    message, hint = shortcut_words(ex, what)
+    e = ShortcutUsed(message, hint=hint)
+    e.what = what
+    return e
 
 
 # ---- the context a check runs in --------------------------------------------------------------

@@ -112,7 +112,9 @@ class CheckFailed(AssertionError):
 
 class ShortcutUsed(CheckFailed):
     """The answer called a library RMSNorm (torch's, QuACK's, the package's own) instead of
-    computing it."""
+    computing it. ``what``: the call, in words."""
+
+    what: str | None = None
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,10 @@ class Exercise:
     #: (the stage around the hole calls them): judged like ``finished``'s text
     #: (``similarity.copied_from_library``), never tripwires
     copy_of: tuple[str, ...] = ()
+    #: (what the answer does instead, why) where it calls a library RMSNorm and computing one
+    #: is not what the exercise asks (a fake implementation): the shortcut's message reads "your
+    #: answer calls X instead of <what>", its hint <why>. None: ``hints.SHORTCUT``'s words
+    shortcut: tuple[str, str] | None = None
 
     def __post_init__(self):
         if not _ID_RE.match(self.id):

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 
 from . import answer_key, hints
-from .context import Context, is_not_implemented, scan_source
+from .context import Context, is_not_implemented, scan_source, shortcut_words
 from .registry import GPU, MISSING, Check, CheckFailed, Exercise, ShortcutUsed
 from .report import BLOCKED, FAIL, NOT_ATTEMPTED, PASS, SKIP, CheckResult, ExerciseResult
 
@@ -103,12 +103,8 @@ def run_exercise(
 
     shortcut = scan_source(answer, allow=(ex.answer,))
     if shortcut:
-        return first_fails(
-            "blocked by the shortcut",
-            shortcut=True,
-            hint=hints.SHORTCUT,
-            message=f"your answer calls {shortcut} instead of computing RMSNorm itself",
-        )
+        message, hint = shortcut_words(ex, shortcut)
+        return first_fails("blocked by the shortcut", shortcut=True, hint=hint, message=message)
 
     with _one_cpu_thread():
         _run_checks(ex, checks, ctx, res, add, gpu, skip_msg, stop_after)
@@ -233,11 +229,12 @@ def _run_checks(ex, checks, ctx, res, add, gpu, skip_msg, stop_after=None) -> No
         try:
             detail = _run_check(c, ctx)
         except ShortcutUsed as e:
+            message, hint = shortcut_words(ex, e.what) if e.what else (e.message, e.hint)
             add(
                 c,
                 FAIL,
-                message=e.message,
-                hint=e.hint,
+                message=message,
+                hint=hint,
                 shortcut=True,
                 seconds=time.perf_counter() - t0,
             )

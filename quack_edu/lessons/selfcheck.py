@@ -127,6 +127,27 @@ def answer_source(obj) -> str | None:
     return "".join(lines) if lines else None
 
 
+#: the library's own files: an answer defined there is not the learner's
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def library_file(obj) -> str | None:
+    """Where in the library ``obj`` is defined, ``quack_edu/host/forward.py`` (None: in a
+    notebook cell or a file of the learner's): an answer that is the library's own function
+    (``rmsnorm_fwd_fake = forward._fwd_fake``) is not judged as if the library's file were the
+    answer cell."""
+    code = _code_of(obj)
+    if code is None:
+        return None
+    try:
+        path = Path(code.co_filename).resolve()
+    except (OSError, ValueError):
+        return None
+    if not path.is_relative_to(_PACKAGE):
+        return None
+    return f"{_PACKAGE.name}/{path.relative_to(_PACKAGE).as_posix()}"
+
+
 def stale_definition(answer) -> str | None:
     """Where ``answer`` is a function and the notebook's latest cell defining its name is not
     the cell it came from (that cell raised before its ``def`` ran: a SyntaxError, say), the
@@ -197,6 +218,11 @@ def request(exercise_id: str, answer=_MISSING, *, hidden=False, seed=None) -> di
     req = {"exercise": str(exercise_id), "hidden": bool(hidden), "seed": seed}
     if answer is _MISSING or answer is None:
         req["missing"] = True
+        return req
+    library = library_file(answer) if callable(answer) else None
+    if library is not None:
+        req["library"] = library
+        req["name"] = str(getattr(answer, "__qualname__", "") or "")
         return req
     source = answer_source(answer) if callable(answer) else None
     if source is not None:

@@ -307,6 +307,11 @@ FAKE_IMPL_MUTANTS = mutants(TIERS,
      "outs.append(x.new_empty(x.shape, dtype=residual_out_dtype))", "outs.append(x)"),
     ("out in x's dtype", "out is in out_dtype",
      "[x.new_empty(x.shape, dtype=out_dtype)]", "[x.new_empty(x.shape, dtype=x.dtype)]"),
+    ("cheat: the op itself", "a fake never runs the op",
+     "    return outs\n",
+     "    return torch.ops.quack_edu.rmsnorm_fwd(x, weight, bias, residual, out_dtype,\n"
+     "                                           residual_out_dtype, eps, store_rstd,\n"
+     "                                           weight_offset)\n"),
 )
 # fmt: on
 # END KEY
@@ -320,6 +325,12 @@ fake_impl = register(
         title="the fake implementation of quack_edu::rmsnorm_fwd: outputs without data",
         points={COMPILE: 1, GPU: 1},
         mutants=FAKE_IMPL_MUTANTS,
+        shortcut=(
+            "building the outputs a call would return",
+            "a fake never runs the op, nor any RMSNorm: torch.compile calls it on tensors "
+            "without data, and it answers from the arguments alone (shapes, dtypes, x's "
+            "device) with empty tensors. Calling a library RMSNorm scores 0",
+        ),
     )
 )
 fake_impl.add(
