@@ -126,7 +126,7 @@ def test_a_compile_tier_pass_without_a_gpu_says_values_were_not_checked():
     """A learner without a Hopper GPU sees "pass" on the compile tier only with the words that
     it checked the compiled code, not the values (a wrong kernel can compile to the right
     instructions); with the GPU tier run, or the compile tier failed, the note is not there."""
-    from quack_edu.grading.report import COMPILE_ONLY_MEANS, RunResult
+    from quack_edu.grading.report import COMPILE_ONLY_MEANS, COMPILE_RUN_MEANS, RunResult
 
     def result(compile_status, gpu_status):
         checks = [
@@ -144,7 +144,8 @@ def test_a_compile_tier_pass_without_a_gpu_says_values_were_not_checked():
     nb = NotebookResult("nb.ipynb", "02_x", exercises=[result("pass", "skip")])
     assert "values on the GPU and speed not checked" in nb.table(width=90)
     run = RunResult([nb], "compile-only", "no GPU", hidden=True, seed=0)
-    assert words in " ".join(run.table(width=90).split())
+    assert " ".join(COMPILE_RUN_MEANS.split()) in " ".join(run.table(width=90).split())
+    assert "a host function by the values it returns here" in COMPILE_RUN_MEANS
     # an exercise whose compile tier ran its PTX on the CPU says that instead (ptxsim)
     simulated = result("pass", "skip")
     simulated.checks.insert(
@@ -152,6 +153,14 @@ def test_a_compile_tier_pass_without_a_gpu_says_values_were_not_checked():
     )
     flat = " ".join(simulated.table(width=90).split())
     assert words not in flat and "the values it computes at a few small shapes" in flat
+    # a function run on the CPU, no kernel (07.dx_row, 06.fake_impl): its values were checked
+    host = ExerciseResult(
+        "07.x", "t", "07_x", {"compile": 1, "gpu": 1},
+        checks=[CheckResult("dx vs float64 autograd on the CPU", "compile", "pass"),
+                CheckResult("on the GPU", "gpu", "skip", message="needs a Hopper GPU")],
+    )  # fmt: skip
+    flat = " ".join(host.table(width=90).split())
+    assert words not in flat and "ran your function here, on the CPU" in flat
 
 
 def test_the_judge_server_on_a_gpu_preloads_the_dsl_but_not_quack_edu():

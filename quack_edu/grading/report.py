@@ -37,6 +37,21 @@ COMPILE_SIMULATED_MEANS = (
 )
 
 
+#: the same where the exercise is a function run on the CPU (no kernel compiled: the row
+#: formula of the backward, a fake implementation, a model's arithmetic)
+COMPILE_HOST_MEANS = (
+    "the compile tier ran your function here, on the CPU, and compared what it returns with "
+    "the reference; the GPU tier checks it beside the library's kernel on a Hopper GPU"
+)
+#: a whole run's first lines, without a GPU: what the compile tier of its exercises checks
+COMPILE_RUN_MEANS = (
+    "the compile tier checks a kernel by what it compiles to (the PTX: loads, shuffles, "
+    "barriers, registers; at most exercises also its values, the PTX run on this CPU) and a "
+    "host function by the values it returns here; not the values a kernel computes on a GPU, "
+    "nor its speed: a kernel can pass it and still be wrong there"
+)
+
+
 #: how much of a text that may come from the learner (an exception's message, a file name) a
 #: student's report shows, in characters
 SHOWN_MAX = 600
@@ -295,7 +310,11 @@ class ExerciseResult:
             simulated = any(
                 c.status == PASS and c.name.startswith("values on the CPU") for c in self.checks
             )
-            note = COMPILE_SIMULATED_MEANS if simulated else COMPILE_ONLY_MEANS
+            kernel = any(c.tier == COMPILE and c.name.startswith("compiles") for c in self.checks)
+            if not kernel:
+                note = COMPILE_HOST_MEANS
+            else:
+                note = COMPILE_SIMULATED_MEANS if simulated else COMPILE_ONLY_MEANS
             lines.append(_wrap("note", note, width))
         lines.append(f"  score  {self.summary().split(': ', 1)[1]}")
         return "\n".join(lines)
@@ -503,7 +522,7 @@ class RunResult:
                 f"mode: {self.mode} ({self.mode_reason}); gpu-tier checks are skipped and "
                 "left out of max_score"
             )
-            out.append(_wrap_line(COMPILE_ONLY_MEANS, width or terminal_width(), 2))
+            out.append(_wrap_line(COMPILE_RUN_MEANS, width or terminal_width(), 2))
         else:
             out.append(f"mode: gpu ({self.mode_reason}); both tiers run")
         for n in self.notebooks:

@@ -57,6 +57,11 @@ DW_TERM = (
     "dout_j * x_hat_j (the weight multiplies x_hat in the forward, so its gradient is what "
     "arrives at the output times x_hat)"
 )
+DW_OWN_ROW = (
+    "row 0's partial row holds only what it read from shared memory (slots(r)): its own sums, "
+    "the acc of its own threads, never reach it. Row 0 starts from its acc and adds the other "
+    "rows' slots to it"
+)
 DW_VECTORS = (
     "not every vector of the thread's columns reaches the partial row: some that lie in the row "
     "are never written"
@@ -219,11 +224,19 @@ def probe_dw(ptx_text: str, rows: int, vec: int, vecs: int, even_cols: bool = Tr
         from_dout = any(a.opcode.startswith("cvt.f32.f16") for a in anc[st.index])
         if not (from_x and from_dout):
             seen = ", ".join(k for k, ok in (("x", from_x), ("dout", from_dout)) if ok) or "neither"
+            # nothing of this thread's own rows, only other threads' sums from shared memory:
+            # row 0 left its own acc out (the reads' data flow is another thread's, not here)
+            own_left_out = (
+                rows > 1
+                and not (from_x or from_dout)
+                and any(a.opcode.startswith("ld.shared") for a in anc[st.index])
+                and not _loop_carried(ptx, anc[st.index])
+            )
             raise CheckFailed(
                 "a partial sum is not built from dout * x_hat",
                 expected="x (cvt.f32.bf16) and dout (cvt.f32.f16) among its inputs",
-                seen=f"from {seen}",
-                hint=DW_TERM,
+                seen=f"from {seen}" + (", only from shared memory" if own_left_out else ""),
+                hint=DW_OWN_ROW if own_left_out else DW_TERM,
             )
     if not _loop_carried(ptx, anc[partial[0].index]):
         raise CheckFailed(
@@ -503,6 +516,10 @@ DW_PARTIAL_MUTANTS = [
          _SOL_TAIL, _dedent(_SOL_TAIL.replace("        if row == 0:\n", ""))),
         ("row 0 counted twice", "so its sums count twice",
          "range_constexpr(1, rows)", "range_constexpr(0, rows)"),
+        ("row 0 leaves its own sums out", "its own sums, the acc of its own threads", [
+            ("tot = acc[None, None, v].load()", "tot = slots(1)[None, None, v].load()"),
+            ("range_constexpr(1, rows)", "range_constexpr(2, rows)"),
+        ]),
         ("acc overwritten, not added to", "only its last block counts",
          "acc[None, None, v].load() + dy * x_hat", "dy * x_hat"),
     ),
