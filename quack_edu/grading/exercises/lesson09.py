@@ -211,14 +211,14 @@ _SPEEDUP_VARIANTS = [
     Variant(
         "new time",
         _time,
-        "that is the new step's time as a share of the old one; the speed-up is old time / "
-        "new time, 1 / (that)",
+        "that is the new step's time as a share of the old one, not a speed-up: a speed-up "
+        "says how many times faster the new step runs than the old",
     ),
     Variant(
         "no rest",
         lambda s, k: k / s,
-        "the rest of the step (1 - norm_share of it) still takes its time: new time = "
-        "(1 - norm_share) + norm_share / norm_speedup",
+        "the rest of the step (1 - norm_share of it) still takes its time: the new step is "
+        "the rest plus the norms' new time",
     ),
     Variant(
         "norms counted twice",
@@ -235,8 +235,14 @@ _SPEEDUP_VARIANTS = [
     Variant(
         "saved plus one",
         lambda s, k: 1.0 + s - s / k,
-        "that is 1 + the time saved; the speed-up is old time / new time, "
-        "1 / ((1 - norm_share) + norm_share / norm_speedup)",
+        "that is 1 + the time saved, as a share of the old step; a speed-up is a ratio of "
+        "the two steps' times, not a sum (the two agree only when little is saved)",
+    ),
+    Variant(
+        "slower norms clamped",
+        lambda s, k: 1.0 if k < 1 else step_speedup_ref(s, k),
+        "norms slower than before (norm_speedup below 1) make the step slower too: the same "
+        "arithmetic holds for any norm_speedup, and the step's speed-up comes out below 1",
     ),
     Variant(
         "norms times speed-up",
@@ -248,13 +254,15 @@ _SPEEDUP_VARIANTS = [
 
 # fmt: off
 STEP_SPEEDUP_MUTANTS = mutants(COMPILE,
-    ("the new time", "old time / new time, 1 / (that)",
+    ("the new time", "not a speed-up: a speed-up",
      "return 1.0 / (rest + norms)", "return rest + norms"),
     ("the norms counted twice", "rest of the step", "rest = 1.0 - norm_share", "rest = 1.0"),
     ("the whole step", "only the norms run faster",
      "return 1.0 / (rest + norms)", "return norm_speedup"),
     ("1 + the time saved", "1 + the time saved",
      "return 1.0 / (rest + norms)", "return 1.0 + norm_share - norms"),
+    ("slower norms clamped to no change", "make the step slower too",
+     "return 1.0 / (rest + norms)", "return max(1.0, 1.0 / (rest + norms))"),
 )
 # fmt: on
 # END KEY
