@@ -8,6 +8,7 @@ import functools
 import math
 
 import pytest
+import torch
 
 from quack_edu.grading.exercises.lesson09 import call_us_ref, step_speedup_ref
 from quack_edu.grading.notebook import read, solutions_dir
@@ -232,8 +233,13 @@ def test_lesson09_claims_on_the_records():
     p = CompilePolicy()
     assert p.mode == "auto" and p.inductor_max_n == 16384 and p.inductor_max_elems == 2**20
     assert p.grad_kernel_max_n == 256 and "rows of at most 256 elements" in prose
-    assert "rows of at most 16384 elements, and calls of at most 2^20 elements" in prose
-    assert "rows longer than 16384" in prose
+    # either bound sends a call to inductor: a row longer than 16384 in a small call too (the
+    # cell's (8, 65536)); only longer rows in larger calls reach the kernels
+    assert "rows of at most 16384 elements go to inductor" in prose
+    assert "calls of at most 2^20 elements, whatever their rows" in prose
+    assert "the rest, longer rows in larger calls, go to the CuTe kernels" in prose
+    meta = {s: torch.empty(s, device="meta") for s in ((8, 65536), (64, 65536))}
+    assert p.path(meta[8, 65536]) == "inductor" and p.path(meta[64, 65536]) == "kernel"
     # the decode step's calls "have 1 to 64 rows": the records' decode workloads
     assert results.load("model_h2048_aa")["options"]["decode_m"] == [1, 8, 64]
     assert "A decode step's calls have 1 to 64 rows" in prose
