@@ -1765,6 +1765,8 @@ def test_lesson07_says_what_to_do_without_the_strategies_record():
 
 def _recomputed07_strategies() -> dict[str, str]:
     """What lesson 07's prose quotes from bwd_dw_strategies.json, recomputed from it."""
+    from quack_edu.lessons import bwd_strategies as bs
+
     rec = results.load("bwd_dw_strategies")
 
     def row(strategy, N):
@@ -1795,6 +1797,14 @@ def _recomputed07_strategies() -> dict[str, str]:
             f"({row('atomic', 1024)['max_abs_err']:.1e} at N = 1024, against "
             f"{row('persistent', 1024)['max_abs_err']:.1e}"
         ).replace("e-04", "e-4"),
+        # the record's P beside the bytes table's (today's kernel), and the rows a CTA of each
+        "(at N = 1024 its P is 8192, not the table's 4096: that day's kernel took 4 rows a CTA, "
+        "today's 8)": (
+            f"(at N = 1024 its P is {row('row_blocks', 1024)['P']}, not the table's "
+            f"{bs.partial_rows('row_blocks', 32768, 1024)}: that day's kernel took "
+            f"{32768 // row('row_blocks', 1024)['P']} rows a CTA, today's "
+            f"{32768 // bs.partial_rows('row_blocks', 32768, 1024)})"
+        ),
     }
 
 
