@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from quack_edu.grading import release
 from quack_edu.grading.nbfiles import exercise_source, read, solutions_dir
 from quack_edu.grading.registry import all_exercises
+from quack_edu.stages.warp import WarpRMSNorm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,6 +94,8 @@ CHECK = textwrap.dedent(
             "score": r.score, "max": r.max_score,
             "hints": " | ".join((c.hint or "") + (c.message or "") for c in r.checks),
             "skipped": [c.name for c in r.checks if c.status == "skip"],
+            "flagged": r.flagged,
+            "forced": r.forced_message or "",
         }
     print(json.dumps(out))
     """
@@ -113,6 +117,14 @@ def test_the_students_copy_checks_answers_from_its_recorded_cases(copy, subproce
     assert no_weight != sol["00.bytes_moved"]
     answers = {f"solution {k}": (k, v) for k, v in sol.items()}
     answers["no weight"] = ("00.bytes_moved", no_weight)
+    # a cold learner's paste of the finished warp kernel scored 2/2 in the student's copy (the
+    # copy checks decided by the solutions, which it has not): its release says what they found
+    pasted = "import cutlass\nimport cutlass.cute as cute\nfrom cutlass import Float32\n" + (
+        "from quack_edu.primitives import copy as copy_utils\n\n"
+        + textwrap.dedent(inspect.getsource(WarpRMSNorm.kernel.__wrapped__))
+        + "\nwarp_kernel = kernel\n"
+    )
+    answers["pasted warp kernel"] = ("02.warp_kernel", pasted)
     done = subprocess.run(
         [sys.executable, "-c", CHECK, json.dumps(answers)],
         cwd=out, env={**subprocess_env, "PYTHONPATH": _release_path(out)},
@@ -124,6 +136,8 @@ def test_the_students_copy_checks_answers_from_its_recorded_cases(copy, subproce
     for k in sol:
         r = got[f"solution {k}"]
         assert r["score"] == r["max"] > 0 and not r["skipped"], (k, r)
+    assert got["pasted warp kernel"]["score"] == 0 and got["pasted warp kernel"]["flagged"]
+    assert "copies the library's finished" in got["pasted warp kernel"]["forced"]
     assert got["no weight"]["score"] == 0
     assert "weight vector is read too" in got["no weight"]["hints"], got["no weight"]
 

@@ -244,7 +244,14 @@ def write_release(out: Path, *, partial: bool = False) -> dict:
     for rel in [r for r in _tracked(root) if r.startswith(EXERCISES)]:
         text = (out / rel).read_text() if (out / rel).exists() else ""
         _no_telltales(text, rel)
-    key = {"format": answer_key.FORMAT, "seed": seed, **recorded}
+    from .registry import all_exercises
+    from .similarity import released_lists
+
+    # (the copy checks decide by the solutions: what they found goes with the copy)
+    copies = {
+        e.id: released_lists(e.id) for e in all_exercises() if e.lesson.split("_")[0] in lessons
+    }
+    key = {"format": answer_key.FORMAT, "seed": seed, **recorded, "copy_checks": copies}
     key_path = out / "quack_edu" / "grading" / answer_key.PUBLIC_KEY.name
     key_path.write_text(json.dumps(key, indent=1, sort_keys=True) + "\n")
     return {"lessons": sorted(lessons), "left_out": sorted(unkeyed), "seed": seed}

@@ -166,7 +166,9 @@ def telling(ex_id: str, canon: bool = False) -> tuple[str, ...]:
 
     ex = get(ex_id)
     path = solutions_dir() / f"{ex.lesson}.ipynb"
-    cell = find_cell(read(path), ex.cell_id) if path.exists() else None
+    if not path.exists():  # a student's copy: what its release found (``released_lists``)
+        return _released(ex_id, "telling_canon" if canon else "telling")
+    cell = find_cell(read(path), ex.cell_id)
     if cell is None:
         return ()
     out = []
@@ -425,11 +427,30 @@ def containing(ex_id: str) -> tuple[str, ...]:
     if max((finished_runs(d).total() for d in pieces), default=0) < MIN_RUNS:
         return ()  # no finished function long enough to find in an answer
     path = solutions_dir() / f"{ex.lesson}.ipynb"
-    cell = find_cell(read(path), ex.cell_id) if path.exists() and pieces else None
+    if not path.exists():  # a student's copy: what its release found
+        return _released(ex_id, "containing")
+    cell = find_cell(read(path), ex.cell_id) if pieces else None
     if cell is None:
         return ()
     c = contained(cell.source, pieces, ex.lesson)
     return pieces if c is None or c[0] < HONEST_CONTAINED else ()
+
+
+def released_lists(ex_id: str) -> dict:
+    """What a student's copy needs to tell a copy as the instructor's does (``telling`` and
+    ``containing`` decide by the solution, which the copy has not): written into its public
+    key by ``quack-edu student --release``. Names of library functions only."""
+    return {
+        "telling": list(telling(ex_id)),
+        "telling_canon": list(telling(ex_id, True)),
+        "containing": list(containing(ex_id)),
+    }
+
+
+def _released(ex_id: str, which: str) -> tuple[str, ...]:
+    from .answer_key import public_key
+
+    return tuple(((public_key() or {}).get("copy_checks") or {}).get(ex_id, {}).get(which, ()))
 
 
 def fingerprint(source: str) -> str | None:
