@@ -317,6 +317,7 @@ def _sector_cases(ctx, hidden):
         (0, 2, 32),  # every thread the same element: the naive kernel's load of w[j]
         (40, 12, 32),  # 12-byte elements 40 bytes apart: some cross into the next sector
         (2, 2, 8),  # 8 threads, 16 bytes: part of a sector
+        (128, 80, 32),  # 80 bytes a thread: three sectors each, the middle one too
     ] + cases
 
 
@@ -345,6 +346,9 @@ SECTORS_PER_REQUEST_MUTANTS = mutants(COMPILE,
      "last = first + elem_bytes - 1", "last = first"),
     ("the warp's span over 32", "not the span of the warp",
      "    return len(sectors)", "    return min(threads, -(-threads * stride_bytes // 32))"),
+    ("the first and last byte's sectors only", "every sector between its first",
+     "sectors.update(range(first // 32, last // 32 + 1))",
+     "sectors.update({first // 32, last // 32})"),
     ("ignores elem_bytes", "depends on elem_bytes too",
      "    return len(sectors)",
      "    return threads * stride_bytes // 32 if stride_bytes < 32 else threads"),
@@ -365,7 +369,18 @@ sectors = register(
     )
 )
 # BEGIN KEY
+def _ends_only(stride_bytes, elem_bytes=2, threads=32):
+    firsts = [t * stride_bytes for t in range(threads)]
+    return len({f // 32 for f in firsts} | {(f + elem_bytes - 1) // 32 for f in firsts})
+
+
 _SECTOR_VARIANTS = [
+    Variant(
+        "first and last byte",
+        _ends_only,
+        "an element longer than a sector touches every sector between its first and its last "
+        "byte too (80 bytes at byte 0: sectors 0, 1 and 2)",
+    ),
     Variant(
         "128-byte lines",
         _lines_128,
@@ -400,7 +415,7 @@ _SECTOR_VARIANTS = [
         "no elem_bytes",
         lambda s, e, t: t * s // 32 if s < 32 else t,
         "the count depends on elem_bytes too: each thread reads elem_bytes bytes from its "
-        "address, and its sectors are those of its first and its last byte (at stride 0 "
+        "address, and its sectors run from its first byte's to its last byte's (at stride 0 "
         "every thread reads the same sector: 1, not 0; a 12-byte element at byte 120 touches "
         "sectors 3 and 4)",
     ),
