@@ -40,11 +40,14 @@ def test_cases_cover_every_simulated_kernel_at_20_shapes_in_every_dtype():
         for ex in all_exercises()
         if any(c.name.startswith("values on the CPU") for c in ex.checks)
     }
-    assert set(s.EXERCISES) == simulated
+    # 01.scale_kernel's kernel scales a vector (x, y, a factor), not an RMSNorm: the script's
+    # runner launches RMSNorm kernels; its simulated values are checked against x * factor by
+    # its own check, not yet against a GPU
+    assert set(s.EXERCISES) == simulated - {"01.scale_kernel"}
     for kind, names in (
         ("stage", SIMULATED_STAGES),
         ("backward", ("final_bwd",)),
-        ("exercise", simulated),
+        ("exercise", simulated - {"01.scale_kernel"}),
     ):
         for name in names:
             mine = [x for x in specs if x.kind == kind and x.name == name]
