@@ -191,6 +191,24 @@ def test_students_whose_results_would_collide_are_refused(tmp_path, capsys):
     assert "share a folder" in capsys.readouterr().err
 
 
+def test_a_name_with_a_space_or_no_name_takes_no_one_elses_place(tmp_path):
+    # (red team 10) "ana .ipynb", a blank, was graded as ana's instead of ana.ipynb (0/4, her
+    # row flagged as if she had handed in two), and a bare <lesson>.ipynb as the folder
+    # student/'s: now the first stops the class, naming both, the second is a student of its own
+    from quack_edu.grading.class_grade import ClassLayoutError, find_submissions
+
+    blank = read(notebooks_dir() / f"{LESSON}.ipynb")
+    write(blank, tmp_path / "a" / "ana.ipynb")
+    write(blank, tmp_path / "a" / "ana .ipynb")
+    with pytest.raises(ClassLayoutError, match="share a folder: 'ana ' and 'ana'"):
+        find_submissions(tmp_path / "a", LESSON)
+    write(blank, tmp_path / "b" / "student" / f"{LESSON}.ipynb")
+    write(blank, tmp_path / "b" / f"{LESSON}.ipynb")
+    subs = {s.student: s for s in find_submissions(tmp_path / "b", LESSON)}
+    assert set(subs) == {"student", LESSON}
+    assert subs["student"].path.parent.name == "student" and not subs["student"].also
+
+
 def test_a_second_notebook_for_the_lesson_is_named_not_dropped(tmp_path):
     # (red team 5) cat.ipynb and cat_<lesson>.ipynb: one was graded, the other silently ignored
     from quack_edu.grading.class_grade import find_submissions

@@ -67,11 +67,17 @@ def _safe(name: str) -> str:
 
 
 def _student_of_file(stem: str) -> str:
+    """The student a loose notebook is of: its name less the lesson's and the separators around
+    it. Spaces are kept (red team 10: "ana .ipynb", a blank, was graded as ana's in place of
+    her notebook; now it is a student of its own, whose results folder clashes with ana's: the
+    class stops, naming both), and a notebook named for the lesson alone is a student named
+    so, never a student folder's ("student")."""
+    name = stem
     for le in sorted(lessons(), key=len, reverse=True):
-        if le in stem:
-            stem = stem.replace(le, "")
+        if le in name:
+            name = name.replace(le, "")
             break
-    return stem.strip("_-. ") or "student"
+    return name.strip("_-.") or stem
 
 
 def _notebooks(folder: Path) -> list[Path]:
