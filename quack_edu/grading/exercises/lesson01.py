@@ -368,6 +368,8 @@ sectors = register(
         mutants=SECTORS_PER_REQUEST_MUTANTS,
     )
 )
+
+
 # BEGIN KEY
 def _ends_only(stride_bytes, elem_bytes=2, threads=32):
     firsts = [t * stride_bytes for t in range(threads)]
