@@ -885,3 +885,18 @@ def test_the_rule_under_the_check_sees_the_row_loop_recap():
     loop = _lines(_ROW_LOOP)
     assert len(shown_lines(loop, [Text("md", recap, "code")])) > few(len(loop))
     assert shown_lines(loop, [Text("md", recap, "prose")]) == {}  # as prose it passed
+
+
+def test_no_check_title_states_its_answer():
+    """A check's title prints with its table, before a learner has solved anything (a cold
+    learner copied 07.dx_row's formula from it): a title names the task, not the answer."""
+    from quack_edu.grading import get
+
+    told = {
+        "07.dx_row": ("mean(", "x_hat *", "rstd *"),
+        "01.rstd": ("sqrt", "sum_sq / N", "+ eps"),
+        "08.pdl_kernel": ("before the first", "griddepcontrol.wait"),
+    }
+    for ex_id, answers in told.items():
+        title = get(ex_id).title
+        assert not any(a in title for a in answers), (ex_id, title)

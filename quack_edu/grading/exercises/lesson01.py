@@ -254,7 +254,7 @@ rstd = register(
         ),
         lesson=LESSON,
         answer="rstd",
-        title="rstd = 1/sqrt(sum_sq / N + eps), inside the naive kernel",
+        title="the reciprocal RMS of a row from its sum of squares, inside the naive kernel",
         points={COMPILE: 1, GPU: 1},
         mutants=RSTD_MUTANTS,
     )

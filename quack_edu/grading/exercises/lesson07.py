@@ -374,7 +374,7 @@ dx_row = register(
         ),
         lesson=LESSON,
         answer="dx_row",
-        title="dx of RMSNorm rows by hand: rstd * (g - x_hat * mean(x_hat * g)), in fp32",
+        title="dx of RMSNorm rows by hand, in fp32, from the forward's rstd",
         points={COMPILE: 1, GPU: 1},
         mutants=DX_ROW_MUTANTS,
     )

@@ -161,8 +161,8 @@ pdl_kernel = WholeKernel(
     id="08.pdl_kernel",
     lesson=LESSON,
     answer="pdl_kernel",
-    title="programmatic dependent launch: griddepcontrol.wait before the first global access, "
-    "launch_dependents, and the launch flag",
+    title="programmatic dependent launch: where the kernel waits for the previous one, when it "
+    "lets the next one go, and the launch flag",
     mutants=PDL_KERNEL_MUTANTS,
     given=GIVEN_COPY,
     hole=KERNEL_HOLE,
