@@ -3,16 +3,18 @@
 
     source .gpu/env.sh; python3 scripts/sim_vs_gpu.py --out $OUT/sim_vs_gpu.json [--jobs 14]
 
-Cases (``cases()``): every stage ptxsim runs (``ptxsim.SIMULATED_STAGES``: naive ... final's plain
-forward; and the backward, final_bwd's kernel then PartialSum: dx and dw), at its plans (forced 2-
-and 4-CTA clusters, 1/2/4 commit groups, the final kernel's weight in registers, two row blocks in
-two buffers), and every exercise whose kernel the grader simulates (a "values on the CPU" check),
-built as the grader builds it: the exercise's hole (``grading.holes``) holding the answer of its
-solution notebook, with the config of the exercise's gpu values check. Each kernel at M = 1, 3, 7
-and row lengths that are ragged and not powers of two where the stage allows (the naive stage any
-N; the vectorised ones a multiple of the 16-byte vector), x in bf16, fp16 and fp32 with weights of
-every dtype beside them; the inputs are the grader's (``sim_values.cpu_inputs``: rows at very
-different scales, a zero row, a row at eps's scale) and y is poisoned before each launch.
+Cases (``cases()``): every stage ptxsim runs (``ptxsim.SIMULATED_STAGES``: naive ... final's
+plain forward; and the backward, final_bwd's kernel then PartialSum: dx and dw), at its plans
+(forced 2- and 4-CTA clusters, 1/2/4 commit groups, the final kernel's weight in registers, two
+row blocks in two buffers), and every exercise whose kernel the grader simulates (a "values on
+the CPU" check), built as the grader builds it: the exercise's hole (``grading.holes``) holding
+the answer of its solution notebook, with the config of the exercise's gpu values check
+(01.scale_kernel, no RMSNorm, in its own launch: ``run_scale``, a vector of N, y compared past N
+too). Each kernel at M = 1, 3, 7 and row lengths that are ragged and not powers of two where the
+stage allows (the naive stage any N; the vectorised ones a multiple of the 16-byte vector), x in
+bf16, fp16 and fp32 with weights of every dtype beside them; the inputs are the grader's
+(``sim_values.cpu_inputs``: rows at very different scales, a zero row, a row at eps's scale) and
+y is poisoned before each launch.
 
 Per kernel (a worker of a process pool: ``--jobs``), one compile (``runtime.compile_kernel``
 with ``--keep-ptx``): the compiled function runs on the GPU, and its own PTX runs in ptxsim
@@ -110,6 +112,12 @@ EXERCISES = {
     "08.pdl_kernel": ("PDL_KERNEL_HOLE", "03 one pass", (1000, 3000)),
 }
 
+#: exercises whose kernel is not an RMSNorm, run by their own runner: 01.scale_kernel's answer in
+#: the exercise's launch (``lessons.evidence.scale_launch``: x, y, a factor; one vector, its
+#: own M of 1), the PTX its compile-tier check simulates against the function its gpu check runs
+SCALE = {"01.scale_kernel": ((8, 1000, 4104, 5000), ("bf16", "fp16"))}
+SCALE_FACTOR = 2.5
+
 #: an exercise's plan -> the config function of its gpu values check (module, name)
 EXERCISE_PLANS = {
     "02 one pass": ("lesson02", "one_pass_config"),
@@ -149,12 +157,19 @@ def cases() -> list[Spec]:
     for ex, (_, plan, Ns) in EXERCISES.items():
         for xd, wd in DTYPES:
             out += [Spec("exercise", ex, plan, N, xd, wd) for N in Ns]
+    for ex, (Ns, dts) in SCALE.items():
+        out += [Spec("scale", ex, "01 launch", N, dt, "none") for dt in dts for N in Ns]
     return out
+
+
+def ms_of(spec: Spec) -> tuple[int, ...]:
+    """The M a spec runs at (a scale kernel's vector is one row)."""
+    return (1,) if spec.kind == "scale" else MS
 
 
 def shapes(specs) -> list[tuple[int, int]]:
     """The distinct (M, N) the specs run."""
-    return sorted({(M, s.N) for s in specs for M in MS})
+    return sorted({(M, s.N) for s in specs for M in ms_of(s)})
 
 
 # ---- configs and kernels (in a worker) -----------------------------------------------------------
@@ -340,6 +355,8 @@ def run_spec(spec: Spec, fake_gpu: bool = False) -> list[dict]:
     base = asdict(spec)
     if spec.kind == "backward":
         return run_backward(spec, fake_gpu)
+    if spec.kind == "scale":
+        return run_scale(spec, fake_gpu)
     t0 = time.perf_counter()
     try:
         kernel = kernel_of(spec)
@@ -368,6 +385,60 @@ def run_spec(spec: Spec, fake_gpu: bool = False) -> list[dict]:
             rec.update(status="error", error=_why("run", e))
         records.append(rec)
     return records
+
+
+def run_scale(spec: Spec, fake_gpu: bool = False) -> list[dict]:
+    """01.scale_kernel's solution as its checks build it: the PTX of the exercise's launch
+    (``scale_ptx``, what the compile tier simulates) run by ``ptxsim.launch`` against the
+    function of the same launch (``scale_launcher``, what the gpu tier runs) on the GPU; x and
+    y whole tiles long, y poisoned, so what lies past N is compared too."""
+    import numpy as np
+    import torch
+
+    from quack_edu.grading.checks import POISON
+    from quack_edu.grading.probes.lesson01b_02 import scale_launcher
+    from quack_edu.lessons.evidence import SCALE_THREADS, SCALE_TILE, scale_ptx
+    from quack_edu.ptxsim import Schedule, TensorArg, launch
+    from quack_edu.runtime import torch_dtype
+
+    rec = {**asdict(spec), "M": 1}
+    try:
+        t = time.perf_counter()
+        answer = _answer(spec.name)
+        ptx = scale_ptx(answer, spec.N, spec.dtype)
+        fn = None if fake_gpu else scale_launcher(answer, spec.N, spec.dtype)
+        rec["compile_s"] = round(time.perf_counter() - t, 3)
+        dt = torch_dtype(spec.dtype)
+        padded = -(-spec.N // SCALE_TILE) * SCALE_TILE
+        gen = torch.Generator().manual_seed(zlib.crc32(spec.label.encode()))
+        x = torch.randn(padded, generator=gen).to(dt)
+        y = torch.full_like(x, POISON)
+
+        def sim(order="forward"):  # x, y as int16 arrays; y's data comes back
+            bits = [TensorArg(t.view(torch.int16).numpy()) for t in (x, y)]
+            grid, block = (padded // SCALE_TILE, 1, 1), (SCALE_THREADS, 1, 1)
+            args = [*bits, np.float32(SCALE_FACTOR)]
+            _, y_bits = launch(ptx, grid, block, args, schedule=Schedule(order=order))
+            return torch.from_numpy(y_bits).view(dt)
+
+        t = time.perf_counter()
+        if fake_gpu:
+            y_gpu = sim("reversed")
+        else:
+            xc, yc = x.cuda(), y.clone().cuda()
+            fn(xc[: spec.N], yc[: spec.N], SCALE_FACTOR)
+            torch.cuda.synchronize()
+            y_gpu = yc.cpu()
+        rec["gpu_s"] = round(time.perf_counter() - t, 4)
+        t = time.perf_counter()
+        y_sim = sim()
+        rec["sim_s"] = round(time.perf_counter() - t, 4)  # the simulator's cost, not a timing
+        ref = y.clone()
+        ref[: spec.N] = (x[: spec.N].float() * SCALE_FACTOR).to(dt)
+        rec.update(compare(y_gpu, y_sim, ref))
+    except Exception as e:  # noqa: BLE001 (recorded: the comparison goes on)
+        rec.update(status="error", error=_why("run", e))
+    return [rec]
 
 
 def bwd_terms(x, w, dout, rstd):
@@ -544,10 +615,11 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
 
     specs = [s for s in cases() if args.only in s.label]
-    expected = len(specs) * len(MS)
+    expected = sum(len(ms_of(s)) for s in specs)
     head = header(args.fake_gpu, argv)
-    print(f"{len(specs)} kernels x M in {MS}: {expected} cases, {len(shapes(specs))} shapes; "
-          f"GPU: {head['gpu']}; {args.jobs} processes", flush=True)  # fmt: skip
+    print(f"{len(specs)} kernels x M in {MS} (a vector: 1): {expected} cases, "
+          f"{len(shapes(specs))} shapes; GPU: {head['gpu']}; {args.jobs} processes",
+          flush=True)  # fmt: skip
     records: list[dict] = []
     t0 = time.perf_counter()
     todo = list(specs)
@@ -568,7 +640,7 @@ def main(argv=None) -> int:
                     continue
                 except Exception as e:  # noqa: BLE001
                     got = [{**asdict(spec), "M": M, "status": "error",
-                            "error": _why("worker", e)} for M in MS]  # fmt: skip
+                            "error": _why("worker", e)} for M in ms_of(spec)]  # fmt: skip
                 todo.remove(spec)
                 records += got
                 bad = [r for r in got if r["status"] not in ("bitwise", "fp32 rounding")]
@@ -588,8 +660,8 @@ def main(argv=None) -> int:
             restarts += 1
             print(f"a worker died: restarting the pool for {len(todo)} kernels", flush=True)
     for spec in todo:
-        records += [{**asdict(spec), "M": M, "status": "error",
-                     "error": "not run (deadline or dead workers)"} for M in MS]  # fmt: skip
+        records += [{**asdict(spec), "M": M, "status": "error", "error":
+                     "not run (deadline or dead workers)"} for M in ms_of(spec)]  # fmt: skip
     write_record(args.out, head, records, expected, done=not todo)
     s = summary(records, expected)
     print(f"{s['done']} cases in {time.perf_counter() - t0:.0f} s: {s['by_status']}; "

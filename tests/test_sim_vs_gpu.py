@@ -22,10 +22,6 @@ from quack_edu.grading import all_exercises
 from quack_edu.ptxsim import SIMULATED_STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
-#: simulated exercises whose kernel is not an RMSNorm (01.scale_kernel scales a vector: x, y, a
-#: factor): the script's runner launches RMSNorm kernels; their simulated values are checked
-#: against their own reference by their check, not yet against a GPU
-NOT_RMSNORM = {"01.scale_kernel"}
 
 
 @functools.cache
@@ -44,11 +40,12 @@ def test_cases_cover_every_simulated_kernel_at_20_shapes_in_every_dtype():
         for ex in all_exercises()
         if any(c.name.startswith("values on the CPU") for c in ex.checks)
     }
-    assert set(s.EXERCISES) == simulated - NOT_RMSNORM
+    assert set(s.EXERCISES) | set(s.SCALE) == simulated
+    assert not set(s.EXERCISES) & set(s.SCALE)
     for kind, names in (
         ("stage", SIMULATED_STAGES),
         ("backward", ("final_bwd",)),
-        ("exercise", simulated - NOT_RMSNORM),
+        ("exercise", set(s.EXERCISES)),
     ):
         for name in names:
             mine = [x for x in specs if x.kind == kind and x.name == name]
@@ -63,6 +60,8 @@ def test_every_case_builds_its_kernel():
     """Configs and answers resolve for every spec (no compile: the objects only)."""
     s = _script()
     for spec in s.cases():
+        if spec.kind == "scale":  # no kernel object: its answer in the exercise's launch
+            continue
         kernel = s.kernel_of(spec)
         assert kernel.N == spec.N and kernel.launch_shape(7).grid[0] >= 1, spec.label
 
@@ -127,6 +126,30 @@ def test_compare_reports_each_side_against_the_reference():
     ref = _t([[1.0, 2.0]], torch.float32)
     got = s.compare(ref.clone(), ref * 2, ref)
     assert got["gpu_matches_ref"] and not got["sim_matches_ref"] and got["status"] == "differs"
+
+
+def test_the_scale_kernel_runs_in_its_own_launch_and_a_wrong_one_misses_the_reference(
+    monkeypatch,
+):
+    """01.scale_kernel's solution through ``run_scale`` (``--fake-gpu``: both sides ptxsim):
+    one case, y compared whole (past N too) and against x * factor; the solution with its
+    arithmetic changed still agrees with itself but not with the reference."""
+    from quack_edu.grading import get
+    from quack_edu.grading.nbfiles import answer_from_source
+    from quack_edu.grading.notebook import exercise_source, read, solutions_dir
+
+    s = _script()
+    spec = s.Spec("scale", "01.scale_kernel", "01 launch", 1000, "fp16", "none")
+    (rec,) = s.run_scale(spec, fake_gpu=True)
+    assert rec["status"] == "bitwise" and rec["M"] == 1, rec
+    assert rec["gpu_matches_ref"] and rec["sim_matches_ref"]
+    ex = get("01.scale_kernel")
+    src = exercise_source(read(solutions_dir() / f"{ex.lesson}.ipynb"), ex)
+    assert "(x * factor)" in src
+    wrong = answer_from_source(src.replace("(x * factor)", "(x * factor + x)"), ex.answer)
+    monkeypatch.setattr(s, "_answer", lambda _: wrong)
+    (rec,) = s.run_scale(spec, fake_gpu=True)
+    assert rec["status"] == "bitwise" and not rec["sim_matches_ref"], rec
 
 
 def test_run_spec_records_each_m_and_failures_without_raising():
