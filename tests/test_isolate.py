@@ -86,6 +86,7 @@ CHILD = textwrap.dedent(
         "write outside (tmp)": native_open(outside, os.O_WRONLY | os.O_CREAT, b"x"),
         "write the package": native_open(readonly, os.O_WRONLY | os.O_APPEND),  # (writes none)
         "write in the scratch folder": native_open(scratch, os.O_WRONLY | os.O_CREAT, b"x"),
+        "devices": sorted(os.listdir("/dev")),
     }
     try:
         socket.create_connection(("127.0.0.1", int(port)), timeout=5).close()
@@ -128,6 +129,10 @@ def test_a_process_in_the_namespaces_reaches_nothing_outside_its_scratch(tmp_pat
     assert out["write the package"] == "EROFS", out
     assert out["write in the scratch folder"] == "opened", out
     assert out["connect to the grader's port"] == "ConnectionRefusedError", out  # its own net
+    # a /dev of its own: no disk, loop device or console of the machine (red team 11), a GPU's
+    plain = {"core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin",
+             "stdout", "tty", "urandom", "zero"}  # fmt: skip
+    assert {d for d in out["devices"] if not d.startswith("nvidia")} <= plain, out["devices"]
     assert (scratch / "x").read_text() == "x" and not list(outside.iterdir())
 
 

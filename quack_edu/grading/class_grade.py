@@ -531,6 +531,8 @@ def _jobs(
 ) -> tuple[list, int]:
     """The submissions to grade (as ``grade_one`` jobs, each with the ``grader``'s manifest
     to check) and how many are already graded."""
+    from .judge import instructor_paths
+
     options = {"hidden": opts.hidden, "only": opts.only, "seed": seed}
     todo, skipped = [], 0
     for sub in subs:
@@ -567,8 +569,13 @@ def _jobs(
                 also=[str(p) for p in sub.also],
                 grader=grader,
                 # what the submission's cells and answers may not read: the class's
-                # submissions (its own included: the grader hands it over) and the gradebook
-                secrets=[str(folder.resolve()), str(out.resolve())],
+                # submissions (its own included: the grader hands it over), the gradebook
+                # and a --solutions folder outside the repository
+                secrets=[
+                    str(folder.resolve()),
+                    str(out.resolve()),
+                    *instructor_paths(opts.solutions),
+                ],
             )
         )
     return todo, skipped

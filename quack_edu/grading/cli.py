@@ -267,8 +267,9 @@ def run_grade(args) -> int:
     if any(p.is_dir() for p in args.notebooks):
         return run_class(args)  # takes its own snapshot (class_grade.grade_class)
     grader = snapshot(*grader_roots(args.solutions))  # before any notebook runs
-    from .judge import Server
+    from .judge import Server, instructor_paths
 
+    Server.hidden = tuple(instructor_paths(args.solutions, args.executed))  # (isolated view)
     Server.start()  # the judge server imports while the notebooks run
     run = grade_paths(
         args.notebooks,

@@ -2,12 +2,12 @@
 and the death signal that ends it with its parent (``die_with_parent``).
 
 The audit hook (``sandbox``) sees what Python does; native code that opens files itself
-(``torch.from_file``, a library's C++ writer) raises no audit event. Landlock makes the
-kernel refuse it: once ``restrict`` ran, this process and its children may only read the
-folders it names (the Python installation, the system's, the repository without its
-secrets) and only write in its scratch folder and ``/dev``. A secret folder is carved out of
-a readable one by allowing that folder's other entries one by one (Landlock only ever
-allows). Nothing of it can be undone by the process.
+(``torch.from_file``, a library's C++ writer) raises no audit event. Landlock makes the kernel
+refuse it: once ``restrict`` ran, this process and its children may only read the folders it
+names (the Python installation, the system's, the repository without its secrets) and only
+write in its scratch folder; of ``/dev``, it opens ``devices()`` alone. A secret folder is
+carved out of a readable one by allowing that folder's other entries one by one (Landlock only
+ever allows). Nothing of it can be undone by the process.
 
 Where the kernel has no Landlock, ``restrict`` returns False and the audit hook is the
 boundary alone (a grade's JSON says which).
@@ -16,6 +16,7 @@ boundary alone (a grade's JSON says which).
 from __future__ import annotations
 
 import ctypes
+import glob
 import os
 import sys
 
@@ -31,6 +32,18 @@ REFER, TRUNCATE = 1 << 13, 1 << 14
 #: to an abstract unix socket made outside it
 SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
 _FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE
+
+#: the device files a learner process may open besides a GPU's (``devices``); no other: red team
+#: 11 read a block device and wrote an existing file of /dev/shm that a later grading read back
+PLAIN_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+
+
+def devices() -> list[str]:
+    """The device files here a learner process may open: ``PLAIN_DEVICES`` and the CUDA
+    driver's (``/dev/nvidia*``, the ``nvidia-caps`` folder included)."""
+    found = (*PLAIN_DEVICES, *sorted(glob.glob("/dev/nvidia*")))
+    return [p for p in found if os.path.exists(p)]
+
 
 #: system folders a learner process reads (libraries, certificates, locales, devices' info)
 SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys",
@@ -207,9 +220,9 @@ def readable_entries(root: str, secrets: tuple[str, ...]) -> list[str]:
 
 def restrict(scratch: str, *, readable, executable, secrets) -> bool:
     """Confine this process (and what it starts) with Landlock: read ``readable`` (folders or
-    files) less ``secrets`` (folders), execute ``executable``, write ``scratch`` and ``/dev``;
-    from ABI 6 signal no process and reach no abstract socket outside the domain (``scoped``).
-    Returns whether the kernel enforces it."""
+    files) less ``secrets`` (folders), execute ``executable``, write ``scratch``, open
+    ``devices()`` and no other file of ``/dev``; from ABI 6 signal no process and reach no
+    abstract socket outside the domain (``scoped``). Returns whether the kernel enforces it."""
     version = abi()
     if version < 1:
         return False
@@ -249,7 +262,8 @@ def restrict(scratch: str, *, readable, executable, secrets) -> bool:
             for path in readable_entries(root, secrets):
                 ex = EXECUTE if any(path == r or path.startswith(r + "/") for r in runs) else 0
                 allow(path, READ_FILE | READ_DIR | ex)
-        allow("/dev", READ_FILE | READ_DIR | WRITE_FILE | TRUNCATE)
+        for device in devices():
+            allow(device, READ_FILE | READ_DIR | WRITE_FILE | TRUNCATE)
         allow(scratch, handled & ~EXECUTE)  # nothing written here is run
         if libc.prctl(_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             return False

@@ -21,11 +21,13 @@ does, in Python or in native code:
 * no capability (``--cap-drop ALL``), killed with its parent (``--die-with-parent``), in the
   grader's process group (no ``--new-session``: the grader kills the group).
 
-``/dev`` is the machine's (``--dev-bind /dev /dev``) so that a GPU works (``/dev/nvidia*``),
-with a private ``/dev/shm``. bwrap is tried once with these options (``bwrap ... true``):
-where it is missing or cannot make the namespaces (unprivileged user namespaces off),
-``require`` raises ``IsolationUnavailable`` and nothing is graded. The judge learns each
-worker's pid from the kernel (``sender_pid``): the server's own pids are its namespace's.
+``/dev`` is a fresh one (``--dev``: null, zero, full, random, urandom, tty) with the GPU's
+device files bound in (``/dev/nvidia*``, with their device access), and a private ``/dev/shm``:
+no disk, console or other device of the machine. bwrap is tried once with these options
+(``bwrap ... true``): where it is missing or cannot make the namespaces (unprivileged user
+namespaces off), ``require`` raises ``IsolationUnavailable`` and nothing is graded. The judge
+learns each worker's pid from the kernel (``sender_pid``): the server's own pids are its
+namespace's.
 """
 
 from __future__ import annotations
@@ -48,13 +50,20 @@ ENV = "QUACK_EDU_ISOLATE"
 #: bwrap's options for every learner process (the folders are added per process: ``command``)
 BWRAP_OPTIONS = (
     "--ro-bind", "/", "/",
-    "--dev-bind", "/dev", "/dev",  # a GPU's device files (/dev/nvidia*) with their device access
+    "--dev", "/dev",  # a /dev of its own: null, zero, full, random, urandom, tty (+ a GPU's)
     "--tmpfs", "/dev/shm",
     "--proc", "/proc",  # a procfs of its own PID namespace: its own processes only
     "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
     "--cap-drop", "ALL",
     "--die-with-parent",
 )  # fmt: skip
+
+
+def options() -> list[str]:
+    """``BWRAP_OPTIONS`` and the GPU's device files here, bound into the fresh ``/dev``."""
+    gpu = sorted(glob.glob("/dev/nvidia*"))
+    return [*BWRAP_OPTIONS, *(a for p in gpu for a in ("--dev-bind", p, p))]
+
 
 _chosen: list[str] = []  # what ``use`` chose in this process (over the environment's)
 
@@ -105,7 +114,7 @@ def _probe() -> tuple[bool, str]:
         )
     try:
         done = subprocess.run(
-            [bwrap, *BWRAP_OPTIONS, "true"], capture_output=True, text=True, timeout=60
+            [bwrap, *options(), "true"], capture_output=True, text=True, timeout=60
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, f"--isolate namespaces: {bwrap} did not run ({type(e).__name__}: {e})"
@@ -172,7 +181,7 @@ def command(
     here), and ``hidden`` (folders or files; ``x_*``: every name with that prefix) found empty.
     ``private``: the folders given an empty tmpfs (default: the temporary folder, ``$HOME``,
     ``/run``)."""
-    args = [require(), *BWRAP_OPTIONS]
+    args = [require(), *options()]
     if private is None:
         private = (tempfile.gettempdir(), env.get("HOME") or os.environ.get("HOME", ""), "/run")
     private = sorted(

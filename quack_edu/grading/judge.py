@@ -252,6 +252,20 @@ def secret_paths(extra=()) -> list[str]:
     ]
 
 
+def instructor_paths(solutions=None, executed=None) -> list[str]:
+    """The folders a run was pointed at that no learner process may read either: ``--solutions``
+    wherever it lies (``secret_paths`` names only the repository's own), and ``--executed``,
+    where the graded notebooks are kept with their answers (made now, so that it is hidden
+    from the start). Red team 11 read both from a later notebook."""
+    out = []
+    if solutions:
+        out.append(str(Path(solutions).resolve()))
+    if executed:
+        Path(executed).mkdir(parents=True, exist_ok=True)
+        out.append(str(Path(executed).resolve()))
+    return out
+
+
 class Worker:
     """One learner answer loaded in its own process (``worker.main``), in a session of its own
     that ``close`` kills whole."""

@@ -15,6 +15,7 @@ Grading (nbgrader's model, without nbgrader)
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import tempfile
 import time
@@ -166,11 +167,14 @@ def grade_notebook(
     """
     from .. import MODE
     from .answer_screen import screen
-    from .judge import judge_exercise
+    from .judge import instructor_paths, judge_exercise
 
     t0 = time.time()
     path = Path(path)
     bounds = bounds or RunBounds()
+    # a --solutions folder outside the repository and the executed notebooks: secrets too
+    private = (*bounds.secrets, *instructor_paths(solutions, executed_dir))
+    bounds = dataclasses.replace(bounds, secrets=tuple(dict.fromkeys(private)))
     seed = answer_key.seed_for(seed)
     solutions = Path(solutions) if solutions else solutions_dir()
     mode = "gpu" if MODE.gpu else "compile-only"

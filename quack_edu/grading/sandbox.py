@@ -206,6 +206,9 @@ def lock_down(
     changes, refused, write_flags, proc_ok = CHANGES, REFUSED, WRITE_FLAGS, PROC_SELF_OK
     tools, loader_env = TOOLS, ("LD_", "GCONV_PATH")
     from .confine import SYSTEM as system_dirs
+    from .confine import devices as _devices
+
+    devices = frozenset(_devices())
 
     loader0 = {k: v for k, v in os.environ.items() if k.startswith(loader_env)}
     tripped = "quack_edu.sandbox.reached"
@@ -411,6 +414,8 @@ def lock_down(
             p = as_path(args[0])
             if p is None:
                 return
+            if under(p[1], "/dev") and not any(under(p[1], d) for d in devices):
+                refuse(f"opening the device {p[0]} (not a GPU's, null, zero or random)")
             if not in_scratch(p) and a_folder(p[1]):  # its descriptor would be a dir_fd
                 refuse(f"opening the folder {p[0]} (outside the scratch folder)")
             mode, flags = args[1], args[2] if len(args) > 2 else 0
