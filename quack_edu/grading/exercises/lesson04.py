@@ -162,9 +162,14 @@ def exchange_replay_check(hole: KernelHole, *, hidden: bool = False) -> Check:
                 f"{dt} N={N}, cluster_n={t.cluster_n}, {t.rows_per_cta} rows x "
                 f"{t.warps_per_row} warps per CTA"
             )
-            if ex is None:
-                seen.append(f"{where}: not replayable, left to the gpu tier")
-                continue
+            if ex is None:  # (the gpu tier would not launch it either: ``_kernel_guard``)
+                raise CheckFailed(
+                    f"{where}: the exchange could not be replayed from the PTX",
+                    expected="mapa, then st.async ... complete_tx into each peer's slot",
+                    seen="no exchange the replay recognises",
+                    hint="keep the exchange to the stage's cluster_exchange between the cluster "
+                    "wait and the mbarrier wait",
+                )
             if verdict.ok:
                 per = len(ex.stores) // t.cluster_n
                 seen.append(f"{where}: {per} st.async into each CTA, one per (row, warp, sender)")
