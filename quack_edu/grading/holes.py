@@ -95,8 +95,18 @@ def _adapt_copy(answer):
 #: dtype) -> (thread layout, value layout)
 COPY_HOLE = KernelHole(stage="warp", piece="row_copy", adapt=_adapt_copy)
 
-#: 02.warp_kernel: the warp stage's whole @cute.kernel
-WARP_KERNEL_HOLE = kernel_hole("warp")
+#: 02.warp_kernel: the warp stage's whole @cute.kernel, its reduction written with
+#: ``self.warp_reduce`` (the stage's own kernel, pasted, calls ``row_sum`` and
+#: ``reduction_buffer``, the hooks the later stages fill: a cold learner's paste scored 2/2)
+WARP_KERNEL_HOLE = kernel_hole(
+    "warp",
+    (
+        not_given("reduction_buffer", "the later stages' shared-memory buffer; a warp needs none"),
+        not_given(
+            "row_sum", "the stage's row reduction, which this kernel makes with self.warp_reduce"
+        ),
+    ),
+)
 
 
 # ---- 03_block_reduction ------------------------------------------------------------------------

@@ -570,6 +570,11 @@ WARP_KERNEL_MUTANTS = [
              "        tXrO.store(y.to(mO.element_type))\n        cute.copy(copy_O"),
         ]),
     ),
+    *mutants(COMPILE,  # the stage's own kernel pasted (a cold learner's, 2/2 before)
+        ("the stage's row_sum", "is not given in this exercise",
+         "    sum_sq = self.warp_reduce(sum_sq)",
+         "    sum_sq = self.row_sum(sum_sq, self.reduction_buffer())"),
+    ),
     *mutants(TIERS,
         ("y stored by lane 0 of each warp only", "some outputs were never written",
          STORE_Y,
