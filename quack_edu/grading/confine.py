@@ -286,7 +286,7 @@ def files_boundary() -> str:
     """What confines a learner process's own file access here, in words (a grade's JSON)."""
     version = abi()
     if not confine_default():
-        return "the audit hook (Landlock off: QUACK_EDU_LANDLOCK, or GPU mode)"
+        return "the audit hook (Landlock off: QUACK_EDU_LANDLOCK=0)"
     if version < 1:
         return "the audit hook (this kernel has no Landlock)"
     scoped = (
@@ -296,6 +296,7 @@ def files_boundary() -> str:
     )
     return (
         f"the audit hook and Landlock (ABI {version}): native code too reads only the system's "
-        "and the Python installation's folders and the repository without its secrets, and "
-        f"writes only its scratch folder{scoped}"
+        "and the Python installation's folders and the repository without its secrets, "
+        "writes only its scratch folder and opens no device but null, zero, random and a "
+        f"GPU's{scoped}"
     )
