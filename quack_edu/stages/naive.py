@@ -12,8 +12,10 @@ purpose:
   of a 132-SM GPU whose memory system needs tens of thousands of loads in flight.
 * Scalar 2-byte accesses, and x read twice.
 
-Bytes it must move: 2 * M * N * sizeof(dtype) (read x, write y; the weight is noise). The next
-stage (warp) keeps that byte count and fixes how the bytes are moved.
+Bytes it must move, lesson 00's count (``bench.rmsnorm_bytes``): 2 * M * N * sizeof(dtype) +
+N * sizeof(weight dtype) (read x, write y, read the weight once; the weight is small beside the
+rows, but it is read). The next stage (warp) keeps that byte count and fixes how the bytes are
+moved.
 """
 
 from __future__ import annotations
