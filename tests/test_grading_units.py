@@ -707,3 +707,31 @@ def test_a_vector_handed_to_red_gets_a_hint():
 
     text = "DSLRuntimeError: 'nvvm.red' op operand #1 must be 32-bit signless integer or 64-bit"
     assert "one red adds one value" in hints.diagnose_compile_text(text)
+
+
+def _numbers_exercise(**kw) -> Exercise:
+    from quack_edu.grading.checks import value_check
+
+    ex = Exercise(id="99.half", lesson="99_toy", answer="half", title="half", points={COMPILE: 1})
+    ex.add(value_check("halves", lambda v: v / 2, lambda ctx, hidden: [(2.1119424,)], **kw))
+    return ex
+
+
+def test_a_failure_prints_the_figure_where_expected_and_seen_differ():
+    """Off in the seventh figure: 6 significant figures read the same (issue 50), so the
+    failure prints as many as it takes to tell them apart."""
+    off = _fn("def half(v):\n    return v / 2 * (1 + 3e-6)\n", "half")
+    (r,) = run_exercise(_numbers_exercise(), off).checks
+    assert (r.status, r.expected, r.seen) == ("fail", "1.055971", "1.055974")
+    (r,) = run_exercise(_numbers_exercise(), _fn("def half(v):\n    return v / 3\n", "half")).checks
+    assert (r.expected, r.seen) == ("1.05597", "0.703981")
+
+
+def test_an_error_an_exercise_knows_gets_its_hint():
+    """``errors=``: a learner's exception it recognises fails with its hint; others fail as
+    any error does (the runner's "raised ...", a compile error's hint or none)."""
+    known = _numbers_exercise(errors=lambda e: "a hint" if "tuple" in str(e) else None)
+    res = run_exercise(known, _fn("def half(v):\n    return (v,) * (v,)\n", "half"))
+    assert "raised TypeError" in res.checks[0].message and res.checks[0].hint == "a hint"
+    res = run_exercise(known, _fn("def half(v):\n    return 1 / 0\n", "half"))
+    assert "ZeroDivisionError" in res.failures[0] and res.checks[0].hint != "a hint"

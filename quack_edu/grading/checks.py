@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from numbers import Real
 
 from . import answer_key, hints
 from .context import (  # noqa: F401  (re-exported: the exercises' kit)
@@ -64,6 +65,22 @@ def _fmt(v) -> str:
     return repr(v)
 
 
+def _real(v) -> bool:
+    return isinstance(v, Real) and not isinstance(v, bool)
+
+
+def _fmt_pair(expected, seen) -> tuple[str, str]:
+    """Expected and seen as a failure prints them: 6 significant figures, and more where those
+    read the same (an answer off in its seventh figure printed "1.05597" twice: issue 50)."""
+    e, s = _fmt(expected), _fmt(seen)
+    if e == s and _real(expected) and _real(seen) and float(expected) != float(seen):
+        for digits in range(7, 18):
+            e, s = f"{float(expected):.{digits}g}", f"{float(seen):.{digits}g}"
+            if e != s:
+                break
+    return e, s
+
+
 def _call_repr(name: str, args: tuple) -> str:
     def one(a):
         s = str(a)
@@ -98,12 +115,16 @@ def value_check(
     hidden: bool = False,
     tier: str = COMPILE,
     diagnose: Callable | None = None,
+    errors: Callable[[BaseException], str | None] | None = None,
 ) -> Check:
     """Call the answer on ``cases(ctx, hidden)`` and compare with ``reference(*case)``.
 
     On the first mismatch: if every case matches a known wrong variant, its hint; else
     ``diagnose(ctx, case, seen, expected)`` where the exercise has its own (None: no hint),
     else a ratio hint (``hints.diagnose_number``: bytes of a kernel's traffic, units).
+    An answer that raises fails as the runner reports any error, unless ``errors(error)``
+    knows the slip behind it: then the check fails with that hint (the error's type is
+    matched by name, as the grader's worker rebuilds it: ``judge.LearnerError``).
     """
     close = close or numbers_close()
     keyless = isinstance(reference, answer_key.Removed)  # a student's copy: recorded values
@@ -133,7 +154,17 @@ def value_check(
 
         def seen_of(i):
             if i not in seen_cache:
-                seen_cache[i] = ctx.call(*all_cases[i])
+                try:
+                    seen_cache[i] = ctx.call(*all_cases[i])
+                except Exception as e:
+                    hint = errors(e) if errors is not None else None
+                    if hint is None:
+                        raise
+                    raise CheckFailed(
+                        f"{_call_repr(ctx.exercise.answer, all_cases[i])} raised "
+                        f"{hints.short_error(e)}",
+                        hint=hint,
+                    ) from None
             return seen_cache[i]
 
         for i, case in enumerate(all_cases):
@@ -157,10 +188,11 @@ def value_check(
                     hint = diagnose(ctx, case, got, exp)
                 else:
                     hint = hints.diagnose_number(got, exp)
+                expected, seen = _fmt_pair(exp, got)
                 raise CheckFailed(
                     f"{_call_repr(ctx.exercise.answer, case)} is wrong",
-                    expected=_fmt(exp),
-                    seen=_fmt(got),
+                    expected=expected,
+                    seen=seen,
                     hint=hint,
                 )
         return f"{len(all_cases)} cases"
