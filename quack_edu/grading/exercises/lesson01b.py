@@ -126,9 +126,28 @@ LAYOUT_OFFSET_MUTANTS = mutants(COMPILE,
      "return coord * stride", "return coord * shape"),
     ("a nested mode's size is its first size", "2 x 4 = 8 elements",
      "n = layout_size(s)", "n = s if isinstance(s, int) else s[0]"),
+    ("flat modes only: a nested one raises", "splits again inside it",
+     "return sum(layout_offset(s, d, c) for s, d, c in zip(shape, stride, coord))",
+     "return sum(c * d for d, c in zip(stride, coord))"),
 )
 # fmt: on
 # END KEY
+
+#: a flat-only answer meets a nested mode: Python's TypeError says nothing of layouts
+NESTED_MODE = (
+    "a mode of the shape may itself be a tuple, as (2, 4) in (4, (2, 4)), with a tuple of "
+    "strides and its own entry of the coordinate (a tuple, or an int: a 1-D index inside the "
+    "mode); your code used such a mode as a number. A nested mode is a layout of its own: its "
+    "entry of the coordinate splits again inside it, by the same rules as the whole layout"
+)
+
+
+def _nested_mode_error(e: BaseException) -> str | None:
+    """A TypeError about a tuple (``can't multiply sequence by non-int of type 'tuple'``,
+    ``unsupported operand type(s) for %: 'int' and 'tuple'``): arithmetic on a nested mode as
+    on a number. Matched by name: the grader's worker rebuilds the error as its own class."""
+    return NESTED_MODE if type(e).__name__ == "TypeError" and "tuple" in str(e) else None
+
 
 #: the exercise is the layout function itself: an answer computes it, it does not ask the DSL
 COMPUTE_IT = (
@@ -155,6 +174,7 @@ layout_offset.add(
         _layout_cases,
         variants=_LAYOUT_VARIANTS,
         close=numbers_close(0),
+        errors=_nested_mode_error,
     ),
 )
 # BEGIN HIDDEN
@@ -165,6 +185,7 @@ layout_offset.add(
         _layout_cases,
         variants=_LAYOUT_VARIANTS,
         close=numbers_close(0),
+        errors=_nested_mode_error,
         hidden=True,
     )
 )
