@@ -11,8 +11,9 @@
 
 The checks compare with the references on cases where each slip shows (host-bound decode
 calls and GPU-bound long ones; shares from 1% to 60%, norms slower, unchanged, faster and
-free); a known slip (the two times added, the host or the GPU forgotten, milliseconds; the new
-time for the speed-up, the norms' old time kept) gives its hint.
+free); a known slip (the two times added, the host or the GPU forgotten, milliseconds, the weight
+left out, GiB for GB; the new time for the speed-up, the norms' old time kept, the speed-up
+weighted by the share, norm_speedup ignored) gives its hint.
 """
 
 from __future__ import annotations
@@ -124,6 +125,18 @@ _CALL_VARIANTS = [
         lambda M, N, d, w, h, g: max(h, gpu_us(M, N, d, w, g) - M * N * _size(d) / g * 1e-3),
         "a call writes y as well as reading x: M x N elements each, both in dtype",
     ),
+    Variant(
+        "no weight",
+        lambda M, N, d, w, h, g: max(h, gpu_us(M, N, d, w, g) - N * _size(w) / g * 1e-3),
+        "a call reads the weight too, N elements in weight_dtype: few bytes beside a long "
+        "call's rows, but they are among its fewest bytes (lesson 00's count)",
+    ),
+    Variant(
+        "GiB",
+        lambda M, N, d, w, h, g: max(h, gpu_us(M, N, d, w, g) * 1e9 / 2**30),
+        "gbps counts GB of 1e9 bytes a second, as the exercise says, not GiB of 2**30: the "
+        "GPU's time comes out 7% short",
+    ),
 ]
 
 # fmt: off
@@ -133,6 +146,8 @@ CALL_US_MUTANTS = mutants(COMPILE,
     ("forgets the host", "count the host's time", "max(host_us, gpu_us)", "gpu_us"),
     ("forgets the GPU", "GPU's time (the call's bytes", "max(host_us, gpu_us)", "host_us"),
     ("milliseconds", "microseconds", "* 1e6", "* 1e3"),
+    ("forgets the weight", "reads the weight too", " + N * ws", ""),
+    ("GB as 2**30 bytes", "not GiB of 2**30", "gbps * 1e9", "gbps * 2**30"),
 )
 # fmt: on
 # END KEY
@@ -250,6 +265,19 @@ _SPEEDUP_VARIANTS = [
         "norms norm_speedup times faster take norm_share / norm_speedup of the old step, not "
         "norm_share * norm_speedup",
     ),
+    Variant(
+        "speed-ups weighted",
+        lambda s, k: 1.0 + s * (k - 1.0),
+        "that weighs the norms' speed-up by their share, as if speed-ups added up: they do not "
+        "(free norms would make any step infinitely fast). Times add up: find the new step's "
+        "time as a share of the old one, then the ratio of the two times",
+    ),
+    Variant(
+        "free norms",
+        lambda s, k: 1.0 / (1.0 - s),
+        "that is the step with norms that take no time at all, whatever norm_speedup says: "
+        "norms norm_speedup times faster still take part of their old time",
+    ),
 ]
 
 # fmt: off
@@ -263,6 +291,10 @@ STEP_SPEEDUP_MUTANTS = mutants(COMPILE,
      "return 1.0 / (rest + norms)", "return 1.0 + norm_share - norms"),
     ("slower norms clamped to no change", "make the step slower too",
      "return 1.0 / (rest + norms)", "return max(1.0, 1.0 / (rest + norms))"),
+    ("speed-ups weighted by the share", "as if speed-ups added up",
+     "return 1.0 / (rest + norms)", "return 1.0 + norm_share * (norm_speedup - 1)"),
+    ("norm_speedup ignored: free norms", "whatever norm_speedup says",
+     "norms = norm_share / norm_speedup", "norms = 0.0"),
 )
 # fmt: on
 # END KEY
