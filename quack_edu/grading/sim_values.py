@@ -199,6 +199,21 @@ def simulate(ptx: str, kernel, x, w, where: str, *, order="forward", seed=0, ord
     access outside the tensors, a race, a hang and a partial barrier raise CheckFailed."""
     import torch
 
+    from ..ptxsim import run_ptx
+
+    out = torch.full_like(x, POISON)
+    return simulated(
+        lambda: run_ptx(
+            ptx, kernel, x, w, EPS, out=out, max_steps=STEP_BUDGET, order=order, seed=seed
+        ),
+        where,
+        ordering_hint,
+    )
+
+
+def simulated(run: Callable, where: str, ordering_hint=None):
+    """(``run()``, None), a simulation of the learner's PTX, or (None, "not simulated: ...")
+    where the simulator cannot run it; what the simulation finds wrong raises CheckFailed."""
     from ..ptxsim import (
         DivergentShuffle,
         Hang,
@@ -207,13 +222,10 @@ def simulate(ptx: str, kernel, x, w, where: str, *, order="forward", seed=0, ord
         PartialBarrier,
         SimError,
         StepLimit,
-        run_ptx,
     )
 
-    out = torch.full_like(x, POISON)
     try:
-        y = run_ptx(ptx, kernel, x, w, EPS, out=out, max_steps=STEP_BUDGET, order=order, seed=seed)
-        return y, None
+        return run(), None
     except Hang as e:
         raise CheckFailed(
             f"{where}: the kernel hangs (simulated)", seen=str(e), hint=HANG
@@ -236,9 +248,9 @@ def simulate(ptx: str, kernel, x, w, where: str, *, order="forward", seed=0, ord
         ) from None
     except StepLimit:
         raise CheckFailed(
-            f"{where}: the kernel did not end within {STEP_BUDGET} simulated steps",
-            expected=f"a few hundred steps per CTA at N={x.shape[1]}",
-            seen=f"still running after {STEP_BUDGET}",
+            f"{where}: the kernel did not end within its simulated steps",
+            expected="a few hundred steps per CTA",
+            seen="still running",
             hint=ENDLESS,
         ) from None
     except MemoryFault as e:

@@ -254,9 +254,15 @@ class CTA:
             reg[mask] = np.broadcast_to(bits, (self.n,))[mask]
 
     def address(self, addr: Address, ins: Instruction) -> np.ndarray:
-        """The byte address of ``[base+offset]`` in every thread, as int64."""
+        """The byte address of ``[base+offset]`` in every thread, as int64. A 32-bit base (a
+        shared address) wraps at 2**32 with its offset, as the hardware's does: a base below
+        the buffer plus an offset back into it (the backward's second buffer) is in it."""
         base = self.read(addr.base, "u64", ins)
-        return np.broadcast_to(np.asarray(base, np.int64), (self.n,)) + addr.offset
+        out = np.broadcast_to(np.asarray(base, np.int64), (self.n,)) + addr.offset
+        wide = addr.base.startswith("%") or addr.base in self.kernel.registers
+        if (self.reg(addr.base, ins).dtype.itemsize if wide else 8) == 4:
+            out = out & 0xFFFFFFFF
+        return out
 
     # -- shared and distributed shared memory ----------------------------------------------
     def locate_shared(self, space: str, addresses: np.ndarray, ins, threads):

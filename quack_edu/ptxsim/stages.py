@@ -146,6 +146,55 @@ def _compiled_ptx(kernel_cls, *key) -> Kernel:
         return parse(_read_artifact(compiled.__ptx__))
 
 
+def bwd_partial(
+    ptx,
+    kernel,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    dout: torch.Tensor,
+    rstd: torch.Tensor,
+    *,
+    grid_x: int | None = None,
+    order: str = "forward",
+    seed: int = 0,
+    max_steps: int = 5_000_000,
+):
+    """(dx, dw_partial) of a ``final_bwd.FinalBwdRMSNorm`` kernel's PTX (``ptx``: text or
+    parsed) launched as ``kernel`` (its host side: grid, block, shared memory, cluster) says:
+    ``grid_x`` persistent CTAs (default: the kernel's, at most the row blocks) each walk the
+    row blocks b, b + grid_x, ... and store row b of the (grid_x, N) fp32 partial sums of dw
+    (NaN-poisoned before the launch, as dx is).
+
+    How the arguments are packed (read off the PTX): x, dout and dx as the forward's x (pointer,
+    M, row stride); rstd (M,) fp32 its pointer and M; dw_partial (P, N) fp32 its pointer, P and
+    its row stride; grid_x a ``.u32``."""
+    M, N = x.shape
+    shape = kernel.launch_shape(M)
+    P = int(grid_x or shape.grid[0])
+    row = (np.int32(M), np.int64(N))
+    x_bits = _bits(x.contiguous())
+    _, _, _, _, dx_bits, partial, *_ = launch(
+        parse(ptx) if isinstance(ptx, str) else ptx,
+        (P, *shape.grid[1:]),
+        shape.block,
+        [
+            TensorArg(x_bits, row),
+            TensorArg(_bits(weight.contiguous())),
+            TensorArg(_bits(dout.contiguous()), row),
+            TensorArg(_bits(rstd.float().contiguous()), (np.int32(M),)),
+            TensorArg(np.full_like(x_bits, np.iinfo(x_bits.dtype).max), row),  # NaN
+            TensorArg(np.full((P, N), 0xFFFFFFFF, np.uint32), (np.int32(P), np.int64(N))),
+            np.int32(P),
+        ],
+        dynamic_smem=shape.smem_bytes,
+        cluster=shape.cluster,
+        schedule=Schedule(order, seed),
+        max_steps=max_steps,
+    )
+    dx = torch.from_numpy(dx_bits).view(x.dtype)
+    return dx, torch.from_numpy(partial.view(np.float32).reshape(P, N).copy())
+
+
 def run_bwd(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -159,43 +208,18 @@ def run_bwd(
     max_steps: int = 5_000_000,
 ):
     """(dx, dw) of the final stage's backward (``final_bwd.FinalBwdRMSNorm``: x, weight, dout,
-    rstd; no bias, residual or weight offset), both kernels simulated: the backward, whose
-    ``grid_x`` persistent CTAs (default: the library's, at most the row blocks) each walk the
-    row blocks b, b + grid_x, ... and store row b of the fp32 partial sums of dw, then
-    ``PartialSum``, which adds those rows in order into dw in the weight's dtype.
-
-    How the arguments are packed (read off the PTX): x, dout and dx as the forward's x (pointer,
-    M, row stride); rstd (M,) fp32 its pointer and M; dw_partial (P, N) fp32 its pointer, P and
-    its row stride; grid_x a ``.u32``. PartialSum's partial (P, N) passes P, N and the stride,
-    its output N."""
+    rstd; no bias, residual or weight offset), both kernels simulated: the backward
+    (``bwd_partial``), then ``PartialSum``, which adds the partial rows in order into dw in the
+    weight's dtype. PartialSum's partial (P, N) passes P, N and the stride, its output N."""
     from ..stages.final_bwd import FinalBwdRMSNorm, PartialSum, default_config
 
     M, N = x.shape
     config = config or default_config(N, x.dtype, weight.dtype)
     kernel = FinalBwdRMSNorm(x.dtype, N, config, weight.dtype)
-    shape = kernel.launch_shape(M)
-    P = int(grid_x or shape.grid[0])
-    row = (np.int32(M), np.int64(N))
-    x_bits = _bits(x.contiguous())
-    schedule = Schedule(order, seed)
-    _, _, _, _, dx_bits, partial, *_ = launch(
-        _compiled_ptx(FinalBwdRMSNorm, x.dtype, N, config, weight.dtype),
-        (P, *shape.grid[1:]),
-        shape.block,
-        [
-            TensorArg(x_bits, row),
-            TensorArg(_bits(weight.contiguous())),
-            TensorArg(_bits(dout.contiguous()), row),
-            TensorArg(_bits(rstd.float().contiguous()), (np.int32(M),)),
-            TensorArg(np.full_like(x_bits, 0xFF), row),
-            TensorArg(np.full((P, N), 0xFFFFFFFF, np.uint32), (np.int32(P), np.int64(N))),
-            np.int32(P),
-        ],
-        dynamic_smem=shape.smem_bytes,
-        cluster=shape.cluster,
-        schedule=schedule,
-        max_steps=max_steps,
-    )
+    ptx = _compiled_ptx(FinalBwdRMSNorm, x.dtype, N, config, weight.dtype)
+    dx, partial = bwd_partial(ptx, kernel, x, weight, dout, rstd, grid_x=grid_x, order=order,
+                              seed=seed, max_steps=max_steps)  # fmt: skip
+    P = partial.shape[0]
     groups = PartialSum.plan(P)
     summer = PartialSum(weight.dtype, groups)
     w_bits = _bits(torch.empty(N, dtype=weight.dtype))
@@ -204,13 +228,12 @@ def run_bwd(
         (-(-N // summer.lanes),),
         (summer.lanes * groups,),
         [
-            TensorArg(partial, (np.int32(P), np.int32(N), np.int64(N))),
+            TensorArg(partial.numpy().view(np.uint32), (np.int32(P), np.int32(N), np.int64(N))),
             TensorArg(np.full_like(w_bits, 0xFF), (np.int32(N),)),
         ],
-        schedule=schedule,
+        schedule=Schedule(order, seed),
         max_steps=max_steps,
     )
-    dx = torch.from_numpy(dx_bits).view(x.dtype)
     return dx, torch.from_numpy(dw_bits).view(weight.dtype)
 
 

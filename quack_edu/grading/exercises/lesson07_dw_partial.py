@@ -9,7 +9,9 @@ the tiles, one before row 0 reads the other rows, exactly rows - 1 rows read, th
 branch on the thread's row and, at a ragged N, some under a column test. Its gpu tier runs the
 kernel twice on NaN-poisoned partial buffers with one poisoned row after them: dw against
 ``rmsnorm_bwd_ref`` (M=20000 gives each CTA several row blocks), nothing written past the last
-row and the two runs bitwise equal; an answer with a divergent barrier is not launched.
+row and the two runs bitwise equal; an answer with a divergent barrier is not launched. Without
+a GPU its values are checked too: the same PTX run on the CPU (``ptxsim``, two persistent CTAs
+walking the row blocks of a few rows), dw against ``rmsnorm_bwd_ref`` (``_dw_sim_values``).
 
 The kernel is compiled, launched and timed where the answer lives (``probes.lesson07``: the two
 functions of the cell are found there, through the answer's globals); the checks decide here
@@ -46,6 +48,7 @@ from .lesson07 import LESSON, row_inputs
 DW_N_ROWS, DW_N_ONE = 1000, 4096  # 8 rows a CTA (bf16, fp32 weight); one row a CTA
 DW_M_BLOCKS = 20000  # 2500 row blocks of 8 rows at N=1000: more than one wave's CTAs
 DW_COMPILES = "compiles: several rows a CTA (N=1000)"
+DW_PROBE_ROWS = "the partial row, 8 rows a CTA: dout * x_hat, barriers, rows in order"
 DW_ATOMICS = (
     "no atomics: each CTA stores its own partial row with plain stores, and adds its rows in "
     "row order itself. An atomic add (into shared or global memory) lands in an order that "
@@ -339,6 +342,66 @@ def _dw_probe(N: int, name: str, hidden: bool = False) -> Check:
     return Check(name, COMPILE, fn, hidden, needs=(DW_COMPILES,))
 
 
+#: the CPU's values: persistent CTAs, each walking several row blocks of DW_N_ROWS, the last
+#: block ragged (one row)
+DW_SIM_CTAS, DW_SIM_BLOCKS = 2, 5
+
+
+def _dw_sim_values() -> Check:
+    """dw from the answer's PTX (the compile tier's, x bf16, dout fp16, weight fp32) run on the
+    CPU (``ptxsim.stages.bwd_partial``, in the grader's process: our code on that text) with
+    the launch shape of the grader's own copy of the kernel, against ``rmsnorm_bwd_ref``: a
+    partial row built from the wrong product reads right in the PTX, not in the values."""
+
+    def fn(ctx):
+        import torch
+
+        from ...ptxsim.stages import bwd_partial
+        from ...reference import TOLERANCES, rmsnorm_bwd_ref
+        from ...runtime import torch_dtype
+        from ...stages.final_bwd import BwdFeatures
+        from ..sim_values import STEP_BUDGET, simulated
+
+        rep, t = dw_report(ctx, DW_N_ROWS)
+        xd, wd, dd = (torch_dtype(d) for d in DW_DTYPES)
+        kernel = dw_partial_class(stand_in, stand_in)(
+            xd, DW_N_ROWS, None, wd, features=BwdFeatures(dout_dtype=dd)
+        )
+        M = (DW_SIM_BLOCKS - 1) * t.rows_per_cta + 1
+        gen = ctx.torch_generator(salt="dw on the CPU")
+        x, w, dout, rstd = row_inputs(M, DW_N_ROWS, DW_DTYPES[0], DW_DTYPES[1], 0.0, gen)
+        dout = dout.to(dd)
+        where = f"M={M} N={DW_N_ROWS}, {DW_SIM_CTAS} CTAs (the PTX run on the CPU)"
+        got, why_not = simulated(
+            lambda: bwd_partial(
+                rep.ptx, kernel, x, w, dout, rstd, grid_x=DW_SIM_CTAS, max_steps=20 * STEP_BUDGET
+            ),
+            where,
+        )
+        if got is None:
+            return why_not
+        parts = got[1]
+        _, ew, _ = rmsnorm_bwd_ref(x, w, dout, rstd, compute_dtype=torch.float64)
+        dw = parts.double().sum(dim=0)
+        wt = TOLERANCES[torch.float32]
+        bad = ~torch.isclose(dw, ew, rtol=wt["rtol"], atol=wt["atol"] * math.sqrt(M) * 10)
+        if bool(bad.any()):
+            col = int(bad.nonzero()[0])
+            nan_rows = int(parts.isnan().any(dim=1).sum())
+            raise CheckFailed(
+                f"{where}: dw (the partial rows' sum) differs from rmsnorm_bwd_ref in "
+                f"{int(bad.sum())} of {DW_N_ROWS} columns"
+                + (f"; {nan_rows} partial rows never written" if nan_rows else ""),
+                expected=f"{ew[col].item():.6g} at column {col}",
+                seen=f"{dw[col].item():.6g}",
+                hint=DW_VECTORS if nan_rows else DW_TERM,
+            )
+        return f"{where}: dw matches rmsnorm_bwd_ref"
+
+    name = "dw's values on the CPU (the PTX simulated: 2 CTAs over 5 row blocks, N=1000)"
+    return Check(name, COMPILE, fn, needs=(DW_COMPILES, DW_PROBE_ROWS))
+
+
 #: (x dtype, weight dtype) of the gpu value cases: every weight dtype beside bf16 x, and x's own
 DW_CASES = (("bf16", "bf16"), ("bf16", "fp32"), ("fp16", "fp16"), ("fp32", "fp32"))
 
@@ -497,6 +560,11 @@ DW_PARTIAL_MUTANTS = [
     *mutants(TIERS,
         ("accumulates dout, not dout * x_hat", "do not come from dout * x_hat",
          "acc[None, None, v].load() + dy * x_hat", "acc[None, None, v].load() + dy"),
+        # (a cold learner's two: the PTX reads as dout * x_hat, only the values tell)
+        ("accumulates dout * x_hat * x_hat", "do not come from dout * x_hat",
+         "+ dy * x_hat", "+ dy * x_hat * x_hat"),
+        ("accumulates dout + x_hat", "do not come from dout * x_hat",
+         "+ dy * x_hat", "+ (dy + x_hat)"),
     ),
     *mutants(COMPILE,
         ("no barrier before the accumulators overwrite the tiles", "overlays the x and dout tiles",
@@ -573,7 +641,8 @@ dw_partial = register(
 )
 dw_partial.add(
     _dw_compiles(),
-    _dw_probe(DW_N_ROWS, "the partial row, 8 rows a CTA: dout * x_hat, barriers, rows in order"),
+    _dw_probe(DW_N_ROWS, DW_PROBE_ROWS),
+    _dw_sim_values(),
     _dw_probe(DW_N_ONE, "the partial row, one row a CTA (N=4096): plain stores", hidden=True),
     _dw_values(hidden=False),
     _dw_values(hidden=True),
