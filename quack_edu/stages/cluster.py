@@ -187,8 +187,9 @@ class ClusterRMSNorm(BlockRMSNorm):
     # -- the pieces a lesson lets a learner rewrite ----------------------------------------------
     def expected_tx_bytes(self) -> int:
         """Bytes every CTA will receive through DSMEM in one row reduction: one fp32 per
-        (row of the CTA, warp of the row, CTA of the cluster). The mbarrier is armed with this;
-        one byte too few or too many and the wait never completes."""
+        (row of the CTA, warp of the row, CTA of the cluster). The mbarrier is armed with this:
+        too few bytes and the wait returns while peers' stores are still on their way (the sum
+        reads garbage); too many and it never completes (the kernel hangs)."""
         t = self.tiling
         return t.rows_per_cta * t.warps_per_row * t.cluster_n * Float32.width // 8
 

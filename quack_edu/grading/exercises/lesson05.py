@@ -404,12 +404,12 @@ SUM_AFTER_WAIT = (
 NOT_SQUARES = "no square in the sum: the row's sum is of x * x, in fp32, and yours adds x itself"
 COMMIT_IN_ROW = (
     "cp.async.commit_group inside `if in_row`: a thread whose row is past M then commits no "
-    "groups. In this stage it also reads nothing, so its values come out right; but the "
-    "wait_group immediates assume every thread committed one group a part. Once the next row "
-    "block's copies are issued before this one is waited for (lesson 06: wait_group n counts "
-    "the next block's groups too), a thread with no groups for the next block would read its "
-    "current parts before they land. Commit every part's group, empty or not (a group with no "
-    "copies in it is fine)"
+    "groups. In this stage its values still come out right (its row is never stored, so "
+    "whatever it reads or sums is dropped); but the wait_group immediates assume every thread "
+    "committed one group a part. Once the next row block's copies are issued before this one "
+    "is waited for (lesson 06: wait_group n counts the next block's groups too), a thread with "
+    "no groups for the next block would read its current parts before they land. Commit every "
+    "part's group, empty or not (a group with no copies in it is fine)"
 )
 NO_AFTER_ISSUE = (
     "the weight is not loaded while x's copies fly: after_issue() issues the weight's loads "
@@ -641,7 +641,7 @@ PIPELINE_MUTANTS = [
          "    return sum_sq\n", "    return sum_sq * 0.0 + 1.0\n"),
     ),
     *mutants(COMPILE,
-        # harmless in this one-block stage (a thread past M reads nothing), a race once the
+        # harmless in this one-block stage (a thread past M stores nothing), a race once the
         # next block is issued before this one's waits (lesson 06): kept, the statement asks it
         ("commit inside if in_row", "would read its current parts before they land",
          "        cute.arch.cp_async_commit_group()  # part s is group s\n",
