@@ -47,6 +47,9 @@ RULES = [
         "a slice's index may be a DSL value known only on the GPU",
         "06_persistent_kernel",
     ),
+    # issue 50's third cold learner: broadcast_rows's row coordinate is a tuple, and a test of
+    # it against 0 is Python's False (the weight's copy compiled away)
+    ("06_final_kernel", "`(0,) == 0` is Python's `False`", "06_persistent_kernel"),
     ("06_final_kernel", "A wait names the phase by its **parity**, `phase % 2`", "06_row_loop"),
     ("06_final_kernel", "made its one cluster wait", "06_row_loop"),
 ]

@@ -63,9 +63,12 @@ CTAS_OVERLAP = (
     "blocks after the previous CTA's"
 )
 WEIGHT_NOT_COPIED = (
-    "the weight is never copied into sW: the PTX loads none of it, so no thread runs the copy "
-    "from the weight's tile into shared memory (its condition holds for no thread of the CTA: "
-    "at one row a CTA, the only row is row 0), and y multiplies by whatever sW held"
+    "the weight is never copied into sW: the PTX loads none of it, so the copy from the "
+    "weight's tile into shared memory was compiled away, and y multiplies by whatever sW held. "
+    "Its `if` holds for no thread, or is already False in Python while compiling: a row taken "
+    "from an identity tensor of mW2.shape is the tuple (0,) (broadcast_rows's shape is "
+    "((rows,), N)), and (0,) == 0 is False. The row of a thread comes from x's identity tensor "
+    "(idX), whose row coordinate is a number; the CTA's first row of threads is row 0 of block 0"
 )
 SW_UNWRITTEN = (
     "every output is NaN: the simulator fills shared memory with NaN before the launch, and "
@@ -257,6 +260,12 @@ PERSISTENT_KERNEL_MUTANTS = [
     *mutants(COMPILE,
         ("the weight copied by a row no CTA has", "the weight is never copied into sW",
          "if thr_X.partition_S(cW)[0][0] == 0:", "if thr_X.partition_S(cW)[0][0] == 1:"),
+        # issue 50: a cold learner's; the row coordinate is the tuple (0,), `== 0` Python's False
+        ("the row from the broadcast view's coordinates", "is the tuple (0,)", [
+            ("cW = cute.local_tile(idX, t.tiler, (0, 0))",
+             "cW = cute.local_tile(cute.make_identity_tensor(mW2.shape), t.tiler, (0, 0))"),
+            ("if thr_X.partition_S(cW)[0][0] == 0:", "if thr_W.partition_S(cW)[0][0] == 0:"),
+        ]),
         ("sW read through the weight's copy", "fragments cut by different copies",
          "tXsW = thr_X.partition_S(sW)", "tXsW = thr_W.partition_S(sW)"),
     ),
