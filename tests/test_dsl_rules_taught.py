@@ -28,6 +28,13 @@ RULES = [
     ("01b_cute_dsl", "`((8, 1), 1)` takes `make_layout(1)`", "01_scale_kernel"),
     # lesson 04: an mbarrier's wait takes the parity of a phase
     ("04_cluster_reduction", "a wait names one by its parity, `phase % 2`", "04_cluster_exchange"),
+    # an fp32 weight beside bf16 x: its predicate from its own copy's partition (01b's rule,
+    # restated where the whole kernel is written)
+    (
+        "04_cluster_reduction",
+        "The weight's predicate comes from its own copy's partition, not x's",
+        "04_cluster_kernel",
+    ),
     # lesson 05: the cache modes, and the part a commit group holds
     (
         "05_cp_async_pipelining",
