@@ -239,6 +239,17 @@ def test_the_weight_in_shared_memory_costs_no_registers():
     assert rf.smem_bytes - rb.smem_bytes == 8192 * 2  # the slice: 8192 columns, 2 more bytes
 
 
+def test_lesson06_quotes_the_registers_its_table_prints():
+    """Lesson 06 names the cpasync stage's registers at 65536 with an fp32 weight as the table
+    above it prints them (issue 50: "well over 128" beside a printed 130)."""
+    from quack_edu.grading.notebook import read, solutions_dir
+
+    rep = compile_report("cpasync", 65536, torch.bfloat16, weight_dtype=torch.float32, sass=False)
+    cells = read(solutions_dir() / "06_final_kernel.ipynb").cells
+    prose = " ".join(" ".join(c.source.split()) for c in cells if c.cell_type == "markdown")
+    assert f"ptxas gives its thread {rep.registers} registers in all" in prose, rep.summary()
+
+
 def _feature_report(features: final.Features, N=1000, dtype=torch.bfloat16, wdt=torch.float32):
     kernel = final.FinalRMSNorm(dtype, N, None, wdt, features=features)
     return kernel_report(kernel, stage="final")

@@ -119,7 +119,7 @@ def _own_07() -> list[str]:
     mid = [pct[N] for N in (8192, 16384, 32768, 65536)]
     return [
         f"backward runs at {pct[4096]:.1f}% of the copy at N = 4096 and "
-        f"{min(mid):.0f}-{max(mid):.0f}% from 8192 to 65536"
+        f"{min(mid):.1f}-{max(mid):.1f}% from 8192 to 65536"
     ]
 
 
