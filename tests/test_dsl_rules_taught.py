@@ -59,6 +59,13 @@ RULES = [
     ("06_final_kernel", "`(0,) == 0` is Python's `False`", "06_persistent_kernel"),
     ("06_final_kernel", "A wait names the phase by its **parity**, `phase % 2`", "06_row_loop"),
     ("06_final_kernel", "made its one cluster wait", "06_row_loop"),
+    # first_pass's wait_group counts the next block's groups (lesson 05 taught it; issue 50: the
+    # hint gave a speed reason for issuing the next block first)
+    (
+        "06_final_kernel",
+        "counts on them being the next block's, committed before it",
+        "06_row_loop",
+    ),
 ]
 
 

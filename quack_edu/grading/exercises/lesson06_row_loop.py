@@ -50,8 +50,11 @@ L_OVERWRITE = (
     "they belong in the other one"
 )
 L_NO_OVERLAP = (
-    "the next block is issued only after this block's first pass: its copies are not in flight "
-    "while this block is summed (that is what two buffers are for)"
+    "the next block is issued only after this block's first pass, whose cp.async.wait_group "
+    "lets one block's groups stay in flight: it counts the next block's, committed before it "
+    "(lesson 05, section 6). Issued later, they are not there to count, so the wait returns "
+    "before this block's own copies have landed, and the first pass reads shared memory they "
+    "have not filled yet"
 )
 L_PARITY = (
     "consecutive blocks exchange through the same buffer and mbarrier: a fast peer's partials "
@@ -636,6 +639,11 @@ ROW_LOOP_MUTANTS = mutants(COMPILE,
      "issue(blk + 1, 1 - buf)", "if it + 1 < n_iter:\n            issue(blk + 1, 1 - buf)"),
     ("the next block into the buffer being read", "still reads",
      "issue(blk + 1, 1 - buf)", "issue(blk + 1, buf)"),
+    ("the next block issued after the first pass", "not there to count", [
+        ("issue(blk + 1, 1 - buf)  # the next block's copies", "# issued below"),
+        ("sum_sq = first_pass(it, blk, buf)",
+         "sum_sq = first_pass(it, blk, buf)\n        issue(blk + 1, 1 - buf)"),
+    ]),
     # cheats that tell the replay (plain Python ints) from the compile, right replayed and
     # wrong compiled, by a test the screen lets through (it flags isinstance and the
     # like). The compiled trace's calls and the loop's PTX give them away: the compile
