@@ -66,6 +66,8 @@ class CompileReport:
 
     @property
     def smem_bytes(self) -> int:
+        """The stage class's count of its shared memory (``smem_bytes()``, on the host); the
+        launch takes what the compiled kernel allocates."""
         return self.launch.smem_bytes
 
     @property
@@ -104,7 +106,11 @@ class CompileReport:
             f"  target {self.target}, {self.registers} registers, stack {self.stack_bytes} B, "
             f"spills {self.spill_bytes} B\n"
             f"  launch for M={self.M}: grid={self.grid} block={self.block} "
-            f"cluster={self.cluster} smem={self.smem_bytes} B"
+            f"cluster={self.cluster}\n"
+            # the stage class's count, which sizes its plans; the DSL's launch takes what the
+            # kernel allocates, which a subclass's kernel may change (lesson 06's persistent one)
+            f"  shared memory {self.smem_bytes} B: the stage class's count (smem_bytes()), made "
+            "on the host, not read from the kernel"
         )
 
 
