@@ -164,13 +164,17 @@ def swap_demo(barrier: bool, order: str = "forward", check: bool = True):
 def stage_values(configs: dict, *, M: int = 3, N: int = 2048, dtype=torch.bfloat16, seed: int = 0):
     """The values, never the speed, of stage kernels on this machine's CPU: each stage of
     ``configs`` (stage -> its config, None: its heuristic) simulated on the same M x N inputs,
-    its largest error against ``rmsnorm_ref`` printed. Returns {stage: y}."""
+    its largest error against ``rmsnorm_ref`` printed, after a line that names the inputs'
+    special rows (the grader's: row 1 of zeros, whose y is zeros too). Returns {stage: y}."""
     from ..grading.sim_values import cpu_inputs
     from ..ptxsim import run_stage
     from ..reference import TOLERANCES, rmsnorm_ref
 
     x, w = cpu_inputs(M, N, dtype, dtype, torch.Generator().manual_seed(seed))
     ref = rmsnorm_ref(x, w)
+    if M > 2:  # the rows printed below: a row of zeros is no bug
+        print("x: the grader's CPU inputs; row 1 is all zeros on purpose (its sum of squares is "
+              "0, so its y is 0), row 2 at eps's scale")  # fmt: skip
     out = {}
     for stage, config in configs.items():
         y = out[stage] = run_stage(stage, x, w, config=config)
