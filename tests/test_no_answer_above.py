@@ -5,10 +5,10 @@ shares none.
 ``test_answers_hidden`` looks for names (a cell that prints the helper an exercise replaces);
 this one compares text. What a cell above the exercise shows is its source, its recorded
 outputs, and what it prints of the library, resolved statically: ``inspect.getsource(X)``,
-``show_source(X)``, ``X.__doc__``, ``show_kernel(...)`` and ``show_excerpt(...)`` become the
-text they print, with ``X`` looked up through the imports of the cells above (a loop
-``for fn in (A, B):`` names each of its items). A print gated on an earlier exercise
-(``after=``) counts: once that exercise passed, its text is on the page.
+``show_source(X)``, ``X.__doc__``, ``show_doc(X)``, ``show_kernel(...)`` and
+``show_excerpt(...)`` become the text they print, with ``X`` looked up through the imports of
+the cells above (a loop ``for fn in (A, B):`` names each of its items). A print gated on an
+earlier exercise (``after=``) counts: once that exercise passed, its text is on the page.
 
 A line of the solution (a statement between the solution markers; an ``if``/``for`` by its
 header) is *shown* when the text holds it, or a part of it: a sub-expression of 5 tokens or
@@ -450,6 +450,11 @@ def prints(source: str, env: dict[str, str]) -> list[Printed]:
             after = gate + _after(node)
             for a in node.args:
                 out += [Printed(_source_of(o), after, seg) for o in _objects(a, env, loops)]
+        elif fname == "show_doc" and node.args:
+            # a docstring's opening (the words= of the call, when it gives one)
+            kw = {k.arg: _literal(k.value) for k in node.keywords}
+            objs = _objects(node.args[0], env, loops)
+            out += [Printed(show.doc_text(o, **kw), gate, seg) for o in objs]
         elif fname in ("show_kernel", "show_excerpt"):
             args = [_literal(a) for a in node.args]
             kw = {k.arg: _literal(k.value) for k in node.keywords if k.arg != "after"}
@@ -826,6 +831,16 @@ def test_printed_library_text_is_resolved():
         ("sum_squares", ("01.sum_squares", "01.rstd")),
         ("rstd", ("01.rstd",)),
     ]
+
+
+def test_a_docstrings_opening_is_resolved():
+    from quack_edu.lessons.show import doc_text
+    from quack_edu.stages import cluster
+
+    src = "from quack_edu.stages import cluster\nshow_doc(cluster)\nshow_doc(cluster, words=40)\n"
+    (whole, short) = prints(src, {})
+    assert whole.text == doc_text(cluster) and "Delta over block" in whole.text
+    assert short.text == doc_text(cluster, 40) and "Delta over block" not in short.text
 
 
 def test_tokens():

@@ -3,10 +3,13 @@
 import re
 
 from quack_edu.lessons.show import (
+    DOC_WORDS,
+    doc_text,
     excerpt_text,
     kernel_diff,
     render_html,
     render_text,
+    show_doc,
     show_kernel,
 )
 
@@ -97,3 +100,35 @@ def test_an_excerpt_is_the_lines_between_two_markers_numbered_as_the_kernel():
         for n, code in re.findall(r"^[ +]\s*(\d+)  (.*)$", render_text("cluster"), re.M)
     )
     assert body[0].split(maxsplit=1)[1].strip() == numbered[first]
+
+
+def test_a_docstring_is_printed_as_far_as_a_cell_holds(capsys):
+    """Issue 50: lesson 04 printed the cluster stage's 907-word docstring. show_doc prints whole
+    paragraphs (a list item by item) from the top within DOC_WORDS, then where the rest is."""
+    import importlib
+
+    for name in ("warp", "block", "cluster", "cpasync", "final"):
+        mod = importlib.import_module(f"quack_edu.stages.{name}")
+        text = doc_text(mod)
+        body, _, tail = text.rstrip("\n").rpartition("\n\n[")
+        assert len(body.split()) <= DOC_WORDS, name
+        assert body.split("\n")[0] == mod.__doc__.split("\n")[0]  # the title line first
+        assert body in mod.__doc__  # whole lines, in order
+        left = len(mod.__doc__.split()) - len(body.split())
+        assert tail == f"{left} more words of this docstring: quack_edu/stages/{name}.py]"
+    show_doc(importlib.import_module("quack_edu.stages.cluster"), words=60)
+    out = capsys.readouterr().out
+    assert out.startswith("Stage 3, cluster") and "Delta over block" not in out
+
+
+def test_a_short_docstring_is_printed_whole():
+    from quack_edu.stages import naive
+
+    assert doc_text(naive) == naive.__doc__.strip() + "\n"
+    # a list is cut between its items, never inside one
+    doc = "Title.\n\nIntro:\n\n* one two\n  three\n* four five\n\nEnd."
+
+    class Obj:
+        __doc__ = doc
+
+    assert doc_text(Obj, 6).startswith("Title.\n\nIntro:\n\n* one two\n  three\n\n[")

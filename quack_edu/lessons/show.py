@@ -5,6 +5,7 @@
     show_kernel("block", prev="warp", fn="row_sum")   # one method instead of the kernel
     show_excerpt("final", "# -- the weight", "seq = ")  # a few lines of the kernel, numbered
     show_source(reduce_utils.warp_reduce)       # a library function's source, as getsource has it
+    show_doc(cluster)                           # a stage's docstring, as much as a cell holds
 
 Lines are compared without their indentation, so a line that only moved into an ``if`` counts
 as unchanged. In Jupyter the changed lines are highlighted; elsewhere (and in the plain-text
@@ -23,6 +24,7 @@ import ast
 import difflib
 import html
 import inspect
+import re
 import textwrap
 from dataclasses import dataclass
 
@@ -202,6 +204,63 @@ def show_source(*objs, after: After = None) -> None:
     if revealed(after):
         for obj in objs:
             print(inspect.getsource(obj))
+
+
+#: the most words of a docstring a lesson prints in one go: a cell's (~300, STYLE.md)
+DOC_WORDS = 300
+
+
+def _doc_units(doc: str) -> list[tuple[int, str]]:
+    """(paragraph, text) of each piece of a docstring that is printed whole or not at all: a
+    paragraph, or an item of a list (``* `` or ``1. ``) with the lines that continue it."""
+    out = []
+    for p, para in enumerate(inspect.cleandoc(doc).split("\n\n")):
+        unit: list[str] = []
+        for line in para.splitlines():
+            if unit and re.match(r"(\* |\d+\. )", line):
+                out.append((p, "\n".join(unit)))
+                unit = []
+            unit.append(line)
+        if unit:
+            out.append((p, "\n".join(unit)))
+    return out
+
+
+def _where(obj) -> str:
+    if inspect.ismodule(obj):
+        path = obj.__name__.replace(".", "/")
+        return f"the top of {path}/__init__.py" if hasattr(obj, "__path__") else f"{path}.py"
+    return f"{obj.__module__}.{getattr(obj, '__qualname__', '')}"
+
+
+def doc_text(obj, words: int = DOC_WORDS) -> str:
+    """The opening of ``obj``'s docstring that a learner reads in one go: its paragraphs (a
+    list item by item) from the top while they fit in ``words``, then a line that says how
+    many words are left and where (a stage's docstring states its delta over the stage before
+    first, its design detail after)."""
+    units = _doc_units(obj.__doc__ or "")
+    shown: list[tuple[int, str]] = []
+    count = 0
+    for p, text in units:
+        n = len(text.split())
+        if shown and count + n > words:
+            break
+        shown.append((p, text))
+        count += n
+    out = ""
+    for i, (p, text) in enumerate(shown):
+        if i:
+            out += "\n" if p == shown[i - 1][0] else "\n\n"
+        out += text
+    left = sum(len(t.split()) for _, t in units) - count
+    if left:
+        out += f"\n\n[{left} more words of this docstring: {_where(obj)}]"
+    return out + "\n"
+
+
+def show_doc(obj, words: int = DOC_WORDS) -> None:
+    """Print ``doc_text(obj, words)``: a docstring's opening, no more than a cell holds."""
+    print(doc_text(obj, words), end="")
 
 
 def show_excerpt(stage: str, start: str, end: str, *, fn=None, after: After = None) -> None:
