@@ -126,3 +126,25 @@ def test_an_existing_file_of_dev_shm_is_neither_opened_nor_written_natively():
             assert channel.read_bytes() == b"-" * 16  # the kernel refused the open
     finally:
         channel.unlink()
+
+
+def test_a_notebook_whose_cells_share_an_id_is_flagged(tmp_path):
+    """Red team 10's open item: an answer cell copied in Jupyter keeps its id; the grader takes
+    the first, and said nothing of the second (the learner's answer there went ungraded)."""
+    import copy
+
+    from quack_edu.grading.notebook import solutions_dir
+
+    nb = read(notebooks_dir() / f"{LESSON}.ipynb")
+    ex = get("00.bytes_moved")
+    cell = find_cell(nb, ex.cell_id)
+    answer = find_cell(read(solutions_dir() / f"{LESSON}.ipynb"), ex.cell_id)
+    second = copy.deepcopy(cell)
+    second.source = answer.source
+    nb.cells.insert(nb.cells.index(cell) + 1, second)
+    path = tmp_path / f"{LESSON}.ipynb"
+    write(nb, path)
+    res = grade_notebook(path, only=ex.id, seed=1)
+    assert any("share an id" in f and ex.cell_id in f for f in res.flags), res.flags
+    (got,) = res.exercises
+    assert got.score == 0  # the first, the blank one, is graded

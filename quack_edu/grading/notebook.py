@@ -187,6 +187,10 @@ def grade_notebook(
         res.problems.append(f"cannot read the notebook: {type(e).__name__}: {e}")
         return res
     lesson, flags = _which_lesson(nb, path, lesson)
+    ids = [grade_id(c) for c in nb.cells if grade_id(c)]
+    twice = sorted({g for g in ids if ids.count(g) > 1})
+    if twice:  # (a cell copied in Jupyter keeps its id: red team 10's answer went ungraded)
+        flags.append(f"cells share an id ({', '.join(twice)}): the first of each was graded")
     position = {grade_id(c): i for i, c in enumerate(nb.cells) if grade_id(c)}
     exercises = sorted(all_exercises(lesson), key=lambda e: position.get(e.cell_id, 10**9))
     if only:
