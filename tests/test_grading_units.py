@@ -706,7 +706,7 @@ def test_a_vector_handed_to_red_gets_a_hint():
     from quack_edu.grading import hints
 
     text = "DSLRuntimeError: 'nvvm.red' op operand #1 must be 32-bit signless integer or 64-bit"
-    assert "one red adds one value" in hints.diagnose_compile_text(text)
+    assert "a red adds one scalar at one address" in hints.diagnose_compile_text(text)
 
 
 def _numbers_exercise(**kw) -> Exercise:

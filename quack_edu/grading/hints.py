@@ -150,7 +150,12 @@ _COMPILE_ERRORS: list[tuple[str, str]] = [
         r"(unsupported|not supported) (on|for) (sm_?90|this arch)",
         "that instruction or type does not exist on Hopper (sm_90a)",
     ),
-    (r"'NoneType'", "a value is None: does your function return its result?"),
+    (
+        r"'NoneType'",
+        "a value is None where it is used: an argument the exercise says may be None (a "
+        "weight, a predicate) needs that case handled (in traced code, test it with "
+        "cutlass.const_expr(v is None)); or your function returns nothing",
+    ),
     (
         r"Expected size in shape to be strictly positive",
         "a layout or tensor shape got a size of 0: a count your code computed (a vector width "
@@ -177,7 +182,9 @@ _COMPILE_ERRORS: list[tuple[str, str]] = [
     ),
     (
         r"'nvvm\.red' op operand #1 must be",
-        "cute.arch.red was given a whole vector: one red adds one value, at one address",
+        "cute.arch.red was given a value it cannot add in one instruction: a red adds one "
+        "scalar at one address (or, on sm_90, a vector of 2 or 4 fp32 at consecutive "
+        "addresses: what the library's vector red does); add a fragment's elements one by one",
     ),
     (
         r"'cp_size' only supports \(32, 64, 128\)",

@@ -152,7 +152,9 @@ def _exchange_cases(ctx, hidden: bool):
     ]
 
 
-def exchange_replay_check(hole: KernelHole, *, hidden: bool = False) -> Check:
+def exchange_replay_check(
+    hole: KernelHole, *, hidden: bool = False, needs: tuple = ("compiles",)
+) -> Check:
     def fn(ctx):
         seen = []
         for N, dt, cfg in _exchange_cases(ctx, hidden):
@@ -188,7 +190,7 @@ def exchange_replay_check(hole: KernelHole, *, hidden: bool = False) -> Check:
         if hidden
         else "every CTA receives each warp's partial once, in its slot (replayed from the PTX)"
     )
-    return Check(name, COMPILE, fn, hidden, ("compiles",))
+    return Check(name, COMPILE, fn, hidden, needs)
 
 
 def _probe_remote_stores(rep, ctx):

@@ -269,6 +269,13 @@ CLUSTER_KERNEL_MUTANTS = [
 # fmt: on
 # END KEY
 
+#: the access check's name: the protocol's order in the PTX (``_protocol``), which the replay
+#: waits for (a kernel without its cluster wait is named there, not as an unreadable exchange)
+ACCESS = (
+    "x read once, the weight read, y written once, a slice per CTA; cluster wait, "
+    "exchange, mbarrier wait, read (x and weight dtypes)"
+)
+
 cluster_kernel = WholeKernel(
     id="04.cluster_kernel",
     lesson=LESSON,
@@ -281,13 +288,12 @@ cluster_kernel = WholeKernel(
     hole=KERNEL_HOLE,
     compile_config=exchange_config,
     cases=_KERNEL_CASES,
-    access="x read once, the weight read, y written once, a slice per CTA; cluster wait, "
-    "exchange, mbarrier wait, read (x and weight dtypes)",
+    access=ACCESS,
     hint_tile=SAME_ROWS,
     hint_rank=SAME_SLICE,
     cluster=True,
     extra=_protocol,
-    more=(exchange_replay_check(KERNEL_HOLE),),
+    more=(exchange_replay_check(KERNEL_HOLE, needs=("compiles", ACCESS)),),
     Ns=(1000,),
     hidden_Ns=(1544, 3000, 6136, 12296),
     config=exchange_config,

@@ -48,7 +48,7 @@ from .lesson07 import LESSON, row_inputs
 DW_N_ROWS, DW_N_ONE = 1000, 4096  # 8 rows a CTA (bf16, fp32 weight); one row a CTA
 DW_M_BLOCKS = 20000  # 2500 row blocks of 8 rows at N=1000: more than one wave's CTAs
 DW_COMPILES = "compiles: several rows a CTA (N=1000)"
-DW_PROBE_ROWS = "the partial row, 8 rows a CTA: dout * x_hat, barriers, rows in order"
+DW_PROBE_ROWS = "the partial row, 8 rows a CTA: dout * x_hat, barriers, each other row once"
 DW_ATOMICS = (
     "no atomics: each CTA stores its own partial row with plain stores, and adds its rows in "
     "row order itself. An atomic add (into shared or global memory) lands in an order that "
