@@ -148,3 +148,17 @@ def test_a_notebook_whose_cells_share_an_id_is_flagged(tmp_path):
     assert any("share an id" in f and ex.cell_id in f for f in res.flags), res.flags
     (got,) = res.exercises
     assert got.score == 0  # the first, the blank one, is graded
+
+
+def test_a_checkouts_test_caches_are_secret(tmp_path):
+    """Red team 12 (blind) read .pytest_cache's list of every test's name from a cell."""
+    from quack_edu.grading.judge import TEST_DIRS, secret_paths
+
+    assert {".pytest_cache", ".ruff_cache", "tests"} <= set(TEST_DIRS)
+    cache = ROOT / ".pytest_cache"
+    if cache.is_dir():  # (there whenever pytest ran in this checkout)
+        assert str(cache) in secret_paths()
+        nb = _attack(tmp_path, READER.format(path=str(cache / "v" / "cache" / "nodeids")))
+        res = grade_notebook(nb, only=EX, seed=1)
+        ex = _judged(res)
+        assert ex.score == 0 and ex.flagged, res.table()

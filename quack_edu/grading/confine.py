@@ -297,6 +297,6 @@ def files_boundary() -> str:
     return (
         f"the audit hook and Landlock (ABI {version}): native code too reads only the system's "
         "and the Python installation's folders and the repository without its secrets, "
-        "writes only its scratch folder and opens no device but null, zero, random and a "
-        f"GPU's{scoped}"
+        "writes only its scratch folder and opens no device but null, zero, full, random, "
+        f"urandom and a GPU's{scoped}"
     )

@@ -232,6 +232,10 @@ def _git_dirs(root: Path) -> list[Path]:
     return out
 
 
+#: a checkout's folders that hold or name its tests (red team 12 read .pytest_cache's list)
+TEST_DIRS = ("tests", "scripts", ".ci", ".pytest_cache", ".ruff_cache", ".hypothesis")
+
+
 def secret_paths(extra=()) -> list[str]:
     """What no learner process may read: the exercises (reference answers, hidden checks,
     mutants), the solutions, other judging runs' folders, and ``extra`` (a class's
@@ -245,7 +249,7 @@ def secret_paths(extra=()) -> list[str]:
         str(solutions_dir()),
         # a checkout's history holds every solution and check; its tests and scripts pieces of them
         *map(str, _git_dirs(root)),
-        *(str(root / d) for d in ("tests", "scripts", ".ci") if (root / d).is_dir()),
+        *(str(root / d) for d in TEST_DIRS if (root / d).is_dir()),
         # other judging runs' folders (another submission's cells and answers)
         str(Path(tempfile.gettempdir()) / "quack_edu_*"),
         *map(str, extra),
