@@ -217,6 +217,8 @@ def run_class(args) -> int:
     if len(args.notebooks) != 1:
         print("error: give one folder of submissions", file=sys.stderr)
         return 2
+    if args.executed:  # (red team 12: it was ignored without a word)
+        print("note: --executed is for single notebooks; a class keeps none", file=sys.stderr)
     roster = None
     if args.roster:
         roster = [ln.strip() for ln in args.roster.read_text().splitlines() if ln.strip()]
