@@ -50,6 +50,8 @@ SIM_BLIND = {
     + ": the weight read again per block",
     ("06.persistent_kernel", "the slice kept in registers, not staged"): SPEED
     + ": the lesson's staging plan",
+    ("06.persistent_kernel", "every row of threads stages the weight"): SPEED
+    + ": each row loads the same slice and writes it into sW",
     **{
         ("08.pdl_kernel", name): "griddepcontrol orders a grid after the previous one on the "
         "stream; ptxsim runs one grid at a time, so there is nothing to order (a PTX probe "

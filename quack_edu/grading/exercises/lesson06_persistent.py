@@ -22,7 +22,7 @@ from .. import hints
 from ..checks import POISON, gpu_speed
 from ..holes import BLOCKS_PER_CTA
 from ..holes import PERSISTENT_KERNEL_HOLE as KERNEL_HOLE
-from ..ptx import REG, Ptx, PtxInstr, instruction_lines
+from ..ptx import REG, Ptx, PtxInstr, instruction_lines, thread_guards
 from ..registry import COMPILE, TIERS, CheckFailed, mutants
 from .lesson03 import no_divergent_barrier, one_pass_config, refuse_to_hang
 from .lesson06 import LESSON
@@ -43,6 +43,11 @@ NOT_STAGED = (
     "the weight's loads from global memory never reach shared memory: the exercise stages the "
     "CTA's slice in sW (a copy from the weight's tile into sW's partition), so that a block "
     "reads it from shared memory and no register holds it between blocks"
+)
+EVERY_ROW = (
+    "every row of the CTA's threads loads the weight's slice and writes it into sW: the slice is "
+    "the same for every row, so the threads of the CTA's first row alone copy it (under a test "
+    "of the thread's row), and the barrier after it lets the others read it"
 )
 NOT_FROM_SMEM = (
     "the output is not computed from the weight read back from shared memory: inside the loop, "
@@ -192,6 +197,17 @@ def _staged_once(rep, kernel) -> str:
             seen=f"`{loose[0].text}` kept in registers",
             hint=NOT_STAGED,
         )
+    if kernel.tiling.rows_per_cta > 1:  # (a cold learner's `if True:` passed: right values)
+        guards = thread_guards(rep.ptx)
+        everyone = [i for i in w_loads if not guards[i.index]]
+        if everyone:
+            raise CheckFailed(
+                f"{len(everyone)} of the weight's {len(w_loads)} global loads run in every row's "
+                f"threads ({kernel.tiling.rows_per_cta} rows a CTA)",
+                expected="the weight's ld.global under a test of the thread's row (row 0 only)",
+                seen=f"`{everyone[0].text}` with no such test",
+                hint=EVERY_ROW,
+            )
     ys = [i for i in acc.get(("st", OUT), []) if i.index in loop]
     plain = [
         y
@@ -240,6 +256,10 @@ Y_LINE = "        y = x * rstd * tXsW.load().to(Float32)\n"
 # fmt: off
 PERSISTENT_KERNEL_MUTANTS = [
     *mutants(COMPILE,
+        # (a cold learner's: right values, the same slice loaded by every row of threads)
+        ("every row of threads stages the weight", "run in every row's threads",
+         "    if thr_X.partition_S(cW)[0][0] == 0:  # the CTA's first row of threads\n",
+         "    if True:  # every row of threads\n"),
         ("the weight from global memory in every block", "once per row block",
          Y_LINE,
          "        tXrW = cute.make_rmem_tensor_like(tXgX, mW.element_type)\n"
