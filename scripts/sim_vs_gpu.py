@@ -389,16 +389,14 @@ def run_spec(spec: Spec, fake_gpu: bool = False) -> list[dict]:
 
 def run_scale(spec: Spec, fake_gpu: bool = False) -> list[dict]:
     """01.scale_kernel's solution as its checks build it: the PTX of the exercise's launch
-    (``scale_ptx``, what the compile tier simulates) run by ``ptxsim.launch`` against the
+    (``scale_ptx``, what the compile tier simulates) run by ``scale_simulated`` against the
     function of the same launch (``scale_launcher``, what the gpu tier runs) on the GPU; x and
     y whole tiles long, y poisoned, so what lies past N is compared too."""
-    import numpy as np
     import torch
 
     from quack_edu.grading.checks import POISON
     from quack_edu.grading.probes.lesson01b_02 import scale_launcher
-    from quack_edu.lessons.evidence import SCALE_THREADS, SCALE_TILE, scale_ptx
-    from quack_edu.ptxsim import Schedule, TensorArg, launch
+    from quack_edu.lessons.evidence import SCALE_TILE, scale_ptx, scale_simulated
     from quack_edu.runtime import torch_dtype
 
     rec = {**asdict(spec), "M": 1}
@@ -414,16 +412,9 @@ def run_scale(spec: Spec, fake_gpu: bool = False) -> list[dict]:
         x = torch.randn(padded, generator=gen).to(dt)
         y = torch.full_like(x, POISON)
 
-        def sim(order="forward"):  # x, y as int16 arrays; y's data comes back
-            bits = [TensorArg(t.view(torch.int16).numpy()) for t in (x, y)]
-            grid, block = (padded // SCALE_TILE, 1, 1), (SCALE_THREADS, 1, 1)
-            args = [*bits, np.float32(SCALE_FACTOR)]
-            _, y_bits = launch(ptx, grid, block, args, schedule=Schedule(order=order))
-            return torch.from_numpy(y_bits).view(dt)
-
         t = time.perf_counter()
         if fake_gpu:
-            y_gpu = sim("reversed")
+            y_gpu = scale_simulated(ptx, x, y, SCALE_FACTOR, order="reversed")
         else:
             xc, yc = x.cuda(), y.clone().cuda()
             fn(xc[: spec.N], yc[: spec.N], SCALE_FACTOR)
@@ -431,7 +422,7 @@ def run_scale(spec: Spec, fake_gpu: bool = False) -> list[dict]:
             y_gpu = yc.cpu()
         rec["gpu_s"] = round(time.perf_counter() - t, 4)
         t = time.perf_counter()
-        y_sim = sim()
+        y_sim = scale_simulated(ptx, x, y, SCALE_FACTOR)
         rec["sim_s"] = round(time.perf_counter() - t, 4)  # the simulator's cost, not a timing
         ref = y.clone()
         ref[: spec.N] = (x[: spec.N].float() * SCALE_FACTOR).to(dt)

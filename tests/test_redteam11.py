@@ -11,7 +11,9 @@
    into that grading's feedback (a04, a05);
 4. device files were readable: a block device, the console (a02).
 
-Each test failed before its fix (``judge.instructor_paths``, ``confine.devices``).
+Each test failed before its fix (``judge.instructor_paths``, ``confine.devices``). With them,
+what the next red teams left: a notebook whose cells share an id (red team 10: the second was
+dropped without a word) and a checkout's test caches (red team 12 read .pytest_cache).
 """
 
 from __future__ import annotations

@@ -67,6 +67,22 @@ def scale_ptx(kernel, N: int, dtype="bf16") -> str:
     return ptx_of(scale_launch(kernel), x, y, Float32(2.0), fake_stream())
 
 
+def scale_simulated(ptx, x, y, factor: float, *, order: str = "forward", max_steps=None):
+    """``y`` after ``ptx`` (a ``scale_kernel`` in the exercise's launch) runs in ptxsim on
+    ``x`` and ``y`` (2-byte torch tensors, whole tiles long) with ``factor``: a new tensor,
+    ``y`` itself untouched. ptxsim's errors (``StepLimit``, ``MemoryFault``, ...) propagate."""
+    import numpy as np
+    import torch
+
+    from ..ptxsim import Schedule, TensorArg, launch
+
+    grid, block = (-(-x.numel() // SCALE_TILE), 1, 1), (SCALE_THREADS, 1, 1)
+    args = [TensorArg(t.view(torch.int16).numpy()) for t in (x, y)] + [np.float32(factor)]
+    steps = {} if max_steps is None else {"max_steps": max_steps}
+    _, bits = launch(ptx, grid, block, args, schedule=Schedule(order=order), **steps)
+    return torch.from_numpy(bits).view(y.dtype)
+
+
 # ---- 06: the op's fake ------------------------------------------------------------------------
 _op_counter = itertools.count()
 

@@ -259,8 +259,8 @@ class CTA:
         the buffer plus an offset back into it (the backward's second buffer) is in it."""
         base = self.read(addr.base, "u64", ins)
         out = np.broadcast_to(np.asarray(base, np.int64), (self.n,)) + addr.offset
-        wide = addr.base.startswith("%") or addr.base in self.kernel.registers
-        if (self.reg(addr.base, ins).dtype.itemsize if wide else 8) == 4:
+        is_reg = addr.base.startswith("%") or addr.base in self.kernel.registers
+        if is_reg and self.reg(addr.base, ins).dtype.itemsize == 4:
             out = out & 0xFFFFFFFF
         return out
 

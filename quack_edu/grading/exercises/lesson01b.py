@@ -584,10 +584,10 @@ def _sim_values(ctx) -> str:
     """y from the answer's PTX run on the CPU (``quack_edu.ptxsim``) in the exercise's launch at
     N = 4104 (bf16), x and y whole tiles long, y poisoned past N as on a GPU: the values of
     the gpu tier's first case, on any machine (a few hundred simulated steps)."""
-    import numpy as np
     import torch
 
-    from ...ptxsim import MemoryFault, SimError, StepLimit, TensorArg, launch
+    from ...lessons.evidence import scale_simulated
+    from ...ptxsim import MemoryFault, SimError, StepLimit
     from ..sim_values import ENDLESS, STEP_BUDGET
 
     N, factor = RAGGED_N, 2.5
@@ -597,14 +597,7 @@ def _sim_values(ctx) -> str:
     y = torch.full_like(x, checks.POISON)
     where = f"N={N} bf16 (the PTX run on the CPU)"
     try:
-        _, y_bits = launch(
-            ptx.text,
-            (padded // TILE, 1, 1),
-            (THREADS, 1, 1),
-            [TensorArg(x.view(torch.int16).numpy()), TensorArg(y.view(torch.int16).numpy()),
-             np.float32(factor)],
-            max_steps=STEP_BUDGET,
-        )  # fmt: skip
+        y_sim = scale_simulated(ptx.text, x, y, factor, max_steps=STEP_BUDGET)
     except StepLimit:
         raise CheckFailed(
             f"{where}: the kernel did not end within {STEP_BUDGET} simulated steps",
@@ -618,7 +611,7 @@ def _sim_values(ctx) -> str:
     except Exception as e:  # noqa: BLE001 (the simulator's limit, never the learner's failure)
         reason = str(e)[:240] if isinstance(e, SimError) else hints.short_error(e, 240)
         return f"not simulated ({reason}): the values are checked on a GPU"
-    _compare_scaled(x, torch.from_numpy(y_bits).view(torch.bfloat16), N, where, factor)
+    _compare_scaled(x, y_sim, N, where, factor)
     return f"y = x * {factor} at N={N}, y past N untouched (the PTX run on the CPU)"
 
 

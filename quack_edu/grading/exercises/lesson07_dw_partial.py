@@ -135,9 +135,6 @@ def dw_report(ctx, N: int):
     weight fp32, dout fp16), once a run: compiled where the answer lives
     (``probes.lesson07.dw_compiled``), the tiling and launch shape the grader's own copy's,
     built around stand-ins (never compiled here)."""
-    from ...runtime import torch_dtype
-    from ...stages.final_bwd import BwdFeatures
-
     key = ("07.dw_partial report", N)
     if key not in ctx.cache:
         data = ctx.probe(dw_compiled, N, *DW_DTYPES)
@@ -147,12 +144,21 @@ def dw_report(ctx, N: int):
                 expected="def accumulate_dw(acc, v, dy, x_hat)",
                 hint=NO_ACCUMULATE,
             )
-        xd, wd, dd = (torch_dtype(d) for d in DW_DTYPES)
-        kernel = dw_partial_class(stand_in, stand_in)(
-            xd, N, None, wd, features=BwdFeatures(dout_dtype=dd)
-        )
+        kernel = dw_kernel(N)
         ctx.cache[key] = (report_of(kernel, DW_STAGE, data), kernel.tiling)
     return ctx.cache[key]
+
+
+def dw_kernel(N: int):
+    """The grader's own copy of the compile tier's backward at ``N`` (x, weight and dout in
+    ``DW_DTYPES``), built around stand-ins and never compiled: its tiling and launch shape."""
+    from ...runtime import torch_dtype
+    from ...stages.final_bwd import BwdFeatures
+
+    xd, wd, dd = (torch_dtype(d) for d in DW_DTYPES)
+    return dw_partial_class(stand_in, stand_in)(
+        xd, N, None, wd, features=BwdFeatures(dout_dtype=dd)
+    )
 
 
 def _dw_compiles() -> Check:
@@ -359,18 +365,14 @@ def _dw_sim_values() -> Check:
         from ...ptxsim.stages import bwd_partial
         from ...reference import TOLERANCES, rmsnorm_bwd_ref
         from ...runtime import torch_dtype
-        from ...stages.final_bwd import BwdFeatures
         from ..sim_values import STEP_BUDGET, simulated
 
         rep, t = dw_report(ctx, DW_N_ROWS)
-        xd, wd, dd = (torch_dtype(d) for d in DW_DTYPES)
-        kernel = dw_partial_class(stand_in, stand_in)(
-            xd, DW_N_ROWS, None, wd, features=BwdFeatures(dout_dtype=dd)
-        )
+        kernel = dw_kernel(DW_N_ROWS)
         M = (DW_SIM_BLOCKS - 1) * t.rows_per_cta + 1
         gen = ctx.torch_generator(salt="dw on the CPU")
         x, w, dout, rstd = row_inputs(M, DW_N_ROWS, DW_DTYPES[0], DW_DTYPES[1], 0.0, gen)
-        dout = dout.to(dd)
+        dout = dout.to(torch_dtype(DW_DTYPES[2]))
         where = f"M={M} N={DW_N_ROWS}, {DW_SIM_CTAS} CTAs (the PTX run on the CPU)"
         got, why_not = simulated(
             lambda: bwd_partial(
