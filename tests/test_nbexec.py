@@ -139,3 +139,20 @@ def test_a_notebook_stops_when_its_budget_is_spent_replays_included(monkeypatch)
     assert events[5].kind == "stopped"  # ... and stopped at the budget
     ex, engine, events = _run(monkeypatch, ["sleep 30"] * 3 + ["d = 4"], budget_s=50)
     assert ex.stopped_at == 2 and engine.ran == [0, 1] and events[3].kind == "stopped"
+
+
+def test_a_cell_that_floods_its_output_stops_as_a_flood_not_a_timeout():
+    # red team 12: an endless print loop read as "ran past the timeout"; it is now stopped at
+    # the output cap, with the output kept up to it
+    from quack_edu.grading._cellworker import OUTPUT_MAX, exec_cell
+
+    out = exec_cell("while True:\n    print('x' * 999)", "<flood>", {}, timeout=30)
+    assert not out.ok and not out.timed_out and out.ename == "OutputFlood"
+    assert len(out.stdout) == OUTPUT_MAX and out.seconds < 10
+    swallowed = exec_cell(
+        "try:\n    print('y' * (OUTPUT_MAX + 1))\nexcept Exception:\n    pass", "<flood2>",
+        {"OUTPUT_MAX": OUTPUT_MAX},
+    )  # fmt: skip
+    assert swallowed.ename == "OutputFlood"  # not an Exception: `except Exception` lets it by
+    fine = exec_cell("print('z' * 1000)", "<ok>", {})
+    assert fine.ok and fine.stdout == "z" * 1000 + "\n"

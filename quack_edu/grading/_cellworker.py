@@ -35,6 +35,23 @@ class CellTimeout(Exception):
     pass
 
 
+#: what a cell may print (characters); past it the cell stops with ``OutputFlood``, reported as
+#: what it is rather than as the timeout an endless print loop would reach (red team 12)
+OUTPUT_MAX = 1_000_000
+
+
+class OutputFlood(BaseException):  # (not an Exception: ``except Exception`` does not swallow it)
+    pass
+
+
+class _CappedOutput(io.StringIO):
+    def write(self, text):
+        if self.tell() + len(text) > OUTPUT_MAX:
+            super().write(text[: max(0, OUTPUT_MAX - self.tell())])
+            raise OutputFlood(f"the cell printed more than {OUTPUT_MAX:,} characters")
+        return super().write(text)
+
+
 @dataclass
 class CellOutcome:
     ok: bool
@@ -67,7 +84,7 @@ def exec_cell(source: str, name: str, ns: dict, timeout: float | None = None) ->
     """
     src = _strip_magics(source)
     linecache.cache[name] = (len(src), None, [ln + "\n" for ln in src.splitlines()], name)
-    buf = io.StringIO()
+    buf = _CappedOutput()
     t = time.time()
 
     def on_alarm(signum, frame):
