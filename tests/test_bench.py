@@ -99,6 +99,32 @@ def test_peer_names_unknown_and_modes():
     assert "quack-autograd" in missing  # the autograd entry is timed without a residual only
 
 
+def test_peers_the_graders_sandbox_refuses_are_not_tried_while_graded(monkeypatch):
+    # a lesson's bench cell under quack-edu grade: importing QuACK or Liger, or torch.compile's
+    # C compiler, is refused there and flags the notebook (04, 05 and 08's solutions were flagged
+    # on an H100, 2026-12-06); not even the import is tried
+    import builtins
+
+    tried = []
+    real_import = builtins.__import__
+
+    def spy(name, *args, **kwargs):
+        if name.split(".")[0] in ("quack", "liger_kernel"):
+            tried.append(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setenv("QUACK_EDU_GRADING", "1")
+    monkeypatch.setattr(builtins, "__import__", spy)
+    for pass_ in ("fwd", "bwd"):
+        fns, missing = bench.peer_fns(names=bench.PEERS, pass_=pass_)
+        assert set(kernels.GRADER_REFUSES) <= set(missing) and "torch-ops" in fns
+        assert all("not run while quack-edu grade" in missing[k] for k in kernels.GRADER_REFUSES)
+    assert tried == []
+    monkeypatch.delenv("QUACK_EDU_GRADING")
+    bench.peer_fns(names=("quack",))  # outside the grader it is tried
+    assert tried
+
+
 def test_per_call_us_counts_every_call_with_the_collector_off():
     gc_on = []
     us = bench.per_call_us(

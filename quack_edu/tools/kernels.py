@@ -28,6 +28,9 @@ LIBRARY = {"lib": "rmsnorm_fwd", "lib-tuned": "rmsnorm_fwd_tuned"}
 LIBRARY_BWD = {"lib": "rmsnorm_bwd", "lib-tuned": "rmsnorm_bwd_tuned"}
 #: every peer this harness knows, in the order "all" lists them
 PEERS = ("quack", "quack-autograd", "torch-compile", "liger", "torch-eager", "torch-ops")
+#: the peers a notebook's cell does not run while ``quack-edu grade`` runs it: importing QuACK or
+#: Liger, or compiling (torch.compile's C compiler), is refused there and flags the notebook
+GRADER_REFUSES = ("quack", "quack-autograd", "torch-compile", "liger")
 #: the package whose version a record notes for a peer
 PEER_PACKAGES = {
     "quack": "quack-kernels",
@@ -310,11 +313,19 @@ def peer_fns(
     """The peers among ``names`` that are importable here, as ``fn(x, w) -> out`` (with
     ``residual``: ``fn(x, w, r) -> (out, residual_out)``; backward: ``fn(x, w, dout, rstd) ->
     (dx, dw)``), and why each other one is not."""
+    from ..lessons.selfcheck import grading
+
     makers = _backward_peers(residual) if pass_ == "bwd" else _forward_peers(residual)
     fns: dict[str, Callable] = {}
     missing: dict[str, str] = {}
     for name, make in makers.items():
         if name not in names:
+            continue
+        if name in GRADER_REFUSES and grading():  # not even tried: the try would be flagged
+            missing[name] = (
+                "not run while quack-edu grade runs the notebook: its sandbox refuses QuACK, "
+                "Liger and the C compiler torch.compile calls (quack-edu bench measures them)"
+            )
             continue
         try:
             fns[name] = make()

@@ -307,6 +307,7 @@ FAKE_IMPL_MUTANTS = mutants(TIERS,
      "outs.append(x.new_empty(x.shape, dtype=residual_out_dtype))", "outs.append(x)"),
     ("out in x's dtype", "out is in out_dtype",
      "[x.new_empty(x.shape, dtype=out_dtype)]", "[x.new_empty(x.shape, dtype=x.dtype)]"),
+) + mutants(COMPILE,  # the source screen stops it at the first check: the gpu tier is blocked
     ("cheat: the op itself", "a fake never runs the op",
      "    return outs\n",
      "    return torch.ops.quack_edu.rmsnorm_fwd(x, weight, bias, residual, out_dtype,\n"
