@@ -185,7 +185,7 @@ class _PlainRMSNorm(torch.autograd.Function):
         rows, weight, rstd = ctx.saved_tensors
         dx, dw = plain_backward(ctx.plan, rows, weight, dout, rstd)
         need = ctx.needs_input_grad
-        return dx.view_as(dout) if need[0] else None, dw if need[1] else None, None, None
+        return dx if need[0] else None, dw if need[1] else None, None, None
 
 
 #: ``_PlainRMSNorm.apply`` without ``Function.apply``'s Python layer, which acts only under a

@@ -62,6 +62,13 @@ def test_layout_reads_the_rows_in_place(name):
     )
     out = lay.empty(x)
     assert out.shape == x.shape and lay.view(out).is_contiguous()
+    # unview undoes view: x itself (shape, strides, memory), and rstd's rows to x.shape[:-1]
+    back = lay.unview(v, x.shape)
+    assert back.shape == x.shape and back.stride() == x.stride() and same_memory(back, x)
+    assert torch.equal(back, x)
+    r = torch.randn(v.shape[:-1])
+    r_x = lay.unview(r, x.shape[:-1])
+    assert r_x.shape == x.shape[:-1] and torch.equal(lay.view_rows(r_x), r)
     if is_dense(x):
         assert out.stride() == torch.empty_like(x).stride()  # torch's own choice for x
 

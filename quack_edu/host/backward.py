@@ -249,6 +249,19 @@ class _BwdPlan:
         self.fn(x, weight, dout, None, rstd, dx, None, dw_p, None, P)
         return dx, self.sum_of(dw_p)
 
+    def run_viewed(self, rows, weight, dout, rstd):
+        """(dx, dw) of the plain backward of rows read in place (``plain_backward``): ``rows``
+        and ``rstd`` as the forward viewed them (``lay.view``: (M, H, N) and (M, H)), dout of
+        x's shape; dx of x's shape, dense in x's dim order; dw None without a weight."""
+        lay = self.lay
+        P = min(-(-(rows.numel() // self.N) // self.rows), self.most)
+        dx = lay.empty(dout, rows.dtype)
+        dw_p, dw = self.partials(rows, P) if self.dw else (None, None)
+        self.fn(rows, weight, lay.like(dout, dout), None, rstd, lay.view(dx), None, dw_p, None, P)
+        if not self.dw:
+            return dx, None
+        return dx, self.sum_of(dw_p) if dw is None else dw
+
     def run_strided(self, x, weight, dout, rstd):
         """``run`` of a strided x's plan (rows read in place; no dresidual_out: its key has
         none)."""
@@ -298,20 +311,22 @@ class _BwdPlan:
 
 
 def plain_backward(fwd, x, weight, dout, rstd):
-    """(dx, dw) of the plain training call whose forward ran ``fwd.run_saving`` (x and rstd
-    as it saved them; dout the gradient of out, in x's dtype: autograd casts it); dw None
-    without a weight. Through the backward plan ``fwd`` keeps (``fwd.bwd``), which its first
-    backward finds; else, and for empty or misaligned rows, through ``rmsnorm_bwd``. Only
-    dout's address is checked per call: ``fwd.bwd`` is found only where x, the weight and
-    rstd were 16-byte aligned, x's and the weight's alignment is in ``fwd``'s key, and rstd is
-    a new tensor of the forward's."""
+    """(dx, dw) of the plain training call whose forward ran ``fwd.run_saving`` (x's rows and
+    rstd as it saved them; dout the gradient of out, in x's dtype: autograd casts it); dx of
+    dout's shape, dw None without a weight. Through the backward plan ``fwd`` keeps
+    (``fwd.bwd``), which its first backward finds; else, and for empty or misaligned rows,
+    through ``rmsnorm_bwd``. Only dout's address is checked per call: ``fwd.bwd`` is found only
+    where x, the weight and rstd were 16-byte aligned, x's and the weight's alignment is in
+    ``fwd``'s key, and rstd is a new tensor of the forward's."""
     if fwd.lay is not None:
         return _plain_backward_strided(fwd, x, weight, dout, rstd)
+    grad = dout
     if not dout.is_contiguous():
         dout = dout.contiguous()  # (the expanded gradient of a sum, say)
     bwd = fwd.bwd
     if bwd is not None and not dout.data_ptr() & 15 and x.shape[0]:
-        return bwd.run_rows(x, weight, dout.view(-1, fwd.N), rstd)
+        dx, dw = bwd.run_rows(x, weight, dout.view(-1, fwd.N), rstd)
+        return dx.view_as(grad), dw
     dout = dout.view(-1, fwd.N)
     dx, dw, _, _ = rmsnorm_bwd(x, weight, dout, rstd)
     bits = x.data_ptr() | dout.data_ptr() | rstd.data_ptr()
@@ -319,19 +334,21 @@ def plain_backward(fwd, x, weight, dout, rstd):
         bits |= weight.data_ptr()
     if bwd is None and not bits & 15 and x.shape[0]:  # a plan for aligned rows only
         fwd.bwd = _BWD_PLANS.get(bwd_key(x, weight, dout, rstd, None, False, None, 0.0))
-    return dx, dw
+    return dx.view_as(grad), dw
 
 
-def _plain_backward_strided(fwd, x, weight, dout, rstd):
-    """``plain_backward`` of rows read in place (x strided, dx dense in its dim order): the
-    backward plan is for the gradient's strides it was found with (``fwd.bwd_dout``); only
-    dout's address is checked per call, as there."""
+def _plain_backward_strided(fwd, rows, weight, dout, rstd):
+    """``plain_backward`` of rows read in place (x strided: ``rows`` and ``rstd`` are the
+    forward's views of x and its rstd, ``lay.view``; dx dense in x's dim order): the backward
+    plan is for the gradient's strides it was found with (``fwd.bwd_dout``); only dout's
+    address is checked per call, as there."""
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
     bwd, stride = fwd.bwd, dout.stride()
     if bwd is not None and not dout.data_ptr() & 15 and stride == fwd.bwd_dout:
-        dx, *dw = bwd.run_strided(x, weight, dout, rstd)
-        return dx, dw[0] if dw else None
+        return bwd.run_viewed(rows, weight, dout, rstd)
+    lay, shape = fwd.lay, dout.shape  # x's shape: x and rstd as the caller's
+    x, rstd = lay.unview(rows, shape), lay.unview(rstd, shape[:-1])
     dx, dw, _, _ = rmsnorm_bwd(x, weight, dout, rstd)
     bits = x.data_ptr() | dout.data_ptr() | rstd.data_ptr()
     if weight is not None:

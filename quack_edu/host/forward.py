@@ -249,16 +249,17 @@ class _FwdPlan:
     def run_saving(self, x, weight, eps):
         """The plain training call's forward (a plan with rstd, a weight (N,) or none):
         ``(out, saved x, rstd)`` as ``backward.plain_backward`` takes them (kept for it, never
-        seen by the caller): x's rows ``(M, N)`` and rstd ``(M,)``, or a strided x and its rstd
-        (x.shape[:-1], dense in x's dim order). Shapes are passed as ints: a tuple argument
-        costs a view ~0.5 us more (scripts/host_cost_cpu.py's machine)."""
+        seen by the caller): x's rows ``(M, N)`` (or, x strided, ``(M, H, N)``: ``lay.view``)
+        and rstd ``(M,)`` (``(M, H)``), the views the kernels take, made once. Shapes are
+        passed as ints: a tuple argument costs a view ~0.5 us more (scripts/host_cost_cpu.py's
+        machine)."""
         lay = self.lay
-        if lay is not None:
-            out, rstd = lay.empty(x), lay.empty_rows(x)
-            if x.numel():
-                self.fn(lay.view(x), weight, None, None, lay.view(out), None,
-                        lay.view_rows(rstd), eps)  # fmt: skip
-            return out, x, rstd
+        if lay is not None:  # (a strided x is never empty: torch calls an empty x contiguous)
+            rows = lay.view(x)
+            out = lay.empty(x)
+            rstd = rows.new_empty(rows.shape[:-1], dtype=torch.float32)
+            self.fn(rows, weight, None, None, lay.view(out), None, rstd, eps)
+            return out, rows, rstd
         rows = x.view(-1, self.N)
         out = torch.empty_like(rows)
         rstd = rows.new_empty(rows.shape[0], dtype=torch.float32)

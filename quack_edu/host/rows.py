@@ -44,6 +44,17 @@ class RowLayout:
             t = t.permute(self.perm[:-1])
         return t.view(self.rows[:-1])
 
+    def unview(self, t, shape):
+        """The inverse of ``view`` (of ``view_rows`` where ``shape`` is x.shape[:-1]): ``t``
+        as a tensor of ``shape`` in x's dim order."""
+        if self.perm is None:
+            return t.view(shape)
+        perm = self.perm if len(shape) == len(self.perm) else self.perm[:-1]
+        inverse = [0] * len(perm)
+        for i, d in enumerate(perm):
+            inverse[d] = i
+        return t.view([shape[d] for d in perm]).permute(inverse)
+
     def empty(self, x, dtype=None):
         """A tensor of x's shape, dense in x's dim order (so ``view`` takes it)."""
         return torch.empty_strided(x.shape, self.strides, dtype=dtype or x.dtype, device=x.device)
