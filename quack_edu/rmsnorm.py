@@ -57,7 +57,7 @@ from torch import Tensor
 
 from .config import MAX_N
 from .dtypes import SUPPORTED as SUPPORTED_DTYPES
-from .host.backward import plain_backward, rmsnorm_bwd, rmsnorm_bwd_tuned
+from .host.backward import plain_backward, prenorm_backward, rmsnorm_bwd, rmsnorm_bwd_tuned
 from .host.forward import _FWD_PLANS, fwd_key, rmsnorm_fwd, rmsnorm_fwd_tuned
 from .host.ops import PLAIN_TYPES
 from .host.policy import CompilePolicy, compile_policy, inductor_rmsnorm, set_compile_policy
@@ -188,11 +188,35 @@ class _PlainRMSNorm(torch.autograd.Function):
         return dx if need[0] else None, dw if need[1] else None, None, None
 
 
+class _PrenormRMSNorm(torch.autograd.Function):
+    """The module's pre-norm training call ``norm(x, residual)`` (contiguous x and residual of
+    one shape, nothing else asked for), through its launch plan, as ``_PlainRMSNorm``:
+    ``apply(x, residual, weight, plan, eps)`` -> ``(out, residual_out)``. The forward saves
+    residual_out's rows and rstd as the backward takes them; the gradient of x and of the
+    residual is one tensor, ``dx`` (``host.backward.prenorm_backward``), as
+    ``RMSNormFunction``'s is."""
+
+    @staticmethod
+    def forward(ctx, x, residual, weight, plan, eps):
+        out, res_out, rows, rstd = plan.run_prenorm(x, residual, weight, eps)
+        ctx.save_for_backward(rows, weight, rstd)
+        ctx.plan = plan
+        return out, res_out
+
+    @staticmethod
+    def backward(ctx, dout, dres_out):
+        rows, weight, rstd = ctx.saved_tensors
+        dx, dw = prenorm_backward(ctx.plan, rows, weight, dout, dres_out, rstd)
+        need = ctx.needs_input_grad
+        return dx if need[0] else None, dx if need[1] else None, dw if need[2] else None, None, None
+
+
 #: ``_PlainRMSNorm.apply`` without ``Function.apply``'s Python layer, which acts only under a
 #: torch.func transform (``_plain_plan`` finds no plan then) or for a Function with a
 #: ``setup_context`` (this one has none): 8 Python calls a training call fewer
 #: (scripts/host_cost_cpu.py)
 _plain_apply = super(torch.autograd.Function, _PlainRMSNorm).apply
+_prenorm_apply = super(torch.autograd.Function, _PrenormRMSNorm).apply
 
 
 _functorch_active = torch._C._are_functorch_transforms_active
@@ -323,12 +347,13 @@ class QuackRMSNorm(torch.nn.RMSNorm):
         self._plans = {}  # _plan's
 
     def __call__(self, *args, **kwargs):
-        """``nn.Module``'s call, with a short way for the plain call ``norm(x)`` (training or
-        inference) without hooks, tracing or compiling: straight to the key's plan, through
-        ``_PlainRMSNorm`` when autograd records it. ``nn.Module``'s own call and ``forward``'s
-        checks cost as much as the rest of the call's Python (scripts/host_cost_cpu.py)."""
+        """``nn.Module``'s call, with a short way for the plain call ``norm(x)`` and the
+        pre-norm call ``norm(x, residual)`` (training or inference) without hooks, tracing or
+        compiling: straight to the key's plan, through ``_PlainRMSNorm`` or ``_PrenormRMSNorm``
+        when autograd records it. ``nn.Module``'s own call and ``forward``'s checks cost as
+        much as the rest of the call's Python (scripts/host_cost_cpu.py)."""
         # is_compiling first: under dynamo it is a constant, and what it skips adds no guards
-        if not _is_compiling() and len(args) == 1 and not kwargs and self._row_n:
+        if not _is_compiling() and 0 < len(args) < 3 and not kwargs and self._row_n:
             x = args[0]
             if (
                 type(x) is Tensor
@@ -347,12 +372,23 @@ class QuackRMSNorm(torch.nn.RMSNorm):
                 and not _tracing_state()
             ):
                 w = self._parameters["weight"]  # (not through nn.Module's __getattr__)
-                grad = torch.is_grad_enabled() and (x.requires_grad or _requires_grad(w))
-                plan = self._plan(x, w, grad)
-                if plan is not None:
-                    if grad:
-                        return _plain_apply(x, w, plan, self.eps)
-                    return plan.run_plain(x, w, self.eps)
+                if len(args) == 1:
+                    grad = torch.is_grad_enabled() and (x.requires_grad or _requires_grad(w))
+                    plan = self._plan(x, w, grad)
+                    if plan is not None:
+                        if grad:
+                            return _plain_apply(x, w, plan, self.eps)
+                        return plan.run_plain(x, w, self.eps)
+                elif type(args[1]) is Tensor:
+                    r = args[1]
+                    grad = torch.is_grad_enabled() and (
+                        x.requires_grad or r.requires_grad or _requires_grad(w)
+                    )
+                    plan = self._prenorm_plan(x, r, w, grad)
+                    if plan is not None:
+                        if grad:
+                            return _prenorm_apply(x, r, w, plan, self.eps)
+                        return plan.run_prenorm(x, r, w, self.eps)[:2]
         return _module_call(self, *args, **kwargs)
 
     def _plan(self, x: Tensor, w, grad: bool):
@@ -379,6 +415,33 @@ class QuackRMSNorm(torch.nn.RMSNorm):
             self._plans[key] = (w, None if w is None else w.data_ptr(), plan)
         return plan
 
+    def _prenorm_plan(self, x: Tensor, r: Tensor, w, grad: bool):
+        """The plan of the pre-norm call ``norm(x, residual)`` (rstd saved when ``grad``), or
+        None: x and the residual contiguous, of one shape, with a plan of rows (M, N) that an
+        earlier call through ``forward`` made (a key of ``_FWD_PLANS``). Kept in ``_plans``
+        as ``_plan``'s are, by what can change from call to call."""
+        if not (x.is_contiguous() and r.is_contiguous()) or x.shape != r.shape or not x.dim():
+            return None
+        key = ("prenorm", x.dtype, r.dtype, x.shape[-1], x.get_device(), r.get_device(),
+               (x.data_ptr() | r.data_ptr()) & 15, grad)  # fmt: skip
+        got = self._plans.get(key)
+        if got is not None:
+            if got[0] is w and (w is None or got[1] == w.data_ptr()):
+                if _dispatch_depth() or _functorch_active():
+                    return None
+                return got[2]
+            self._plans = {}  # another weight, or new data under it: the plans were the old's
+        if x.shape[-1] != self._row_n or _dispatch_depth() or _functorch_active():
+            return None
+        if w is not None and (type(w) not in PLAIN_TYPES or w.dim() != 1):
+            return None
+        dtype = torch.promote_types(x.dtype, r.dtype)  # forward's out and residual_out dtype
+        plan = _FWD_PLANS.get(fwd_key(x, w, None, r, dtype, dtype, grad, 0.0))
+        if plan is None or not plan.plain:
+            return None
+        self._plans[key] = (w, None if w is None else w.data_ptr(), plan)
+        return plan
+
     def __getstate__(self):  # the plans hold compiled kernels: a copy makes its own
         state = super().__getstate__()
         state.pop("_plans", None)
@@ -393,7 +456,7 @@ class QuackRMSNorm(torch.nn.RMSNorm):
         residual_out)`` with ``residual_out = x + residual`` and ``out = norm(residual_out)``,
         both in the dtype of ``x + residual`` (what adding them and then calling
         ``nn.RMSNorm`` gives), in one kernel; differentiable in x, residual and the weight.
-        (The plain call's short way is ``__call__``'s.)"""
+        (The short ways of the plain and the pre-norm call are ``__call__``'s.)"""
         shape = self.normalized_shape
         k = len(shape)
         if not isinstance(x, Tensor):

@@ -428,6 +428,69 @@ def test_module_residual_form_is_add_then_norm(fake_kernel, dim):
         ours(x, res[:1])
 
 
+@pytest.mark.parametrize("x_dtype,res_dtype", [(BF16, torch.float32), (torch.float32,) * 2,
+                                               (BF16, BF16)])  # fmt: skip
+def test_the_prenorm_training_call_goes_through_its_plans(fake_kernel, counted_checks, x_dtype,
+                                                          res_dtype):  # fmt: skip
+    """``norm(x, residual)`` under autograd (and without), once its plans exist, is
+    ``_PrenormRMSNorm``: out and residual_out are add-then-nn.RMSNorm's, and every gradient
+    asked for (x's, the residual's, the weight's, any alone) is theirs, for gradients of any
+    layout (the expanded one of a sum, one at a misaligned address: the checked way), with
+    residual_out's gradient or without it (zeros), ragged rows and one row."""
+    torch.manual_seed(5)
+    ours, theirs = R.QuackRMSNorm(40), torch.nn.RMSNorm(40, eps=1e-6)
+    with torch.no_grad():
+        theirs.weight.normal_()
+    ours.load_state_dict(theirs.state_dict())
+    tol = {"rtol": 2e-2, "atol": 2e-2} if BF16 in (x_dtype, res_dtype) else {}
+
+    def run(norm, x, r, dy, dh, grads):
+        x, r = x.detach().requires_grad_(grads[0]), r.detach().requires_grad_(grads[1])
+        norm.weight.requires_grad_(grads[2])
+        norm.weight.grad = None
+        if norm is ours:
+            out, res = ours(x, r)
+        else:
+            res = x + r
+            out = theirs(res)
+        loss = (out.float() * dy).sum() if dy is not None else out.float().sum()
+        if dh is not None:
+            loss = loss + (res.float() * dh).sum()
+        loss.backward()
+        return type(out.grad_fn).__name__, out, res, x.grad, r.grad, norm.weight.grad
+
+    for shape in [(5, 9, 40), (1, 40), (37, 40)]:
+        x, r = torch.randn(shape, dtype=x_dtype), torch.randn(shape, dtype=res_dtype)
+        late = torch.randn(x.numel() + 1)[1:].view(shape)  # 4 bytes off 16
+        for dy, dh in [(torch.randn(shape), torch.randn(shape)), (None, None), (late, late),
+                       (torch.randn(shape), None)]:  # fmt: skip
+            for grads in [(True, True, True), (True, False, False), (False, True, False),
+                          (False, False, True)]:  # fmt: skip
+                for _ in range(2):  # the first call makes the plans, the second uses them
+                    got = run(ours, x, r, dy, dh, grads)
+                assert got[0] == "_PrenormRMSNormBackward"
+                want = run(theirs, x, r, dy, dh, grads)
+                for g, w in zip(got[1:], want[1:], strict=True):
+                    assert (g is None) == (w is None)
+                    if g is not None:
+                        assert g.dtype == w.dtype and g.shape == w.shape
+                        torch.testing.assert_close(g, w, **tol)
+        with torch.no_grad():  # inference: the plan without rstd
+            for _ in range(2):
+                out, res = ours(x, r)
+            torch.testing.assert_close(res, x + r)
+            torch.testing.assert_close(out, theirs(x + r), **tol)
+    counted_checks.update(fwd=0, bwd=0)
+    x = torch.randn(5, 9, 40, dtype=x_dtype, requires_grad=True)
+    out, res = ours(x, torch.randn(5, 9, 40, dtype=res_dtype, requires_grad=True))
+    (out.sum() + res.sum()).backward()
+    assert counted_checks == {"fwd": 0, "bwd": 0}
+    plans = [p for p in F._FWD_PLANS.values() if p.store_rstd and p.res_out_dtype is not None]
+    assert plans and all(p.bwd is not None for p in plans)
+    with pytest.raises(ValueError, match="residual must be a tensor of x's shape"):
+        ours(x, res[:1])  # (not the short way)
+
+
 # --------------------------------------------------------------------------------------------
 # The compile policy: which path a norm takes in the compiled graph
 # --------------------------------------------------------------------------------------------

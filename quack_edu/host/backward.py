@@ -229,24 +229,25 @@ class _BwdPlan:
         fn(partial, out)
         return out
 
-    def run_rows(self, x, weight, dout, rstd):
-        """(dx, dw) of the plain backward (``plain_backward``): x and dout contiguous rows
-        (M, N), M > 0, rstd (M,); dw None without a weight. One partial row (M up to a CTA's
-        rows) in an fp32 weight's dtype is dw itself, neither summed nor cast: the kernel
-        writes dw, and the PartialSum launch and its allocation are skipped (``partials``,
-        inlined on this, the training call's path)."""
+    def run_rows(self, x, weight, dout, rstd, dres_out=None):
+        """(dx, dw) of the plain backward (``plain_backward``) or the pre-norm one
+        (``prenorm_backward``: ``dres_out``, of x's dtype, added to dx): x, dout and dres_out
+        contiguous rows (M, N), M > 0, rstd (M,); dw None without a weight. One partial row
+        (M up to a CTA's rows) in an fp32 weight's dtype is dw itself, neither summed nor cast:
+        the kernel writes dw, and the PartialSum launch and its allocation are skipped
+        (``partials``, inlined on this, the training call's path)."""
         N = self.N
         P = min(-(-x.shape[0] // self.rows), self.most)
         dx = torch.empty_like(x)
         if not self.dw:
-            self.fn(x, weight, dout, None, rstd, dx, None, None, None, P)
+            self.fn(x, weight, dout, dres_out, rstd, dx, None, None, None, P)
             return dx, None
         if P == 1 and self.pdtype is torch.float32:
             dw = x.new_empty(N, dtype=torch.float32)
-            self.fn(x, weight, dout, None, rstd, dx, None, dw.view(1, N), None, 1)
+            self.fn(x, weight, dout, dres_out, rstd, dx, None, dw.view(1, N), None, 1)
             return dx, dw
         dw_p = x.new_empty((P, N), dtype=torch.float32)
-        self.fn(x, weight, dout, None, rstd, dx, None, dw_p, None, P)
+        self.fn(x, weight, dout, dres_out, rstd, dx, None, dw_p, None, P)
         return dx, self.sum_of(dw_p)
 
     def run_viewed(self, rows, weight, dout, rstd):
@@ -334,6 +335,32 @@ def plain_backward(fwd, x, weight, dout, rstd):
         bits |= weight.data_ptr()
     if bwd is None and not bits & 15 and x.shape[0]:  # a plan for aligned rows only
         fwd.bwd = _BWD_PLANS.get(bwd_key(x, weight, dout, rstd, None, False, None, 0.0))
+    return dx.view_as(grad), dw
+
+
+def prenorm_backward(fwd, rows, weight, dout, dres_out, rstd):
+    """(dx, dw) of the pre-norm training call ``norm(x, residual)`` whose forward ran
+    ``fwd.run_prenorm``: ``rows`` residual_out's rows (M, N) and ``rstd`` (M,) as it saved them,
+    ``dout`` and ``dres_out`` the gradients of out and residual_out (residual_out's dtype, as
+    out's: the module asks for both in the dtype of ``x + residual``); dx, of dout's shape, is
+    the gradient of x and of the residual alike. Through the backward plan ``fwd`` keeps, as
+    ``plain_backward``; else through ``rmsnorm_bwd``, whose first call makes that plan."""
+    grad = dout
+    if not dout.is_contiguous():
+        dout = dout.contiguous()
+    if not dres_out.is_contiguous():
+        dres_out = dres_out.contiguous()
+    bwd, N = fwd.bwd, fwd.N
+    if bwd is not None and not (dout.data_ptr() | dres_out.data_ptr()) & 15 and rows.shape[0]:
+        dx, dw = bwd.run_rows(rows, weight, dout.view(-1, N), rstd, dres_out.view(-1, N))
+        return dx.view_as(grad), dw
+    dout, dres_out = dout.view(-1, N), dres_out.view(-1, N)
+    dx, dw, _, _ = rmsnorm_bwd(rows, weight, dout, rstd, dres_out, False, True)
+    bits = rows.data_ptr() | dout.data_ptr() | rstd.data_ptr() | dres_out.data_ptr()
+    if weight is not None:
+        bits |= weight.data_ptr()
+    if bwd is None and not bits & 15 and rows.shape[0] and dres_out.dtype == rows.dtype:
+        fwd.bwd = _BWD_PLANS.get(bwd_key(rows, weight, dout, rstd, dres_out, False, None, 0.0))
     return dx.view_as(grad), dw
 
 

@@ -267,6 +267,20 @@ class _FwdPlan:
             self.fn(rows, weight, None, None, out, None, rstd, eps)
         return out.view_as(x), rows, rstd
 
+    def run_prenorm(self, x, residual, weight, eps):
+        """The pre-norm call ``norm(x, residual)`` through a plan of rows ``(M, N)`` with a
+        residual (x and residual contiguous, of one shape; a weight (N,) or none):
+        ``(out, residual_out, residual_out's rows, rstd)``, the last two as
+        ``backward.prenorm_backward`` takes them (rstd None where the plan keeps none)."""
+        N = self.N
+        rows = x.view(-1, N)
+        out = rows.new_empty(rows.shape, dtype=self.out_dtype)
+        res = rows.new_empty(rows.shape, dtype=self.res_out_dtype)
+        rstd = rows.new_empty(rows.shape[0], dtype=torch.float32) if self.store_rstd else None
+        if rows.shape[0]:
+            self.fn(rows, weight, None, residual.view(-1, N), out, res, rstd, eps)
+        return out.view_as(x), res.view_as(x), res, rstd
+
     def run(self, x, weight, bias, residual, eps):
         """[out, residual_out if asked, rstd if asked], as ``_forward``."""
         if self.lay is not None:
