@@ -378,7 +378,7 @@ def test_the_plain_training_call_goes_through_its_plans(fake_kernel, counted_che
                 for x_grad, w_grad in [(True, True), (True, False), (False, True)]:
                     if norm is bare and not x_grad:
                         continue
-                    for _ in range(2):  # the first call makes the plans, the second uses them
+                    for _ in range(3):  # plans made, the backward's found by the forward's, used
                         got = grads(norm, x, dout, x_grad, w_grad)
                     assert got[0] == "_PlainRMSNormBackward"
                     want = grads(ref, x, dout, x_grad, w_grad)
@@ -466,7 +466,7 @@ def test_the_prenorm_training_call_goes_through_its_plans(fake_kernel, counted_c
                        (torch.randn(shape), None)]:  # fmt: skip
             for grads in [(True, True, True), (True, False, False), (False, True, False),
                           (False, False, True)]:  # fmt: skip
-                for _ in range(2):  # the first call makes the plans, the second uses them
+                for _ in range(3):  # plans made, the backward's found by the forward's, used
                     got = run(ours, x, r, dy, dh, grads)
                 assert got[0] == "_PrenormRMSNormBackward"
                 want = run(theirs, x, r, dy, dh, grads)

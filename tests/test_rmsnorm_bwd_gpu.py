@@ -501,3 +501,53 @@ def test_plain_call_fast_path_matches_and_still_checks():
         R.rmsnorm_bwd(x, w, dout[:, :999], rstd)
     with pytest.raises(ValueError, match="rstd"):
         R.rmsnorm_bwd(x, w, dout, rstd[:5])
+
+
+@pytest.mark.parametrize("M", MS)
+@pytest.mark.parametrize(
+    "x_dtype,res_dtype",
+    [(torch.bfloat16, torch.float32), (torch.bfloat16,) * 2, (torch.float32,) * 2],
+)
+def test_the_modules_short_ways_train_as_float64_does(M, x_dtype, res_dtype):
+    """``norm(x, residual)`` (``_PrenormRMSNorm``) and ``norm(q)`` of a fused projection's
+    unbind view (``_PlainRMSNorm`` reading rows in place), from their second call on (the
+    short ways through the plans): every output against float64, every gradient against the
+    float64 reference backward (``rmsnorm_bwd_ref``) from the saved rows and rstd, as the
+    kernels define it (residual_out is rounded to its dtype, rstd is of the unrounded sum)."""
+    torch.manual_seed(M)
+    N, H, D = 1000, 4, 128
+    norm = R.QuackRMSNorm(N, device="cuda")
+    qk = R.QuackRMSNorm(D, device="cuda")
+    with torch.no_grad():
+        norm.weight.normal_(1.0, 0.2)
+        qk.weight.normal_(1.0, 0.2)
+    for _ in range(3):  # plans made, then the backward's found by the forward's, then used
+        _poison_allocator()
+        x = torch.randn(M, 3, N, device="cuda", dtype=x_dtype, requires_grad=True)
+        r = torch.randn(M, 3, N, device="cuda", dtype=res_dtype, requires_grad=True)
+        qkv = torch.randn(M, 3, 3 * H * D, device="cuda", dtype=x_dtype, requires_grad=True)
+        q = qkv.view(M, 3, 3, H, D).unbind(2)[0]
+        for t in (norm.weight, qk.weight):
+            t.grad = None
+        out, res = norm(x, r)
+        y = qk(q)
+        dy, dh, dq = torch.randn_like(out), torch.randn_like(res), torch.randn_like(y)
+        torch.autograd.backward([out, res, y], [dy, dh, dq])
+    assert type(out.grad_fn).__name__ == "_PrenormRMSNormBackward"
+    assert type(y.grad_fn).__name__ == "_PlainRMSNormBackward"
+    f64 = torch.float64
+    h = x.detach().double() + r.detach().double()
+    rstd = rstd_ref(h, compute_dtype=f64)
+    _close(res, h, "residual_out")
+    _close(out, h * rstd[..., None] * norm.weight.detach().double(), "out")
+    dx, dw, _ = bwd_ref(res.detach(), norm.weight.detach(), dy, rstd, dh, compute_dtype=f64)
+    _close(x.grad, dx, "dx", rstd=rstd)
+    _close(r.grad, dx, "dresidual", rstd=rstd)
+    _close(norm.weight.grad, dw, "dw", rows=3 * M)
+    qd = q.detach().double()
+    rstd_q = rstd_ref(qd, compute_dtype=f64)
+    _close(y, qd * rstd_q[..., None] * qk.weight.detach().double(), "q's norm")
+    dq_x, dq_w, _ = bwd_ref(q.detach(), qk.weight.detach(), dq, rstd_q, compute_dtype=f64)
+    _close(qkv.grad.view(M, 3, 3, H, D)[:, :, 0], dq_x, "dq", rstd=rstd_q)
+    assert not qkv.grad.view(M, 3, 3, H, D)[:, :, 1:].any()  # k and v had no gradient
+    _close(qk.weight.grad, dq_w, "dw of q's norm", rows=3 * M * H)

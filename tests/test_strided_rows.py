@@ -155,7 +155,7 @@ def test_the_plain_training_call_reads_strided_rows_through_its_plans(fake_kerne
         norm.weight.normal_()
     for call in (norm, lambda x: R.rmsnorm(x, norm.weight)):
         for layout_of_dy in ("dense", "transposed"):
-            for _ in range(2):  # the first call makes the plans, the second uses them
+            for _ in range(3):  # plans made, the backward's found by the forward's, used
                 x = make(torch.float32).detach().requires_grad_()
                 norm.weight.grad = None
                 y = call(x)
