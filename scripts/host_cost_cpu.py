@@ -2,7 +2,8 @@
 """The host path of an eager training call, measured on a CPU without a GPU (issue 47).
 
     PYTHONPATH=. python scripts/host_cost_cpu.py [--calls 5000] [--rounds 5] [--top 25]
-        [--x-dtype float32|bfloat16] [--strided] [--dout sum|dense|both] [--no-profile]
+        [--x-dtype float32|bfloat16] [--strided] [--residual] [--dout sum|dense|both]
+        [--no-profile]
 
 One eager training call of ``QuackRMSNorm`` as ``scripts/bench_qk_rows.py`` (host_rows) times it
 on the GPU, the step of ``scripts/host_profile.py`` (``make_step``): a tiny x (1, 4, 8, 128)
@@ -161,22 +162,27 @@ def torch_ops(step, calls=20) -> list[tuple[str, float]]:
 def report(a, dout):
     """Time, count and profile the floor, QuackRMSNorm and nn.RMSNorm steps with ``dout``'s
     gradient (host_profile.make_step's steps, on the CPU)."""
-    from host_profile import make_step
+    from host_profile import add_then, make_step
 
     from quack_edu.rmsnorm import QuackRMSNorm
 
-    D, xd = 128, getattr(torch, a.x_dtype)
+    D, xd, res = 128, getattr(torch, a.x_dtype), a.residual
+
+    def floor(x):
+        return x.view_as(x)
 
     def steps_of(ours):
+        theirs = torch.nn.RMSNorm(D, eps=1e-6)
         return {
-            "floor: no norm (y = x.view_as(x))": make_step(
-                lambda x: x.view_as(x), dout, a.strided, "cpu", "cpu", xd
+            ("floor: no norm (x + r, y = view)" if res else "floor: no norm (y = x.view_as(x))"):
+            make_step(add_then(floor) if res else floor, dout, a.strided, "cpu", "cpu", xd, res),
+            "QuackRMSNorm (launches stubbed)": make_step(
+                ours, dout, a.strided, "cpu", "cpu", xd, res
             ),
-            "QuackRMSNorm (launches stubbed)": make_step(ours, dout, a.strided, "cpu", "cpu", xd),
             "nn.RMSNorm (CPU torch: scale only)": make_step(
-                torch.nn.RMSNorm(D, eps=1e-6), dout, a.strided, "cpu", "cpu", xd
+                add_then(theirs) if res else theirs, dout, a.strided, "cpu", "cpu", xd, res
             ),
-        }
+        }  # fmt: skip
 
     ours_name = "QuackRMSNorm (launches stubbed)"
     with stubbed(_counting_launch):  # kernel launches per call, counted
@@ -199,8 +205,11 @@ def report(a, dout):
         calls = {name: count_calls(step) for name, step in steps.items()}
         ops = {name: torch_ops(step) for name, step in steps.items()}
         how = "y.sum().backward()" if dout == "sum" else "y.backward(g), g dense"
+        if res:
+            how = "both outputs given gradients, " + ("ones" if dout == "sum" else "dense")
         print(f"eager training call: x (1, 4, 8, 128) {a.x_dtype}"
-              f"{' (unbind view)' if a.strided else ''}, fp32 weight, bf16 autocast, {how}, "
+              f"{' (unbind view)' if a.strided else ''}"
+              f"{', norm(x, r) with an fp32 r' if res else ''}, fp32 weight, bf16 autocast, {how}, "
               f"torch {torch.__version__}, 1 thread")  # fmt: skip
         floor = rows[floor_name][0]
         for name, (med, per) in rows.items():
@@ -228,6 +237,7 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--x-dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--strided", action="store_true", help="x: the unbind view of a fused qkv")
+    ap.add_argument("--residual", action="store_true", help="the pre-norm call norm(x, r)")
     ap.add_argument("--dout", default="both", choices=("sum", "dense", "both"))
     ap.add_argument("--no-profile", action="store_true")
     a = ap.parse_args(argv)

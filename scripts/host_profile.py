@@ -29,13 +29,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from quack_edu.rmsnorm import QuackRMSNorm  # noqa: E402
 
 
-def make_step(norm, dout: str, strided: bool, device="cuda", autocast="cuda", dtype=None):
+def make_step(norm, dout: str, strided: bool, device="cuda", autocast="cuda", dtype=None,
+              residual: bool = False):  # fmt: skip
     """An eager training step of ``norm`` on a tiny x (1, 4, 8, 128) that requires grad (fp32
     unless ``dtype``):
     forward under bf16 autocast, then ``y.sum().backward()`` (``dout="sum"``) or
     ``y.backward(g)`` with a dense g made once (``"dense"``). ``strided``: x is q of a fused
-    projection, ``qkv.view(1, 4, 3, 8, 128).unbind(2)[0]``. (scripts/host_cost_cpu.py's
-    steps are these, on the CPU.)"""
+    projection, ``qkv.view(1, 4, 3, 8, 128).unbind(2)[0]``. ``residual``: the pre-norm call,
+    ``out, res = norm(x, r)`` with an fp32 residual r that requires grad too, both outputs
+    given a gradient (``sum``: ones). (scripts/host_cost_cpu.py's steps are these, on the
+    CPU.)"""
     H, D = 8, 128
     if strided:
         qkv = torch.randn(1, 4, 3 * H * D, device=device, dtype=dtype, requires_grad=True)
@@ -47,6 +50,21 @@ def make_step(norm, dout: str, strided: bool, device="cuda", autocast="cuda", dt
 
         def get_x():
             return x
+
+    if residual:
+        r = torch.randn(1, 4, H, D, device=device, requires_grad=True)
+        with torch.autocast(autocast, dtype=torch.bfloat16):
+            likes = [t.detach() for t in norm(get_x(), r)]
+        gs = [torch.randn_like(t, memory_format=torch.contiguous_format) for t in likes]
+        if dout == "sum":
+            gs = [torch.ones_like(t) for t in likes]
+
+        def step():
+            with torch.autocast(autocast, dtype=torch.bfloat16):
+                outs = norm(get_x(), r)
+            torch.autograd.backward(outs, gs)
+
+        return step
 
     with torch.autocast(autocast, dtype=torch.bfloat16):
         like = norm(get_x()).detach()
@@ -66,6 +84,17 @@ def make_step(norm, dout: str, strided: bool, device="cuda", autocast="cuda", dt
             y.backward(g)
 
     return step
+
+
+def add_then(norm):
+    """``norm`` as the pre-norm call a model writes without the fused form:
+    ``(norm(x + r), x + r)``."""
+
+    def call(x, r):
+        h = x + r
+        return norm(h), h
+
+    return call
 
 
 def kernels_per_step(step, steps=20) -> list[tuple[str, float]]:
@@ -89,13 +118,16 @@ def main(argv=None) -> int:
     ap.add_argument("--norm", default="quack_edu", choices=("quack_edu", "torch"))
     ap.add_argument("--dout", default="sum", choices=("sum", "dense"))
     ap.add_argument("--strided", action="store_true", help="x: the unbind view of a fused qkv")
+    ap.add_argument("--residual", action="store_true", help="the pre-norm call norm(x, r)")
     ap.add_argument("--x-dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--calls", type=int, default=3000)
     ap.add_argument("--top", type=int, default=30)
     a = ap.parse_args(argv)
     D = 128
     norm = QuackRMSNorm(D) if a.norm == "quack_edu" else torch.nn.RMSNorm(D, eps=1e-6)
-    step = make_step(norm.cuda(), a.dout, a.strided, dtype=getattr(torch, a.x_dtype))
+    norm = norm.cuda()
+    call = add_then(norm) if a.residual and a.norm == "torch" else norm
+    step = make_step(call, a.dout, a.strided, dtype=getattr(torch, a.x_dtype), residual=a.residual)
     for _ in range(100):  # warm: plans made, kernels loaded
         step()
     torch.cuda.synchronize()
@@ -106,7 +138,7 @@ def main(argv=None) -> int:
     torch.cuda.synchronize()
     prof.disable()
     print(f"== {type(norm).__name__}, x {a.x_dtype}, dout {a.dout}"
-          f"{', unbind view' if a.strided else ''}, "
+          f"{', unbind view' if a.strided else ''}{', norm(x, r)' if a.residual else ''}, "
           f"{a.calls} steps, {torch.cuda.get_device_name()}")  # fmt: skip
     s = io.StringIO()
     pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(a.top)
