@@ -27,74 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from quack_edu.rmsnorm import QuackRMSNorm  # noqa: E402
-
-
-def make_step(norm, dout: str, strided: bool, device="cuda", autocast="cuda", dtype=None,
-              residual: bool = False):  # fmt: skip
-    """An eager training step of ``norm`` on a tiny x (1, 4, 8, 128) that requires grad (fp32
-    unless ``dtype``):
-    forward under bf16 autocast, then ``y.sum().backward()`` (``dout="sum"``) or
-    ``y.backward(g)`` with a dense g made once (``"dense"``). ``strided``: x is q of a fused
-    projection, ``qkv.view(1, 4, 3, 8, 128).unbind(2)[0]``. ``residual``: the pre-norm call,
-    ``out, res = norm(x, r)`` with an fp32 residual r that requires grad too, both outputs
-    given a gradient (``sum``: ones). (scripts/host_cost_cpu.py's steps are these, on the
-    CPU.)"""
-    H, D = 8, 128
-    if strided:
-        qkv = torch.randn(1, 4, 3 * H * D, device=device, dtype=dtype, requires_grad=True)
-
-        def get_x():
-            return qkv.view(1, 4, 3, H, D).unbind(2)[0]
-    else:
-        x = torch.randn(1, 4, H, D, device=device, dtype=dtype, requires_grad=True)
-
-        def get_x():
-            return x
-
-    if residual:
-        r = torch.randn(1, 4, H, D, device=device, requires_grad=True)
-        with torch.autocast(autocast, dtype=torch.bfloat16):
-            likes = [t.detach() for t in norm(get_x(), r)]
-        gs = [torch.randn_like(t, memory_format=torch.contiguous_format) for t in likes]
-        if dout == "sum":
-            gs = [torch.ones_like(t) for t in likes]
-
-        def step():
-            with torch.autocast(autocast, dtype=torch.bfloat16):
-                outs = norm(get_x(), r)
-            torch.autograd.backward(outs, gs)
-
-        return step
-
-    with torch.autocast(autocast, dtype=torch.bfloat16):
-        like = norm(get_x()).detach()
-    g = torch.randn_like(like, memory_format=torch.contiguous_format)
-
-    if dout == "sum":
-
-        def step():
-            with torch.autocast(autocast, dtype=torch.bfloat16):
-                y = norm(get_x())
-            y.sum().backward()
-    else:
-
-        def step():
-            with torch.autocast(autocast, dtype=torch.bfloat16):
-                y = norm(get_x())
-            y.backward(g)
-
-    return step
-
-
-def add_then(norm):
-    """``norm`` as the pre-norm call a model writes without the fused form:
-    ``(norm(x + r), x + r)``."""
-
-    def call(x, r):
-        h = x + r
-        return norm(h), h
-
-    return call
+from quack_edu.tools.host_cost import add_then, make_step  # noqa: E402,F401  (the scripts' steps)
 
 
 def kernels_per_step(step, steps=20) -> list[tuple[str, float]]:

@@ -14,6 +14,7 @@ import types
 
 import pytest
 import torch
+from test_rmsnorm_api import fake_kernel  # noqa: F401  (the fixture)
 
 from quack_edu.tools import bench, kernels, timing
 from quack_edu.tools.bench import (
@@ -917,3 +918,21 @@ def test_backward_host_cost_and_first_call_are_measured():
     assert rows[0]["compile_s"] > rows[0]["second_call_s"] > 0
     # two new processes, each timing its first call (a compile: far above a launch)
     assert len(rows[0]["fresh_s"]) == 2 and min(rows[0]["fresh_s"]) > 20 * rows[0]["second_call_s"]
+
+
+def test_overhead_times_training_calls_against_nn_rmsnorm(fake_kernel):  # noqa: F811
+    # issue 47: `quack-edu bench --overhead` records the host cost per eager training call of
+    # QuackRMSNorm against nn.RMSNorm, in three cases; here on the CPU with the reference
+    # kernels (the numbers mean nothing, the rows' shape and the table's lines do)
+    from quack_edu.tools import host_cost, records
+
+    logged = []
+    rows = host_cost.training_call_rows(rounds=2, calls=3, device="cpu", log=logged.append)
+    assert [r["case"] for r in rows] == [c for c, _, _ in host_cost.TRAINING_CASES]
+    for r in rows:
+        assert r["QuackRMSNorm"] > 0 and r["nn.RMSNorm"] > 0
+        assert r["ratio"] == pytest.approx(r["QuackRMSNorm"] / r["nn.RMSNorm"])
+        assert len(r["us_rounds"]["QuackRMSNorm"]) == 2
+    assert len(logged) == 3
+    table = records.host_table({"training_calls": rows}).splitlines()
+    assert len(table) == 3 and all(ln.startswith("training call") for ln in table)

@@ -208,9 +208,11 @@ def _resolve(stages, o: RunOptions, result: dict, log) -> dict:
 
 
 def _host_costs(o: RunOptions, result: dict, log) -> None:
-    """``--overhead``: the first calls (at ``compile_ns``) and the host cost per tiny call of
-    ``ours`` and ``HOST_TIMED``, into the record. Before the sweep: the first call at
-    ``compile_ns`` is then the library's first call."""
+    """``--overhead``: the first calls (at ``compile_ns``), the host cost per tiny call of
+    ``ours`` and ``HOST_TIMED``, and (the forward pass's run) per eager training call of
+    ``QuackRMSNorm`` against ``nn.RMSNorm`` (``host_cost.training_call_rows``), into the
+    record. Before the sweep: the first call at ``compile_ns`` is then the library's first
+    call."""
     weight_dtypes = o.timed_weight_dtypes
     host, _ = resolve_kernels(list(dict.fromkeys([o.ours, *HOST_TIMED])), pass_=o.pass_)
     t = time.perf_counter()
@@ -219,6 +221,10 @@ def _host_costs(o: RunOptions, result: dict, log) -> None:
         first, o.compile_ns, o.dtype, weight_dtypes[0], log=log, pass_=o.pass_
     )
     result["overhead"] = measure_overhead(host, weight_dtypes, o.dtype, log=log, pass_=o.pass_)
+    if o.pass_ == "fwd":  # a training call is forward and backward: once a run
+        from .host_cost import training_call_rows
+
+        result["training_calls"] = training_call_rows(log=log)
     log(f"host costs measured in {time.perf_counter() - t:.0f} s")
 
 
@@ -483,9 +489,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--overhead",
         action="store_true",
-        help="also the host cost per tiny call (M=1,8 N=1024, 2000 calls) and the first-call "
+        help="also the host cost per tiny call (M=1,8 N=1024, 2000 calls), the first-call "
         "(compile) time of the library at --compile-n (of the pass timed: --pass bwd, the "
-        "backward's)",
+        "backward's) and, with the forward, the host cost per eager training call of "
+        "QuackRMSNorm against nn.RMSNorm (contiguous, an unbind view, the pre-norm call)",
     )
     p.add_argument("--compile-n", default="3000,5000", help="row lengths of the first-call timing")
     p.add_argument("--ours", default="lib", help="the kernel the verdict judges")

@@ -216,6 +216,123 @@ def kernel_call_rows(M: int, N: int, rounds: int, calls: int, log=print) -> list
     return rows
 
 
+def make_step(norm, dout: str, strided: bool, device="cuda", autocast="cuda", dtype=None,
+              residual: bool = False):  # fmt: skip
+    """An eager training step of ``norm`` on a tiny x (1, 4, 8, 128) that requires grad (fp32
+    unless ``dtype``):
+    forward under bf16 autocast, then ``y.sum().backward()`` (``dout="sum"``) or
+    ``y.backward(g)`` with a dense g made once (``"dense"``). ``strided``: x is q of a fused
+    projection, ``qkv.view(1, 4, 3, 8, 128).unbind(2)[0]``. ``residual``: the pre-norm call,
+    ``out, res = norm(x, r)`` with an fp32 residual r that requires grad too, both outputs
+    given a gradient (``sum``: ones). (scripts/host_cost_cpu.py's steps are these, on the
+    CPU, and ``training_call_rows``'s.)"""
+    H, D = 8, 128
+    if strided:
+        qkv = torch.randn(1, 4, 3 * H * D, device=device, dtype=dtype, requires_grad=True)
+
+        def get_x():
+            return qkv.view(1, 4, 3, H, D).unbind(2)[0]
+    else:
+        x = torch.randn(1, 4, H, D, device=device, dtype=dtype, requires_grad=True)
+
+        def get_x():
+            return x
+
+    if residual:
+        r = torch.randn(1, 4, H, D, device=device, requires_grad=True)
+        with torch.autocast(autocast, dtype=torch.bfloat16):
+            likes = [t.detach() for t in norm(get_x(), r)]
+        gs = [torch.randn_like(t, memory_format=torch.contiguous_format) for t in likes]
+        if dout == "sum":
+            gs = [torch.ones_like(t) for t in likes]
+
+        def step():
+            with torch.autocast(autocast, dtype=torch.bfloat16):
+                outs = norm(get_x(), r)
+            torch.autograd.backward(outs, gs)
+
+        return step
+
+    with torch.autocast(autocast, dtype=torch.bfloat16):
+        like = norm(get_x()).detach()
+    g = torch.randn_like(like, memory_format=torch.contiguous_format)
+
+    if dout == "sum":
+
+        def step():
+            with torch.autocast(autocast, dtype=torch.bfloat16):
+                y = norm(get_x())
+            y.sum().backward()
+    else:
+
+        def step():
+            with torch.autocast(autocast, dtype=torch.bfloat16):
+                y = norm(get_x())
+            y.backward(g)
+
+    return step
+
+
+def add_then(norm):
+    """``norm`` as the pre-norm call a model writes without the fused form:
+    ``(norm(x + r), x + r)``."""
+
+    def call(x, r):
+        h = x + r
+        return norm(h), h
+
+    return call
+
+
+#: the training calls ``training_call_rows`` times: (name, x strided, the pre-norm call)
+TRAINING_CASES = (
+    ("contiguous", False, False),
+    ("unbind view", True, False),
+    ("pre-norm norm(x, r)", False, True),
+)
+
+
+def training_call_rows(rounds: int = 5, calls: int = 1000, device="cuda", log=print) -> list:
+    """us per eager training call, ``QuackRMSNorm`` against ``nn.RMSNorm`` (the pre-norm case:
+    ``x + r`` then nn.RMSNorm), taking turns round by round, the median round: a tiny x
+    (1, 4, 8, 128), fp32, under bf16 autocast, an fp32 weight, dense gradients
+    (``make_step``), so the GPU waits on the host and the time is the host's (issue 47)."""
+    from ..rmsnorm import QuackRMSNorm
+
+    D = 128
+    ours = QuackRMSNorm(D).to(device)
+    theirs = torch.nn.RMSNorm(D, eps=EPS).to(device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    rows = []
+    for case, strided, res in TRAINING_CASES:
+        steps = {
+            "QuackRMSNorm": make_step(ours, "dense", strided, device, device, residual=res),
+            "nn.RMSNorm": make_step(
+                add_then(theirs) if res else theirs, "dense", strided, device, device,
+                residual=res,
+            ),
+        }  # fmt: skip
+        per = {name: [] for name in steps}
+        for _ in range(rounds):
+            for name, step in steps.items():
+                for _ in range(20):
+                    step()
+                sync()
+                t = time.perf_counter()
+                for _ in range(calls):
+                    step()
+                sync()
+                per[name].append((time.perf_counter() - t) / calls * 1e6)
+        row = {"case": case, **{k: statistics.median(v) for k, v in per.items()}}
+        row["ratio"] = row["QuackRMSNorm"] / row["nn.RMSNorm"]
+        row.update(x="(1, 4, 8, 128) fp32, bf16 autocast, fp32 weight", calls=calls,
+                   us_rounds=per)  # fmt: skip
+        log(f"training call, {case}: QuackRMSNorm {row['QuackRMSNorm']:.1f} us, nn.RMSNorm "
+            f"{row['nn.RMSNorm']:.1f} us ({row['ratio']:.2f}x)")  # fmt: skip
+        rows.append(row)
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m quack_edu.tools.host_cost", description=__doc__)
     ap.add_argument("--M", default="1,8,128", help="rows (default 1,8,128)")

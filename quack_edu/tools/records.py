@@ -94,7 +94,8 @@ def first_call_words(r: dict) -> str:
 
 
 def host_table(result: dict) -> str:
-    """The host costs of a run (``--overhead``): µs per tiny call, first-call seconds."""
+    """The host costs of a run (``--overhead``): µs per tiny call, first-call seconds, µs per
+    eager training call against nn.RMSNorm."""
     out = []
     for r in result.get("compile", []):
         what = first_call_words(r)
@@ -108,5 +109,11 @@ def host_table(result: dict) -> str:
                 if r.get("us_rounds")
                 else f" ({r['calls']} calls, one sync)"
             )
+        )
+    for r in result.get("training_calls", []):
+        n = len(r["us_rounds"]["nn.RMSNorm"])
+        out.append(
+            f"training call {r['case']:<20} QuackRMSNorm {r['QuackRMSNorm']:.1f} us, nn.RMSNorm "
+            f"{r['nn.RMSNorm']:.1f} us: {r['ratio']:.2f}x (median of {n} rounds)"
         )
     return "\n".join(out)
