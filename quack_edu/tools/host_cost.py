@@ -68,7 +68,7 @@ def _chain(norm):
 
 def _per_call_us(fn, calls: int) -> float:
     """``bench.per_call_us`` of a callable without arguments, after a short warm-up."""
-    from .bench import per_call_us
+    from .timing import per_call_us
 
     return per_call_us(fn, (), calls, warmup=5)
 
