@@ -57,7 +57,7 @@ from torch import Tensor
 
 from .config import MAX_N
 from .dtypes import SUPPORTED as SUPPORTED_DTYPES
-from .host.backward import plain_backward, prenorm_backward, rmsnorm_bwd, rmsnorm_bwd_tuned
+from .host.backward import plain_backward, rmsnorm_bwd, rmsnorm_bwd_tuned
 from .host.forward import _FWD_PLANS, fwd_key, rmsnorm_fwd, rmsnorm_fwd_tuned
 from .host.ops import PLAIN_TYPES
 from .host.policy import CompilePolicy, compile_policy, inductor_rmsnorm, set_compile_policy
@@ -193,7 +193,7 @@ class _PrenormRMSNorm(torch.autograd.Function):
     one shape, nothing else asked for), through its launch plan, as ``_PlainRMSNorm``:
     ``apply(x, residual, weight, plan, eps)`` -> ``(out, residual_out)``. The forward saves
     residual_out's rows and rstd as the backward takes them; the gradient of x and of the
-    residual is one tensor, ``dx`` (``host.backward.prenorm_backward``), as
+    residual is one tensor, ``dx`` (``host.backward.plain_backward``), as
     ``RMSNormFunction``'s is."""
 
     @staticmethod
@@ -206,7 +206,7 @@ class _PrenormRMSNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dres_out):
         rows, weight, rstd = ctx.saved_tensors
-        dx, dw = prenorm_backward(ctx.plan, rows, weight, dout, dres_out, rstd)
+        dx, dw = plain_backward(ctx.plan, rows, weight, dout, rstd, dres_out)
         need = ctx.needs_input_grad
         return dx if need[0] else None, dx if need[1] else None, dw if need[2] else None, None, None
 

@@ -230,8 +230,8 @@ class _BwdPlan:
         return out
 
     def run_rows(self, x, weight, dout, rstd, dres_out=None):
-        """(dx, dw) of the plain backward (``plain_backward``) or the pre-norm one
-        (``prenorm_backward``: ``dres_out``, of x's dtype, added to dx): x, dout and dres_out
+        """(dx, dw) of the plain backward or the pre-norm one (``plain_backward``;
+        ``dres_out``, of x's dtype, added to dx): x, dout and dres_out
         contiguous rows (M, N), M > 0, rstd (M,); dw None without a weight. One partial row
         (M up to a CTA's rows) in an fp32 weight's dtype is dw itself, neither summed nor cast:
         the kernel writes dw, and the PartialSum launch and its allocation are skipped
@@ -311,56 +311,44 @@ class _BwdPlan:
         return outs
 
 
-def plain_backward(fwd, x, weight, dout, rstd):
+def plain_backward(fwd, x, weight, dout, rstd, dres_out=None):
     """(dx, dw) of the plain training call whose forward ran ``fwd.run_saving`` (x's rows and
-    rstd as it saved them; dout the gradient of out, in x's dtype: autograd casts it); dx of
-    dout's shape, dw None without a weight. Through the backward plan ``fwd`` keeps
-    (``fwd.bwd``), which its first backward finds; else, and for empty or misaligned rows,
-    through ``rmsnorm_bwd``. Only dout's address is checked per call: ``fwd.bwd`` is found only
-    where x, the weight and rstd were 16-byte aligned, x's and the weight's alignment is in
-    ``fwd``'s key, and rstd is a new tensor of the forward's."""
+    rstd as it saved them; dout the gradient of out, in x's dtype: autograd casts it), or of
+    the pre-norm call whose forward ran ``fwd.run_prenorm`` (x: residual_out's rows;
+    ``dres_out``, the gradient of residual_out, added to dx, which is then the gradient of x
+    and of the residual alike); dx of dout's shape, dw None without a weight. Through the
+    backward plan ``fwd`` keeps (``fwd.bwd``), which its first backward finds; else, and for
+    empty or misaligned rows, through ``rmsnorm_bwd``. Only the gradients' addresses are
+    checked per call: ``fwd.bwd`` is found only where x, the weight and rstd were 16-byte
+    aligned, x's and the weight's alignment is in ``fwd``'s key, and rstd is a new tensor of
+    the forward's."""
     if fwd.lay is not None:
         return _plain_backward_strided(fwd, x, weight, dout, rstd)
-    grad = dout
+    grad, N = dout, fwd.N
     if not dout.is_contiguous():
         dout = dout.contiguous()  # (the expanded gradient of a sum, say)
+    bits = dout.data_ptr()
+    dout = dout.view(-1, N)
+    if dres_out is not None:
+        if not dres_out.is_contiguous():
+            dres_out = dres_out.contiguous()
+        bits |= dres_out.data_ptr()
+        dres_out = dres_out.view(-1, N)
     bwd = fwd.bwd
-    if bwd is not None and not dout.data_ptr() & 15 and x.shape[0]:
-        dx, dw = bwd.run_rows(x, weight, dout.view(-1, fwd.N), rstd)
+    if bwd is not None and not bits & 15 and x.shape[0]:
+        dx, dw = bwd.run_rows(x, weight, dout, rstd, dres_out)
         return dx.view_as(grad), dw
-    dout = dout.view(-1, fwd.N)
-    dx, dw, _, _ = rmsnorm_bwd(x, weight, dout, rstd)
-    bits = x.data_ptr() | dout.data_ptr() | rstd.data_ptr()
+    dx, dw, _, _ = rmsnorm_bwd(x, weight, dout, rstd, dres_out)
+    bits |= x.data_ptr() | rstd.data_ptr()
     if weight is not None:
         bits |= weight.data_ptr()
-    if bwd is None and not bits & 15 and x.shape[0]:  # a plan for aligned rows only
-        fwd.bwd = _BWD_PLANS.get(bwd_key(x, weight, dout, rstd, None, False, None, 0.0))
-    return dx.view_as(grad), dw
-
-
-def prenorm_backward(fwd, rows, weight, dout, dres_out, rstd):
-    """(dx, dw) of the pre-norm training call ``norm(x, residual)`` whose forward ran
-    ``fwd.run_prenorm``: ``rows`` residual_out's rows (M, N) and ``rstd`` (M,) as it saved them,
-    ``dout`` and ``dres_out`` the gradients of out and residual_out (residual_out's dtype, as
-    out's: the module asks for both in the dtype of ``x + residual``); dx, of dout's shape, is
-    the gradient of x and of the residual alike. Through the backward plan ``fwd`` keeps, as
-    ``plain_backward``; else through ``rmsnorm_bwd``, whose first call makes that plan."""
-    grad = dout
-    if not dout.is_contiguous():
-        dout = dout.contiguous()
-    if not dres_out.is_contiguous():
-        dres_out = dres_out.contiguous()
-    bwd, N = fwd.bwd, fwd.N
-    if bwd is not None and not (dout.data_ptr() | dres_out.data_ptr()) & 15 and rows.shape[0]:
-        dx, dw = bwd.run_rows(rows, weight, dout.view(-1, N), rstd, dres_out.view(-1, N))
-        return dx.view_as(grad), dw
-    dout, dres_out = dout.view(-1, N), dres_out.view(-1, N)
-    dx, dw, _, _ = rmsnorm_bwd(rows, weight, dout, rstd, dres_out, False, True)
-    bits = rows.data_ptr() | dout.data_ptr() | rstd.data_ptr() | dres_out.data_ptr()
-    if weight is not None:
-        bits |= weight.data_ptr()
-    if bwd is None and not bits & 15 and rows.shape[0] and dres_out.dtype == rows.dtype:
-        fwd.bwd = _BWD_PLANS.get(bwd_key(rows, weight, dout, rstd, dres_out, False, None, 0.0))
+    if (
+        bwd is None
+        and not bits & 15
+        and x.shape[0]
+        and (dres_out is None or dres_out.dtype == x.dtype)
+    ):  # a plan for aligned rows only, whose dresidual is dx itself
+        fwd.bwd = _BWD_PLANS.get(bwd_key(x, weight, dout, rstd, dres_out, False, None, 0.0))
     return dx.view_as(grad), dw
 
 

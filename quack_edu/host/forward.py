@@ -271,7 +271,7 @@ class _FwdPlan:
         """The pre-norm call ``norm(x, residual)`` through a plan of rows ``(M, N)`` with a
         residual (x and residual contiguous, of one shape; a weight (N,) or none):
         ``(out, residual_out, residual_out's rows, rstd)``, the last two as
-        ``backward.prenorm_backward`` takes them (rstd None where the plan keeps none)."""
+        ``backward.plain_backward`` takes them (rstd None where the plan keeps none)."""
         N = self.N
         rows = x.view(-1, N)
         out = rows.new_empty(rows.shape, dtype=self.out_dtype)
