@@ -26,7 +26,6 @@ import datetime
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -35,11 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from quack_edu import rmsnorm as qrms  # noqa: E402
-from quack_edu.rmsnorm import QuackRMSNorm, rmsnorm_fwd  # noqa: E402
+from quack_edu.rmsnorm import rmsnorm_fwd  # noqa: E402
+from quack_edu.tools.host_cost import training_call_rows  # noqa: E402
 from quack_edu.tools.timing import time_graph  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "scripts"))
-from host_profile import add_then, make_step  # noqa: E402
 
 
 def views(qkv, H, D):
@@ -117,43 +114,15 @@ def gpu_rows(B, S, H, D, dtype):
 
 
 def host_rows(rounds=5, calls=2000):
-    """us per eager training call (host_profile.make_step's steps), QuackRMSNorm against
-    nn.RMSNorm, on contiguous rows and the unbind view, with the gradient of ``y.sum()``
-    (expanded from a scalar) and with a dense upstream gradient (``y.backward(g)``); and the
-    pre-norm call ``norm(x, r)`` against ``x + r`` then nn.RMSNorm, dense gradients."""
-    D = 128
-    ours, theirs = QuackRMSNorm(D).cuda(), torch.nn.RMSNorm(D, eps=1e-6).cuda()
+    """us per eager training call (``host_cost.training_call_rows``), QuackRMSNorm against
+    nn.RMSNorm, on contiguous rows, the unbind view and the pre-norm call ``norm(x, r)``
+    (against ``x + r`` then nn.RMSNorm), with the gradient of ``y.sum()`` (expanded from a
+    scalar; ones for both outputs of the pre-norm call) and with a dense upstream gradient."""
+    how = {"sum": "y.sum().backward()", "dense": "y.backward(g)"}
     out = {}
-    cases = [
-        (rows, dout, how)
-        for rows in ("contiguous", "unbind view")
-        for dout, how in (("sum", "y.sum().backward()"), ("dense", "y.backward(g)"))
-    ]
-    cases.append(("pre-norm norm(x, r)", "dense", "both outputs' gradients dense"))
-    for rows, dout, how in cases:
-        res = rows.startswith("pre-norm")
-        steps = {
-            "QuackRMSNorm": make_step(ours, dout, rows == "unbind view", residual=res),
-            "nn.RMSNorm": make_step(
-                add_then(theirs) if res else theirs, dout, rows == "unbind view",
-                residual=res,
-            ),
-        }  # fmt: skip
-        per = {name: [] for name in steps}
-        for _ in range(rounds):
-            for name, step in steps.items():
-                for _ in range(50):
-                    step()
-                torch.cuda.synchronize()
-                t = time.perf_counter()
-                for _ in range(calls):
-                    step()
-                torch.cuda.synchronize()
-                per[name].append((time.perf_counter() - t) / calls * 1e6)
-        row = {k: statistics.median(v) for k, v in per.items()}
-        row["ratio"] = row["QuackRMSNorm"] / row["nn.RMSNorm"]
-        out.setdefault(rows, {})[how] = row
-        print(rows, how, json.dumps(row), flush=True)
+    for row in training_call_rows(rounds, calls, douts=("sum", "dense")):
+        keep = {k: row[k] for k in ("QuackRMSNorm", "nn.RMSNorm", "ratio")}
+        out.setdefault(row["case"], {})[how[row["dout"]]] = keep
     return out
 
 

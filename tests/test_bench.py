@@ -929,6 +929,7 @@ def test_overhead_times_training_calls_against_nn_rmsnorm(fake_kernel):  # noqa:
     logged = []
     rows = host_cost.training_call_rows(rounds=2, calls=3, device="cpu", log=logged.append)
     assert [r["case"] for r in rows] == [c for c, _, _ in host_cost.TRAINING_CASES]
+    assert {r["dout"] for r in rows} == {"dense"}
     for r in rows:
         assert r["QuackRMSNorm"] > 0 and r["nn.RMSNorm"] > 0
         assert r["ratio"] == pytest.approx(r["QuackRMSNorm"] / r["nn.RMSNorm"])
@@ -936,3 +937,8 @@ def test_overhead_times_training_calls_against_nn_rmsnorm(fake_kernel):  # noqa:
     assert len(logged) == 3
     table = records.host_table({"training_calls": rows}).splitlines()
     assert len(table) == 3 and all(ln.startswith("training call") for ln in table)
+    both = host_cost.training_call_rows(rounds=1, calls=2, device="cpu", log=logged.append,
+                                        douts=("sum", "dense"))  # fmt: skip
+    assert [(r["case"], r["dout"]) for r in both] == [
+        (c, d) for c, _, _ in host_cost.TRAINING_CASES for d in ("sum", "dense")
+    ]

@@ -292,11 +292,14 @@ TRAINING_CASES = (
 )
 
 
-def training_call_rows(rounds: int = 5, calls: int = 1000, device="cuda", log=print) -> list:
+def training_call_rows(
+    rounds: int = 5, calls: int = 1000, device="cuda", log=print, douts=("dense",)
+) -> list:
     """us per eager training call, ``QuackRMSNorm`` against ``nn.RMSNorm`` (the pre-norm case:
     ``x + r`` then nn.RMSNorm), taking turns round by round, the median round: a tiny x
-    (1, 4, 8, 128), fp32, under bf16 autocast, an fp32 weight, dense gradients
-    (``make_step``), so the GPU waits on the host and the time is the host's (issue 47)."""
+    (1, 4, 8, 128), fp32, under bf16 autocast, an fp32 weight, each upstream gradient of
+    ``douts`` (``make_step``: "dense", or "sum", the expanded gradient of ``y.sum()``), so the
+    GPU waits on the host and the time is the host's (issue 47)."""
     from ..rmsnorm import QuackRMSNorm
 
     D = 128
@@ -305,31 +308,33 @@ def training_call_rows(rounds: int = 5, calls: int = 1000, device="cuda", log=pr
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rows = []
     for case, strided, res in TRAINING_CASES:
-        steps = {
-            "QuackRMSNorm": make_step(ours, "dense", strided, device, device, residual=res),
-            "nn.RMSNorm": make_step(
-                add_then(theirs) if res else theirs, "dense", strided, device, device,
-                residual=res,
-            ),
-        }  # fmt: skip
-        per = {name: [] for name in steps}
-        for _ in range(rounds):
-            for name, step in steps.items():
-                for _ in range(20):
-                    step()
-                sync()
-                t = time.perf_counter()
-                for _ in range(calls):
-                    step()
-                sync()
-                per[name].append((time.perf_counter() - t) / calls * 1e6)
-        row = {"case": case, **{k: statistics.median(v) for k, v in per.items()}}
-        row["ratio"] = row["QuackRMSNorm"] / row["nn.RMSNorm"]
-        row.update(x="(1, 4, 8, 128) fp32, bf16 autocast, fp32 weight", calls=calls,
-                   us_rounds=per)  # fmt: skip
-        log(f"training call, {case}: QuackRMSNorm {row['QuackRMSNorm']:.1f} us, nn.RMSNorm "
-            f"{row['nn.RMSNorm']:.1f} us ({row['ratio']:.2f}x)")  # fmt: skip
-        rows.append(row)
+        for dout in douts:
+            steps = {
+                "QuackRMSNorm": make_step(ours, dout, strided, device, device, residual=res),
+                "nn.RMSNorm": make_step(
+                    add_then(theirs) if res else theirs, dout, strided, device, device,
+                    residual=res,
+                ),
+            }  # fmt: skip
+            per = {name: [] for name in steps}
+            for _ in range(rounds):
+                for name, step in steps.items():
+                    for _ in range(20):
+                        step()
+                    sync()
+                    t = time.perf_counter()
+                    for _ in range(calls):
+                        step()
+                    sync()
+                    per[name].append((time.perf_counter() - t) / calls * 1e6)
+            row = {"case": case, "dout": dout, **{k: statistics.median(v) for k, v in per.items()}}
+            row["ratio"] = row["QuackRMSNorm"] / row["nn.RMSNorm"]
+            row.update(x="(1, 4, 8, 128) fp32, bf16 autocast, fp32 weight", calls=calls,
+                       us_rounds=per)  # fmt: skip
+            log(f"training call, {case}, {dout} gradient: QuackRMSNorm "
+                f"{row['QuackRMSNorm']:.1f} us, nn.RMSNorm {row['nn.RMSNorm']:.1f} us "
+                f"({row['ratio']:.2f}x)")  # fmt: skip
+            rows.append(row)
     return rows
 
 

@@ -113,7 +113,8 @@ def host_table(result: dict) -> str:
     for r in result.get("training_calls", []):
         n = len(r["us_rounds"]["nn.RMSNorm"])
         out.append(
-            f"training call {r['case']:<20} QuackRMSNorm {r['QuackRMSNorm']:.1f} us, nn.RMSNorm "
+            f"training call {r['case']:<20} {r.get('dout', 'dense'):<5} gradient: QuackRMSNorm "
+            f"{r['QuackRMSNorm']:.1f} us, nn.RMSNorm "
             f"{r['nn.RMSNorm']:.1f} us: {r['ratio']:.2f}x (median of {n} rounds)"
         )
     return "\n".join(out)
