@@ -132,6 +132,14 @@ ANSWER_CELL_CHEATS = [
         "bytes_moved = torch.importlib.import_module("
         "'quack_edu.grading.exercises.lesson00').bytes_moved_ref\n",
     ),
+    (  # red team 13: scored 1/1, unflagged, before rmsnorm_bwd_bytes was a finished version
+        "the library's backward byte count less its extra terms, by a dotted name",
+        "00.bytes_moved",
+        "def bytes_moved(M, N, dtype):\n"
+        "    f = torch._utils._import_dotted_name('quack_edu.tools.timing.rmsnorm_bwd_bytes')\n"
+        "    es = torch.empty((), dtype=dtype).element_size()\n"
+        "    return f(M, N, dtype) - M * N * es - 4 * M\n",
+    ),
     (
         "the library's warp_reduce through torch.sys.modules",
         "02.warp_reduce",
