@@ -193,6 +193,39 @@ ANSWER_CELL_CHEATS = [
         "    (gx,) = getattr(torch, 'auto' + 'grad').grad(y, xx, dout.float())\n"
         "    return gx\n",
     ),
+    (  # red team 13: torch's vendored QuACK loaded under a package name of its own
+        "torch's vendored QuACK under another name",
+        "02.warp_reduce",
+        "_imp = torch._utils._import_dotted_name\n"
+        "_spec = _imp('importlib.machinery.ModuleSpec')('tvq', None, is_package=True)\n"
+        "_spec.submodule_search_locations.append(\n"
+        "    torch.os.path.dirname(torch.__file__) + '/_vendor/quack')\n"
+        "_imp('sys.modules')['tvq'] = _imp('importlib.util.module_from_spec')(_spec)\n"
+        "_reduce = _imp('importlib.import_module')('tvq.reduce')\n"
+        "def warp_reduce_sum(val, width=32):\n"
+        "    x = cute.make_rmem_tensor(cute.make_layout(1), Float32)\n"
+        "    x[0] = val\n"
+        "    return _reduce.sum_swap_shuffle(x, 1, 1, width)[0]\n",
+    ),
+    (  # red team 13: a reference RMSNorm of torch's own test suite
+        "torch's test suite's reference RMSNorm",
+        "00.eager_rmsnorm",
+        "_imp = torch._utils._import_dotted_name\n"
+        "_mods = _imp('sys.modules')\n"
+        "_proc = _imp('importlib.import_module')('platform')._Processor\n"
+        "_imp('builtins.setattr')(_proc, 'get', classmethod(lambda cls: 'x86_64'))\n"
+        "_et = _mods.setdefault('expecttest', type(torch)('expecttest'))\n"
+        "_et.TestCase = _imp('unittest.TestCase')\n"
+        "_cm = _imp('importlib.import_module')('torch.testing._internal.common_modules')\n"
+        "_ref = _cm.module_inputs_torch_nn_RMSNorm(None, 'cpu', torch.float32, False, False)[0]\n"
+        "class _M:\n"
+        "    def parameters(self):\n"
+        "        return iter(())\n"
+        "def eager_rmsnorm(x, w, eps=1e-6):\n"
+        "    m = _M()\n"
+        "    m.eps, m.normalized_shape, m.weight = eps, (x.shape[-1],), w\n"
+        "    return _ref.reference_fn(m, x)\n",
+    ),
     (
         "the solutions read from the checkout's git history",
         "00.bytes_moved",
@@ -393,6 +426,8 @@ BOUNDARY_FLAGS = (
     "the library's eager RMSNorm through",
     "the library's float64 backward",
     "autograd by a name built",
+    "torch's vendored QuACK under another name",
+    "torch's test suite's reference RMSNorm",
 )
 
 

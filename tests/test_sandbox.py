@@ -458,3 +458,97 @@ def test_without_capabilities_no_keystroke_reaches_another_terminal(subprocess_e
     before, after = done.stdout.strip().split(" | ")
     assert after == "Operation not permitted", done.stdout + done.stderr
     assert before in ("pushed", "Operation not permitted")  # (the kernel may forbid it anyway)
+
+
+DENIED_CHILD = textwrap.dedent(
+    """
+    import importlib.machinery, importlib.util, json, os, sys
+    import torch
+    from quack_edu.grading import sandbox
+    SCRATCH = sys.argv[1]
+    suite = os.path.dirname(torch.__file__) + "/testing/_internal"
+    vendored = os.path.dirname(torch.__file__) + "/_vendor/quack"
+    sandbox.lock_down(SCRATCH)
+    out = {}
+
+    def attempt(name, f):
+        try:
+            f()
+            out[name] = "ran"
+        except PermissionError as e:
+            out[name] = "refused: " + str(e)
+        except Exception as e:
+            out[name] = f"error: {type(e).__name__}: {e}"
+
+    def under_another_name():  # red team 13: the vendored copy as a package of its own
+        spec = importlib.machinery.ModuleSpec("tvq", None, is_package=True)
+        spec.submodule_search_locations.append(vendored)
+        sys.modules["tvq"] = importlib.util.module_from_spec(spec)
+        importlib.import_module("tvq.reduce")
+
+    def from_its_file(path):
+        spec = importlib.util.spec_from_file_location("renamed", path)
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+    attempt("vendored QuACK under another name", under_another_name)
+    attempt("the suite's module by name",
+            lambda: importlib.import_module("torch.testing._internal.common_modules"))
+    attempt("the suite's module from its file",
+            lambda: from_its_file(suite + "/common_methods_invocations.py"))
+    attempt("the suite's text read", lambda: open(suite + "/common_modules.py").read())
+    attempt("Liger", lambda: importlib.import_module("liger_kernel"))
+    # what torch's own library imports from its test suite stays importable
+    attempt("opcheck's helpers", lambda: importlib.import_module("torch.testing._internal.optests"))
+    attempt("torch._refs", lambda: importlib.import_module("torch._refs"))
+    attempt("torch.utils.checkpoint", lambda: importlib.import_module("torch.utils.checkpoint"))
+    out["incidents"] = sandbox.incidents()
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.parametrize("landlock", ["0", ""])
+def test_denied_modules_are_refused_by_name_and_by_their_files(tmp_path, subprocess_env, landlock):
+    """Red team 13 loaded torch's vendored QuACK under a package name of its own, and ran a
+    reference RMSNorm of torch's test suite: a denied module's files are secrets, whatever the
+    module is called, while what torch's library itself imports from its test suite (opcheck's
+    helpers, lesson 06) still loads."""
+    env = {**subprocess_env, "QUACK_EDU_LANDLOCK": landlock}
+    done = subprocess.run(
+        [sys.executable, "-c", DENIED_CHILD, str(tmp_path / "scr")],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    for name in ("vendored QuACK under another name", "the suite's module by name",
+                 "the suite's module from its file", "the suite's text read"):  # fmt: skip
+        assert out[name] != "ran", (name, out[name])  # (an import's finder takes the
+        # refusal of its folder's listing for "no such module": the incident is what counts)
+    assert out["Liger"] != "ran"  # (refused where installed, not found where not)
+    for name in ("opcheck's helpers", "torch._refs", "torch.utils.checkpoint"):
+        assert out[name] == "ran", (name, out[name])
+    assert any("_vendor/quack" in i for i in out["incidents"]), out["incidents"]
+    assert len([i for i in out["incidents"] if "testing/_internal" in i]) >= 3, out["incidents"]
+    assert any("common_modules" in i for i in out["incidents"]), out["incidents"]
+
+
+def test_what_is_denied_is_named_by_module_and_by_file():
+    from quack_edu.grading.sandbox_rules import DENIED_MODULES, denied_files, denied_module
+
+    for name in ("quack", "quack.rmsnorm", "torch._vendor.quack.reduce", "liger_kernel.ops",
+                 "torch.testing._internal.common_modules", "torch.testing._internal.opinfo.core",
+                 "torch.testing._internal.distributed._tensor.common_dtensor"):  # fmt: skip
+        assert denied_module(name, DENIED_MODULES), name
+    for name in ("quackery", "torch.testing", "torch.testing._internal",
+                 "torch.testing._internal.optests.generate_tests",
+                 "torch.testing._internal.distributed", "torch.testing._internal.common_dtype",
+                 "torch.testing._internal.distributed.fake_pg", "torch._vendor"):  # fmt: skip
+        assert not denied_module(name, DENIED_MODULES), name
+    import torch
+
+    files = denied_files(DENIED_MODULES)
+    suite = Path(torch.__file__).parent / "testing" / "_internal"
+    assert str(Path(torch.__file__).parent / "_vendor" / "quack") in files
+    assert str(suite / "common_modules.py") in files and str(suite / "opinfo") in files
+    kept = ("optests", "common_dtype", "logging_tensor", "fake_pg", "__init__")
+    assert not any(Path(f).name.split(".")[0] in kept for f in files if "testing" in f), files

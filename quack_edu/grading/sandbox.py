@@ -20,7 +20,7 @@ names the rule:
 * loading a native library from outside the Python installation, or reading raw memory, through
   ``ctypes``; walking every object the interpreter holds (``gc.get_objects``/``get_referrers``);
   installing or removing a profiler or tracer;
-* importing the grader's exercises (reference answers, hidden checks), the solutions, or QuACK;
+* importing, or reading the files of, the exercises, the solutions, QuACK, Liger, torch's tests;
 * taking a frame of the interpreter's stack for learner code (``sys._getframe``, ``inspect``,
   a generator's ``gi_frame``, a traceback's ``tb_frame``, a signal handler's argument, an audit
   hook of its own): a frame's ``f_back`` leads to the grader's own code in the process (its
@@ -49,6 +49,7 @@ import sys
 
 from .sandbox_rules import (
     CHANGES,
+    DENIED_MODULES,
     DRIVER,
     FRAME_ATTRIBUTES,
     FRAME_HELPER_FUNCTIONS,
@@ -62,11 +63,10 @@ from .sandbox_rules import (
     UNAUDITED,
     VERSION_PROBES,
     WRITE_FLAGS,
+    denied_files,
+    denied_module,
 )
 from .tripwires import SOURCES
-
-#: the modules a learner process may not import (prefixes of dotted names)
-DENIED_MODULES = ("quack_edu.grading.exercises", "quack", "torch._vendor.quack", "solutions")
 
 #: the boundary every learner process of a grading run is behind (each grade's JSON says so)
 BOUNDARY = (
@@ -144,11 +144,10 @@ def lock_down(
         except ImportError:
             pass
     import site
-    import stat as _stat
     import tempfile
+    from stat import S_ISDIR as is_dir
 
-    realpath, fspath, getpid = os.path.realpath, os.fspath, os.getpid
-    stat, is_dir = os.stat, _stat.S_ISDIR
+    realpath, fspath, getpid, stat = os.path.realpath, os.fspath, os.getpid, os.stat
     home = realpath(scratch)
     # the working directory starts empty; temporary files (the answer's module, compile dumps)
     # go beside it, inside the scratch folder too
@@ -174,8 +173,9 @@ def lock_down(
     installed = tuple(
         r for r in (realpath(p) for p in prefixes if p) if not (r == home or r.startswith(home))
     )
-    # a secret is a folder (everything under it) or, ending in "*", a prefix of names
-    hidden = tuple(realpath(str(s)) for s in secrets if s and not str(s).endswith("*"))
+    # a secret: a folder or file, or (ending in "*") a prefix of names; the denied modules' too
+    folders = [s for s in secrets if s and not str(s).endswith("*")] + denied_files(denied_modules)
+    hidden = tuple(realpath(str(s)) for s in folders)
     starts = tuple(
         realpath(os.path.dirname(str(s))) + "/" + os.path.basename(str(s))[:-1]
         for s in secrets
@@ -497,7 +497,7 @@ def lock_down(
             undone("a tripwire undone")
         if event == "import":
             name = str(args[0])
-            if any(name == d or name.startswith(d + ".") for d in denied):
+            if denied_module(name, denied):
                 refuse(f"importing {name}")
         elif event == tripped:
             what = f"reached: {args[0]}"

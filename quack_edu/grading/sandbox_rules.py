@@ -182,3 +182,81 @@ def incident_kind(text: str, finished=()) -> str:
         return f"{what} ({name})" if name in finished else what
     rule = text.removeprefix("refused: ").lower()
     return next((kind for start, kind in INCIDENT_KINDS if rule.startswith(start)), OTHER_INCIDENT)
+
+
+#: the modules a learner process may neither import (prefixes of dotted names) nor read the
+#: files of: the exercises and the solutions; the peers' RMSNorms, QuACK (installed, and the
+#: copy vendored in torch, which red team 13 loaded under a package name of its own) and Liger;
+#: torch's own test suite, whose helpers hold reference RMSNorms (red team 13 ran one)
+DENIED_MODULES = (
+    "quack_edu.grading.exercises",
+    "solutions",
+    "quack",
+    "torch._vendor.quack",
+    "liger_kernel",
+    "torch.testing._internal",
+)
+#: the parts of a denied module a learner process may import all the same: what torch's own
+#: library imports from its test suite (``torch.library.opcheck``, which lesson 06 runs: optests;
+#: ``torch._refs``: common_dtype; ``torch.utils.checkpoint``: logging_tensor; FSDP: fake_pg)
+DENIED_EXCEPT = (
+    "torch.testing._internal.optests",
+    "torch.testing._internal.common_dtype",
+    "torch.testing._internal.logging_tensor",
+    "torch.testing._internal.distributed.fake_pg",
+)
+
+
+def denied_module(name: str, denied, allowed=DENIED_EXCEPT) -> bool:
+    """Whether a learner process may not import ``name``: it is under a denied module, and is
+    neither an allowed part (or under one) nor a package on the way to one."""
+    if not any(name == d or name.startswith(d + ".") for d in denied):
+        return False
+    return not any(name == a or name.startswith(a + ".") or a.startswith(name + ".")
+                   for a in allowed)  # fmt: skip
+
+
+def denied_files(denied, allowed=DENIED_EXCEPT) -> list[str]:
+    """The files and folders that hold the denied modules' code, less the allowed parts (and
+    the ``__init__`` files of the packages on the way to them): a module is read from them
+    under whatever name it is loaded by. Found before the lock-down (``find_spec`` imports the
+    parents of a dotted name, never the module)."""
+    import importlib.util
+
+    out: list[str] = []
+    for name in denied:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError, AttributeError):
+            continue  # not installed here (or a parent that does not import)
+        if spec is None:
+            continue
+        if not spec.submodule_search_locations:  # a module of one file
+            if spec.origin and os.path.isfile(spec.origin):
+                out.append(spec.origin)
+            continue
+        keep = [a[len(name) + 1 :].split(".") for a in allowed if a.startswith(name + ".")]
+        for folder in spec.submodule_search_locations:
+            out += _folder_less(folder, keep)
+    return out
+
+
+def _folder_less(folder: str, keep: list) -> list[str]:
+    """``folder``, or, where parts of it are kept (each a list of names below it), its other
+    entries (compiled files in ``__pycache__`` by their module's name)."""
+    if not keep:
+        return [folder]
+    if any(not k for k in keep):  # the whole folder is kept
+        return []
+    heads = {k[0] for k in keep}
+    out = []
+    for entry in sorted(os.listdir(folder)):
+        path, stem = os.path.join(folder, entry), entry.split(".", 1)[0]
+        if entry == "__pycache__":
+            out += [f"{path}/{c}" for c in sorted(os.listdir(path))
+                    if c.split(".", 1)[0] not in heads | {"__init__"}]  # fmt: skip
+        elif stem in heads and os.path.isdir(path):
+            out += _folder_less(path, [k[1:] for k in keep if k[0] == stem])
+        elif stem not in heads and stem != "__init__":
+            out.append(path)
+    return out
