@@ -41,6 +41,38 @@ def solution(ex_id: str) -> str:
     return find_cell(read(solutions_dir() / f"{ex.lesson}.ipynb"), ex.cell_id).source
 
 
+def code_of(ex_id: str, name: str):
+    """The code object of function ``name`` in the solution of ``ex_id``, compiled here (in the
+    test's process, never a learner's)."""
+    import types
+
+    module = compile(solution(ex_id), "<answer>", "exec")
+    return next(c for c in module.co_consts if isinstance(c, types.CodeType) and c.co_name == name)
+
+
+def marshalled(ex_id: str, name: str) -> str:
+    """Red team 14: the solution's function as bytecode, unmarshalled by the import system's
+    ``_compile_bytecode`` in the learner's process: no text is compiled there."""
+    import marshal
+
+    data = marshal.dumps(code_of(ex_id, name)).hex()
+    return (
+        f"_code = torch.importlib._bootstrap_external._compile_bytecode(bytes.fromhex('{data}'))\n"
+        f"{name} = type(lambda: 0)(_code, globals())\n"
+    )
+
+
+def code_literal(ex_id: str, name: str) -> str:
+    """Red team 14: the solution's function made by ``code.replace`` from literals of its
+    fields (``CodeType(...)`` raises the same audit event)."""
+    c = code_of(ex_id, name)
+    fields = ("co_argcount", "co_nlocals", "co_stacksize", "co_flags", "co_code", "co_consts",
+              "co_names", "co_varnames", "co_name", "co_qualname", "co_linetable",
+              "co_exceptiontable")  # fmt: skip
+    kwargs = ", ".join(f"{f}={getattr(c, f)!r}" for f in fields)
+    return f"{name} = type(lambda: 0)((lambda: 0).__code__.replace({kwargs}), globals())\n"
+
+
 #: (name, exercise, answer cell): each a cheat in the answer cell itself
 ANSWER_CELL_CHEATS = [
     ("the seven-line run_exercise patch", "00.bytes_moved", PATCH_RUN_EXERCISE + WRONG),
@@ -206,6 +238,16 @@ ANSWER_CELL_CHEATS = [
         "    x = cute.make_rmem_tensor(cute.make_layout(1), Float32)\n"
         "    x[0] = val\n"
         "    return _reduce.sum_swap_shuffle(x, 1, 1, width)[0]\n",
+    ),
+    (
+        "the solution as marshalled bytecode",
+        "00.bytes_moved",
+        marshalled("00.bytes_moved", "bytes_moved"),
+    ),
+    (
+        "the solution as a code object of literals",
+        "00.bytes_moved",
+        code_literal("00.bytes_moved", "bytes_moved"),
     ),
     (  # red team 13: a reference RMSNorm of torch's own test suite
         "torch's test suite's reference RMSNorm",
@@ -428,6 +470,8 @@ BOUNDARY_FLAGS = (
     "autograd by a name built",
     "torch's vendored QuACK under another name",
     "torch's test suite's reference RMSNorm",
+    "the solution as marshalled bytecode",
+    "the solution as a code object of literals",
 )
 
 

@@ -61,6 +61,11 @@ def _with(ex_id: str, *lines: str) -> str:
         # the loop that could tell the grader's replay from the compiled kernel
         ("06.row_loop", ["replayed = isinstance(1, int)"], "uses `isinstance`"),
         ("06.row_loop", ["replayed = type(cutlass.Int32)"], "uses `type`"),
+        # the process's machinery imported from an allowed module under a name of its own
+        # (red team 14: ``from torch import importlib as _il``, ``from typing import types``)
+        ("00.bytes_moved", ["from torch import importlib as _il"], "imports importlib"),
+        ("02.warp_kernel", ["from typing import types as _t"], "imports types"),
+        ("02.warp_kernel", ["from torch import sys as s"], "imports sys"),
     ],
 )
 def test_given_helpers_only(ex_id, lines, why):

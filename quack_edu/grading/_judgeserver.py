@@ -6,7 +6,7 @@ It is started as a file, not with ``-m``, so that importing it does not import `
 (whose GPU detection initialises CUDA: a process that forks must not have done that). It
 imports what ``QUACK_EDU_JUDGE_PRELOAD`` names once, then waits on a Unix socket for requests from
 the grader (``judge.Server``): each request carries one end of a new socket pair and one of a
-record socket (``sandbox.RECORD_FORMAT``), and the server forks a worker (``worker.main``) that
+record socket (``record.RECORD_FORMAT``), and the server forks a worker (``worker.main``) that
 talks to the grader over the first and whose audit hook alone writes to the second. The worker's
 first byte on the first carries its pid to the grader in the kernel's credentials
 (``isolate.sender_pid``: the pid the server sees is its own PID namespace's under

@@ -85,6 +85,9 @@ FORBIDDEN_ATTRIBUTES = {
     "f_back", "f_globals", "f_locals", "f_builtins", "gi_frame", "tb_frame", "cr_frame",
     "ag_frame", "currentframe", "_getframe", "inspect", "linecache", "__closure__",
     "cell_contents", "__globals__", "__builtins__",
+    # code made from no text (red team 14: a function of marshalled bytecode or a CodeType)
+    "types", "CodeType", "FunctionType", "_bootstrap", "_bootstrap_external",
+    "_compile_bytecode",
 }  # fmt: skip
 #: special methods a class in an answer cell may not define (an answer that compares equal to
 #: anything, or converts to whatever is asked)
@@ -224,6 +227,9 @@ def screen(source: str, ex: Exercise) -> list[str]:
             bad = [n for n in names if n in forbidden]
             if bad:  # ``from cutlass.cute import make_layout as ml``: renamed, still forbidden
                 flag(node, f"imports {bad[0]} ({forbidden[bad[0]]})")
+            reach = [a.name for a in node.names if a.name in FORBIDDEN_NAMES | FORBIDDEN_ATTRIBUTES]
+            if reach:  # ``from torch import importlib as _il``: the reach, renamed (red team 14)
+                flag(node, f"imports {reach[0]} (the process, files or Python's machinery)")
         elif isinstance(node, ast.Name):
             if node.id in FORBIDDEN_NAMES:
                 flag(node, f"uses `{node.id}`")

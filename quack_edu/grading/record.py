@@ -4,7 +4,7 @@ as the sandbox's audit hook sent them, at once, on a socket of their own.
 Red team 9 switched the record off from learner code (the count of what was kept, in the
 worker's memory, set past its quota): the finished kernel exec'd from text scored full. Now
 the record is kept here, in the grader's process: the hook writes each compiled text and each
-incident to a ``SOCK_SEQPACKET`` socket (``sandbox.RECORD_FORMAT``) that nothing a learner can
+incident to a ``SOCK_SEQPACKET`` socket (``RECORD_FORMAT``) that nothing a learner can
 reach holds, and refuses a compile it cannot send (fail closed); where seccomp is available
 the socket cannot be closed or replaced (``confine.guard_fd``). A learner's own writes to it
 can only add to the record; a message out of the hook's order is a flag. The quota is the
@@ -15,6 +15,13 @@ from __future__ import annotations
 
 import socket
 
+#: characters of compiled text in one message of the record
+RECORD_CHUNK = 8192
+#: the record's messages (one ``write`` each on a ``SOCK_SEQPACKET`` socket: never merged,
+#: never split): ``b"C" + b"<seq>:<last>:" + file name + b"\0" + a piece of the text`` (a
+#: text's pieces in order, ``<seq>`` counting texts from 1, ``<last>`` 1 on its last piece),
+#: ``b"I" + an incident`` ("refused: ...", "reached: ...")
+RECORD_FORMAT = "C<seq>:<last>:<file>\0<text> | I<incident>"
 #: characters of compiled text the judge keeps of one answer (beyond: flagged)
 COMPILED_MAX = 16_000_000
 #: the most bytes one message of the record may hold (the hook's are under 33 kB)
@@ -98,3 +105,40 @@ class Record:
             if pieces:
                 self.compiled.append((name_s, "".join(pieces)))
             self._open, self._next = None, seq + 1
+
+
+#: text a learner process keeps of what it compiled at run time (``compiled``: a worker without
+#: a record socket sends it with its replies), in characters
+KEPT_MAX = 2_000_000
+_kept: dict = {"texts": [], "chars": 0}
+
+
+def keep_compiled(args) -> None:
+    """Keep, in this learner process, the text of a run-time compile (``exec``/``eval``/
+    ``compile`` of text, ``ast.parse``, an import) with the file name it was given (the sandbox's
+    hook calls it): what the answer runs beyond its cell's own text is judged too (red team 6
+    pasted the finished kernel hex-encoded and exec'd it). A name is only a claim: the judge
+    drops a text only where it is that file's content. (Code made from no text is refused:
+    ``sandbox``'s rules for ``code.__new__`` and ``marshal``.)"""
+    src, filename = (tuple(args) + (None, None))[:2]
+    room = KEPT_MAX - _kept["chars"]
+    if room <= 0:
+        return
+    # text only: a tree (the DSL compiles every jit function's, the library's helpers among
+    # them, and their union resembles a finished version an honest answer never ran) is left
+    # out; text made into code passes here first (``ast.parse`` of it too)
+    if isinstance(src, bytes | bytearray):
+        text = bytes(src).decode("utf-8", "replace")
+    elif isinstance(src, str):
+        text = src
+    else:
+        return
+    if text:
+        _kept["texts"].append((str(filename), text[:room]))
+        _kept["chars"] += min(len(text), room)
+
+
+def compiled(since: int = 0) -> list[tuple[str, str]]:
+    """(file name, text) of what this process compiled at run time since the sandbox locked it
+    down (from index ``since`` on)."""
+    return list(_kept["texts"][since:])

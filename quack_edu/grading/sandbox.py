@@ -47,6 +47,7 @@ import errno
 import os
 import sys
 
+from .record import RECORD_CHUNK, keep_compiled
 from .sandbox_rules import (
     CHANGES,
     DENIED_MODULES,
@@ -130,7 +131,7 @@ def lock_down(
     ``landlock``: confine the process's files in the kernel too (``confine``; default
     ``confine_default()``), where the kernel can. ``record_fd``: a ``SOCK_SEQPACKET`` socket
     to the judge on which the hook sends, at once, each text compiled at run time and each
-    incident (``RECORD_FORMAT``); a compile it cannot send is refused. ``hold``: the
+    incident (``record.RECORD_FORMAT``); a compile it cannot send is refused. ``hold``: the
     tripwires to keep and watch, out of learner code's reach: torch ``Library`` objects (whose
     ``_destroy`` would undo them) and (function, tripwire code) pairs; one undone is reached."""
     if locked():
@@ -145,9 +146,12 @@ def lock_down(
             pass
     import site
     import tempfile
+    from _thread import get_ident
+    from io import open_code
     from stat import S_ISDIR as is_dir
 
     realpath, fspath, getpid, stat = os.path.realpath, os.fspath, os.getpid, os.stat
+
     home = realpath(scratch)
     # the working directory starts empty; temporary files (the answer's module, compile dumps)
     # go beside it, inside the scratch folder too
@@ -401,6 +405,19 @@ def lock_down(
         p = text(p)
         return not p.startswith("/") and ".." in p.split("/")
 
+    last_pyc: dict = {}  # thread -> the installation's compiled file it opened last
+
+    def installed_code(data) -> bool:
+        """Whether ``data`` is the code of the compiled file of the installation this thread
+        opened last, as it is on disk: what an import unmarshals (red team 14 handed the
+        import system's ``_compile_bytecode`` bytes of its own)."""
+        path = last_pyc.get(get_ident())
+        try:
+            with open_code(path) as f:
+                return path is not None and f.read()[16:] == bytes(data)
+        except (OSError, TypeError):
+            return False
+
     def a_folder(real: str) -> bool:
         try:
             return is_dir(stat(real).st_mode)
@@ -433,6 +450,8 @@ def lock_down(
                     refuse(f"loading compiled code from {p[0]}", quiet=True)
                 if any(file == "<frozen zipimport>" for file, _ in callers()):
                     refuse(f"importing from the archive {p[0]}")
+            if p[1].endswith(".pyc") and any(under(p[1], r) for r in installed):
+                last_pyc[get_ident()] = p[1]  # (what an import unmarshals next: its code)
         elif event in changes:
             if any(relative_up(a) for a in args if isinstance(a, str | bytes)):
                 refuse(f"{event} on a relative path that climbs with ..")
@@ -514,15 +533,17 @@ def lock_down(
                         refuse(f"compiling text under the name of {filename} (not its text)")
             elif learner_asks():  # a syntax tree: its file name is the compiler's, unaudited
                 refuse("compiling a syntax tree (learner code compiles text)")
-            _record_compiled(args)
+            keep_compiled(args)
             if record_fd is not None:
                 record_compile(src, filename)
-        elif event == "code.__new__":
-            if len(args) > 1 and library_file(args[1]) and learner_asks():
-                refuse(f"making a code object under the name of {args[1]}")
-        elif event in ("marshal.loads", "marshal.load"):
+        elif event == "code.__new__":  # (``CodeType(...)``, ``code.replace``: code of no text)
             if learner_asks():
-                refuse("loading marshalled code (learner code compiles text)")
+                refuse("making a code object (learner code compiles text)")
+        elif event == "marshal.loads":  # code from bytes: only as an import reads them
+            if not args or not installed_code(args[0]):
+                refuse("loading marshalled code (not an installed compiled file, as an import)")
+        elif event == "marshal.load":
+            refuse("loading marshalled code from a file (an import reads it as bytes)")
         elif event == "sys.addaudithook":
             refuse("adding an audit hook (it would be handed frames)")
 
@@ -654,7 +675,7 @@ def lock_down(
         if record_fd is not None:
             record(b"I", what.encode())
 
-    # The record (``RECORD_FORMAT``): written by the hook alone. Nothing a learner can reach
+    # The record (``record.RECORD_FORMAT``): written by the hook alone. Nothing a learner can reach
     # closes over these names (``refuse`` and the guarded functions above are reachable, through
     # a function's closure: they do not), so none of them can be changed from learner code.
     import threading
@@ -748,46 +769,6 @@ def _guard_eval_frame(learner_asks, refuse) -> None:
 
 #: how a refusal's error begins
 REFUSED_PREFIX = "the grader's sandbox refused: "
-#: characters of compiled text in one message of the record
-RECORD_CHUNK = 8192
-#: the record's messages (one ``write`` each on a ``SOCK_SEQPACKET`` socket: never merged,
-#: never split): ``b"C" + b"<seq>:<last>:" + file name + b"\0" + a piece of the text`` (a
-#: text's pieces in order, ``<seq>`` counting texts from 1, ``<last>`` 1 on its last piece),
-#: ``b"I" + an incident`` ("refused: ...", "reached: ...")
-RECORD_FORMAT = "C<seq>:<last>:<file>\0<text> | I<incident>"
-
-#: text a learner process may compile at run time that ``compiled`` keeps, in characters
-COMPILED_MAX = 2_000_000
-
-
-def _record_compiled(args) -> None:
-    """Keep the text of a run-time compile (``exec``/``eval``/``compile`` of text, ``ast.parse``,
-    an import) with the file name it was given: what the answer runs beyond its cell's own text
-    is judged too (red team 6 pasted the finished kernel hex-encoded and exec'd it). A name is
-    only a claim: the judge drops a text only where it is that file's content. (A tree built
-    without text, say unpickled, and compiled is not seen: a residual, docs/grading.md.)"""
-    src, filename = (tuple(args) + (None, None))[:2]
-    room = COMPILED_MAX - _state.get("compiled_chars", 0)
-    if room <= 0:
-        return
-    # text only: a tree (the DSL compiles every jit function's, the library's helpers among
-    # them, and their union resembles a finished version an honest answer never ran) is left
-    # out; text made into code passes here first (``ast.parse`` of it too)
-    if isinstance(src, bytes | bytearray):
-        text = bytes(src).decode("utf-8", "replace")
-    elif isinstance(src, str):
-        text = src
-    else:
-        return
-    if text:
-        _state.setdefault("compiled", []).append((str(filename), text[:room]))
-        _state["compiled_chars"] = _state.get("compiled_chars", 0) + min(len(text), room)
-
-
-def compiled(since: int = 0) -> list[tuple[str, str]]:
-    """(file name, text) of what was compiled at run time since ``lock_down`` (from index
-    ``since`` on)."""
-    return list(_state.get("compiled", ())[since:])
 
 
 def incidents() -> list[str]:

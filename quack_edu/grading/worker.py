@@ -27,7 +27,7 @@ import os
 import pickle
 import sys
 
-from . import hints, sandbox, tripwires
+from . import hints, record, sandbox, tripwires
 from .context import is_not_implemented
 from .registry import MISSING
 from .wire import Unencodable, encode
@@ -151,7 +151,7 @@ def raised(e: BaseException) -> dict:
 def main(conn, record_fd: int | None = None) -> None:
     """The worker's life: the job, the lock-down, the answer cell, then the grader's requests.
     ``record_fd``: the socket on which the sandbox's hook sends the judge what is compiled at
-    run time and every incident (``sandbox.RECORD_FORMAT``)."""
+    run time and every incident (``record.RECORD_FORMAT``)."""
     job = pickle.loads(conn.recv_bytes())
     os.setsid()  # a session of its own: the grader kills the group
     for k in [k for k in os.environ if k.startswith("QUACK_EDU_GRAD") or k in ("PWD", "OLDPWD")]:
@@ -228,11 +228,11 @@ _sent = {"compiled": 0, "recorded": False}
 
 def _seen() -> dict:
     """What goes back with every reply: the sandbox's incidents, and the text compiled at run
-    time since the last reply (``sandbox.compiled``), which the judge holds against the
+    time since the last reply (``record.compiled``), which the judge holds against the
     library's finished version."""
     if _sent["recorded"]:  # the hook sent them already, to the judge's record
         return {"incidents": sandbox.incidents()}
-    new = sandbox.compiled(_sent["compiled"])
+    new = record.compiled(_sent["compiled"])
     _sent["compiled"] += len(new)
     return {"incidents": sandbox.incidents(), "compiled": new}
 
