@@ -249,6 +249,42 @@ ANSWER_CELL_CHEATS = [
         "00.bytes_moved",
         code_literal("00.bytes_moved", "bytes_moved"),
     ),
+    (  # red team 15: sys.modules reached through a class pattern, which reads attributes
+        "attributes read by a match statement",
+        "00.bytes_moved",
+        "def _lib(name):\n"
+        "    match torch.is_tensor:\n"
+        "        case object(__globals__={'sys': s}):\n"
+        "            match s:\n"
+        "                case object(modules=m):\n"
+        "                    return m[name]\n"
+        "def bytes_moved(M, N, dtype):\n"
+        "    return _lib('quack_edu.tools.timing').rmsnorm_bytes(M, N, dtype)\n",
+    ),
+    (  # red team 15: RMSNorm is LayerNorm of [x, -x] (mean 0, variance mean(x^2))
+        "torch's LayerNorm of the mirrored row",
+        "00.eager_rmsnorm",
+        "def eager_rmsnorm(x, w, eps=1e-6):\n"
+        "    xf = x.float()\n"
+        "    n = xf.shape[-1]\n"
+        "    y = torch.nn.functional.layer_norm(torch.cat([xf, -xf], dim=-1), [2 * n], eps=eps)\n"
+        "    return (y[..., :n] * w.float()).to(x.dtype)\n",
+    ),
+    (
+        "torch's LayerNorm backward of the mirrored row",
+        "07.dx_row",
+        "def dx_row(x, w, dout, rstd, weight_offset):\n"
+        "    xf, g = x.float(), dout.float()\n"
+        "    if w is not None:\n"
+        "        g = g * (w.float() + weight_offset)\n"
+        "    n = xf.shape[-1]\n"
+        "    z = torch.cat([xf, -xf], dim=-1)\n"
+        "    gz = torch.cat([g, torch.zeros_like(g)], dim=-1)\n"
+        "    r = rstd.float().reshape(-1, 1)\n"
+        "    dz = torch.ops.aten.native_layer_norm_backward(\n"
+        "        gz, z, [2 * n], torch.zeros_like(r), r, None, None, [True, False, False])[0]\n"
+        "    return dz[..., :n] - dz[..., n:]\n",
+    ),
     (  # red team 13: a reference RMSNorm of torch's own test suite
         "torch's test suite's reference RMSNorm",
         "00.eager_rmsnorm",
@@ -472,6 +508,9 @@ BOUNDARY_FLAGS = (
     "torch's test suite's reference RMSNorm",
     "the solution as marshalled bytecode",
     "the solution as a code object of literals",
+    "attributes read by a match statement",
+    "torch's LayerNorm of the mirrored row",
+    "torch's LayerNorm backward of the mirrored row",
 )
 
 

@@ -251,6 +251,11 @@ def screen(source: str, ex: Exercise) -> list[str]:
                 flag(node, f"uses the attribute `{a}`")
             elif a in FORBIDDEN_ATTRIBUTES:  # torch.sys, x.os, torch.builtins: the same reach
                 flag(node, f"uses the attribute `{a}` (the process, files or Python's machinery)")
+        elif isinstance(node, ast.MatchClass):  # ``case object(__globals__=g)`` reads the
+            # attributes it names, as ``getattr`` would (red team 15 reached sys.modules so)
+            for a in node.kwd_attrs:
+                if a.startswith("_") or a in FORBIDDEN_ATTRIBUTES or a in forbidden:
+                    flag(node, f"reads the attribute `{a}` in a class pattern")
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             if node.name in FORBIDDEN_METHODS:
                 flag(node, f"defines `{node.name}` (an answer that compares or converts as asked)")

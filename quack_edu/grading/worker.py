@@ -57,8 +57,11 @@ FINISHED_EVERYWHERE = (
     "quack_edu.lessons.bwd_strategies.run",
     "quack_edu.grading.hints._rms_variant",
 )
-_TORCH_OPS = (("rms_norm", "CompositeImplicitAutograd"), ("_fused_rms_norm", "CPU"))
-_TORCH_OPS_GPU = (("_fused_rms_norm", "CUDA"),)
+#: torch's normalisations, every overload of each operator on every key it has a kernel for:
+#: torch's RMSNorm, and the others, which compute one too (red team 15: layer_norm of [x, -x],
+#: whose mean is 0 and variance mean(x^2), scored 00.eager_rmsnorm; its backward 07.dx_row)
+TORCH_NORMS = r"^aten::_?(fused_|native_|cudnn_|miopen_)?(rms|layer|group|batch|instance)_norm"
+_TORCH_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CPU", "CUDA")
 
 
 def resolve(dotted: str):
@@ -76,7 +79,8 @@ def resolve(dotted: str):
 
 
 def _trip_torch(keep: list) -> None:
-    """Torch's RMSNorm operators raise (a dispatcher override for this process only)."""
+    """Torch's normalisation operators raise (a dispatcher override for this process only)."""
+    import re
     import warnings
     import weakref
 
@@ -85,15 +89,17 @@ def _trip_torch(keep: list) -> None:
     lib = torch.library.Library("aten", "IMPL")
 
     def reached(*args, **kwargs):
-        sys.audit("quack_edu.sandbox.reached", "torch's rms_norm")
-        raise PermissionError(f"{tripwires.REACHED} torch's rms_norm: an answer computes it")
+        sys.audit("quack_edu.sandbox.reached", "torch's normalisation")
+        raise PermissionError(f"{tripwires.REACHED} torch's normalisation: an answer computes it")
 
-    ops = _TORCH_OPS + (_TORCH_OPS_GPU if torch.cuda.is_available() else ())
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for op, key in ops:
-            if hasattr(torch.ops.aten, op):
-                lib.impl(op, reached, key)
+        for name in torch._C._dispatch_get_all_op_names():
+            if re.match(TORCH_NORMS, name):
+                for key in _TORCH_KEYS:
+                    if has_kernel(name, key):
+                        lib.impl(name.removeprefix("aten::"), reached, key)
     # held by this list alone, which the caller keeps out of reach: not by torch's finalizer
     # registry, where a learner could find the library and undo it
     for f in list(weakref.finalize._registry):  # noqa: SLF001
