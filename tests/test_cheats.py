@@ -285,6 +285,17 @@ ANSWER_CELL_CHEATS = [
         "        gz, z, [2 * n], torch.zeros_like(r), r, None, None, [True, False, False])[0]\n"
         "    return dz[..., :n] - dz[..., n:]\n",
     ),
+    (  # red team 16: forward-mode autodiff (the unweighted norm's Jacobian is symmetric)
+        "forward-mode autodiff",
+        "07.dx_row",
+        "def dx_row(x, w, dout, rstd, weight_offset):\n"
+        "    xf, g = x.float(), dout.float()\n"
+        "    if w is not None:\n"
+        "        g = g * (w.float() + weight_offset)\n"
+        "    def f(t):\n"
+        "        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6)\n"
+        "    return torch.func.jvp(f, (xf,), (g,))[1]\n",
+    ),
     (  # red team 13: a reference RMSNorm of torch's own test suite
         "torch's test suite's reference RMSNorm",
         "00.eager_rmsnorm",
@@ -511,6 +522,7 @@ BOUNDARY_FLAGS = (
     "attributes read by a match statement",
     "torch's LayerNorm of the mirrored row",
     "torch's LayerNorm backward of the mirrored row",
+    "forward-mode autodiff",
 )
 
 

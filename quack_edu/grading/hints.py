@@ -26,6 +26,11 @@ from dataclasses import dataclass
 import torch
 
 # ---- generic hints, shared by every lesson -------------------------------------------------
+NOT_SIMULATED = (
+    "the CPU check could not run your kernel's PTX: it uses something the lesson's kernel does "
+    "not need (an instruction the simulator does not know, read above); write it without, or "
+    "have it judged by the gpu tier on a Hopper GPU"
+)
 NOT_WRITTEN = (
     "some outputs were never written (they still hold the poison value the grader filled the "
     "output with): a row or column is skipped by the grid or by a predicate"

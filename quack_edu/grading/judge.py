@@ -233,7 +233,7 @@ def _git_dirs(root: Path) -> list[Path]:
 
 
 #: a checkout's folders that hold or name its tests (red team 12 read .pytest_cache's list)
-TEST_DIRS = ("tests", "scripts", ".ci", ".pytest_cache", ".ruff_cache", ".hypothesis")
+TEST_DIRS = ("tests", "scripts", ".ci", ".pytest_cache", ".ruff_cache", ".hypothesis", ".gpu")
 
 
 def secret_paths(extra=()) -> list[str]:
@@ -248,6 +248,7 @@ def secret_paths(extra=()) -> list[str]:
         str(Path(exercises.__file__).parent),
         str(solutions_dir()),
         # a checkout's history holds every solution and check; its tests and scripts pieces of them
+        # (and .gpu the peers' wheels, QuACK's and Liger's files)
         *map(str, _git_dirs(root)),
         *(str(root / d) for d in TEST_DIRS if (root / d).is_dir()),
         # other judging runs' folders (another submission's cells and answers)

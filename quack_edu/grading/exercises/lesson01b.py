@@ -608,9 +608,11 @@ def _sim_values(ctx) -> str:
         raise CheckFailed(
             f"{where}: an access outside x and y", seen=str(e), hint=SIM_FAULT
         ) from None
-    except Exception as e:  # noqa: BLE001 (the simulator's limit, never the learner's failure)
+    except Exception as e:  # noqa: BLE001 (what the simulator cannot run is not judged right)
         reason = str(e)[:240] if isinstance(e, SimError) else hints.short_error(e, 240)
-        return f"not simulated ({reason}): the values are checked on a GPU"
+        raise CheckFailed(
+            f"{where}: not simulated", seen=reason, hint=hints.NOT_SIMULATED
+        ) from None
     _compare_scaled(x, y_sim, N, where, factor)
     return f"y = x * {factor} at N={N}, y past N untouched (the PTX run on the CPU)"
 

@@ -371,6 +371,16 @@ dx_row = register(
             "torch.func.grad",
             "torch.func.jacrev",
             "torch.func.jacfwd",
+            # forward mode too (red team 16: one jvp of the unweighted norm, whose Jacobian is
+            # symmetric, in the direction (w + offset) * dout)
+            "torch.func.jvp",
+            "torch.func.linearize",
+            "torch.func.hessian",
+            "torch.autograd.forward_ad.make_dual",
+            "torch.autograd.forward_ad.unpack_dual",
+            "torch.autograd.functional.jvp",
+            "torch.autograd.functional.vjp",
+            "torch.autograd.functional.jacobian",
         ),
         lesson=LESSON,
         answer="dx_row",
