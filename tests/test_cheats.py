@@ -73,6 +73,16 @@ def code_literal(ex_id: str, name: str) -> str:
     return f"{name} = type(lambda: 0)((lambda: 0).__code__.replace({kwargs}), globals())\n"
 
 
+def finished_text_reversed(dotted: str) -> str:
+    """The library's finished function's text, reversed (text the screen and a paste check
+    cannot read; the record of what is compiled at run time can)."""
+    import importlib
+    import inspect
+
+    module, name = dotted.rsplit(".", 1)
+    return inspect.getsource(getattr(importlib.import_module(module), name))[::-1]
+
+
 #: (name, exercise, answer cell): each a cheat in the answer cell itself
 ANSWER_CELL_CHEATS = [
     ("the seven-line run_exercise patch", "00.bytes_moved", PATCH_RUN_EXERCISE + WRONG),
@@ -295,6 +305,25 @@ ANSWER_CELL_CHEATS = [
         "    def f(t):\n"
         "        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6)\n"
         "    return torch.func.jvp(f, (xf,), (g,))[1]\n",
+    ),
+    (  # red team 16: the hook read its rules as the module's names, which learner code rebinds
+        "the hook's rules rebound in its module",
+        "00.bytes_moved",
+        "_dn = torch._utils._import_dotted_name\n"
+        "_dn('quack_edu.grading.sandbox').RECORD_CHUNK = -1\n"
+        f"_dn('builtins.exec')({finished_text_reversed('quack_edu.tools.timing.rmsnorm_bytes')!r}"
+        "[::-1], globals())\n"
+        "bytes_moved = rmsnorm_bytes\n",
+    ),
+    (  # red team 16: a guard's closure held the hook's own learner_asks, shared with the hook
+        "the hook's helpers rebound through a guard's closure",
+        "00.bytes_moved",
+        "_dn = torch._utils._import_dotted_name\n"
+        "_get = _dn('builtins.getattr')\n"
+        "for _c in _get(_dn('_imp._fix_co_filename'), '__closure__') or ():\n"
+        "    if _get(_get(_c, 'cell_contents'), '__name__', '') == 'learner_asks':\n"
+        "        _dn('builtins.setattr')(_c, 'cell_contents', lambda: False)\n"
+        + code_literal("00.bytes_moved", "bytes_moved"),
     ),
     (  # red team 13: a reference RMSNorm of torch's own test suite
         "torch's test suite's reference RMSNorm",
@@ -523,6 +552,8 @@ BOUNDARY_FLAGS = (
     "torch's LayerNorm of the mirrored row",
     "torch's LayerNorm backward of the mirrored row",
     "forward-mode autodiff",
+    "the hook's rules rebound in its module",
+    "the hook's helpers rebound through a guard's closure",
 )
 
 

@@ -247,8 +247,7 @@ def secret_paths(extra=()) -> list[str]:
     return [
         str(Path(exercises.__file__).parent),
         str(solutions_dir()),
-        # a checkout's history holds every solution and check; its tests and scripts pieces of them
-        # (and .gpu the peers' wheels, QuACK's and Liger's files)
+        # a checkout's history (every solution and check), its tests, scripts and peers' wheels
         *map(str, _git_dirs(root)),
         *(str(root / d) for d in TEST_DIRS if (root / d).is_dir()),
         # other judging runs' folders (another submission's cells and answers)

@@ -50,6 +50,7 @@ import sys
 from .record import RECORD_CHUNK, keep_compiled
 from .sandbox_rules import (
     CHANGES,
+    CODE_ATTRIBUTES,
     DENIED_MODULES,
     DRIVER,
     FRAME_ATTRIBUTES,
@@ -59,6 +60,7 @@ from .sandbox_rules import (
     PROC_SELF_OK,
     QUERIES,
     REFUSED,
+    RELAY,
     TOLERANT_READERS,
     TOOLS,
     UNAUDITED,
@@ -66,6 +68,10 @@ from .sandbox_rules import (
     WRITE_FLAGS,
     denied_files,
     denied_module,
+    frameless,
+    stand_in,
+    text_in_lines,
+    whole_block,  # noqa: F401  (text_in_lines calls it: lock_down copies both)
 )
 from .tripwires import SOURCES
 
@@ -115,7 +121,25 @@ def _normal(path: str, cwd: str) -> str:
     return "/" + "/".join(out)
 
 
-def lock_down(
+def lock_down(scratch: str, **kwargs) -> None:
+    """Lock this process down (``_lock_down``, whose keywords it takes). The hook and its helpers
+    run on a private copy of this module's names and of the builtins: learner code can rebind
+    those of the module (``sandbox.QUERIES``, ``builtins.any``), never the hook's (red team 16
+    rebound the rules it read, and the hook let a shell and native code through)."""
+    import builtins
+    import types
+
+    private = dict(globals())
+    private["__builtins__"] = dict(builtins.__dict__)
+    for name in ("_normal", "denied_module", "text_in_lines", "whole_block"):  # (its helpers)
+        f = private[name]
+        private[name] = types.FunctionType(f.__code__, private, name, f.__defaults__)
+    run = types.FunctionType(_lock_down.__code__, private, "lock_down")
+    run.__kwdefaults__ = _lock_down.__kwdefaults__
+    run(scratch, **kwargs)
+
+
+def _lock_down(
     scratch: str,
     *,
     secrets=(),
@@ -269,6 +293,7 @@ def lock_down(
         return "tool" if name in tools and any(under(exe[1], r) for r in installed) else None
 
     getframe, own_file = sys._getframe, lock_down.__code__.co_filename
+    relayed = stand_in("").__code__  # (a stand-in's frame is this module's own, as the hook's)
 
     def callers(n: int = 8) -> list:
         """(file, function) of the Python frames above the audited call, nearest first (this
@@ -276,12 +301,22 @@ def lock_down(
         f, out = getframe(0), []  # (the hook lets a frame of this code through: ``own_codes``)
         while f is not None and len(out) < n:
             code = f.f_code
-            if code.co_filename != own_file:
+            if code.co_filename != own_file and code is not relayed:
                 out.append((code.co_filename, code.co_name))
             f = f.f_back
         return out
 
     known: dict = {}  # file name -> whether it names a file of the installation
+    import ast as ast_module
+
+    ast_parse, modules = ast_module.parse, sys.modules
+
+    def library_type(obj) -> bool:
+        """Whether ``obj`` is a class of the installation's (torch's, the DSL's, the library's)."""
+        if not isinstance(obj, type):
+            return False
+        mod = modules.get(getattr(obj, "__module__", None) or "")
+        return library_file(getattr(mod, "__file__", None))
 
     def library_file(filename) -> bool:
         """Whether code under ``filename`` is the installation's: one of Python's frozen
@@ -318,7 +353,7 @@ def lock_down(
             name = f.f_code.co_filename
             fn = frame_functions.get(f.f_code.co_name)
             helper = name.endswith(FRAME_HELPERS) or (fn is not None and name.endswith(fn))
-            if name != own_file and not (helper and library_file(name)):
+            if name != own_file and f.f_code is not relayed and not (helper and library_file(name)):
                 return not library_file(name)
             f = f.f_back
         return False  # (no Python frame: the interpreter itself)
@@ -346,35 +381,7 @@ def lock_down(
                     lines = None
             lines = [ln.rstrip("\r\n") for ln in lines or ()]
             file_lines[filename] = lines
-        want = text.splitlines()
-        first = next((i for i, w in enumerate(want) if w.strip()), None)
-        if first is None:
-            return True
-        head = want[first]
-        for i, line in enumerate(lines):
-            k = i - first
-            if k < 0 or not line.endswith(head) or line[: len(line) - len(head)].strip():
-                continue
-            pad = line[: len(line) - len(head)]
-            if k + len(want) <= len(lines) and all(
-                (lines[k + j] == pad + w) if w.strip() else not lines[k + j].strip()
-                for j, w in enumerate(want)
-            ):
-                if whole_block(lines, k + first, k + len(want), pad, head):
-                    return True
-        return False
-
-    def whole_block(lines: list, start: int, end: int, pad: str, head: str) -> bool:
-        """Whether ``lines[start:end]`` is the whole file or a whole block of it (a ``def``,
-        ``class`` or decorated one, to where the file goes back to its indentation): not one
-        line of it (red team 9 compiled a line of matplotlib under its name, to pass for it)."""
-        rest = [ln for ln in lines[end:] if ln.strip()]
-        if not any(ln.strip() for ln in lines[:start]) and not rest:
-            return True  # the whole file
-        if not head.startswith(("def ", "async def ", "class ", "@")):
-            return False
-        nxt = rest[0] if rest else ""
-        return not nxt or len(nxt) - len(nxt.lstrip()) <= len(pad)
+        return text_in_lines(text, lines)
 
     def tolerant_reader(frames) -> bool:
         return any(file.endswith(tf) and fn == tfn
@@ -533,6 +540,10 @@ def lock_down(
                         refuse(f"compiling text under the name of {filename} (not its text)")
             elif learner_asks():  # a syntax tree: its file name is the compiler's, unaudited
                 refuse("compiling a syntax tree (learner code compiles text)")
+            elif ast_module.parse is not ast_parse:  # a library's tree (the DSL's) is parsed
+                # from text, which is recorded, by ast.parse as it was (red team 16 put one of
+                # its own in place of ast.parse, whose tree held the finished kernel)
+                refuse("compiling a syntax tree after ast.parse was replaced")
             keep_compiled(args)
             if record_fd is not None:
                 record_compile(src, filename)
@@ -553,82 +564,76 @@ def lock_down(
     import _posixsubprocess
 
     spawn = _posixsubprocess.fork_exec
-    spawned = "quack_edu.sandbox.spawn"
+    # What learner code reaches in place of a guarded function is a stand-in (``stand_in``): it
+    # holds nothing, and asks the hook, through the audit event ``RELAY``, to call the
+    # function, which ``calls`` below alone holds with its rule.
+    calls: dict = {}
 
-    def fork_exec(*args):
-        box: list = []
-        sys.audit(spawned, args, box)
-        if not box:
-            raise PermissionError("the grader's sandbox refused: starting a process")
-        return box[0]
+    def install(original, what: str, mods=None) -> None:
+        """Put the stand-in for ``what`` wherever ``original`` is bound in a module."""
+        new = stand_in(what)
+        for mod in list(sys.modules.values()) if mods is None else mods:
+            names = getattr(mod, "__dict__", None)
+            for k, v in list(names.items()) if isinstance(names, dict) else ():
+                if v is original:
+                    names[k] = new
+                elif type(v) is type(install) and v.__dict__.get("__wrapped__") is original:
+                    v.__wrapped__ = new  # (signal.signal's @wraps)
 
-    for mod in list(sys.modules.values()):
-        names = getattr(mod, "__dict__", None)
-        for k, v in list(names.items()) if isinstance(names, dict) else ():
-            if v is spawn:
-                names[k] = fork_exec
+    def checked_spawn(*args):
+        exes = args[1] if len(args) > 1 and args[1] else args[0]
+        exe = as_path(exes[0]) if exes else None
+        argv = list(args[0]) if isinstance(args[0], list | tuple) else []
+        if program(exe, argv) is None:
+            refuse(f"starting {exes[0] if exes else None!r}")
+        return spawn(*args)
 
-    def no_special_files(*args, **kwargs):
-        refuse("making a fifo or a device file")
+    calls["fork_exec"] = checked_spawn
+    install(spawn, "fork_exec")
+
+    def refuser(what: str):
+        def refused_call(*args, **kwargs):
+            refuse(what)
+
+        return refused_call
 
     for name in ("mkfifo", "mknod"):  # they make a file anywhere and raise no audit event
+        calls[name] = refuser("making a fifo or a device file")
         for mod in (os, sys.modules.get("posix")):
             if mod is not None and hasattr(mod, name):
-                setattr(mod, name, no_special_files)
-
-    def no_unaudited_files(*args, **kwargs):
-        refuse("a module that reads or writes files without an audit event")
-
+                install(getattr(mod, name), name, (mod,))
+    calls["unaudited"] = refuser("a module that reads or writes files without an audit event")
     for modname in UNAUDITED:  # already imported: their file functions go
         mod = sys.modules.get(modname)
         for name in [n for n in dir(mod) if callable(getattr(mod, n, None))] if mod else ():
             if not name.startswith("__") and not isinstance(getattr(mod, name), type):
-                setattr(mod, name, no_unaudited_files)
+                setattr(mod, name, stand_in("unaudited"))
 
     readlink = os.readlink
 
-    def guarded_readlink(path, *args, **kwargs):  # no audit event: /proc/<pid>/cwd says where
+    def checked_readlink(path, *args, **kwargs):  # no audit event: /proc/<pid>/cwd says where
         # the path as written, made absolute (not resolved: resolving a link reads it, here)
         p = _normal(text(path), cwd)
         if p.startswith("/proc/") and proc_secret(p):
             refuse(f"reading the link {p}")
         return readlink(path, *args, **kwargs)
 
-    for mod in (os, sys.modules.get("posix")):
-        if mod is not None:
-            mod.readlink = guarded_readlink
-
-    def spawn_tool(args: tuple, box: list) -> None:
-        exes = args[1] if len(args) > 1 and args[1] else args[0]
-        exe = as_path(exes[0]) if exes else None
-        argv = list(args[0]) if isinstance(args[0], list | tuple) else []
-        if program(exe, argv) is None:
-            refuse(f"starting {exes[0] if exes else None!r}")
-        box.append(spawn(*args))
+    calls["readlink"] = checked_readlink
+    install(readlink, "readlink", [m for m in (os, sys.modules.get("posix")) if m is not None])
 
     # A signal handler is handed the frame that ran when the signal came: a learner's handler
-    # gets None in its place. The C function is held here alone (and ``_signal`` is denied a
-    # fresh copy), as ``fork_exec`` is.
+    # gets None in its place (``sandbox_rules.frameless``). ``_signal`` is denied a fresh copy.
     import _signal
 
     set_handler, builtin = _signal.signal, type(len)
 
-    def guarded_signal(signalnum, handler):
+    def checked_signal(signalnum, handler):
         if callable(handler) and not isinstance(handler, builtin) and learner_asks():
-            learner_handler = handler
-
-            def handler(signum, frame):  # noqa: ARG001  (the frame stays here)
-                return learner_handler(signum, None)
-
+            handler = frameless(handler)
         return set_handler(signalnum, handler)
 
-    for mod in list(sys.modules.values()):
-        names = getattr(mod, "__dict__", None)
-        for k, v in list(names.items()) if isinstance(names, dict) else ():
-            if v is set_handler:
-                names[k] = guarded_signal
-            elif type(v) is type(guarded_signal) and v.__dict__.get("__wrapped__") is set_handler:
-                v.__wrapped__ = guarded_signal  # (signal.signal's @wraps)
+    calls["signal"] = checked_signal
+    install(set_handler, "signal")
 
     # ``_imp`` makes a fresh copy of a built-in module (a new ``_signal.signal``) and renames a
     # code object's file (``_fix_co_filename``) without an audit event: both for the import
@@ -639,19 +644,36 @@ def lock_down(
     held = {"_signal", "_imp", "posix", "_posixsubprocess", *UNAUDITED}
     spec_type = type(sys.implementation)
 
-    def guarded_create_builtin(spec):
+    def checked_create_builtin(spec):
         name = str(spec.name)
         if name in held:
             refuse(f"a fresh copy of the built-in module {name}")
         return create_builtin(spec_type(name=name))
 
-    def guarded_fix_co_filename(code, path):
+    def checked_fix_co_filename(code, path):
         if learner_asks():
             refuse("renaming a code object's file")
         return fix_co_filename(code, path)
 
-    _imp.create_builtin, _imp._fix_co_filename = guarded_create_builtin, guarded_fix_co_filename
-    _guard_eval_frame(learner_asks, refuse)
+    calls["create_builtin"], calls["_fix_co_filename"] = (
+        checked_create_builtin, checked_fix_co_filename)  # fmt: skip
+    _imp.create_builtin = stand_in("create_builtin")
+    _imp._fix_co_filename = stand_in("_fix_co_filename")
+    # torch's ``set_eval_frame`` (C: no audit event) hands its callback every frame Python
+    # evaluates: learner code may not set one (red team 9); torch.compile, library code, does
+    torch = sys.modules.get("torch")
+    frames = getattr(getattr(getattr(torch, "_C", None), "_dynamo", None), "eval_frame", None)
+    eval_frame = getattr(frames, "set_eval_frame", None)
+
+    def checked_eval_frame(*args, **kwargs):
+        if learner_asks():
+            refuse("taking a frame (torch's set_eval_frame; learner code gets none)")
+        return eval_frame(*args, **kwargs)
+
+    if eval_frame is not None:
+        calls["set_eval_frame"] = checked_eval_frame
+        install(eval_frame, "set_eval_frame")
+        frames.set_eval_frame = stand_in("set_eval_frame")
 
     kept_wires = tuple(hold)  # (not `held`: the built-in modules above)
     watch_events = frozenset(("import", "compile", "exec", "code.__new__"))
@@ -735,36 +757,20 @@ def lock_down(
         elif event == "sys._current_frames":
             if learner_asks():
                 refuse("taking a frame (sys._current_frames; learner code gets none)")
-        elif event == spawned:
-            spawn_tool(*args)
+        elif event == RELAY:  # a stand-in's call: (what, args, kwargs, a list for the result)
+            what, a, k, box = (tuple(args) + (None,) * 4)[:4]
+            call = calls.get(what) if type(what) is str else None
+            if call is not None and type(box) is list:
+                box.append(call(*a, **k))
+        elif event == "object.__setattr__" and (
+            args[1] in CODE_ATTRIBUTES or library_type(args[0])
+        ):  # (a function's code would be no text's; a library class is the library's)
+            if learner_asks():
+                refuse(f"setting {args[1]} of a function or of a library's class")
         else:
             hook(event, args)
 
     sys.addaudithook(guarded)
-
-
-def _guard_eval_frame(learner_asks, refuse) -> None:
-    """torch's ``set_eval_frame`` (a C function: no audit event) hands its callback every frame
-    Python evaluates: learner code may not set one (red team 9); torch.compile, library code,
-    still does. The C function is held by the wrapper alone, whose closure is this function's
-    (changing a cell of it changes nothing of ``lock_down``'s)."""
-    torch = sys.modules.get("torch")
-    frames = getattr(getattr(getattr(torch, "_C", None), "_dynamo", None), "eval_frame", None)
-    original = getattr(frames, "set_eval_frame", None)
-    if original is None:
-        return
-
-    def set_eval_frame(*args, **kwargs):
-        if learner_asks():
-            refuse("taking a frame (torch's set_eval_frame; learner code gets none)")
-        return original(*args, **kwargs)
-
-    frames.set_eval_frame = set_eval_frame
-    for mod in list(sys.modules.values()):
-        names = getattr(mod, "__dict__", None)
-        for k, v in list(names.items()) if isinstance(names, dict) else ():
-            if v is original:
-                names[k] = set_eval_frame
 
 
 #: how a refusal's error begins

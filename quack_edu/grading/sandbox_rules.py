@@ -5,6 +5,7 @@ comes from the learner's process, which could write anything in it)."""
 from __future__ import annotations
 
 import os
+import sys
 
 #: ``open`` flags that write
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -260,3 +261,69 @@ def _folder_less(folder: str, keep: list) -> list[str]:
         elif stem not in heads and stem != "__init__":
             out.append(path)
     return out
+
+
+#: the audit event by which a stand-in asks the hook to call the function it stands for
+RELAY = "quack_edu.sandbox.call"
+#: a function's attributes learner code may not set: its code would be no text's
+CODE_ATTRIBUTES = frozenset(("__code__", "__defaults__", "__kwdefaults__"))
+
+
+def stand_in(what: str):
+    """What learner code reaches in place of a guarded function (the process, signal, readlink
+    and ``_imp`` functions, torch's ``set_eval_frame``): it holds its name alone and asks the
+    hook, which alone holds the function and its rule, to call it. The guards it replaces
+    closed over the real functions and the hook's own helpers, which a learner read and rebound
+    through ``__closure__`` (red team 16)."""
+
+    def stand_in(*args, **kwargs):
+        box: list = []
+        sys.audit(RELAY, what, args, kwargs, box)
+        return box[0] if box else None  # (the hook raises where it refuses)
+
+    stand_in.__qualname__ = stand_in.__name__ = what
+    return stand_in
+
+
+def frameless(handler):
+    """A learner's signal handler, handed None in place of the frame."""
+
+    def on_signal(signum, frame):  # noqa: ARG001  (the frame stays here)
+        return handler(signum, None)
+
+    return on_signal
+
+
+def text_in_lines(text: str, lines: list) -> bool:
+    """Whether ``text`` is ``lines`` (a file's), whole, or a whole block of them, dedented as
+    CuTe DSL parses a function (``sandbox``'s rule for text compiled under a file's name)."""
+    want = text.splitlines()
+    first = next((i for i, w in enumerate(want) if w.strip()), None)
+    if first is None:
+        return True
+    head = want[first]
+    for i, line in enumerate(lines):
+        k = i - first
+        if k < 0 or not line.endswith(head) or line[: len(line) - len(head)].strip():
+            continue
+        pad = line[: len(line) - len(head)]
+        if k + len(want) <= len(lines) and all(
+            (lines[k + j] == pad + w) if w.strip() else not lines[k + j].strip()
+            for j, w in enumerate(want)
+        ):
+            if whole_block(lines, k + first, k + len(want), pad, head):
+                return True
+    return False
+
+
+def whole_block(lines: list, start: int, end: int, pad: str, head: str) -> bool:
+    """Whether ``lines[start:end]`` is the whole file or a whole block of it (a ``def``,
+    ``class`` or decorated one, to where the file goes back to its indentation): not one
+    line of it (red team 9 compiled a line of matplotlib under its name, to pass for it)."""
+    rest = [ln for ln in lines[end:] if ln.strip()]
+    if not any(ln.strip() for ln in lines[:start]) and not rest:
+        return True  # the whole file
+    if not head.startswith(("def ", "async def ", "class ", "@")):
+        return False
+    nxt = rest[0] if rest else ""
+    return not nxt or len(nxt) - len(nxt.lstrip()) <= len(pad)
