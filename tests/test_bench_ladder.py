@@ -224,6 +224,11 @@ def test_gpu_clocks_reads_nvidia_smi_for_this_device(monkeypatch, tmp_path):
     assert bench.gpu_clocks(0, smi=str(tmp_path / "absent")) == {}
     smi.write_text("#!/bin/sh\nexit 9\n")
     assert bench.gpu_clocks(0, smi=str(smi)) == {}
+    # not while quack-edu grade runs the notebook: its sandbox refuses the process and flags
+    # the notebook (lesson 08's solution, on an H100, 2026-12-07)
+    smi.write_text(f'#!/bin/sh\necho ran > {args}\necho "1, 1, 1, 1, 1, 1, 1"\n')
+    monkeypatch.setenv("QUACK_EDU_GRADING", "1")
+    assert bench.gpu_clocks(0, smi=str(smi)) == {} and "ran" not in args.read_text()
 
 
 @pytest.mark.gpu

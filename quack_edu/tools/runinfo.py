@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import subprocess
 import sys
 
@@ -27,7 +28,10 @@ def gpu_clocks(device: int = 0, smi: str = "nvidia-smi") -> dict:
     """The GPU's clocks, power and temperature now, for the record (a run keeps them from
     before and after its timings: a memory-bound kernel's speed follows the memory clock, and
     the SM clock dips under the power cap). Read with nvidia-smi, found by the device's PCI
-    bus id; {} where that is not possible."""
+    bus id; {} where that is not possible, and while ``quack-edu grade`` runs the notebook (its
+    sandbox refuses the process, and flags the notebook: lesson 08's bench, on an H100)."""
+    if os.environ.get("QUACK_EDU_GRADING") == "1":
+        return {}
     try:
         p = torch.cuda.get_device_properties(device)
         bus = f"{p.pci_domain_id:08X}:{p.pci_bus_id:02X}:{p.pci_device_id:02X}.0"
