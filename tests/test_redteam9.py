@@ -278,6 +278,8 @@ def test_a_tripwire_undone_is_reached(tmp_path):
 ANSWER = "\ndef bytes_moved(M, N, dtype):\n    return 0\n"
 FRAME_ROUTES = {
     "numpy get_frame": "import numpy.distutils.misc_util as m\n_fr = m.get_frame(0)\n",
+    # red team 17 (2026-12-07): jupyter_core's, which no list named
+    "jupyter_core _get_frame": "from jupyter_core.utils import _get_frame\n_fr = _get_frame(0)\n",
     "IPython get_local_scope": (
         "from IPython.core.interactiveshell import InteractiveShell as S\n"
         "_loc = S.get_local_scope(None, 2)\n"
@@ -307,7 +309,8 @@ def test_library_functions_hand_learner_code_no_frame(route):
     """a2, a4, a5, a7 took their frames so (scored full before the fixes of B and D)."""
     import warnings
 
-    needs = {"numpy get_frame": "numpy.distutils", "IPython get_local_scope": "IPython"}
+    needs = {"numpy get_frame": "numpy.distutils", "IPython get_local_scope": "IPython",
+             "jupyter_core _get_frame": "jupyter_core.utils"}  # fmt: skip
     if route in needs and not _importable(needs[route]):  # the H200/H100 machines lack both
         pytest.skip(f"{needs[route]} is not installed here: the route does not exist")
 

@@ -19,6 +19,18 @@ import pytest
 
 #: each attempt, as the child runs it after ``lock_down``: name -> code (raising is refusal)
 ATTEMPTS = {
+    # red team 17: an installed library's handle renamed the driver's, to look up libc's system
+    # through it; and posixpath's abspath replaced, for the hook's realpath to take a library of
+    # the learner's for the installation's
+    "a library named the driver's": (
+        "import ctypes, _ctypes\n_l = ctypes.CDLL(_ctypes.__file__)\n_l._name = 'libcuda.so.1'\n"
+        "_l.system"
+    ),
+    "the installation's path forged": (
+        "import ctypes, posixpath\nopen('forged.so', 'wb').write(b'x')\n_a = posixpath.abspath\n"
+        "posixpath.abspath = lambda p: sys.prefix + '/lib/forged.so'\n"
+        "try:\n    ctypes.CDLL('./forged.so')\nfinally:\n    posixpath.abspath = _a"
+    ),
     "write outside the scratch folder": "open(OUTSIDE + '/x.txt', 'w').write('1')",
     "write through ../": "open('../../../' + OUTSIDE.lstrip('/') + '/y.txt', 'w').write('1')",
     "append to a file outside": "open(PUBLIC + '/public.txt', 'a').write('1')",

@@ -47,6 +47,7 @@ import errno
 import os
 import sys
 
+from . import record
 from .record import RECORD_CHUNK, keep_compiled
 from .sandbox_rules import (
     CHANGES,
@@ -68,7 +69,9 @@ from .sandbox_rules import (
     WRITE_FLAGS,
     denied_files,
     denied_module,
+    driver_handles,
     frameless,
+    private_realpath,
     stand_in,
     text_in_lines,
     whole_block,  # noqa: F401  (text_in_lines calls it: lock_down copies both)
@@ -121,6 +124,10 @@ def _normal(path: str, cwd: str) -> str:
     return "/" + "/".join(out)
 
 
+_realpath = os.path.realpath  # (lock_down's hook: a private copy, ``private_realpath``)
+DRIVER_HANDLES: frozenset = frozenset()
+
+
 def lock_down(scratch: str, **kwargs) -> None:
     """Lock this process down (``_lock_down``, whose keywords it takes). The hook and its helpers
     run on a private copy of this module's names and of the builtins: learner code can rebind
@@ -131,9 +138,12 @@ def lock_down(scratch: str, **kwargs) -> None:
 
     private = dict(globals())
     private["__builtins__"] = dict(builtins.__dict__)
-    for name in ("_normal", "denied_module", "text_in_lines", "whole_block"):  # (its helpers)
-        f = private[name]
+    for name in ("_normal", "denied_module", "text_in_lines", "whole_block", "keep_compiled"):
+        f = private[name]  # (its helpers, on the copy too; keep_compiled's list is its own)
         private[name] = types.FunctionType(f.__code__, private, name, f.__defaults__)
+    private.update(_kept=record.KEPT_STATE, KEPT_MAX=record.KEPT_MAX)
+    private["_realpath"] = private_realpath(private["__builtins__"])
+    private["DRIVER_HANDLES"] = driver_handles()
     run = types.FunctionType(_lock_down.__code__, private, "lock_down")
     run.__kwdefaults__ = _lock_down.__kwdefaults__
     run(scratch, **kwargs)
@@ -174,7 +184,7 @@ def _lock_down(
     from io import open_code
     from stat import S_ISDIR as is_dir
 
-    realpath, fspath, getpid, stat = os.path.realpath, os.fspath, os.getpid, os.stat
+    realpath, fspath, getpid, stat = _realpath, os.fspath, os.getpid, os.stat
 
     home = realpath(scratch)
     # the working directory starts empty; temporary files (the answer's module, compile dumps)
@@ -361,7 +371,8 @@ def _lock_down(
     own_codes = (callers.__code__, learner_asks.__code__)
     # installed functions that hand the frame (or locals) they take to their caller: who asks
     # is their caller, as for the standard library's helpers (``FRAME_HELPER_FUNCTIONS``)
-    frame_functions = {fn: suffix for suffix, fn in FRAME_HELPER_FUNCTIONS}
+    frame_functions = {fn: tuple(x for x, f in FRAME_HELPER_FUNCTIONS if f == fn)
+                       for _, fn in FRAME_HELPER_FUNCTIONS}  # fmt: skip  (name -> file suffixes)
     sources = dict(SOURCES)  # the library's text as the line cache has it
     file_lines: dict = {}
 
@@ -502,10 +513,12 @@ def _lock_down(
             if text(args[1]) != loader0.get(text(args[0])):
                 refuse(f"setting {text(args[0])} (loads native code into a tool)")
         elif event == "ctypes.dlsym" and len(args) > 1:  # (the library, the function's name)
-            lib = getattr(args[0], "_name", args[0])
-            if lib in DRIVER:  # the CUDA driver: reachable anyway (the DSL's cuda.bindings)
+            # the CUDA driver's own functions (reachable anyway: the DSL's cuda.bindings), told by
+            # the handle searched, not the name a learner can set (red team 17 renamed libc10's
+            # handle "libcuda.so.1" and called system; a handle finds its dependencies' too)
+            if getattr(args[0], "_handle", None) in DRIVER_HANDLES and str(args[1])[:2] == "cu":
                 return
-            refuse(f"{event} of {text(args[1])} in {lib} ({refused[event]})")
+            refuse(f"{event} of {text(args[1])} ({refused[event]})")
         elif event in refused:
             refuse(f"{event} ({refused[event]})")
         elif event in ("os.kill", "os.killpg", "signal.pthread_kill"):

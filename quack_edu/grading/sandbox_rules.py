@@ -114,6 +114,8 @@ FRAME_HELPER_FUNCTIONS = (
     ("/IPython/core/interactiveshell.py", "get_local_scope"),
     ("/pip/_vendor/rich/console.py", "_caller_frame_info"),
     ("/typing_extensions.py", "_caller"),
+    ("/jupyter_core/utils/__init__.py", "_get_frame"),  # (red team 17 took a frame with it)
+    ("/pydevd_bundle/pydevd_constants.py", "get_frame"),
 )
 #: /proc entries of this process that are not a way out (no cwd, root, fd, mem, environ)
 PROC_SELF_OK = ("stat", "statm", "status", "maps", "cmdline", "comm", "limits", "cgroup", "task")
@@ -327,3 +329,36 @@ def whole_block(lines: list, start: int, end: int, pad: str, head: str) -> bool:
         return False
     nxt = rest[0] if rest else ""
     return not nxt or len(nxt) - len(nxt.lstrip()) <= len(pad)
+
+
+def private_realpath(builtins_copy: dict):
+    """``os.path.realpath`` on a private copy of posixpath's names, ``os``'s and ``stat``'s: the
+    public ones are learner code's to rebind (red team 17 put its own ``posixpath.abspath`` in,
+    and the hook took a library of its own for the installation's)."""
+    import posixpath
+    import stat
+    import types
+
+    names = dict(vars(posixpath), __builtins__=builtins_copy)
+    names["os"], names["stat"] = (
+        types.SimpleNamespace(**vars(os)),
+        types.SimpleNamespace(**vars(stat)),
+    )
+    for k, f in list(names.items()):
+        if isinstance(f, types.FunctionType):
+            names[k] = types.FunctionType(f.__code__, names, k, f.__defaults__)
+            names[k].__kwdefaults__ = f.__kwdefaults__
+    return names["realpath"]
+
+
+def driver_handles() -> frozenset:
+    """The CUDA driver's library handles (where it loads), before the lock-down."""
+    import ctypes
+
+    out = set()
+    for name in DRIVER:
+        try:
+            out.add(ctypes.CDLL(name)._handle)
+        except OSError:
+            pass
+    return frozenset(out)
