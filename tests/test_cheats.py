@@ -325,6 +325,20 @@ ANSWER_CELL_CHEATS = [
         "        _dn('builtins.setattr')(_c, 'cell_contents', lambda: False)\n"
         + code_literal("00.bytes_moved", "bytes_moved"),
     ),
+    (  # red team 17: the autograd engine's C entry on a Parameter (the Python entries are
+        # tripwires): the worker keeps autograd off for a gradient asked by hand
+        "the C autograd engine on a Parameter",
+        "07.dx_row",
+        "_run = torch._C._ImperativeEngine().run_backward\n"
+        "def dx_row(x, w, dout, rstd, weight_offset):\n"
+        "    xd = torch.nn.Parameter(x.double())\n"
+        "    r = rstd.double().unsqueeze(-1)\n"
+        "    eps = 1.0 / (r * r) - x.double().pow(2).mean(-1, keepdim=True)\n"
+        "    wt = (w.double() + weight_offset) if w is not None else 1.0\n"
+        "    y = xd * (xd.pow(2).mean(-1, keepdim=True) + eps).rsqrt() * wt\n"
+        "    (g,) = _run((y,), (dout.double(),), False, False, (xd,), False, False)\n"
+        "    return g.float()\n",
+    ),
     (  # red team 13: a reference RMSNorm of torch's own test suite
         "torch's test suite's reference RMSNorm",
         "00.eager_rmsnorm",
@@ -513,7 +527,7 @@ def test_answer_cell_cheat_is_flagged_and_scores_zero(name, ex_id, source):
 
 #: cheats that only score 0: what they change is in the learner's process, which decides
 #: nothing (the grader computes the verdict from the value, which is wrong)
-NOT_FLAGGED = ("the worker's request handler replaced",)
+NOT_FLAGGED = ("the worker's request handler replaced", "the C autograd engine on a Parameter")
 #: the cheats the grader's sandbox must flag by itself (the screen off): each reaches for a
 #: file, a process, a module or a finished function the learner's process may not have
 BOUNDARY_FLAGS = (

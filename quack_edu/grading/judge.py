@@ -717,7 +717,7 @@ def incident_words(incidents, ex: Exercise) -> list[str]:
     from .sandbox_rules import incident_kind
     from .worker import FINISHED_EVERYWHERE
 
-    finished = {*FINISHED_EVERYWHERE, *ex.finished, "torch's normalisation"}
+    finished = {*FINISHED_EVERYWHERE, *ex.finished, "torch's normalisation", "torch's autograd"}
     out: list[str] = []
     for what in incidents:
         kind = incident_kind(what, finished)

@@ -371,8 +371,10 @@ def _lock_down(
     own_codes = (callers.__code__, learner_asks.__code__)
     # installed functions that hand the frame (or locals) they take to their caller: who asks
     # is their caller, as for the standard library's helpers (``FRAME_HELPER_FUNCTIONS``)
-    frame_functions = {fn: tuple(x for x, f in FRAME_HELPER_FUNCTIONS if f == fn)
-                       for _, fn in FRAME_HELPER_FUNCTIONS}  # fmt: skip  (name -> file suffixes)
+    frame_functions = {
+        fn: tuple(x for x, f in FRAME_HELPER_FUNCTIONS if f == fn)
+        for _, fn in FRAME_HELPER_FUNCTIONS
+    }  # fmt: skip  (name -> file suffixes)
     sources = dict(SOURCES)  # the library's text as the line cache has it
     file_lines: dict = {}
 

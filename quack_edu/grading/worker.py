@@ -109,10 +109,31 @@ def _trip_torch(keep: list) -> None:
     keep.append(lib)
 
 
+def _no_grad_mode() -> None:
+    """Autograd records nothing in this process, and nothing can switch it back on: for an
+    exercise that asks a gradient by hand, whose answer may not differentiate by any entry
+    (red team 17 ran the C engine, ``torch._C._ImperativeEngine().run_backward``, on an
+    ``nn.Parameter``: the Python entries are tripwires, the engine is not). Only the C setter
+    switches the mode (``torch.enable_grad`` and ``set_grad_enabled`` call it), and no one
+    holds it once replaced."""
+    import torch
+
+    torch._C._set_grad_enabled(False)
+
+    def _set_grad_enabled(mode) -> None:
+        if mode:
+            sys.audit("quack_edu.sandbox.reached", "torch's autograd")
+            raise PermissionError(f"{tripwires.REACHED} torch's autograd: an answer derives it")
+
+    torch._C._set_grad_enabled = _set_grad_enabled
+
+
 def _set_tripwires(names, keep: list) -> None:
     import torch  # noqa: F401
 
     _trip_torch(keep)
+    if "torch.autograd.grad" in names:  # a gradient asked by hand
+        _no_grad_mode()
     for name in names:
         try:
             obj = resolve(name)
