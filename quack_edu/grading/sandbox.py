@@ -55,7 +55,7 @@ from .sandbox_rules import (
     DENIED_MODULES,
     DRIVER,
     FRAME_ATTRIBUTES,
-    FRAME_HELPER_FUNCTIONS,
+    FRAME_HELPER_FILES,
     FRAME_HELPERS,
     PRELOADED,
     PROC_SELF_OK,
@@ -369,12 +369,9 @@ def _lock_down(
         return False  # (no Python frame: the interpreter itself)
 
     own_codes = (callers.__code__, learner_asks.__code__)
-    # installed functions that hand the frame (or locals) they take to their caller: who asks
-    # is their caller, as for the standard library's helpers (``FRAME_HELPER_FUNCTIONS``)
-    frame_functions = {
-        fn: tuple(x for x, f in FRAME_HELPER_FUNCTIONS if f == fn)
-        for _, fn in FRAME_HELPER_FUNCTIONS
-    }  # fmt: skip  (name -> file suffixes)
+    # installed functions that hand the frame they take to their caller: who asks is their
+    # caller (``FRAME_HELPER_FILES``: a function's name -> the files that hold one)
+    frame_functions = dict(FRAME_HELPER_FILES)
     sources = dict(SOURCES)  # the library's text as the line cache has it
     file_lines: dict = {}
 

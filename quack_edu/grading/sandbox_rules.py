@@ -117,6 +117,11 @@ FRAME_HELPER_FUNCTIONS = (
     ("/jupyter_core/utils/__init__.py", "_get_frame"),  # (red team 17 took a frame with it)
     ("/pydevd_bundle/pydevd_constants.py", "get_frame"),
 )
+#: the same by function name: the files that hold one of that name (two of one name must not
+#: hide each other: numpy's get_frame and pydevd's)
+FRAME_HELPER_FILES = {
+    fn: tuple(x for x, f in FRAME_HELPER_FUNCTIONS if f == fn) for _, fn in FRAME_HELPER_FUNCTIONS
+}
 #: /proc entries of this process that are not a way out (no cwd, root, fd, mem, environ)
 PROC_SELF_OK = ("stat", "statm", "status", "maps", "cmdline", "comm", "limits", "cgroup", "task")
 
