@@ -232,7 +232,7 @@ def _git_dirs(root: Path) -> list[Path]:
     return out
 
 
-#: a checkout's folders that hold or name its tests (red team 12 read .pytest_cache's list)
+#: a checkout's folders that hold or name its tests (red team 12 read .pytest_cache's list), .gpu
 TEST_DIRS = ("tests", "scripts", ".ci", ".pytest_cache", ".ruff_cache", ".hypothesis", ".gpu")
 
 

@@ -111,7 +111,6 @@ class Record:
 #: a record socket sends it with its replies), in characters
 KEPT_MAX = 2_000_000
 _kept: dict = {"texts": [], "chars": 0}
-KEPT_STATE = _kept  # (the sandbox's hook keeps_compiled on a private copy of these names)
 
 
 def keep_compiled(args) -> None:

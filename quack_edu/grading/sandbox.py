@@ -47,7 +47,7 @@ import errno
 import os
 import sys
 
-from . import record
+from . import record, sandbox_rules
 from .record import RECORD_CHUNK, keep_compiled
 from .sandbox_rules import (
     CHANGES,
@@ -71,10 +71,9 @@ from .sandbox_rules import (
     denied_module,
     driver_handles,
     frameless,
-    private_realpath,
+    private_names,
     stand_in,
     text_in_lines,
-    whole_block,  # noqa: F401  (text_in_lines calls it: lock_down copies both)
 )
 from .tripwires import SOURCES
 
@@ -124,7 +123,7 @@ def _normal(path: str, cwd: str) -> str:
     return "/" + "/".join(out)
 
 
-_realpath = os.path.realpath  # (lock_down's hook: a private copy, ``private_realpath``)
+_realpath = os.path.realpath  # (lock_down's hook: a private copy, ``private_names``)
 DRIVER_HANDLES: frozenset = frozenset()
 
 
@@ -134,16 +133,18 @@ def lock_down(scratch: str, **kwargs) -> None:
     those of the module (``sandbox.QUERIES``, ``builtins.any``), never the hook's (red team 16
     rebound the rules it read, and the hook let a shell and native code through)."""
     import builtins
+    import posixpath
+    import stat
     import types
 
-    private = dict(globals())
-    private["__builtins__"] = dict(builtins.__dict__)
-    for name in ("_normal", "denied_module", "text_in_lines", "whole_block", "keep_compiled"):
-        f = private[name]  # (its helpers, on the copy too; keep_compiled's list is its own)
-        private[name] = types.FunctionType(f.__code__, private, name, f.__defaults__)
-    private.update(_kept=record.KEPT_STATE, KEPT_MAX=record.KEPT_MAX)
-    private["_realpath"] = private_realpath(private["__builtins__"])
-    private["DRIVER_HANDLES"] = driver_handles()
+    b = dict(builtins.__dict__)
+    rules, kept = private_names(sandbox_rules, b), private_names(record, b)
+    paths = private_names(posixpath, b, os=types.SimpleNamespace(**vars(os)),
+                          stat=types.SimpleNamespace(**vars(stat)))  # fmt: skip
+    private = dict(globals(), __builtins__=b, DRIVER_HANDLES=driver_handles())
+    private.update(denied_module=rules["denied_module"], text_in_lines=rules["text_in_lines"],
+                   keep_compiled=kept["keep_compiled"], _realpath=paths["realpath"])  # fmt: skip
+    private["_normal"] = types.FunctionType(_normal.__code__, private, "_normal")
     run = types.FunctionType(_lock_down.__code__, private, "lock_down")
     run.__kwdefaults__ = _lock_down.__kwdefaults__
     run(scratch, **kwargs)

@@ -336,24 +336,20 @@ def whole_block(lines: list, start: int, end: int, pad: str, head: str) -> bool:
     return not nxt or len(nxt) - len(nxt.lstrip()) <= len(pad)
 
 
-def private_realpath(builtins_copy: dict):
-    """``os.path.realpath`` on a private copy of posixpath's names, ``os``'s and ``stat``'s: the
-    public ones are learner code's to rebind (red team 17 put its own ``posixpath.abspath`` in,
-    and the hook took a library of its own for the installation's)."""
-    import posixpath
-    import stat
+def private_names(module, builtins_copy: dict, **names) -> dict:
+    """A private copy of ``module``'s names (with ``names`` in place of some), every function of
+    it rebuilt on the copy, so that the calls between them stay on it too: what the sandbox's
+    hook calls runs on names learner code cannot rebind (red team 16 rebound the rules the hook
+    read, red team 17 ``posixpath.abspath`` under ``os.path.realpath``). Never for a function
+    handed to learner code (``stand_in``): its globals would hand out the copy."""
     import types
 
-    names = dict(vars(posixpath), __builtins__=builtins_copy)
-    names["os"], names["stat"] = (
-        types.SimpleNamespace(**vars(os)),
-        types.SimpleNamespace(**vars(stat)),
-    )
-    for k, f in list(names.items()):
+    copy = dict(vars(module), __builtins__=builtins_copy, **names)
+    for k, f in list(copy.items()):
         if isinstance(f, types.FunctionType):
-            names[k] = types.FunctionType(f.__code__, names, k, f.__defaults__)
-            names[k].__kwdefaults__ = f.__kwdefaults__
-    return names["realpath"]
+            copy[k] = types.FunctionType(f.__code__, copy, k, f.__defaults__, f.__closure__)
+            copy[k].__kwdefaults__ = f.__kwdefaults__
+    return copy
 
 
 def driver_handles() -> frozenset:
