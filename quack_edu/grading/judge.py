@@ -715,9 +715,9 @@ EVIDENCE_N, EVIDENCE_MAX = 20, 4000
 def incident_words(incidents, ex: Exercise) -> list[str]:
     """The incidents as a student may read them: each one's fixed words, once."""
     from .sandbox_rules import incident_kind
-    from .worker import FINISHED_EVERYWHERE
+    from .worker import FINISHED_EVERYWHERE, TORCH_AUTOGRAD, TORCH_NORMALISATION
 
-    finished = {*FINISHED_EVERYWHERE, *ex.finished, "torch's normalisation", "torch's autograd"}
+    finished = {*FINISHED_EVERYWHERE, *ex.finished, TORCH_NORMALISATION, TORCH_AUTOGRAD}
     out: list[str] = []
     for what in incidents:
         kind = incident_kind(what, finished)

@@ -62,6 +62,8 @@ FINISHED_EVERYWHERE = (
 #: whose mean is 0 and variance mean(x^2), scored 00.eager_rmsnorm; its backward 07.dx_row)
 TORCH_NORMS = r"^aten::_?(fused_|native_|cudnn_|miopen_)?(rms|layer|group|batch|instance)_norm"
 _TORCH_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CPU", "CUDA")
+#: the names torch's tripwires are reached under (the judge shows them to the student)
+TORCH_NORMALISATION, TORCH_AUTOGRAD = "torch's normalisation", "torch's autograd"
 
 
 def resolve(dotted: str):
@@ -89,8 +91,8 @@ def _trip_torch(keep: list) -> None:
     lib = torch.library.Library("aten", "IMPL")
 
     def reached(*args, **kwargs):
-        sys.audit("quack_edu.sandbox.reached", "torch's normalisation")
-        raise PermissionError(f"{tripwires.REACHED} torch's normalisation: an answer computes it")
+        sys.audit("quack_edu.sandbox.reached", TORCH_NORMALISATION)
+        raise PermissionError(f"{tripwires.REACHED} {TORCH_NORMALISATION}: an answer computes it")
 
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
     with warnings.catch_warnings():
@@ -122,8 +124,8 @@ def _no_grad_mode() -> None:
 
     def _set_grad_enabled(mode) -> None:
         if mode:
-            sys.audit("quack_edu.sandbox.reached", "torch's autograd")
-            raise PermissionError(f"{tripwires.REACHED} torch's autograd: an answer derives it")
+            sys.audit("quack_edu.sandbox.reached", TORCH_AUTOGRAD)
+            raise PermissionError(f"{tripwires.REACHED} {TORCH_AUTOGRAD}: an answer derives it")
 
     torch._C._set_grad_enabled = _set_grad_enabled
 

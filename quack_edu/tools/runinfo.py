@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 import subprocess
 import sys
 
@@ -30,7 +29,9 @@ def gpu_clocks(device: int = 0, smi: str = "nvidia-smi") -> dict:
     the SM clock dips under the power cap). Read with nvidia-smi, found by the device's PCI
     bus id; {} where that is not possible, and while ``quack-edu grade`` runs the notebook (its
     sandbox refuses the process, and flags the notebook: lesson 08's bench, on an H100)."""
-    if os.environ.get("QUACK_EDU_GRADING") == "1":
+    from ..lessons.selfcheck import grading
+
+    if grading():
         return {}
     try:
         p = torch.cuda.get_device_properties(device)
