@@ -306,6 +306,64 @@ ANSWER_CELL_CHEATS = [
         "        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6)\n"
         "    return torch.func.jvp(f, (xf,), (g,))[1]\n",
     ),
+    # red team 18: answers the exercises' value checks accepted without the work asked
+    (
+        "a complex-step derivative of the forward",
+        "07.dx_row",
+        "def dx_row(x, w, dout, rstd, weight_offset):\n"
+        "    xf, g = x.double(), dout.double()\n"
+        "    if w is not None:\n"
+        "        g = g * (w.double() + weight_offset)\n"
+        "    z = xf + 1e-30j * g\n"
+        "    y = z / torch.sqrt((z * z).mean(-1, keepdim=True) + 1e-6)\n"
+        "    return (y.imag / 1e-30).float()\n",
+    ),
+    (
+        "a finite difference of F.normalize",
+        "07.dx_row",
+        "import math\n"
+        "import torch.nn.functional as F\n"
+        "def dx_row(x, w, dout, rstd, weight_offset):\n"
+        "    xf, g, n = x.double(), dout.double(), x.shape[-1]\n"
+        "    if w is not None:\n"
+        "        g = g * (w.double() + weight_offset)\n"
+        "    def f(z):\n"
+        "        pad = torch.full(z.shape[:-1] + (1,), math.sqrt(n * 1e-6), dtype=z.dtype)\n"
+        "        return F.normalize(torch.cat([z, pad], -1), dim=-1)[..., :n] * math.sqrt(n)\n"
+        "    return ((f(xf + 1e-6 * g) - f(xf - 1e-6 * g)) / 2e-6).float()\n",
+    ),
+    (
+        "F.normalize of the row padded with sqrt(N * eps)",
+        "00.eager_rmsnorm",
+        "import math\n"
+        "import torch.nn.functional as F\n"
+        "def eager_rmsnorm(x, w, eps=1e-6):\n"
+        "    xf, n = x.float(), x.shape[-1]\n"
+        "    pad = torch.full(xf.shape[:-1] + (1,), math.sqrt(n * eps), device=x.device)\n"
+        "    y = F.normalize(torch.cat([xf, pad], -1), dim=-1)[..., :n] * math.sqrt(n)\n"
+        "    return (y * w.float()).to(x.dtype)\n",
+    ),
+    (
+        "the eager sequence traced by make_fx on meta tensors",
+        "00.eager_bytes",
+        "from torch.fx.experimental.proxy_tensor import make_fx\n"
+        "def eager_bytes(M, N, dtype):\n"
+        "    def f(x, w):\n"
+        "        xf = x.float()\n"
+        "        r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)\n"
+        "        return (xf * r * w).to(x.dtype)\n"
+        "    x = torch.empty(M, N, dtype=dtype, device='meta')\n"
+        "    gm = make_fx(f)(x, torch.empty(N, dtype=dtype, device='meta'))\n"
+        "    total = 0\n"
+        "    for n in gm.graph.nodes:\n"
+        "        if n.op == 'call_function':\n"
+        "            ins = [a.meta['val'] for a in n.args if isinstance(a, torch.fx.Node)]\n"
+        "            v = n.meta['val']\n"
+        "            if 'to_copy' in str(n.target) and ins[0].dtype == v.dtype:\n"
+        "                continue\n"
+        "            total += sum(t.numel() * t.element_size() for t in [*ins, v])\n"
+        "    return total\n",
+    ),
     (  # red team 16: the hook read its rules as the module's names, which learner code rebinds
         "the hook's rules rebound in its module",
         "00.bytes_moved",
@@ -527,7 +585,15 @@ def test_answer_cell_cheat_is_flagged_and_scores_zero(name, ex_id, source):
 
 #: cheats that only score 0: what they change is in the learner's process, which decides
 #: nothing (the grader computes the verdict from the value, which is wrong)
-NOT_FLAGGED = ("the worker's request handler replaced", "the C autograd engine on a Parameter")
+NOT_FLAGGED = (
+    "the worker's request handler replaced",
+    "the C autograd engine on a Parameter",
+    # red team 18: no boundary crossed; the exercise's own checks fail them (each with its hint)
+    "a complex-step derivative of the forward",
+    "a finite difference of F.normalize",
+    "F.normalize of the row padded with sqrt(N * eps)",
+    "the eager sequence traced by make_fx on meta tensors",
+)
 #: the cheats the grader's sandbox must flag by itself (the screen off): each reaches for a
 #: file, a process, a module or a finished function the learner's process may not have
 BOUNDARY_FLAGS = (

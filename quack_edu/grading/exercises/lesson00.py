@@ -376,6 +376,31 @@ def _eager_is_eager(ctx: Context):
     return f"{len(ops)} kernels: {', '.join(ops)}"
 
 
+#: the kernels of RMSNorm's own arithmetic, however it is spelt (``x * x`` or ``pow``, ``mean``
+#: or ``sum`` and a division, ``rsqrt`` or ``sqrt`` and a reciprocal; in place or not)
+OWN_ARITHMETIC = {"_to_copy", "pow", "mul", "mean", "sum", "div", "add", "rsqrt", "sqrt"}
+OWN_ARITHMETIC |= {"reciprocal", "square", "clone", "copy"}
+OWN_MEAN = (
+    "the mean of squares is the exercise: square x (pow or a multiply), take the mean over the "
+    "last dim (or a sum divided by N), add eps and take rsqrt, yourself. A norm, a variance, a "
+    "normalize or a concatenation computes it for you"
+)
+
+
+@eager.check("its own mean of squares (no norm, variance or normalize)")
+def _eager_own_arithmetic(ctx: Context):
+    ops = _eager_ops(ctx)
+    other = sorted({o for o in ops if o.rstrip("_") not in OWN_ARITHMETIC})
+    if other or not {"mean", "sum"} & {o.rstrip("_") for o in ops}:
+        raise CheckFailed(
+            "kernels outside RMSNorm's own arithmetic, or no mean (sum) over the row",
+            expected="casts, pow or mul, mean (or sum and div), add, rsqrt (or sqrt), mul",
+            seen=", ".join(other or ops),
+            hint=OWN_MEAN,
+        )
+    return "casts, squares, a mean, rsqrt and multiplies only"
+
+
 @eager.check("the order asked: multiply by w in fp32, then cast back (bf16 x)")
 def _eager_order(ctx: Context):
     ops = _eager_ops(ctx)
@@ -486,6 +511,30 @@ eager_bytes.add(
         variants=_EAGER_BYTES_VARIANTS,
     )
 )
+COUNTED = (
+    "count the bytes from the table, in arithmetic on M, N and the dtype's size: running the "
+    "eager sequence on meta or fake tensors (traffic, make_fx, a dispatch mode) measures them "
+    "instead"
+)
+
+
+@eager_bytes.check("counted, not measured (no torch operator run on M x N tensors)")
+def _eager_bytes_counted(ctx: Context):
+    from ..probes.lesson00_06 import tensor_ops
+
+    ops = ctx.probe(tensor_ops, [(37, 1000, torch.bfloat16), (199, 773, torch.float32)])
+    if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
+        raise CheckFailed("the learner's process sent no operator names back")
+    if ops:
+        raise CheckFailed(
+            f"the answer runs {len(ops)} torch operators on tensors",
+            expected="arithmetic on M, N and the element size only",
+            seen=", ".join(dict.fromkeys(ops)),
+            hint=COUNTED,
+        )
+    return "no torch operator on a tensor: counted"
+
+
 # BEGIN HIDDEN
 eager_bytes.add(
     value_check(

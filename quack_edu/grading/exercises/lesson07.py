@@ -71,6 +71,11 @@ NOT_FP32 = (
     "converting x, dout and w with .float() before any arithmetic; the grader's tolerance is "
     "fp32's"
 )
+SAVED_RSTD = (
+    "dx does not follow the rstd it is given: the backward reads the rstd the forward saved "
+    "and never recomputes it from x (nor evaluates the forward again). Write dx from x, dout, "
+    "w and that rstd"
+)
 DX_DTYPE = "return dx in float32 (the kernel's accumulator precision), of x's shape"
 NOT_DERIVED = (
     "the answer differentiates (torch.autograd, .backward(), requires_grad) or calls a finished "
@@ -260,6 +265,37 @@ def _check_dx(ctx, cases, device: str):
     return len(cases)
 
 
+def _check_saved_rstd(ctx, device: str) -> int:
+    """The answer is given an rstd that is not x's own (each row's scaled by 1/2 to 2): its dx
+    must be the formula of *that* rstd. An answer that differentiates the forward numerically
+    (finite differences, a complex step) recomputes rstd from x and misses it (red team 18)."""
+    import torch
+
+    gen = ctx.torch_generator(salt="saved rstd")
+    for M, N, xdt, wdt, off in ((37, 1000, "bf16", "fp32", 1.0), (5, 64, "fp32", None, 0.0)):
+        x, w, dout, rstd = row_inputs(M, N, xdt, wdt, off, gen, device)
+        c = torch.tensor((0.5, 0.75, 1.5, 2.0), device=device)[
+            torch.randint(0, 4, (M,), generator=gen).to(device)
+        ]
+        given = rstd * c
+        got = ctx.call(x, w, dout, given, off)
+        if not torch.is_tensor(got) or tuple(got.shape) != (M, N):
+            raise CheckFailed(f"M={M} N={N}: dx_row returned no ({M}, {N}) tensor", hint=DX_DTYPE)
+        g = _g(dout, w, off).double()
+        ref = _dx(x.double(), given.double(), g)
+        # the projection term grows as c^2: the tolerance with it
+        scale = dx_scale(x, w, dout, given, off) * c.unsqueeze(-1).clamp(min=1.0) ** 2
+        if not bool(dx_within(got.to(ref.device), ref, scale).all()):
+            raise CheckFailed(
+                f"M={M} N={N}: given an rstd scaled by 1/2 to 2 per row, your dx is not the "
+                "formula's for that rstd",
+                expected="dx computed from the rstd argument",
+                seen="dx that ignores it (rstd recomputed from x?)",
+                hint=SAVED_RSTD,
+            )
+    return 2
+
+
 def _not_derived(hidden: bool = False) -> Check:
     def fn(ctx):
         from ..checks import answer_source
@@ -300,6 +336,17 @@ def _dx_values(hidden: bool) -> Check:
     )
 
 
+def _uses_saved_rstd() -> Check:
+    def fn(ctx):
+        n = _check_saved_rstd(ctx, "cpu")
+        return f"{n} cases follow the rstd given (not x's own)"
+
+    needs = ("dx vs float64 autograd on the CPU (5 cases: dtypes, weights, offsets)",)
+    return Check(
+        "dx from the rstd it is given (the forward's saved rstd)", COMPILE, fn, False, needs
+    )
+
+
 def _dx_gpu(hidden: bool) -> Check:
     def run(ctx):
         import torch
@@ -332,7 +379,8 @@ def _dx_gpu(hidden: bool) -> Check:
                     seen=f"max difference {diff.max().item():.4g}",
                     hint=_diagnose_dx([(mine, x, w, dout, rstd, off, scale)]),
                 )
-        return f"{n} CUDA cases match float64 autograd and the kernel's dx"
+        _check_saved_rstd(ctx, "cuda")
+        return f"{n} CUDA cases match float64 autograd and the kernel's dx, and follow rstd"
 
     name = (
         "on the GPU: more shapes, grading seed"
@@ -389,5 +437,5 @@ dx_row = register(
         mutants=DX_ROW_MUTANTS,
     )
 )
-dx_row.add(_not_derived(), _dx_values(hidden=False), _dx_values(hidden=True))
+dx_row.add(_not_derived(), _dx_values(hidden=False), _uses_saved_rstd(), _dx_values(hidden=True))
 dx_row.add(_dx_gpu(hidden=False), _dx_gpu(hidden=True))

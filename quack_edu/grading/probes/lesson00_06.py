@@ -1,7 +1,9 @@
-"""The probes of 00.eager_rmsnorm and 06.row_loop: what their checks learn from the answer by
-running, replaying or compiling it, as plain data (``Context.probe``).
+"""The probes of 00.eager_rmsnorm, 00.eager_bytes and 06.row_loop: what their checks learn from
+the answer by running, replaying or compiling it, as plain data (``Context.probe``).
 
 00.eager_rmsnorm  ``eager_kernels``  the aten kernels the answer launches on meta tensors
+00.eager_bytes    ``tensor_ops``     the torch operators the answer runs on tensors of more
+                                     than one element
 06.row_loop       ``loop_events``    the helper calls of the learner's loop replayed in plain
                                      Python, one list of events a thread
                   ``loop_compiled``  the final kernel around the loop, compiled: its PTX and
@@ -29,6 +31,31 @@ def eager_kernels(answer, shape: tuple, dtype) -> list[str]:
     x = torch.empty(*shape, dtype=dtype, device="meta")
     w = torch.empty(shape[-1], dtype=dtype, device="meta")
     return [str(o.op) for o in traffic(lambda x, w: answer(x, w, 1e-6), x, w)]
+
+
+# ---- 00.eager_bytes ---------------------------------------------------------------------------
+def tensor_ops(answer, cases: list) -> list[str]:
+    """The names of the torch operators ``answer(M, N, dtype)`` runs, for each case, that take
+    or make a tensor of more than one element (a dtype's size from an empty tensor makes none;
+    running the eager sequence on meta or fake tensors, traced or not, makes many)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    seen: list[str] = []
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            leaves = tree_leaves((args, kwargs, out))
+            if any(isinstance(t, torch.Tensor) and t.numel() > 1 for t in leaves):
+                seen.append(str(func.overloadpacket.__name__))
+            return out
+
+    for M, N, dtype in cases:
+        with Watch():
+            answer(M, N, dtype)
+    return seen
 
 
 # ---- 06.row_loop ------------------------------------------------------------------------------
