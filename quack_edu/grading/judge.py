@@ -291,14 +291,9 @@ class Worker:
     def __enter__(self):
         self.pid, self.conn, self.record = Server.fork()
         self.scratch = tempfile.mkdtemp(prefix="quack_edu_judge_", dir=Server.box)
-        job = {
-            "source": self.source,
-            "answer": self.ex.answer,
-            "exercise": self.ex.id,
-            "finished": list(self.ex.finished),
-            "secrets": secret_paths(self.secrets),
-            "scratch": self.scratch,
-        }
+        job = {"source": self.source, "answer": self.ex.answer, "exercise": self.ex.id}
+        job.update(finished=list(self.ex.finished), autograd_off=self.ex.autograd_off)
+        job.update(secrets=secret_paths(self.secrets), scratch=self.scratch)
         self.conn.send_bytes(pickle.dumps(job))
         msg = self._receive(self.timeout + 60.0, "loading the answer cell")
         if msg.get("loaded"):

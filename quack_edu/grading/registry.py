@@ -198,6 +198,9 @@ class Exercise:
     #: ``quack_edu.stages.warp.WarpRMSNorm.kernel``): in the learner's process each is a
     #: tripwire (``tripwires.tripwire``) that flags the answer reaching it, by any route
     finished: tuple[str, ...] = ()
+    #: a gradient asked by hand: autograd is off in the learner's process, and nothing there
+    #: can switch it back on (``worker._no_grad_mode``)
+    autograd_off: bool = False
     #: library functions whose text the answer must not copy but which its process may run
     #: (the stage around the hole calls them): judged like ``finished``'s text
     #: (``similarity.copied_from_library``), never tripwires

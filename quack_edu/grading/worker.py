@@ -134,8 +134,6 @@ def _set_tripwires(names, keep: list) -> None:
     import torch  # noqa: F401
 
     _trip_torch(keep)
-    if "torch.autograd.grad" in names:  # a gradient asked by hand
-        _no_grad_mode()
     for name in names:
         try:
             obj = resolve(name)
@@ -202,6 +200,8 @@ def main(conn, record_fd: int | None = None) -> None:
     except ImportError:
         pass
     keep: list = []
+    if job.get("autograd_off"):  # a gradient asked by hand
+        _no_grad_mode()
     _set_tripwires((*FINISHED_EVERYWHERE, *job.get("finished", ())), keep)
     # the library's text: in the line cache with the finished functions blanked, and its files
     # out of reach (re-running a module's source would make fresh, untripped functions)

@@ -430,6 +430,7 @@ dx_row = register(
             "torch.autograd.functional.vjp",
             "torch.autograd.functional.jacobian",
         ),
+        autograd_off=True,  # (red team 17: the C engine on an nn.Parameter)
         lesson=LESSON,
         answer="dx_row",
         title="dx of RMSNorm rows by hand, in fp32, from the forward's rstd",
