@@ -84,6 +84,27 @@ def finished_text_reversed(dotted: str) -> str:
 
 
 #: (name, exercise, answer cell): each a cheat in the answer cell itself
+#: red team 18: the eager sequence traced by make_fx on meta tensors, its nodes' bytes summed
+MAKE_FX = (
+    "from torch.fx.experimental.proxy_tensor import make_fx\n"
+    "def eager_bytes(M, N, dtype):\n"
+    "    def f(x, w):\n"
+    "        xf = x.float()\n"
+    "        r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)\n"
+    "        return (xf * r * w).to(x.dtype)\n"
+    "    x = torch.empty(M, N, dtype=dtype, device='meta')\n"
+    "    gm = make_fx(f)(x, torch.empty(N, dtype=dtype, device='meta'))\n"
+    "    total = 0\n"
+    "    for n in gm.graph.nodes:\n"
+    "        if n.op == 'call_function':\n"
+    "            ins = [a.meta['val'] for a in n.args if isinstance(a, torch.fx.Node)]\n"
+    "            v = n.meta['val']\n"
+    "            if 'to_copy' in str(n.target) and ins[0].dtype == v.dtype:\n"
+    "                continue\n"
+    "            total += sum(t.numel() * t.element_size() for t in [*ins, v])\n"
+    "    return total\n"
+)
+
 ANSWER_CELL_CHEATS = [
     ("the seven-line run_exercise patch", "00.bytes_moved", PATCH_RUN_EXERCISE + WRONG),
     (
@@ -346,23 +367,49 @@ ANSWER_CELL_CHEATS = [
     (
         "the eager sequence traced by make_fx on meta tensors",
         "00.eager_bytes",
-        "from torch.fx.experimental.proxy_tensor import make_fx\n"
+        MAKE_FX,
+    ),
+    # red team 19: a torch helper that imports by a string (no name the screen reads) reached
+    # library code that was no tripwire, and the grader's own code in the learner's process
+    (
+        "the naive stage run in the CPU simulator",
+        "00.eager_rmsnorm",
+        "from torch._dynamo.trace_rules import _load_obj_from_str as _load\n"
+        "def eager_rmsnorm(x, w, eps=1e-6):\n"
+        "    run = _load('quack_edu.ptxsim.stages.' + 'run_stage')\n"
+        "    return run('naive', x, w, eps)\n",
+    ),
+    (
+        "traffic run on tiny meta tensors as the cell loads, the count fitted",
+        "00.eager_bytes",
+        "from torch._dynamo.trace_rules import _load_obj_from_str as _load\n"
+        "def _seq(x, w):\n"
+        "    xf = x.float()\n"
+        "    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(x.dtype)\n"
+        "def _count(m, n, dt):\n"
+        "    tr = _load('quack_edu.lessons.roofline.' + 'traffic')\n"
+        "    e = lambda *s: torch.empty(*s, dtype=dt, device='meta')\n"
+        "    return sum(op.total for op in tr(_seq, e(m, n), e(n)))\n"
+        "_F = {dt: [_count(m, n, dt) for m, n in ((1, 1), (1, 2), (2, 1), (2, 2))]\n"
+        "      for dt in (torch.bfloat16, torch.float16, torch.float32)}\n"
         "def eager_bytes(M, N, dtype):\n"
-        "    def f(x, w):\n"
-        "        xf = x.float()\n"
-        "        r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)\n"
-        "        return (xf * r * w).to(x.dtype)\n"
-        "    x = torch.empty(M, N, dtype=dtype, device='meta')\n"
-        "    gm = make_fx(f)(x, torch.empty(N, dtype=dtype, device='meta'))\n"
-        "    total = 0\n"
-        "    for n in gm.graph.nodes:\n"
-        "        if n.op == 'call_function':\n"
-        "            ins = [a.meta['val'] for a in n.args if isinstance(a, torch.fx.Node)]\n"
-        "            v = n.meta['val']\n"
-        "            if 'to_copy' in str(n.target) and ins[0].dtype == v.dtype:\n"
-        "                continue\n"
-        "            total += sum(t.numel() * t.element_size() for t in [*ins, v])\n"
-        "    return total\n",
+        "    f11, f12, f21, f22 = _F[dtype]\n"
+        "    a = f22 - f21 - f12 + f11\n"
+        "    b, c = f21 - f11 - a, f12 - f11 - a\n"
+        "    return a * M * N + b * M + c * N + f11 - a - b - c\n",
+    ),
+    (
+        "the grader's probe rebound in its module",
+        "00.eager_bytes",
+        "from torch._dynamo.trace_rules import _load_obj_from_str as _load\n"
+        "_load('quack_edu.grading.probes.' + 'lesson00_06').tensor_ops = lambda a, c: []\n"
+        + MAKE_FX,
+    ),
+    (
+        "a torch function the probe calls rebound",
+        "00.eager_bytes",
+        "from torch._dynamo.trace_rules import _load_obj_from_str as _load\n"
+        "_load('torch.utils.' + '_pytree').tree_leaves = lambda *a, **k: []\n" + MAKE_FX,
     ),
     (  # red team 16: the hook read its rules as the module's names, which learner code rebinds
         "the hook's rules rebound in its module",
@@ -634,6 +681,10 @@ BOUNDARY_FLAGS = (
     "forward-mode autodiff",
     "the hook's rules rebound in its module",
     "the hook's helpers rebound through a guard's closure",
+    "the naive stage run in the CPU simulator",
+    "traffic run on tiny meta tensors",
+    "the grader's probe rebound",
+    "a torch function the probe calls rebound",
 )
 
 

@@ -175,6 +175,8 @@ INCIDENT_KINDS = (
     ("os.", "changing files outside its scratch folder"),
     ("shutil.", "changing files outside its scratch folder"),
 )
+#: what the worker reports of a module's function, class or module rebound by learner code
+REBOUND = "rebound:"
 #: an incident the learner's process reported that is none of the sandbox's
 OTHER_INCIDENT = "something the sandbox refuses"
 
@@ -184,6 +186,8 @@ def incident_kind(text: str, finished=()) -> str:
     of a tripwire reached its name only where it is one of ``finished`` (the grader's own)."""
     if not isinstance(text, str):
         return OTHER_INCIDENT
+    if text.startswith(f"reached: {REBOUND}"):
+        return "changing the grader's or the library's code in memory"
     if text.startswith("reached: "):
         name = text.removeprefix("reached: ")
         what = "reaching the finished version of what is asked"

@@ -26,10 +26,12 @@ import json
 import os
 import pickle
 import sys
+import types
 
 from . import hints, record, sandbox, tripwires
 from .context import is_not_implemented
 from .registry import MISSING
+from .sandbox_rules import REBOUND
 from .wire import Unencodable, encode
 
 #: what a learner process may never reach, in every exercise: torch's RMSNorm (its operators:
@@ -56,6 +58,11 @@ FINISHED_EVERYWHERE = (
     "quack_edu.lessons.bwd_strategies.dw_float64",
     "quack_edu.lessons.bwd_strategies.run",
     "quack_edu.grading.hints._rms_variant",
+    # the CPU simulator, which runs any compiled kernel, the library's finished ones too (red
+    # team 19 ran the final backward's PTX in it for 07.dx_row): no answer needs it
+    "quack_edu.ptxsim.executor.launch",
+    "quack_edu.ptxsim.executor.CTA.run",
+    "quack_edu.ptxsim.executor.Cluster.run",
 )
 #: torch's normalisations, every overload of each operator on every key it has a kernel for:
 #: torch's RMSNorm, and the others, which compute one too (red team 15: layer_norm of [x, -x],
@@ -218,6 +225,11 @@ def main(conn, record_fd: int | None = None) -> None:
     keep.clear()
     del keep
     _sent["recorded"] = record_fd is not None
+    # what the grader's code here calls by name, taken before any learner code runs: a probe is
+    # served by the function bound now, and a function rebound in any module is reported with
+    # every reply (red team 19 reached every module by a torch helper that imports by string)
+    bound, serve_, seen_ = Bindings(), serve, _seen
+    state = {"launchers": {}, "probes": bound.probes()}
     try:
         answer = answer_from_source(job["source"], job["answer"])
     except BaseException as e:  # SystemExit and KeyboardInterrupt are the learner's too
@@ -232,24 +244,60 @@ def main(conn, record_fd: int | None = None) -> None:
             kind, value = "value", encode(answer)
         except Unencodable:
             kind, value = "object", None
-    reply = {"loaded": True, "kind": kind, "value": value, **_seen()}
+    bound.check()
+    reply = {"loaded": True, "kind": kind, "value": value, **seen_()}
     conn.send_bytes(json.dumps(reply).encode())
-    state = {"launchers": {}}
     while True:
         try:
             req = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
             return
+        bound.check()
         try:
-            reply = serve(req, answer, state)
+            reply = serve_(req, answer, state)
         except BaseException as e:
             reply = raised(e)
-        reply.update(_seen())
+        bound.check()
+        reply.update(seen_())
         try:
             data = json.dumps(reply, allow_nan=True).encode()
         except (TypeError, ValueError) as e:
-            data = json.dumps({**raised(e), **_seen()}).encode()
+            data = json.dumps({**raised(e), **seen_()}).encode()
         conn.send_bytes(data)
+
+
+class Bindings:
+    """Every function, class and module bound in a loaded module, as they are now (before any
+    learner code runs; ``__main__`` aside). ``check()`` reports, by the tripwires' audit event
+    (which only the sandbox's hook keeps), each one since rebound or deleted: the grader's code
+    in this process (probes, holes, the wire) and the library and torch under it call them by
+    name. Its own names are bound here too, out of the learner's reach (the instance lives in
+    ``main``'s frame only; an installed class's attributes cannot be set)."""
+
+    KINDS = (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType)
+
+    def __init__(self):
+        self._audit, self._get, self._told = sys.audit, dict.get, set()
+        self._snap = [
+            (name, d, k, v)
+            for name, d in [(n, getattr(m, "__dict__", None)) for n, m in list(sys.modules.items())]
+            if name != "__main__" and isinstance(d, dict)
+            for k, v in list(d.items())
+            if isinstance(v, self.KINDS)
+        ]
+
+    def probes(self) -> dict:
+        """{(module, name): function} a check may probe (``Context.probe``: the grader's
+        learner-side modules)."""
+        mine = [(n, k, v) for n, _, k, v in self._snap if n.startswith(f"{__package__}.")]
+        return {(n, k): v for n, k, v in mine if ".exercises" not in n}
+
+    def check(self) -> None:
+        get, told = self._get, self._told
+        for name, d, k, v in self._snap:
+            if get(d, k) is not v and (name, k) not in told:
+                told.add((name, k))
+                self._audit("quack_edu.sandbox.reached", f"{REBOUND} {name}.{k}")
 
 
 _sent = {"compiled": 0, "recorded": False}
@@ -313,7 +361,7 @@ def serve(req, answer, state) -> dict:
         return {"value": encode(float(cuda_time_us(lambda: fn(x, w, out, eps))))}
     if op == "probe":  # a check's question, answered with data (``Context.probe``)
         _, (module, name), args = req
-        fn = getattr(importlib.import_module(module), name)
+        fn = state["probes"][module, name]  # as bound before the answer cell ran
         with shortcut_guard() as seen:
             out = fn(answer, *args)
         if seen:

@@ -470,6 +470,9 @@ EAGER_BYTES_MUTANTS = mutants(COMPILE,
 eager_bytes = register(
     Exercise(
         id="00.eager_bytes",
+        # the lesson's counter of dispatched bytes measures what is asked (red team 19 ran it
+        # on tiny meta tensors as the cell loaded and fitted the count)
+        finished=("quack_edu.lessons.roofline.traffic",),
         lesson=LESSON,
         answer="eager_bytes",
         title="bytes eager PyTorch moves for RMSNorm: eager_bytes(M, N, dtype)",

@@ -429,6 +429,9 @@ dx_row = register(
             "torch.autograd.functional.jvp",
             "torch.autograd.functional.vjp",
             "torch.autograd.functional.jacobian",
+            # the library's backward kernel, compiled and run by the answer (red team 19)
+            "quack_edu.stages.final_bwd.FinalBwdRMSNorm.kernel",
+            "quack_edu.stages.final_bwd.FinalBwdRMSNorm.__call__",
         ),
         autograd_off=True,  # (red team 17: the C engine on an nn.Parameter)
         lesson=LESSON,
