@@ -105,6 +105,35 @@ MAKE_FX = (
     "    return total\n"
 )
 
+
+#: red team 20: the DSL's code swap (``BaseDSL._preprocess_and_replace_code``) made to put a
+#: function of the answer cell's into a probe of the grader's (the caller was the DSL's file)
+def dsl_code_swap(target: str, said: str) -> str:
+    return (
+        "from cutlass.base_dsl.dsl import BaseDSL\n"
+        f"def _said(answer, *args):\n    return {said}\n"
+        "class _Mode:\n"
+        "    def current_signature(self):\n"
+        "        return 1\n"
+        "class _Dsl:\n"
+        "    def __init__(self, flips):\n"
+        "        self.flips, self._preprocess_mode = list(flips), _Mode()\n"
+        "        self.decorator_location = None\n"
+        "    @property\n"
+        "    def enable_preprocessor(self):\n"
+        "        return self.flips.pop(0) if self.flips else False\n"
+        "def _arm(fn, dsl):\n"
+        "    fn._dsl_object, fn._decorator_location, fn._preprocess_enabled = dsl, None, True\n"
+        "_arm(_said, _Dsl([False]))\n"
+        "BaseDSL._preprocess_and_replace_code(_said)\n"
+        f"_probe = torch._utils._import_dotted_name({target!r})\n"
+        "_arm(_probe, _Dsl([True, False]))\n"
+        "_probe._original_code, _probe._preprocessed = _said._original_code, True\n"
+        "_probe._preprocessed_signature = 0\n"
+        "BaseDSL._preprocess_and_replace_code(_probe)\n"
+    )
+
+
 ANSWER_CELL_CHEATS = [
     ("the seven-line run_exercise patch", "00.bytes_moved", PATCH_RUN_EXERCISE + WRONG),
     (
@@ -411,6 +440,42 @@ ANSWER_CELL_CHEATS = [
         "from torch._dynamo.trace_rules import _load_obj_from_str as _load\n"
         "_load('torch.utils.' + '_pytree').tree_leaves = lambda *a, **k: []\n" + MAKE_FX,
     ),
+    # red team 20 (reading the grader): library helpers by a dotted string, and the DSL's code
+    # swap putting the answer's code into the grader's probes
+    (
+        "the block stage's heuristic by a dotted string",
+        "03.threads_per_row",
+        "def threads_per_row(N, dtype):\n"
+        "    cfg = torch._utils._import_dotted_name('quack_edu.config.' + 'block_config')\n"
+        "    return cfg(N, dtype).threads_per_row\n",
+    ),
+    (
+        "the library's byte count by a dotted string",
+        "09.call_us",
+        "def call_us(M, N, dtype, weight_dtype, host_us, gbps):\n"
+        "    load = torch._utils._import_dotted_name\n"
+        "    count = load('quack_edu.tools.timing.rmsnorm_' + 'bytes')\n"
+        "    return max(host_us, count(M, N, dtype, weight_dtype) / (gbps * 1e3))\n",
+    ),
+    (
+        "the kernel-listing probe's code swapped by the DSL",
+        "00.eager_rmsnorm",
+        "import math\n"
+        "def eager_rmsnorm(x, w, eps=1e-6):\n"
+        "    xf, n = x.float(), x.shape[-1]\n"
+        "    pad = torch.full(xf.shape[:-1] + (1,), math.sqrt(n * eps), device=x.device)\n"
+        "    y = torch.nn.functional.normalize(torch.cat([xf, pad], -1), dim=-1)[..., :n]\n"
+        "    return (y * math.sqrt(n) * w.float()).to(x.dtype)\n"
+        + dsl_code_swap(
+            "quack_edu.grading.probes.lesson00_06.eager_kernels",
+            "['_to_copy', 'pow', 'mean', 'add', 'rsqrt', 'mul', 'mul', '_to_copy']",
+        ),
+    ),
+    (
+        "the counting probe's code swapped by the DSL",
+        "00.eager_bytes",
+        MAKE_FX + dsl_code_swap("quack_edu.grading.probes.lesson00_06.tensor_ops", "[]"),
+    ),
     (  # red team 16: the hook read its rules as the module's names, which learner code rebinds
         "the hook's rules rebound in its module",
         "00.bytes_moved",
@@ -685,6 +750,10 @@ BOUNDARY_FLAGS = (
     "traffic run on tiny meta tensors",
     "the grader's probe rebound",
     "a torch function the probe calls rebound",
+    "the block stage's heuristic by a dotted string",
+    "the library's byte count by a dotted string",
+    "the kernel-listing probe's code swapped",
+    "the counting probe's code swapped",
 )
 
 

@@ -28,10 +28,10 @@ names the rule:
   that reads its caller's frame keeps doing so: who asks is the first frame outside the
   standard library's frame helpers (``learner_code``), and learner code cannot pass for
   library code (text compiled under an installed file's name must be that file's own text;
-  syntax trees, code objects and marshalled code from learner code are refused).
+  syntax trees, code objects and marshalled code from learner code are refused; no caller
+  gives a function code of another file than its own).
 
 What it refused is kept (``incidents()``) and the judge reports it: a refusal is a flag.
-
 Tripwires (``tripwires``) replace the code of the functions an answer may not reach; the hook
 keeps the record of each one reached. The events and their rules are data (``sandbox_rules``).
 
@@ -70,6 +70,7 @@ from .sandbox_rules import (
     denied_files,
     denied_module,
     driver_handles,
+    foreign_code,
     frameless,
     private_names,
     stand_in,
@@ -128,10 +129,9 @@ DRIVER_HANDLES: frozenset = frozenset()
 
 
 def lock_down(scratch: str, **kwargs) -> None:
-    """Lock this process down (``_lock_down``, whose keywords it takes). The hook and its helpers
-    run on a private copy of this module's names and of the builtins: learner code can rebind
-    those of the module (``sandbox.QUERIES``, ``builtins.any``), never the hook's (red team 16
-    rebound the rules it read, and the hook let a shell and native code through)."""
+    """Lock this process down (``_lock_down``'s keywords). The hook and its helpers run on a
+    private copy of this module's names and of the builtins, which learner code cannot rebind
+    (red team 16 rebound ``sandbox.QUERIES`` and the hook let a shell through)."""
     import builtins
     import posixpath
     import stat
@@ -143,7 +143,8 @@ def lock_down(scratch: str, **kwargs) -> None:
                           stat=types.SimpleNamespace(**vars(stat)))  # fmt: skip
     private = dict(globals(), __builtins__=b, DRIVER_HANDLES=driver_handles())
     private.update(denied_module=rules["denied_module"], text_in_lines=rules["text_in_lines"],
-                   keep_compiled=kept["keep_compiled"], _realpath=paths["realpath"])  # fmt: skip
+                   foreign_code=rules["foreign_code"], keep_compiled=kept["keep_compiled"],
+                   _realpath=paths["realpath"])  # fmt: skip
     private["_normal"] = types.FunctionType(_normal.__code__, private, "_normal")
     run = types.FunctionType(_lock_down.__code__, private, "lock_down")
     run.__kwdefaults__ = _lock_down.__kwdefaults__
@@ -159,16 +160,15 @@ def _lock_down(
     record_fd: int | None = None,
     hold: tuple = (),
 ) -> None:
-    """Lock this process down (see the module docstring). Call it once, after everything the
-    grader's side of the process needs is imported and before any learner code runs; the
-    working directory becomes ``scratch/work`` and temporary files go to ``scratch/tmp``.
-    ``secrets``: folders no path under which may be read, or name prefixes (``/tmp/x_*``).
-    ``landlock``: confine the process's files in the kernel too (``confine``; default
-    ``confine_default()``), where the kernel can. ``record_fd``: a ``SOCK_SEQPACKET`` socket
-    to the judge on which the hook sends, at once, each text compiled at run time and each
-    incident (``record.RECORD_FORMAT``); a compile it cannot send is refused. ``hold``: the
+    """Lock this process down (see the module docstring), once, after the grader's side is
+    imported and before any learner code runs; the working directory becomes ``scratch/work``,
+    temporary files go to ``scratch/tmp``. ``secrets``: folders no path under which may be
+    read, or name prefixes (``/tmp/x_*``). ``landlock``: confine the files in the kernel too
+    (``confine``; default ``confine_default()``) where it can. ``record_fd``: a
+    ``SOCK_SEQPACKET`` socket to the judge for each text compiled at run time and each incident
+    (``record.RECORD_FORMAT``), sent at once; a compile it cannot send is refused. ``hold``: the
     tripwires to keep and watch, out of learner code's reach: torch ``Library`` objects (whose
-    ``_destroy`` would undo them) and (function, tripwire code) pairs; one undone is reached."""
+    ``_destroy`` undoes them), (function, tripwire code) pairs; one undone is reached."""
     if locked():
         raise RuntimeError("this process is locked down already")
     from . import confine
@@ -248,7 +248,6 @@ def _lock_down(
     from .confine import devices as _devices
 
     devices = frozenset(_devices())
-
     loader0 = {k: v for k, v in os.environ.items() if k.startswith(loader_env)}
     tripped = "quack_edu.sandbox.reached"
 
@@ -777,9 +776,10 @@ def _lock_down(
                 box.append(call(*a, **k))
         elif event == "object.__setattr__" and (
             args[1] in CODE_ATTRIBUTES or library_type(args[0])
-        ):  # (a function's code would be no text's; a library class is the library's)
-            if learner_asks():
-                refuse(f"setting {args[1]} of a function or of a library's class")
+        ):  # (code of no text; the library's class; code of another file, by any caller: red
+            # team 20 had the DSL's code swap put the learner's code into the grader's probe)
+            if learner_asks() or (args[1] == "__code__" and foreign_code(args[0], args[2])):
+                refuse(f"changing {args[1]} of a function or of a library's class")
         else:
             hook(event, args)
 

@@ -150,6 +150,7 @@ INCIDENT_KINDS = (
     ("listing", "listing a folder it may not read"),
     ("importing", "importing a module it may not import"),
     ("changing the working directory", "changing the working directory"),
+    ("changing ", "changing a function's code or a library's class"),
     ("setting", "setting a loader variable"),
     ("loading the native library", "loading a native library"),
     ("ctypes.", "native functions or raw memory through ctypes"),
@@ -278,6 +279,15 @@ def _folder_less(folder: str, keep: list) -> list[str]:
 RELAY = "quack_edu.sandbox.call"
 #: a function's attributes learner code may not set: its code would be no text's
 CODE_ATTRIBUTES = frozenset(("__code__", "__defaults__", "__kwdefaults__"))
+
+
+def foreign_code(fn, code) -> bool:
+    """Whether ``code`` is of another file than ``fn``'s own code (or is no code): what no
+    caller may put in a function (the DSL replaces a function's code by its own, preprocessed
+    from the same file)."""
+    return getattr(getattr(fn, "__code__", None), "co_filename", 0) != getattr(
+        code, "co_filename", None
+    )
 
 
 def stand_in(what: str):

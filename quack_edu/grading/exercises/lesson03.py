@@ -630,6 +630,8 @@ THREADS_PER_ROW_MUTANTS = mutants(COMPILE,
 threads_per_row = register(
     Exercise(
         id="03.threads_per_row",
+        # its answer is the block stage's own heuristic (red team 20 called it by a string)
+        finished=("quack_edu.config.block_config",),
         lesson=LESSON,
         answer="threads_per_row",
         title="the block heuristic: threads per row so that a thread holds <= 8 vectors",

@@ -155,6 +155,11 @@ CALL_US_MUTANTS = mutants(COMPILE,
 call = register(
     Exercise(
         id="09.call_us",
+        # the library's byte counts give its GPU term (red team 20 called one by a string)
+        finished=(
+            "quack_edu.tools.timing.rmsnorm_bytes",
+            "quack_edu.tools.timing.rmsnorm_bwd_bytes",
+        ),
         lesson=LESSON,
         answer="call_us",
         title="a norm call's time in a chain, host and GPU: call_us(M, N, dtype, weight_dtype, "
