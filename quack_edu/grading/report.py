@@ -308,7 +308,7 @@ class ExerciseResult:
         t = self.tiers()
         if t.get("gpu", {}).get("status") == SKIP and t.get("compile", {}).get("status") == PASS:
             simulated = any(
-                c.status == PASS and c.name.startswith("values on the CPU") for c in self.checks
+                c.status == PASS and "on the CPU (the PTX simulated" in c.name for c in self.checks
             )
             kernel = any(c.tier == COMPILE and c.name.startswith("compiles") for c in self.checks)
             if not kernel:

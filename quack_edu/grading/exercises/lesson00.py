@@ -100,6 +100,15 @@ _BYTES_VARIANTS = [
         "element_size bytes, not 4 * N. An fp32 weight beside bf16 x is an option of later "
         "kernels, not of this count",
     ),
+    *(
+        Variant(
+            f"{size} bytes an element whatever the dtype",
+            lambda M, N, d, size=size: (2 * M * N + N) * size,
+            "the element size is the dtype's, not a constant: bf16 and fp16 take 2 bytes an "
+            "element, fp32 takes 4",
+        )
+        for size in (2, 4)
+    ),
     Variant(
         "x read twice",
         lambda M, N, d: 3 * M * N * _size(d) + N * _size(d),

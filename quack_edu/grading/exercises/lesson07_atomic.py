@@ -52,8 +52,8 @@ NO_ADDS = (
 )
 NARROW_SCOPE = (
     'the atomic add has scope="{scope}": its add is atomic only among the threads of one '
-    "{what}, while every CTA of the grid adds into the same dw row. Its scope must cover them "
-    'all: scope="gpu"'
+    "{what}, while every CTA of the grid adds into the same dw row: its scope must cover "
+    "them all"
 )
 NOT_F32 = 'the adds are not of fp32 values (dtype="f32"): dw\'s row and r are fp32'
 MISSING_ELEMENTS = (
