@@ -153,7 +153,7 @@ def probe_red(ptx_text: str, vec: int, vecs: int) -> str:
             if scope in parts:
                 raise CheckFailed(
                     f"an atomic add of scope .{scope}",
-                    expected="scope .gpu (or none: .gpu is the default)",
+                    expected="a scope that covers every CTA of the grid",
                     seen=i.text,
                     hint=NARROW_SCOPE.format(scope=scope, what=what),
                 )
