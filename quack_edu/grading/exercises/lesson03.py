@@ -68,7 +68,6 @@ ROW_BRANCH_BARRIER = (
 )
 BUFFER_ROW = "rows of one CTA share the same slots: a row adds partials of another row's warps"
 
-
 OWN_SLOT = (
     "each warp reads back only the slot it wrote itself, its own partial: the other warps' "
     "partials of the row are never added, and no warp ends with the row's total"
@@ -630,8 +629,7 @@ THREADS_PER_ROW_MUTANTS = mutants(COMPILE,
 threads_per_row = register(
     Exercise(
         id="03.threads_per_row",
-        # its answer is the block stage's own heuristic (red team 20 called it by a string)
-        finished=("quack_edu.config.block_config",),
+        finished=("quack_edu.config.block_config",),  # its answer (red team 20 called it)
         lesson=LESSON,
         answer="threads_per_row",
         title="the block heuristic: threads per row so that a thread holds <= 8 vectors",
