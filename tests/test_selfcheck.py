@@ -243,6 +243,28 @@ def test_a_server_that_hangs_is_stopped_at_the_timeout(monkeypatch, own_server):
         selfcheck.check("00.bytes_moved", lambda M, N, d: 0)
 
 
+def test_a_server_started_long_before_the_first_check_is_not_timed_out(monkeypatch, own_server):
+    """A notebook imports ``check`` (which starts the server) and checks minutes later: the
+    ready line it sent long ago is read, not taken for a start that timed out (CI, 2026-12-07:
+    a test process's server started by an earlier test)."""
+    import time
+
+    server = (
+        "import json, sys\n"
+        "print(json.dumps({'ready': True, 'pid': 0, 'mode': 'fake'}), flush=True)\n"
+        "for line in sys.stdin:\n"
+        "    req = json.loads(line)\n"
+        "    print(json.dumps({'ok': False, 'error': 'answered', 'type': 'KeyError',"
+        " 'id': req['id']}), flush=True)\n"
+    )
+    monkeypatch.setattr(selfcheck, "server_argv", lambda: [sys.executable, "-c", server])
+    monkeypatch.setattr(selfcheck, "START_TIMEOUT", 1.0)
+    selfcheck.start()
+    time.sleep(2.0)  # past the start's deadline, with its ready line waiting in the pipe
+    with pytest.raises(KeyError, match="answered"):
+        selfcheck.check("00.bytes_moved", lambda M, N, d: 0)
+
+
 @pytest.mark.parametrize("folder", [solutions_dir, notebooks_dir], ids=["solutions", "notebooks"])
 def test_no_notebook_imports_the_grader(folder):
     paths = sorted(folder().glob("*.ipynb"))

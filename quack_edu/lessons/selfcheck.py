@@ -285,15 +285,17 @@ class _Server:
 
         fd = self.proc.stdout.fileno()
         while b"\n" not in self.buf:
+            # what it already sent counts however late it is read (a notebook that started
+            # the server long before its first check): the deadline is for an answer not sent
             left = deadline - time.monotonic()
-            if left <= 0:
-                self.stop()
-                raise GraderUnavailable(
-                    f"the grader's process did not answer while {doing} within {limit}; it "
-                    f"was stopped (the next check starts a fresh one){self.tail()}"
-                )
-            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+            ready, _, _ = select.select([fd], [], [], min(max(left, 0.0), 1.0))
             if not ready:
+                if left <= 0:
+                    self.stop()
+                    raise GraderUnavailable(
+                        f"the grader's process did not answer while {doing} within {limit}; "
+                        f"it was stopped (the next check starts a fresh one){self.tail()}"
+                    )
                 continue
             chunk = os.read(fd, 1 << 20)
             if not chunk:
