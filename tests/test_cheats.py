@@ -476,6 +476,110 @@ ANSWER_CELL_CHEATS = [
         "00.eager_bytes",
         MAKE_FX + dsl_code_swap("quack_edu.grading.probes.lesson00_06.tensor_ops", "[]"),
     ),
+    # red teams 21 (blind) and 22 (reading the grader): the DSL and the lessons' helpers by
+    # dotted strings where the screen bans their names, a count measured as the cell loads, and
+    # a probe's helper rebound during a call and put back from inside the probe
+    (
+        "the DSL evaluating the layout by dotted names",
+        "01.layout_offset",
+        "_get = torch._utils._import_dotted_name\n"
+        "def layout_size(shape):\n"
+        "    return shape if isinstance(shape, int) else sum(0 for _ in ())\n"
+        "def layout_offset(shape, stride, coord):\n"
+        "    mk, out = _get('cutlass' + '.cute.make_' + 'layout'), []\n"
+        "    def trace():\n"
+        "        out.append(int(mk(shape, stride=stride)(coord)))\n"
+        "    _get('cutlass' + '.cute.compile')(_get('cutlass' + '.cute.jit')(trace))\n"
+        "    return out[0]\n",
+    ),
+    (
+        "the library's tv_coords by dotted names",
+        "01.thread_elements",
+        "_get = torch._utils._import_dotted_name\n"
+        "def thread_elements(t, thr_shape, thr_stride, vec):\n"
+        "    c = 'cutlass' + '.cute.'\n"
+        "    lay, atom = _get(c + 'make_' + 'layout'), _get(c + 'make_copy_' + 'atom')\n"
+        "    tiled, op = _get(c + 'make_tiled_copy' + '_tv'), _get(c + 'nvgpu.CopyUniversalOp')\n"
+        "    f16 = _get('cutlass' + '.Float16')\n"
+        "    coords = _get('quack' + '_edu.tools.inspect.tv' + '_coords')\n"
+        "    res = coords(lambda: tiled(atom(op(), f16, num_bits_per_copy=16 * vec),\n"
+        "                               lay(thr_shape, stride=thr_stride), lay((1, vec))))\n"
+        "    return [tuple(p) for p in res['coords'][t]]\n",
+    ),
+    (
+        "the lessons' byte counter on torch.mul",
+        "00.bytes_moved",
+        "_traffic = torch._utils._import_dotted_name('quack_edu.lessons.roofline.traf' + 'fic')\n"
+        "def bytes_moved(M, N, dtype):\n"
+        "    x = torch.empty(M, N, dtype=dtype, device='meta')\n"
+        "    w = torch.empty(N, dtype=dtype, device='meta')\n"
+        "    return sum(op.total for op in _traffic(torch.mul, x, w))\n",
+    ),
+    (
+        "the lessons' byte counter on an in-place mul",
+        "09.call_us",
+        "_traffic = torch._utils._import_dotted_name('quack_edu.lessons.roofline.traf' + 'fic')\n"
+        "def call_us(M, N, dtype, weight_dtype, host_us, gbps):\n"
+        "    x = torch.empty(M, N, dtype=dtype, device='meta')\n"
+        "    w = torch.empty(N, dtype=weight_dtype, device='meta')\n"
+        "    nbytes = sum(op.total for op in _traffic(lambda a, b: a.mul_(b), x, w))\n"
+        "    return max(host_us, nbytes / (gbps * 1e3))\n",
+    ),
+    (
+        "the eager sequence traced as the cell loads, then fitted",
+        "00.eager_bytes",
+        "from torch.fx.experimental.proxy_tensor import make_fx\n"
+        "def _seq(x, w):\n"
+        "    xf = x.float()\n"
+        "    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(x.dtype)\n"
+        "def _measure(m, n, dt):\n"
+        "    x = torch.empty(m, n, dtype=dt, device='meta')\n"
+        "    w = torch.empty(n, dtype=dt, device='meta')\n"
+        "    total = 0\n"
+        "    for nd in make_fx(_seq)(x, w).graph.nodes:\n"
+        "        if nd.op == 'call_function':\n"
+        "            ins = [a.meta['val'] for a in nd.args if isinstance(a, torch.fx.Node)]\n"
+        "            v = nd.meta['val']\n"
+        "            if 'to_copy' in str(nd.target) and ins[0].dtype == v.dtype:\n"
+        "                continue\n"
+        "            total += sum(t.numel() * t.element_size() for t in [*ins, v])\n"
+        "    return total\n"
+        "_F = {str(d): [_measure(m, n, d) for m, n in ((1, 1), (1, 2), (2, 1), (2, 2))]\n"
+        "      for d in (torch.bfloat16, torch.float16, torch.float32)}\n"
+        "def eager_bytes(M, N, dtype):\n"
+        "    f11, f12, f21, f22 = _F[str(dtype)]\n"
+        "    a = f22 - f21 - f12 + f11\n"
+        "    b, c = f21 - f11 - a, f12 - f11 - a\n"
+        "    return a * M * N + b * M + c * N + f11 - a - b - c\n",
+    ),
+    (
+        "the kernel lister's helper rebound in a call, put back inside the probe",
+        "00.eager_rmsnorm",
+        "import math\n"
+        "_get, _state = torch._utils._import_dotted_name, []\n"
+        "class _Op:\n"
+        "    def __init__(self, op):\n"
+        "        self.op = op\n"
+        "def _install():\n"
+        "    mod = _get('quack' + '_edu.lessons.roofline')\n"
+        "    orig, calls = mod.traffic, []\n"
+        "    def counted(fn, *args, **kwargs):\n"
+        "        calls.append(1)\n"
+        "        if len(calls) == 1:\n"
+        "            return orig(fn, *args, **kwargs)\n"
+        "        mod.traffic = orig\n"
+        "        names = ['_to_copy', 'pow', 'mean', 'add', 'rsqrt', 'mul', 'mul', '_to_copy']\n"
+        "        return [_Op(n) for n in names]\n"
+        "    mod.traffic = counted\n"
+        "def eager_rmsnorm(x, w, eps=1e-6):\n"
+        "    if not _state:\n"
+        "        _state.append(1)\n"
+        "        _install()\n"
+        "    xf, n = x.float(), x.shape[-1]\n"
+        "    pad = torch.full(xf.shape[:-1] + (1,), math.sqrt(n * eps), device=x.device)\n"
+        "    y = torch.nn.functional.normalize(torch.cat([xf, pad], -1), dim=-1)[..., :n]\n"
+        "    return (y * math.sqrt(n) * w.float()).to(x.dtype)\n",
+    ),
     (  # red team 16: the hook read its rules as the module's names, which learner code rebinds
         "the hook's rules rebound in its module",
         "00.bytes_moved",
@@ -754,6 +858,11 @@ BOUNDARY_FLAGS = (
     "the library's byte count by a dotted string",
     "the kernel-listing probe's code swapped",
     "the counting probe's code swapped",
+    "the DSL evaluating the layout",
+    "the library's tv_coords",
+    "the lessons' byte counter",
+    "the eager sequence traced as the cell loads",
+    "the kernel lister's helper rebound",
 )
 
 

@@ -292,7 +292,11 @@ class Worker:
         self.pid, self.conn, self.record = Server.fork()
         self.scratch = tempfile.mkdtemp(prefix="quack_edu_judge_", dir=Server.box)
         job = {"source": self.source, "answer": self.ex.answer, "exercise": self.ex.id}
-        job.update(finished=list(self.ex.finished), autograd_off=self.ex.autograd_off)
+        job.update(
+            finished=list(self.ex.finished),
+            autograd_off=self.ex.autograd_off,
+            watch_ops=self.ex.watch_ops,
+        )
         job.update(secrets=secret_paths(self.secrets), scratch=self.scratch)
         self.conn.send_bytes(pickle.dumps(job))
         msg = self._receive(self.timeout + 60.0, "loading the answer cell")

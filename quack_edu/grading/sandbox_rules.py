@@ -182,6 +182,16 @@ REBOUND = "rebound:"
 OTHER_INCIDENT = "something the sandbox refuses"
 
 
+#: the DSL's trace of a jit function (``cute.compile`` and a ``@cute.jit`` call both run it: no
+#: DSL value exists outside one): a tripwire where an exercise asks for what the DSL computes
+DSL_TRACE = "cutlass.base_dsl.dsl.BaseDSL.generate_mlir"
+
+
+#: what an exercise that asks a count (``Exercise.watch_ops``) reports of a torch operator run
+#: on a tensor of more than one element, from the cell's load on
+MEASURED = "torch operators run on tensors"
+
+
 def incident_kind(text: str, finished=()) -> str:
     """What a student reads of the incident ``text``: a fixed phrase (``INCIDENT_KINDS``), and
     of a tripwire reached its name only where it is one of ``finished`` (the grader's own)."""
@@ -191,6 +201,10 @@ def incident_kind(text: str, finished=()) -> str:
         return "changing the grader's or the library's code in memory"
     if text.startswith("reached: "):
         name = text.removeprefix("reached: ")
+        if name == DSL_TRACE:
+            return "running the DSL where the exercise asks you to compute it yourself"
+        if name == MEASURED:
+            return "measuring with torch operators where the exercise asks you to count"
         what = "reaching the finished version of what is asked"
         return f"{what} ({name})" if name in finished else what
     rule = text.removeprefix("refused: ").lower()

@@ -31,7 +31,7 @@ import types
 from . import hints, record, sandbox, tripwires
 from .context import is_not_implemented
 from .registry import MISSING
-from .sandbox_rules import REBOUND
+from .sandbox_rules import MEASURED, REBOUND
 from .wire import Unencodable, encode
 
 #: what a learner process may never reach, in every exercise: torch's RMSNorm (its operators:
@@ -137,6 +137,40 @@ def _no_grad_mode() -> None:
     torch._C._set_grad_enabled = _set_grad_enabled
 
 
+def _watch_ops():
+    """A dispatch mode, on for the rest of the job, that reports (``MEASURED``) the first torch
+    operator run on a tensor of more than one element: for an exercise that asks a count, whose
+    answer may not measure one, at its cell's load either (red teams 21 and 22 traced the eager
+    sequence on meta tensors as the cell loaded, then fitted). Returns ``intact()``: whether
+    the mode is still on the stack (else reported as a change to the grader)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
+    from torch.utils._pytree import tree_leaves
+
+    told = []
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not told and any(
+                isinstance(t, torch.Tensor) and t.numel() > 1
+                for t in tree_leaves((args, kwargs, out))
+            ):
+                told.append(1)
+                sys.audit("quack_edu.sandbox.reached", MEASURED)
+            return out
+
+    mode = Watch()
+    mode.__enter__()
+
+    def intact() -> None:
+        if not told and not any(m is mode for m in _get_current_dispatch_mode_stack()):
+            told.append(1)
+            sys.audit("quack_edu.sandbox.reached", f"{REBOUND} the grader's operator watch")
+
+    return intact
+
+
 def _set_tripwires(names, keep: list) -> None:
     import torch  # noqa: F401
 
@@ -231,6 +265,7 @@ def main(conn, record_fd: int | None = None) -> None:
     # imports by a string)
     bound, serve_, seen_ = Bindings(), serve, _seen
     state = {"launchers": {}, "probes": bound.probes()}
+    watched = _watch_ops() if job.get("watch_ops") else lambda: None
     try:
         answer = answer_from_source(job["source"], job["answer"])
     except BaseException as e:  # SystemExit and KeyboardInterrupt are the learner's too
@@ -246,6 +281,7 @@ def main(conn, record_fd: int | None = None) -> None:
         except Unencodable:
             kind, value = "object", None
     bound.check()
+    watched()
     reply = {"loaded": True, "kind": kind, "value": value, **seen_()}
     conn.send_bytes(json.dumps(reply).encode())
     while True:
@@ -253,12 +289,18 @@ def main(conn, record_fd: int | None = None) -> None:
             req = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
             return
+        # around each request but a call (whose value is the answer's anyway: ~20 ms saved a
+        # call): before, since a call may rebind what a probe then uses and put it back from
+        # inside the probe (red team 22); after, for what the request itself ran
+        if req[0] != "call":
+            bound.check()
         try:
             reply = serve_(req, answer, state)
         except BaseException as e:
             reply = raised(e)
-        if req[0] != "call":  # (a call's value is the answer's anyway: ~20 ms saved a call)
+        if req[0] != "call":
             bound.check()
+        watched()
         reply.update(seen_())
         try:
             data = json.dumps(reply, allow_nan=True).encode()

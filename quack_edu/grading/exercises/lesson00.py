@@ -67,6 +67,7 @@ bytes_moved = register(
         finished=(
             "quack_edu.tools.timing.rmsnorm_bytes",
             "quack_edu.tools.timing.rmsnorm_bwd_bytes",
+            "quack_edu.lessons.roofline.traffic",  # it measures a sequence (red team 21)
         ),
         lesson=LESSON,
         answer="bytes_moved",
@@ -482,6 +483,7 @@ eager_bytes = register(
         # the lesson's counter of dispatched bytes measures what is asked (red team 19 ran it
         # on tiny meta tensors as the cell loaded and fitted the count)
         finished=("quack_edu.lessons.roofline.traffic",),
+        watch_ops=True,  # counted from the cell's load on (red teams 21, 22: traced at load)
         lesson=LESSON,
         answer="eager_bytes",
         title="bytes eager PyTorch moves for RMSNorm: eager_bytes(M, N, dtype)",

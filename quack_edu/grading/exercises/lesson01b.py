@@ -19,6 +19,7 @@ from .. import checks, hints
 from ..checks import Ptx, bounds, numbers_close, thread_guards, value_check
 from ..hints import Variant
 from ..registry import COMPILE, GPU, TIERS, CheckFailed, Exercise, mutants, register
+from ..sandbox_rules import DSL_TRACE
 
 LESSON = "01b_cute_dsl"
 
@@ -165,6 +166,9 @@ layout_offset = register(
         points={COMPILE: 1},
         mutants=LAYOUT_OFFSET_MUTANTS,
         forbidden=dict.fromkeys(LAYOUT_CALLS, COMPUTE_IT),
+        # the screen reads names; a name built as a string reaches the DSL all the same (red
+        # teams 21 and 22): no DSL trace may run, and the lesson's helper is the answer
+        finished=(DSL_TRACE, "quack_edu.lessons.dsl.layout_offsets"),
     )
 )
 layout_offset.add(
@@ -301,6 +305,7 @@ thread_elements = register(
         points={COMPILE: 1},
         mutants=THREAD_ELEMENTS_MUTANTS,
         forbidden=dict.fromkeys(PARTITION_CALLS, PREDICT_IT),
+        finished=(DSL_TRACE, "quack_edu.tools.inspect.tv_coords"),  # (as 01.layout_offset)
     )
 )
 thread_elements.add(
