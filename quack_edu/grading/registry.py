@@ -201,8 +201,8 @@ class Exercise:
     #: a gradient asked by hand: autograd is off in the learner's process, and nothing there
     #: can switch it back on (``worker._no_grad_mode``)
     autograd_off: bool = False
-    #: a count asked, not a measurement: from the answer cell's load on, a torch operator run
-    #: on a tensor of more than one element is reported (``worker._watch_ops``)
+    #: a count asked, not a measurement: from the answer cell's load on, a torch operator that
+    #: computes on a tensor of more than one element is reported (``worker._watch_ops``)
     watch_ops: bool = False
     #: library functions whose text the answer must not copy but which its process may run
     #: (the stage around the hole calls them): judged like ``finished``'s text

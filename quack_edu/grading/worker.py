@@ -139,7 +139,8 @@ def _no_grad_mode() -> None:
 
 def _watch_ops():
     """A dispatch mode, on for the rest of the job, that reports (``MEASURED``) the first torch
-    operator run on a tensor of more than one element: for an exercise that asks a count, whose
+    operator that computes (not one that only makes a tensor) on a tensor of more than one
+    element: for an exercise that asks a count, whose
     answer may not measure one, at its cell's load either (red teams 21 and 22 traced the eager
     sequence on meta tensors as the cell loaded, then fitted). Returns ``intact()``: whether
     the mode is still on the stack (else reported as a change to the grader)."""
@@ -148,13 +149,20 @@ def _watch_ops():
     from torch.utils._pytree import tree_leaves
 
     told = []
+    # a tensor made to read a dtype's size is no measurement (an honest answer may): only an
+    # operator that computes is reported
+    makes = {"empty", "empty_strided", "empty_like", "zeros", "ones", "full", "fill_", "zero_"}
 
     class Watch(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            if not told and any(
-                isinstance(t, torch.Tensor) and t.numel() > 1
-                for t in tree_leaves((args, kwargs, out))
+            if (
+                not told
+                and func.overloadpacket.__name__ not in makes
+                and any(
+                    isinstance(t, torch.Tensor) and t.numel() > 1
+                    for t in tree_leaves((args, kwargs, out))
+                )
             ):
                 told.append(1)
                 sys.audit("quack_edu.sandbox.reached", MEASURED)
