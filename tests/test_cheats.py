@@ -580,6 +580,69 @@ ANSWER_CELL_CHEATS = [
         "    y = torch.nn.functional.normalize(torch.cat([xf, pad], -1), dim=-1)[..., :n]\n"
         "    return (y * math.sqrt(n) * w.float()).to(x.dtype)\n",
     ),
+    # red team 23 (reading the grader, after 21 and 22's fixes): torch's own copy of CuTe's
+    # layout algebra, and a wrapper subclass whose numel() says 1
+    (
+        "torch's pure-Python CuTe evaluating the layout",
+        "01.layout_offset",
+        "_L = torch._utils._import_dotted_name('torch.distributed._pycute.layout.Lay' + 'out')\n"
+        "def _rev(x):\n"
+        "    return tuple(_rev(e) for e in reversed(x)) if isinstance(x, tuple) else x\n"
+        "def layout_offset(shape, stride, coord):\n"
+        "    return _L(_rev(shape), _rev(stride))(_rev(coord))\n",
+    ),
+    (
+        "torch's pure-Python CuTe inverting the thread layout",
+        "01.thread_elements",
+        "_pc = torch._utils._import_dotted_name('torch.distributed._pycute')\n"
+        "_L = torch._utils._import_dotted_name('torch.distributed._pycute.layout.Lay' + 'out')\n"
+        "def thread_elements(t, thr_shape, thr_stride, vec):\n"
+        "    r, c = _pc.idx2crd(_pc.left_inverse(_L(thr_shape, thr_stride))(t), thr_shape)\n"
+        "    return [(r, c * vec + j) for j in range(vec)]\n",
+    ),
+    (
+        "a wrapper subclass that says numel() is 1 measuring as the cell loads",
+        "00.eager_bytes",
+        "from torch.utils._pytree import tree_leaves, tree_map\n"
+        "_LOG = []\n"
+        "def _un(t):\n"
+        "    return t.inner if isinstance(t, _T) else t\n"
+        "def _wrap(t):\n"
+        "    return _T.make(t) if isinstance(t, torch.Tensor) and not isinstance(t, _T) else t\n"
+        "def _disp(cls, func, types, args=(), kwargs=None):\n"
+        "    a, k = tree_map(_un, args), tree_map(_un, kwargs or {})\n"
+        "    out = func(*a, **k)\n"
+        "    ins = [t for t in tree_leaves((a, k)) if isinstance(t, torch.Tensor)]\n"
+        "    outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]\n"
+        "    _LOG.append((str(func), ins, outs))\n"
+        "    return tree_map(_wrap, out)\n"
+        "def _make(cls, inner):\n"
+        "    r = torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype,\n"
+        "                                            device=inner.device, strides=inner.stride())\n"
+        "    r.inner = inner\n"
+        "    return r\n"
+        "_T = type('_T', (torch.Tensor,), {'__torch_' + 'dispatch__': classmethod(_disp),\n"
+        "    '__torch_' + 'function__': torch._C._disabled_torch_function_impl,\n"
+        "    'make': classmethod(_make), 'numel': lambda self: 1})\n"
+        "def _measure(m, n, dt):\n"
+        "    x = _T.make(torch.empty(m, n, dtype=dt, device='meta'))\n"
+        "    w = _T.make(torch.empty(n, dtype=dt, device='meta'))\n"
+        "    _LOG.clear()\n"
+        "    xf = x.float()\n"
+        "    (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(x.dtype)\n"
+        "    total = 0\n"
+        "    for name, ins, outs in _LOG:\n"
+        "        if not ('to_copy' in name and ins[0].dtype == outs[0].dtype):\n"
+        "            total += sum(t.nelement() * t.element_size() for t in ins + outs)\n"
+        "    return total\n"
+        "_F = {str(d): [_measure(m, n, d) for m, n in ((1, 1), (1, 2), (2, 1), (2, 2))]\n"
+        "      for d in (torch.bfloat16, torch.float16, torch.float32)}\n"
+        "def eager_bytes(M, N, dtype):\n"
+        "    f11, f12, f21, f22 = _F[str(dtype)]\n"
+        "    a = f22 - f21 - f12 + f11\n"
+        "    b, c = f21 - f11 - a, f12 - f11 - a\n"
+        "    return a * M * N + b * M + c * N + f11 - a - b - c\n",
+    ),
     (  # red team 16: the hook read its rules as the module's names, which learner code rebinds
         "the hook's rules rebound in its module",
         "00.bytes_moved",
@@ -863,6 +926,8 @@ BOUNDARY_FLAGS = (
     "the lessons' byte counter",
     "the eager sequence traced as the cell loads",
     "the kernel lister's helper rebound",
+    "torch's pure-Python CuTe",
+    "a wrapper subclass that says numel()",
 )
 
 

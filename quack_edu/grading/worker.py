@@ -148,7 +148,9 @@ def _watch_ops():
     from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
     from torch.utils._pytree import tree_leaves
 
-    told = []
+    # the size by the base class's own method, and any subclass reported (red team 23's wrapper
+    # subclass said numel() == 1 of every tensor it measured)
+    Tensor, numel, told = torch.Tensor, torch.Tensor.numel, []
     # a tensor made to read a dtype's size is no measurement (an honest answer may): only an
     # operator that computes is reported
     makes = {"empty", "empty_strided", "empty_like", "zeros", "ones", "full", "fill_", "zero_"}
@@ -160,7 +162,7 @@ def _watch_ops():
                 not told
                 and func.overloadpacket.__name__ not in makes
                 and any(
-                    isinstance(t, torch.Tensor) and t.numel() > 1
+                    isinstance(t, Tensor) and (type(t) is not Tensor or numel(t) > 1)
                     for t in tree_leaves((args, kwargs, out))
                 )
             ):

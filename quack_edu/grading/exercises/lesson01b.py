@@ -155,6 +155,15 @@ COMPUTE_IT = (
     "the exercise asks for the arithmetic of a layout: compute the offset in Python (split a "
     "1-D index, multiply by the strides), without a CuTe layout to evaluate"
 )
+#: torch's pure-Python copy of CuTe's layout algebra (red team 23: it evaluated the layout and
+#: inverted the thread layout, no DSL trace run): tripwires where the exercise asks for it
+PYCUTE = (
+    *(f"torch.distributed._pycute.int_tuple.{f}" for f in ("crd2idx", "idx2crd", "crd2crd")),
+    "torch.distributed._pycute.int_tuple.inner_product",
+    "torch.distributed._pycute.layout.Layout.__call__",
+    *(f"torch.distributed._pycute.layout.{f}" for f in ("left_inverse", "right_inverse")),
+    "torch.distributed._pycute.layout.composition",
+)
 LAYOUT_CALLS = ("cute", "cutlass", "make_layout", "make_ordered_layout", "crd2idx", "Layout")
 
 layout_offset = register(
@@ -168,7 +177,7 @@ layout_offset = register(
         forbidden=dict.fromkeys(LAYOUT_CALLS, COMPUTE_IT),
         # the screen reads names; a name built as a string reaches the DSL all the same (red
         # teams 21 and 22): no DSL trace may run, and the lesson's helper is the answer
-        finished=(DSL_TRACE, "quack_edu.lessons.dsl.layout_offsets"),
+        finished=(DSL_TRACE, "quack_edu.lessons.dsl.layout_offsets", *PYCUTE),
     )
 )
 layout_offset.add(
@@ -305,7 +314,7 @@ thread_elements = register(
         points={COMPILE: 1},
         mutants=THREAD_ELEMENTS_MUTANTS,
         forbidden=dict.fromkeys(PARTITION_CALLS, PREDICT_IT),
-        finished=(DSL_TRACE, "quack_edu.tools.inspect.tv_coords"),  # (as 01.layout_offset)
+        finished=(DSL_TRACE, "quack_edu.tools.inspect.tv_coords", *PYCUTE),  # (as layout_offset)
     )
 )
 thread_elements.add(
