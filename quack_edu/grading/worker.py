@@ -140,10 +140,10 @@ def _no_grad_mode() -> None:
 def _watch_ops():
     """A dispatch mode, on for the rest of the job, that reports (``MEASURED``) the first torch
     operator that computes (not one that only makes a tensor) on a tensor of more than one
-    element: for an exercise that asks a count, whose
-    answer may not measure one, at its cell's load either (red teams 21 and 22 traced the eager
-    sequence on meta tensors as the cell loaded, then fitted). Returns ``intact()``: whether
-    the mode is still on the stack (else reported as a change to the grader)."""
+    element: for an exercise that asks a count, whose answer may not measure one, at its cell's
+    load either (red teams 21 and 22 traced the eager sequence on meta tensors as the cell
+    loaded, then fitted). Returns ``intact()``, which reports the mode gone from the stack as a
+    change to the grader."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
     from torch.utils._pytree import tree_leaves
